@@ -1,0 +1,80 @@
+//! Hostcalls: how the guest asks the VMM for a service.
+//!
+//! The guest fills its vCPU's [`HostcallBlock`] (in the per-CPU header, at a
+//! guest-physical address the VMM knows), then writes the hostcall number to the
+//! doorbell page ([`crate::layout::HOSTCALL_DOORBELL_PHYS`]). That MMIO write exits to
+//! the VMM, which reads the block, validates every address and length in it against
+//! guest memory, does the work, stores the result in `ret` and resumes the vCPU.
+//! One exit costs ~18 µs here, so callers batch (the console buffers output).
+
+/// Hostcall numbers.
+#[repr(u64)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hostcall {
+    /// Write bytes to the host's stdout or stderr.
+    /// `args[0]`: 1 or 2; `args[1]`: guest-virtual address; `args[2]`: length.
+    /// Returns the number of bytes written or a negative errno.
+    Write = 1,
+    /// The program exited: `args[0]` is its status (0..=255). Does not return.
+    Exit = 2,
+    /// The program was killed by a signal: `args[0]` signal number, `args[1]` the
+    /// faulting instruction, `args[2]` the faulting address (or 0). Does not return.
+    Killed = 3,
+    /// The kernel failed: `args[0]`/`args[1]` a message (guest-virtual address and
+    /// length). Does not return.
+    Panic = 4,
+    /// Returns the address of the last page fault (CR2, which ring 0 here cannot read).
+    FaultAddr = 5,
+    /// Sent by the ring-0 exception stub when an exception cannot be handed to ring 3
+    /// (it hit ring 0, or ring 3 was still handling the previous one): `args[0]`
+    /// vector, `args[1]` instruction, `args[2]` error code. Does not return.
+    Fatal = 6,
+}
+
+impl Hostcall {
+    pub const fn from_u64(n: u64) -> Option<Self> {
+        Some(match n {
+            1 => Self::Write,
+            2 => Self::Exit,
+            3 => Self::Killed,
+            4 => Self::Panic,
+            5 => Self::FaultAddr,
+            6 => Self::Fatal,
+            _ => return None,
+        })
+    }
+}
+
+/// Arguments and result of one hostcall.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostcallBlock {
+    pub args: [u64; 6],
+    pub ret: u64,
+}
+
+/// Byte offset of `ret` in [`HostcallBlock`].
+pub const RET_OFFSET: u64 = 48;
+
+const _: () = assert!(core::mem::offset_of!(HostcallBlock, ret) == RET_OFFSET as usize);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_round_trip() {
+        for h in [
+            Hostcall::Write,
+            Hostcall::Exit,
+            Hostcall::Killed,
+            Hostcall::Panic,
+            Hostcall::FaultAddr,
+            Hostcall::Fatal,
+        ] {
+            assert_eq!(Hostcall::from_u64(h as u64), Some(h));
+        }
+        assert_eq!(Hostcall::from_u64(0), None);
+        assert_eq!(Hostcall::from_u64(u64::MAX), None);
+    }
+}

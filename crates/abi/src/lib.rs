@@ -1,0 +1,141 @@
+//! The guest/VMM interface of onering, shared by both sides.
+//!
+//! Everything the VMM and the guest kernel must agree on lives here and nowhere else:
+//! the guest-physical and guest-virtual memory layout, the boot information the VMM
+//! writes before the first instruction runs, the per-CPU header the ring-0 stubs use,
+//! and the hostcall numbers and argument block. Every structure is `#[repr(C)]` plain
+//! data made of `u64`s, so it reads the same from both sides and needs no unsafe code
+//! to describe. A change to any of it bumps [`ABI_VERSION`]; the kernel refuses to run
+//! with boot info of another version.
+#![no_std]
+#![deny(unsafe_code)]
+
+pub mod hostcall;
+pub mod layout;
+
+pub use hostcall::{Hostcall, HostcallBlock};
+
+/// Version of this interface. Bump on any change to a structure or number in this crate.
+pub const ABI_VERSION: u64 = 1;
+
+/// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
+pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
+
+/// Most vCPUs a VM can have (GDT, TSS and per-CPU areas are sized for this).
+pub const MAX_CPUS: usize = 64;
+
+/// Most guest-physical RAM regions (below and above the 32-bit MMIO hole).
+pub const MAX_MEM_REGIONS: usize = 2;
+
+/// A range of guest-physical RAM.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemRegion {
+    pub start: u64,
+    pub size: u64,
+}
+
+/// A range of user virtual memory that the VMM mapped before boot, backed by
+/// contiguous guest-physical memory starting at `phys` (all three 2 MiB aligned).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UserMapping {
+    pub virt: u64,
+    pub size: u64,
+    pub phys: u64,
+}
+
+/// Bits of [`BootInfo::flags`].
+pub mod flags {
+    /// `--quiet`: do not report unsupported system calls.
+    pub const QUIET: u64 = 1 << 0;
+    /// The host's stdout is a terminal.
+    pub const STDOUT_TTY: u64 = 1 << 1;
+    /// The host's stderr is a terminal.
+    pub const STDERR_TTY: u64 = 1 << 2;
+    /// Ring 0 may execute privileged instructions (hardware KVM). Clear on PVM, where
+    /// `hlt`, `invlpg`, `wrmsr` and friends raise #GP once ring 3 has run.
+    pub const PRIVILEGED_RING0: u64 = 1 << 3;
+}
+
+/// Everything the kernel needs to know at its first instruction. Written by the VMM at
+/// [`layout::BOOT_INFO_PHYS`]; the kernel receives its virtual address in `rdi`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BootInfo {
+    pub magic: u64,
+    pub abi_version: u64,
+    pub flags: u64,
+    pub ncpus: u64,
+    /// Guest RAM.
+    pub mem: [MemRegion; MAX_MEM_REGIONS],
+    pub nmem: u64,
+    /// Region 0 below this address is in use (boot area, kernel, VMM allocations);
+    /// everything above it, and all of the other regions, is free for the kernel.
+    pub phys_free_start: u64,
+    /// The kernel heap, in guest-physical memory (use it through the direct map).
+    pub heap_phys: u64,
+    pub heap_size: u64,
+    /// Guest TSC ticks per second.
+    pub tsc_hz: u64,
+    /// The guest TSC and the host's CLOCK_REALTIME (ns since the epoch), read together.
+    pub boot_tsc: u64,
+    pub boot_realtime_ns: u64,
+    /// The program: entry point, initial stack pointer (argc at [sp]), program break.
+    pub entry: u64,
+    pub user_sp: u64,
+    pub brk_start: u64,
+    /// User mappings made by the VMM: [0] holds the program image, [1] the stack.
+    pub user_maps: [UserMapping; 2],
+    /// Terminal size of the host's stdout (rows << 16 | cols), 0 when not a terminal.
+    pub winsize: u64,
+    /// Host identity the program sees.
+    pub uid: u64,
+    pub gid: u64,
+    /// Length of the guest path of the program (bytes at `execfn`), for /proc/self/exe.
+    pub execfn: u64,
+    pub execfn_len: u64,
+}
+
+/// The first bytes of each vCPU's per-CPU area, the page the GS base points at.
+/// The ring-0 stubs reach these fields with `%gs:OFFSET` because ring 0 here cannot
+/// run `swapgs`; the kernel owns the rest of the page.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PerCpuHeader {
+    /// Virtual address of this header (so Rust code can turn GS base into a pointer).
+    pub self_ptr: u64,
+    pub cpu: u64,
+    /// Top of the kernel stack the system-call entry switches to.
+    pub kstack_top: u64,
+    /// Top of the stack the exception path switches to.
+    pub fault_stack_top: u64,
+    /// Scratch: the user stack pointer at system-call entry.
+    pub user_rsp: u64,
+    /// Non-zero while this CPU handles an exception in ring 3 (a nested one is fatal).
+    pub in_fault: u64,
+    /// The hostcall argument block of this vCPU, see [`HostcallBlock`].
+    pub hostcall: HostcallBlock,
+}
+
+/// Byte offsets into [`PerCpuHeader`], used by assembly.
+pub mod percpu_offsets {
+    pub const SELF_PTR: usize = 0;
+    pub const CPU: usize = 8;
+    pub const KSTACK_TOP: usize = 16;
+    pub const FAULT_STACK_TOP: usize = 24;
+    pub const USER_RSP: usize = 32;
+    pub const IN_FAULT: usize = 40;
+    pub const HOSTCALL: usize = 48;
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(offset_of!(PerCpuHeader, kstack_top) == percpu_offsets::KSTACK_TOP);
+    assert!(offset_of!(PerCpuHeader, fault_stack_top) == percpu_offsets::FAULT_STACK_TOP);
+    assert!(offset_of!(PerCpuHeader, user_rsp) == percpu_offsets::USER_RSP);
+    assert!(offset_of!(PerCpuHeader, in_fault) == percpu_offsets::IN_FAULT);
+    assert!(offset_of!(PerCpuHeader, hostcall) == percpu_offsets::HOSTCALL);
+    assert!(size_of::<BootInfo>() <= layout::PAGE_SIZE as usize);
+    assert!(size_of::<PerCpuHeader>() <= layout::PERCPU_STRIDE as usize);
+};

@@ -1,0 +1,197 @@
+//! Entry points in assembly: the kernel's first instruction, the ring-0 trap stubs
+//! (system call and exceptions) and the ring-3 landings they hand control to.
+//!
+//! Ring 0 here may run only unprivileged instructions plus `iretq` (no `swapgs`, no
+//! `cli`/`sti`, no `hlt`): the stubs reach per-CPU data through `%gs`, whose base the
+//! VMM set to the CPU's [`PerCpuHeader`](onering_abi::PerCpuHeader), switch to a
+//! known stack without a scratch register, and leave ring 0 at once.
+
+use core::arch::global_asm;
+use onering_abi::layout::{USER_CS, USER_DS};
+use onering_abi::percpu_offsets as pc;
+
+global_asm!(
+    r#"
+    // All entry code stays in .text.entry, which the linker script keeps: nothing in
+    // the kernel refers to the stubs (the VMM puts their addresses in LSTAR and the IDT).
+    .section .text.entry, "ax"
+    .global _start
+    // The VMM starts CPU 0 here in ring 3: rdi = &BootInfo, rsp = its kernel stack.
+_start:
+    xor %ebp, %ebp
+    call {kmain}
+    ud2
+
+    // ---- Ring 0: the `syscall` instruction lands here (LSTAR). --------------------
+    // rcx = user rip, r11 = user rflags, rsp = user stack (not to be written: red zone).
+    // Switch to the kernel stack and iretq into ring 3 at syscall_entry; rcx and r11
+    // travel in their registers.
+    .global syscall_trap_entry
+syscall_trap_entry:
+    mov %rsp, %gs:{user_rsp}
+    mov %gs:{kstack_top}, %rsp
+    pushq ${user_ds}
+    pushq %gs:{kstack_top}
+    pushq $0x2
+    pushq ${user_cs}
+    pushq $syscall_entry
+    iretq
+
+    // ---- Ring 3: the common system-call path. -------------------------------------
+    // On entry: rsp = kernel stack top, user rsp in %gs:user_rsp, rcx = return address,
+    // r11 = user rflags, rax = number, rdi..r9 = arguments. The trap stub and the
+    // rewritten call sites both come here. Builds a SyscallFrame, dispatches, returns.
+    .global syscall_entry
+syscall_entry:
+    pushq %gs:{user_rsp}
+    push %r11
+    push %rcx
+    push %rax
+    push %rdi
+    push %rsi
+    push %rdx
+    push %r10
+    push %r8
+    push %r9
+    push %rbx
+    push %rbp
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    cld
+    mov %rsp, %rdi
+    call {dispatch}
+    pop %r15
+    pop %r14
+    pop %r13
+    pop %r12
+    pop %rbp
+    pop %rbx
+    pop %r9
+    pop %r8
+    pop %r10
+    pop %rdx
+    pop %rsi
+    pop %rdi
+    pop %rax
+    pop %rcx
+    pop %r11
+    // Restore the flags exactly, then the stack, then jump: none of these three
+    // instructions changes the flags, and nothing is written to the user stack.
+    push %r11
+    popfq
+    pop %rsp
+    jmp *%rcx
+
+    // ---- Ring 0: exceptions (every IDT gate uses IST1). ----------------------------
+    // Each stub is 16 bytes long, so the VMM finds stub n at exception_stubs + 16 * n.
+    .balign 16
+    .global exception_stubs
+exception_stubs:
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+    .balign 16
+    .if (\n == 8) || (\n >= 10 && \n <= 14) || (\n == 17) || (\n == 21) || (\n == 29) || (\n == 30)
+    pushq $\n
+    .else
+    pushq $0
+    pushq $\n
+    .endif
+    jmp exception_common
+    .endr
+
+    // Interrupts nobody asked for: ignore.
+    .balign 16
+    .global interrupt_stub
+interrupt_stub:
+    iretq
+
+exception_common:
+    // IST stack: vector, error, rip, cs, rflags, rsp, ss. A fault in ring 0 or while
+    // ring 3 still handles the previous one cannot be handed on: report and stop.
+    testb $3, 24(%rsp)
+    jz 2f
+    cmpq $0, %gs:{in_fault}
+    jne 2f
+    movq $1, %gs:{in_fault}
+    push %rax
+    push %rbx
+    push %rcx
+    push %rdx
+    push %rsi
+    push %rdi
+    push %rbp
+    push %r8
+    push %r9
+    push %r10
+    push %r11
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    // Copy the 22-word frame to the fault stack and continue there in ring 3.
+    cld
+    mov %gs:{fault_stack_top}, %rdi
+    sub $(22 * 8), %rdi
+    mov %rdi, %rax
+    mov %rsp, %rsi
+    mov $22, %ecx
+    rep movsq
+    pushq ${user_ds}
+    push %rax
+    pushq $0x2
+    pushq ${user_cs}
+    pushq $fault_entry
+    iretq
+2:
+    // Fatal: vector, rip and error code to the VMM, which prints the registers.
+    mov (%rsp), %rax
+    mov %rax, %gs:{hostcall}
+    mov 16(%rsp), %rax
+    mov %rax, %gs:{hostcall}+8
+    mov 8(%rsp), %rax
+    mov %rax, %gs:{hostcall}+16
+    movabs ${doorbell}, %rax
+    movq $6, (%rax)
+3:  pause
+    jmp 3b
+
+    // ---- Ring 3: exceptions continue here on the fault stack. ---------------------
+fault_entry:
+    mov %rsp, %rdi
+    call {fault}
+    ud2
+"#,
+    kmain = sym crate::boot::kmain,
+    dispatch = sym crate::boot::syscall_dispatch,
+    fault = sym crate::boot::fault_dispatch,
+    user_rsp = const pc::USER_RSP,
+    kstack_top = const pc::KSTACK_TOP,
+    fault_stack_top = const pc::FAULT_STACK_TOP,
+    in_fault = const pc::IN_FAULT,
+    hostcall = const pc::HOSTCALL,
+    user_ds = const USER_DS as u64,
+    user_cs = const USER_CS as u64,
+    doorbell = const onering_abi::layout::direct(onering_abi::layout::HOSTCALL_DOORBELL_PHYS),
+    options(att_syntax)
+);
+
+/// Jumps to the program: `rsp = sp`, `rip = entry`, every other register zero
+/// (rdx = 0 means "no function for atexit", as the System V ABI says).
+pub fn enter_user(entry: u64, sp: u64) -> ! {
+    // SAFETY: the VMM mapped the program at `entry` and built its initial stack at
+    // `sp`; control never comes back here.
+    unsafe {
+        core::arch::asm!(
+            "mov rsp, {sp}",
+            "xor eax, eax", "xor ebx, ebx", "xor ecx, ecx", "xor edx, edx",
+            "xor esi, esi", "xor edi, edi", "xor ebp, ebp",
+            "xor r8d, r8d", "xor r9d, r9d", "xor r10d, r10d", "xor r11d, r11d",
+            "xor r12d, r12d", "xor r13d, r13d", "xor r14d, r14d",
+            "jmp r15",
+            sp = in(reg) sp,
+            in("r15") entry,
+            options(noreturn)
+        )
+    }
+}

@@ -1,0 +1,136 @@
+//! Boot and the three ways into the kernel's Rust code: `kmain` (first instruction),
+//! `syscall_dispatch` (every system call) and `fault_dispatch` (every exception the
+//! program raises). Guest only.
+
+use crate::arch;
+use crate::fault::signal_for;
+use crate::kernel::{self, kernel};
+use crate::mm::chunks::ChunkAllocator;
+use crate::mm::space::AddressSpace;
+use crate::mm::vma::{Vma, VmaKind, PROT_EXEC, PROT_READ, PROT_WRITE};
+use crate::syscall::{self, SyscallFrame};
+use onering_abi::layout::{self, PAGE_SIZE};
+use onering_abi::{BootInfo, Hostcall, ABI_VERSION, BOOT_MAGIC};
+
+/// Lowest address `mmap` hands out without MAP_FIXED (Linux's mmap_min_addr).
+const MMAP_BOTTOM: u64 = 0x1_0000;
+
+/// First Rust code, in ring 3 on CPU 0's kernel stack.
+pub extern "C" fn kmain(boot_info: u64) -> ! {
+    let bi = arch::boot_info(boot_info);
+    if bi.magic != BOOT_MAGIC || bi.abi_version != ABI_VERSION {
+        panic!(
+            "boot info of ABI version {} (kernel speaks {ABI_VERSION})",
+            bi.abi_version
+        );
+    }
+    arch::init_heap(bi);
+    kernel::init(address_space(bi), bi.flags, bi.winsize);
+    arch::enter_user(bi.entry, bi.user_sp)
+}
+
+fn address_space(bi: &BootInfo) -> AddressSpace {
+    let mut chunks = ChunkAllocator::new();
+    for (i, r) in bi.mem.iter().take(bi.nmem as usize).enumerate() {
+        let start = if i == 0 { bi.phys_free_start } else { r.start };
+        chunks.add_range(start, r.start + r.size);
+    }
+    let mut space = AddressSpace::new(chunks, bi.brk_start, MMAP_BOTTOM, layout::MMAP_TOP);
+    let [image, stack] = bi.user_maps;
+    let image_end = layout::align_up(bi.brk_start, PAGE_SIZE);
+    let rwx = PROT_READ | PROT_WRITE | PROT_EXEC;
+    space.adopt(
+        image.virt,
+        image.size,
+        image.phys,
+        Vma {
+            start: image.virt,
+            end: image_end,
+            prot: rwx,
+            kind: VmaKind::Image,
+        },
+    );
+    space.adopt(
+        stack.virt,
+        stack.size,
+        stack.phys,
+        Vma {
+            start: stack.virt,
+            end: stack.virt + stack.size,
+            prot: PROT_READ | PROT_WRITE,
+            kind: VmaKind::Stack,
+        },
+    );
+    space
+}
+
+/// Called by `syscall_entry` with the frame it built; leaves the result in `rax`.
+pub extern "C" fn syscall_dispatch(frame: &mut SyscallFrame) {
+    frame.rax = syscall::dispatch(frame);
+}
+
+/// Registers at an exception, as `exception_common` lays them out.
+#[repr(C)]
+#[derive(Debug)]
+pub struct FaultFrame {
+    pub r15: u64,
+    pub r14: u64,
+    pub r13: u64,
+    pub r12: u64,
+    pub r11: u64,
+    pub r10: u64,
+    pub r9: u64,
+    pub r8: u64,
+    pub rbp: u64,
+    pub rdi: u64,
+    pub rsi: u64,
+    pub rdx: u64,
+    pub rcx: u64,
+    pub rbx: u64,
+    pub rax: u64,
+    pub vector: u64,
+    pub error: u64,
+    pub rip: u64,
+    pub cs: u64,
+    pub rflags: u64,
+    pub rsp: u64,
+    pub ss: u64,
+}
+
+/// Called on the fault stack for every exception raised in ring 3. Signal handlers
+/// come later; for now a fault ends the program as an unhandled signal does.
+pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
+    if frame.rip >= layout::USER_END {
+        panic!(
+            "exception {} at {:#x} in the kernel (error {:#x}, rsp {:#x})",
+            frame.vector, frame.rip, frame.error, frame.rsp
+        );
+    }
+    let addr = if frame.vector == crate::fault::vector::PAGE_FAULT {
+        arch::hostcall(Hostcall::FaultAddr, &[])
+    } else {
+        0
+    };
+    kernel().killed(signal_for(frame.vector), frame.rip, addr)
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo) -> ! {
+    // Formats into a fixed buffer: the heap may be what broke.
+    struct Buf {
+        b: [u8; 512],
+        n: usize,
+    }
+    impl core::fmt::Write for Buf {
+        fn write_str(&mut self, s: &str) -> core::fmt::Result {
+            let take = s.len().min(self.b.len() - self.n);
+            self.b[self.n..self.n + take].copy_from_slice(&s.as_bytes()[..take]);
+            self.n += take;
+            Ok(())
+        }
+    }
+    let mut buf = Buf { b: [0; 512], n: 0 };
+    let _ = core::fmt::write(&mut buf, format_args!("{info}"));
+    arch::hostcall(Hostcall::Panic, &[buf.b.as_ptr() as u64, buf.n as u64]);
+    kernel::unreachable_after_hostcall()
+}

@@ -1,0 +1,77 @@
+//! Linux error numbers. Handlers return `Result<_, Errno>`; the dispatcher turns an
+//! `Err` into `-errno` in one place.
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(i32)]
+#[allow(clippy::upper_case_acronyms, dead_code)]
+pub enum Errno {
+    EPERM = 1,
+    ENOENT = 2,
+    ESRCH = 3,
+    EINTR = 4,
+    EIO = 5,
+    ENXIO = 6,
+    E2BIG = 7,
+    ENOEXEC = 8,
+    EBADF = 9,
+    ECHILD = 10,
+    EAGAIN = 11,
+    ENOMEM = 12,
+    EACCES = 13,
+    EFAULT = 14,
+    EBUSY = 16,
+    EEXIST = 17,
+    EXDEV = 18,
+    ENODEV = 19,
+    ENOTDIR = 20,
+    EISDIR = 21,
+    EINVAL = 22,
+    ENFILE = 23,
+    EMFILE = 24,
+    ENOTTY = 25,
+    EFBIG = 27,
+    ENOSPC = 28,
+    ESPIPE = 29,
+    EROFS = 30,
+    EMLINK = 31,
+    EPIPE = 32,
+    ERANGE = 34,
+    EDEADLK = 35,
+    ENAMETOOLONG = 36,
+    ENOSYS = 38,
+    ENOTEMPTY = 39,
+    ELOOP = 40,
+    EOVERFLOW = 75,
+    ENOTSUP = 95,
+    ETIMEDOUT = 110,
+}
+
+/// The result type of every system-call handler.
+pub type SysResult = Result<u64, Errno>;
+
+impl Errno {
+    /// The value a system call returns for this error: `-errno` as an unsigned word.
+    pub const fn to_ret(self) -> u64 {
+        (-(self as i64)) as u64
+    }
+}
+
+/// Turns a handler's result into the value left in `rax`.
+pub fn to_ret(r: SysResult) -> u64 {
+    match r {
+        Ok(v) => v,
+        Err(e) => e.to_ret(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_become_negative() {
+        assert_eq!(to_ret(Err(Errno::ENOSYS)) as i64, -38);
+        assert_eq!(to_ret(Err(Errno::EFAULT)) as i64, -14);
+        assert_eq!(to_ret(Ok(7)), 7);
+    }
+}

@@ -1,0 +1,484 @@
+//! The program's address space: VMAs, their backing by 2 MiB chunks, `brk`, `mmap`
+//! and `munmap`, and the checks behind every user-memory access.
+//!
+//! Memory is mapped eagerly when a mapping is made, in whole 2 MiB blocks: the first
+//! mapping that touches a block backs it with a zeroed chunk and one page-directory
+//! entry; later mappings inside the block cost nothing; the block is released when the
+//! last mapping in it goes. No page faults and no 4 KiB page tables, which are what
+//! cost microseconds on our hypervisor. `PROT_NONE` mappings (reservations) get no
+//! backing, so touching them faults as on Linux. Page-table writes go through the
+//! [`Mmu`] trait, so this logic runs in host unit tests with a fake.
+
+use super::chunks::ChunkAllocator;
+use super::vma::{Vma, VmaKind, VmaSet, PROT_EXEC, PROT_READ, PROT_WRITE};
+use crate::errno::Errno;
+use alloc::collections::BTreeMap;
+use onering_abi::layout::{align_down, align_up, HUGE_PAGE_SIZE, PAGE_SIZE, USER_END};
+
+/// Page-table operations on the live address space.
+pub trait Mmu {
+    /// Maps the 2 MiB block at `virt` to the chunk at `phys`; may take chunks for
+    /// page-table pages from `chunks`.
+    fn map_block(&mut self, virt: u64, phys: u64, chunks: &mut ChunkAllocator)
+        -> Result<(), Errno>;
+    /// Removes the mapping of the 2 MiB block at `virt`.
+    fn unmap_block(&mut self, virt: u64);
+    /// Zeroes the mapped user range `[virt, virt + len)`.
+    fn zero(&mut self, virt: u64, len: u64);
+}
+
+/// `mmap` flags this kernel understands.
+pub mod map_flags {
+    pub const SHARED: u32 = 0x01;
+    pub const PRIVATE: u32 = 0x02;
+    pub const SHARED_VALIDATE: u32 = 0x03;
+    pub const TYPE: u32 = 0x0f;
+    pub const FIXED: u32 = 0x10;
+    pub const ANONYMOUS: u32 = 0x20;
+    pub const GROWSDOWN: u32 = 0x100;
+    pub const DENYWRITE: u32 = 0x800;
+    pub const EXECUTABLE: u32 = 0x1000;
+    pub const LOCKED: u32 = 0x2000;
+    pub const NORESERVE: u32 = 0x4000;
+    pub const POPULATE: u32 = 0x8000;
+    pub const NONBLOCK: u32 = 0x1_0000;
+    pub const STACK: u32 = 0x2_0000;
+    pub const HUGETLB: u32 = 0x4_0000;
+    pub const SYNC: u32 = 0x8_0000;
+    pub const FIXED_NOREPLACE: u32 = 0x10_0000;
+    /// Flags accepted (and, past the mapping type, ignored where they are hints).
+    pub const KNOWN: u32 = TYPE
+        | FIXED
+        | ANONYMOUS
+        | GROWSDOWN
+        | DENYWRITE
+        | EXECUTABLE
+        | LOCKED
+        | NORESERVE
+        | POPULATE
+        | NONBLOCK
+        | STACK
+        | HUGETLB
+        | SYNC
+        | FIXED_NOREPLACE
+        | (0x3f << 26); // MAP_HUGE_SHIFT size bits
+}
+
+#[derive(Debug)]
+pub struct AddressSpace {
+    pub vmas: VmaSet,
+    /// Backed 2 MiB blocks: virtual block address -> chunk.
+    blocks: BTreeMap<u64, u64>,
+    pub chunks: ChunkAllocator,
+    brk_start: u64,
+    brk: u64,
+    mmap_bottom: u64,
+    mmap_top: u64,
+}
+
+fn block_range(start: u64, end: u64) -> impl Iterator<Item = u64> {
+    (align_down(start, HUGE_PAGE_SIZE)..align_up(end, HUGE_PAGE_SIZE))
+        .step_by(HUGE_PAGE_SIZE as usize)
+}
+
+impl AddressSpace {
+    pub fn new(chunks: ChunkAllocator, brk_start: u64, mmap_bottom: u64, mmap_top: u64) -> Self {
+        let brk_start = align_up(brk_start, PAGE_SIZE);
+        Self {
+            vmas: VmaSet::new(),
+            blocks: BTreeMap::new(),
+            chunks,
+            brk_start,
+            brk: brk_start,
+            mmap_bottom,
+            mmap_top,
+        }
+    }
+
+    /// Records a range the VMM mapped before boot: `size` bytes at `virt` backed by
+    /// contiguous chunks at `phys` (all 2 MiB aligned), holding VMA `vma`.
+    pub fn adopt(&mut self, virt: u64, size: u64, phys: u64, vma: Vma) {
+        for off in (0..size).step_by(HUGE_PAGE_SIZE as usize) {
+            self.blocks.insert(virt + off, phys + off);
+        }
+        self.vmas.insert(vma);
+    }
+
+    pub fn is_backed(&self, block: u64) -> bool {
+        self.blocks.contains_key(&block)
+    }
+
+    /// Backs every block of `[start, end)`; on failure nothing new stays backed.
+    fn back(&mut self, start: u64, end: u64, mmu: &mut impl Mmu) -> Result<(), Errno> {
+        let missing = block_range(start, end)
+            .filter(|b| !self.blocks.contains_key(b))
+            .count();
+        if missing > self.chunks.free_chunks() {
+            return Err(Errno::ENOMEM);
+        }
+        for b in block_range(start, end) {
+            if self.blocks.contains_key(&b) {
+                continue;
+            }
+            let phys = self.chunks.alloc().ok_or(Errno::ENOMEM)?;
+            if let Err(e) = mmu.map_block(b, phys, &mut self.chunks) {
+                self.chunks.free(phys);
+                return Err(e);
+            }
+            self.blocks.insert(b, phys);
+        }
+        Ok(())
+    }
+
+    /// Releases the blocks of `[start, end)` that no VMA uses any more.
+    fn release_unused(&mut self, start: u64, end: u64, mmu: &mut impl Mmu) {
+        for b in block_range(start, end) {
+            if self.vmas.intersects(b, b + HUGE_PAGE_SIZE) {
+                continue;
+            }
+            if let Some(phys) = self.blocks.remove(&b) {
+                mmu.unmap_block(b);
+                self.chunks.free(phys);
+            }
+        }
+    }
+
+    /// Zeroes the backed parts of `[start, end)`.
+    fn zero_backed(&self, start: u64, end: u64, mmu: &mut impl Mmu) {
+        for b in block_range(start, end) {
+            if self.blocks.contains_key(&b) {
+                let s = start.max(b);
+                let e = end.min(b + HUGE_PAGE_SIZE);
+                mmu.zero(s, e - s);
+            }
+        }
+    }
+
+    /// Removes `[start, end)` from the address space (page aligned), zeroing what it
+    /// held so the backing is clean for whoever maps it next.
+    fn remove(&mut self, start: u64, end: u64, mmu: &mut impl Mmu) {
+        for v in self.vmas.remove_range(start, end) {
+            if v.prot != 0 {
+                self.zero_backed(v.start, v.end, mmu);
+            }
+        }
+        self.release_unused(start, end, mmu);
+    }
+
+    /// `brk(2)`: returns the new break, or the old one when it cannot move.
+    pub fn brk(&mut self, want: u64, mmu: &mut impl Mmu) -> u64 {
+        if want < self.brk_start || want >= USER_END {
+            return self.brk;
+        }
+        let old_end = align_up(self.brk, PAGE_SIZE);
+        let new_end = align_up(want, PAGE_SIZE);
+        if new_end > old_end {
+            if self.vmas.intersects(old_end, new_end) || self.back(old_end, new_end, mmu).is_err() {
+                return self.brk;
+            }
+            if old_end == self.brk_start {
+                self.vmas.insert(Vma {
+                    start: self.brk_start,
+                    end: new_end,
+                    prot: PROT_READ | PROT_WRITE,
+                    kind: VmaKind::Brk,
+                });
+            } else {
+                self.vmas.set_end(self.brk_start, new_end);
+            }
+        } else if new_end < old_end {
+            self.remove(new_end, old_end, mmu);
+        }
+        self.brk = want;
+        self.brk
+    }
+
+    /// `mmap(2)` of anonymous memory; returns the address.
+    pub fn mmap_anon(
+        &mut self,
+        addr: u64,
+        len: u64,
+        prot: u32,
+        flags: u32,
+        mmu: &mut impl Mmu,
+    ) -> Result<u64, Errno> {
+        use map_flags::*;
+        if len == 0 || prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 || flags & !KNOWN != 0 {
+            return Err(Errno::EINVAL);
+        }
+        match flags & TYPE {
+            SHARED | PRIVATE | SHARED_VALIDATE => {}
+            _ => return Err(Errno::EINVAL),
+        }
+        let len = len.checked_add(PAGE_SIZE - 1).ok_or(Errno::ENOMEM)? & !(PAGE_SIZE - 1);
+        if len >= USER_END {
+            return Err(Errno::ENOMEM);
+        }
+        let fixed = flags & (FIXED | FIXED_NOREPLACE) != 0;
+        let start = if fixed {
+            if addr % PAGE_SIZE != 0 {
+                return Err(Errno::EINVAL);
+            }
+            if addr.checked_add(len).is_none_or(|e| e > USER_END) || addr < PAGE_SIZE {
+                return Err(Errno::ENOMEM);
+            }
+            if self.vmas.intersects(addr, addr + len) {
+                if flags & FIXED_NOREPLACE != 0 {
+                    return Err(Errno::EEXIST);
+                }
+                self.remove(addr, addr + len, mmu);
+            }
+            addr
+        } else {
+            let hint = align_down(addr, PAGE_SIZE);
+            let hint_ok = hint >= PAGE_SIZE
+                && hint.checked_add(len).is_some_and(|e| e <= USER_END)
+                && !self.vmas.intersects(hint, hint + len);
+            if hint_ok {
+                hint
+            } else {
+                // Large mappings get 2 MiB alignment so they use whole blocks.
+                let align = if len >= HUGE_PAGE_SIZE {
+                    HUGE_PAGE_SIZE
+                } else {
+                    PAGE_SIZE
+                };
+                self.vmas
+                    .find_free_top_down(len, align, self.mmap_bottom, self.mmap_top)
+                    .ok_or(Errno::ENOMEM)?
+            }
+        };
+        let end = start + len;
+        if prot != 0 {
+            self.back(start, end, mmu)?;
+        }
+        self.vmas.insert(Vma {
+            start,
+            end,
+            prot,
+            kind: VmaKind::Anon,
+        });
+        Ok(start)
+    }
+
+    /// `munmap(2)`.
+    pub fn munmap(&mut self, addr: u64, len: u64, mmu: &mut impl Mmu) -> Result<(), Errno> {
+        if addr % PAGE_SIZE != 0 || len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let end = addr
+            .checked_add(len)
+            .and_then(|e| e.checked_add(PAGE_SIZE - 1))
+            .map(|e| e & !(PAGE_SIZE - 1))
+            .filter(|e| *e <= USER_END)
+            .ok_or(Errno::EINVAL)?;
+        self.remove(addr, end, mmu);
+        Ok(())
+    }
+
+    /// Checks that the program may access `[addr, addr + len)`: every byte lies in a
+    /// mapping that allows it. The kernel calls this before touching user memory, so
+    /// a bad pointer becomes EFAULT instead of a fault in the kernel.
+    pub fn check(&self, addr: u64, len: u64, write: bool) -> Result<(), Errno> {
+        if len == 0 {
+            return Ok(());
+        }
+        let end = addr
+            .checked_add(len)
+            .filter(|e| *e <= USER_END)
+            .ok_or(Errno::EFAULT)?;
+        let need = if write { PROT_WRITE } else { PROT_READ };
+        let mut at = addr;
+        for v in self.vmas.overlapping(addr, end) {
+            if v.start > at || v.prot & need == 0 {
+                return Err(Errno::EFAULT);
+            }
+            at = v.end;
+            if at >= end {
+                return Ok(());
+            }
+        }
+        Err(Errno::EFAULT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+    const M: u64 = HUGE_PAGE_SIZE;
+
+    #[derive(Default)]
+    struct FakeMmu {
+        mapped: BTreeMap<u64, u64>,
+        zeroed: Vec<(u64, u64)>,
+    }
+
+    impl Mmu for FakeMmu {
+        fn map_block(&mut self, virt: u64, phys: u64, _: &mut ChunkAllocator) -> Result<(), Errno> {
+            assert!(
+                self.mapped.insert(virt, phys).is_none(),
+                "block mapped twice"
+            );
+            Ok(())
+        }
+        fn unmap_block(&mut self, virt: u64) {
+            assert!(
+                self.mapped.remove(&virt).is_some(),
+                "unmapping an unmapped block"
+            );
+        }
+        fn zero(&mut self, virt: u64, len: u64) {
+            self.zeroed.push((virt, len));
+        }
+    }
+
+    fn space(chunks: u64) -> AddressSpace {
+        let mut c = ChunkAllocator::new();
+        c.add_range(0x4000_0000, 0x4000_0000 + chunks * M);
+        AddressSpace::new(c, 0x60_1234, 0x1000_0000, 0x2000_0000)
+    }
+
+    const RW: u32 = PROT_READ | PROT_WRITE;
+    const ANON: u32 = map_flags::PRIVATE | map_flags::ANONYMOUS;
+
+    #[test]
+    fn small_mmaps_share_a_block() {
+        let (mut s, mut m) = (space(8), FakeMmu::default());
+        let a = s.mmap_anon(0, 0x1000, RW, ANON, &mut m).unwrap();
+        let b = s.mmap_anon(0, 0x3000, RW, ANON, &mut m).unwrap();
+        assert_eq!(a, 0x2000_0000 - 0x1000);
+        assert_eq!(b, a - 0x3000);
+        assert_eq!(m.mapped.len(), 1);
+        s.check(b, 0x4000, true).unwrap();
+        assert_eq!(s.check(b - 1, 2, false), Err(Errno::EFAULT));
+        s.munmap(a, 0x1000, &mut m).unwrap();
+        assert_eq!(m.mapped.len(), 1, "block still used by b");
+        assert_eq!(m.zeroed, [(a, 0x1000)]);
+        s.munmap(b, 0x3000, &mut m).unwrap();
+        assert!(m.mapped.is_empty());
+        assert_eq!(s.chunks.free_chunks(), 8);
+    }
+
+    #[test]
+    fn large_mmap_is_block_aligned_and_out_of_memory_fails_cleanly() {
+        let (mut s, mut m) = (space(4), FakeMmu::default());
+        let a = s.mmap_anon(0, 3 * M, RW, ANON, &mut m).unwrap();
+        assert_eq!(a % M, 0);
+        assert_eq!(m.mapped.len(), 3);
+        assert_eq!(s.mmap_anon(0, 2 * M, RW, ANON, &mut m), Err(Errno::ENOMEM));
+        assert_eq!(m.mapped.len(), 3);
+        // A reservation needs no memory.
+        let r = s
+            .mmap_anon(0, 64 * M, 0, ANON | map_flags::NORESERVE, &mut m)
+            .unwrap();
+        assert_eq!(s.check(r, 1, false), Err(Errno::EFAULT));
+        // Committing part of it with MAP_FIXED backs just that part.
+        s.mmap_anon(r + M, M, RW, ANON | map_flags::FIXED, &mut m)
+            .unwrap();
+        assert_eq!(m.mapped.len(), 4);
+        s.check(r + M, M, true).unwrap();
+    }
+
+    #[test]
+    fn fixed_replaces_and_noreplace_refuses() {
+        let (mut s, mut m) = (space(8), FakeMmu::default());
+        let a = s
+            .mmap_anon(0x3000_0000, 0x4000, RW, ANON | map_flags::FIXED, &mut m)
+            .unwrap();
+        assert_eq!(a, 0x3000_0000);
+        assert_eq!(
+            s.mmap_anon(
+                a + 0x1000,
+                0x1000,
+                RW,
+                ANON | map_flags::FIXED_NOREPLACE,
+                &mut m
+            ),
+            Err(Errno::EEXIST)
+        );
+        s.mmap_anon(
+            a + 0x1000,
+            0x1000,
+            PROT_READ,
+            ANON | map_flags::FIXED,
+            &mut m,
+        )
+        .unwrap();
+        assert_eq!(s.check(a + 0x1000, 1, true), Err(Errno::EFAULT));
+        s.check(a, 0x4000, false).unwrap();
+        assert_eq!(s.vmas.iter().count(), 3);
+    }
+
+    #[test]
+    fn bad_arguments() {
+        let (mut s, mut m) = (space(2), FakeMmu::default());
+        assert_eq!(s.mmap_anon(0, 0, RW, ANON, &mut m), Err(Errno::EINVAL));
+        assert_eq!(
+            s.mmap_anon(0, 1, RW, map_flags::ANONYMOUS, &mut m),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(s.mmap_anon(0, 1, 0x80, ANON, &mut m), Err(Errno::EINVAL));
+        assert_eq!(
+            s.mmap_anon(0, u64::MAX, RW, ANON, &mut m),
+            Err(Errno::ENOMEM)
+        );
+        assert_eq!(
+            s.mmap_anon(0x1001, 1, RW, ANON | map_flags::FIXED, &mut m),
+            Err(Errno::EINVAL)
+        );
+        assert_eq!(
+            s.mmap_anon(
+                USER_END - 0x1000,
+                0x2000,
+                RW,
+                ANON | map_flags::FIXED,
+                &mut m
+            ),
+            Err(Errno::ENOMEM)
+        );
+        assert_eq!(s.munmap(0x1001, 1, &mut m), Err(Errno::EINVAL));
+        assert_eq!(s.munmap(0x1000, 0, &mut m), Err(Errno::EINVAL));
+        assert_eq!(s.munmap(0x1000, u64::MAX, &mut m), Err(Errno::EINVAL));
+        assert_eq!(s.check(u64::MAX - 1, 4, false), Err(Errno::EFAULT));
+        assert_eq!(s.check(0, 1, false), Err(Errno::EFAULT));
+    }
+
+    #[test]
+    fn brk_grows_shrinks_and_stops_at_mappings() {
+        let (mut s, mut m) = (space(8), FakeMmu::default());
+        // The image ends at 0x601234; its block [6M, 8M) was mapped by the VMM.
+        s.adopt(
+            0x40_0000,
+            2 * M,
+            0x4000_0000,
+            Vma {
+                start: 0x40_0000,
+                end: 0x60_2000,
+                prot: RW,
+                kind: VmaKind::Image,
+            },
+        );
+        s.chunks = {
+            let mut c = ChunkAllocator::new();
+            c.add_range(0x4000_0000 + 2 * M, 0x4000_0000 + 8 * M);
+            c
+        };
+        assert_eq!(s.brk(0, &mut m), 0x60_2000);
+        assert_eq!(s.brk(0x60_3000, &mut m), 0x60_3000);
+        assert!(
+            m.mapped.is_empty(),
+            "inside the image's block: no new mapping"
+        );
+        assert_eq!(s.brk(0x90_0000, &mut m), 0x90_0000);
+        assert_eq!(m.mapped.len(), 1);
+        s.check(0x60_2000, 0x90_0000 - 0x60_2000, true).unwrap();
+        assert_eq!(s.brk(0x60_4000, &mut m), 0x60_4000);
+        assert!(m.mapped.is_empty());
+        assert_eq!(s.check(0x60_4000, 1, false), Err(Errno::EFAULT));
+        s.mmap_anon(0xa0_0000, 0x1000, RW, ANON | map_flags::FIXED, &mut m)
+            .unwrap();
+        assert_eq!(s.brk(0xb0_0000, &mut m), 0x60_4000, "blocked by a mapping");
+        assert_eq!(s.brk(0x10, &mut m), 0x60_4000, "below the start");
+    }
+}

@@ -1,0 +1,111 @@
+//! System calls: the frame the entry code builds, the one declarative table of
+//! handlers, and the dispatcher, which is the only place an `Errno` becomes `-errno`.
+//!
+//! The dispatcher does not care how it was entered (the ring-0 trap stub or a
+//! rewritten call site): both arrive at `syscall_entry` with the same frame.
+
+pub mod names;
+
+#[cfg(target_os = "none")]
+mod fs;
+#[cfg(target_os = "none")]
+mod mm;
+#[cfg(target_os = "none")]
+mod proc;
+
+/// User registers at system-call entry, in the order `syscall_entry` pushes them.
+/// `rax` holds the number on entry and the result on return; `rip` and `rflags` are
+/// what the `syscall` instruction put in `rcx` and `r11`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SyscallFrame {
+    pub r15: u64,
+    pub r14: u64,
+    pub r13: u64,
+    pub r12: u64,
+    pub rbp: u64,
+    pub rbx: u64,
+    pub r9: u64,
+    pub r8: u64,
+    pub r10: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    pub rax: u64,
+    pub rip: u64,
+    pub rflags: u64,
+    pub rsp: u64,
+}
+
+impl SyscallFrame {
+    /// The six arguments, in ABI order.
+    pub fn args(&self) -> [u64; 6] {
+        [self.rdi, self.rsi, self.rdx, self.r10, self.r8, self.r9]
+    }
+}
+
+/// A handler gets the frame (for arguments, and for calls that change registers).
+pub type Handler = fn(&mut SyscallFrame) -> crate::errno::SysResult;
+
+/// The table: `number name => handler`. Names are checked against [`names`] by a
+/// unit test, and docs/syscalls.md lists the same set.
+macro_rules! syscall_table {
+    ($($nr:literal $name:ident => $handler:expr,)*) => {
+        /// Numbers and names of the implemented system calls.
+        pub const IMPLEMENTED: &[(u64, &str)] = &[$(($nr, stringify!($name)),)*];
+
+        #[cfg(target_os = "none")]
+        const TABLE: [Option<Handler>; names::COUNT] = {
+            let mut t: [Option<Handler>; names::COUNT] = [None; names::COUNT];
+            $(t[$nr] = Some($handler as Handler);)*
+            t
+        };
+    };
+}
+
+syscall_table! {
+    0 read => fs::read,
+    1 write => fs::write,
+    9 mmap => mm::mmap,
+    11 munmap => mm::munmap,
+    12 brk => mm::brk,
+    16 ioctl => fs::ioctl,
+    20 writev => fs::writev,
+    39 getpid => proc::getpid,
+    60 exit => proc::exit,
+    158 arch_prctl => proc::arch_prctl,
+    218 set_tid_address => proc::set_tid_address,
+    231 exit_group => proc::exit_group,
+}
+
+/// Runs the handler of `frame.rax`; unknown numbers are ENOSYS, reported once.
+#[cfg(target_os = "none")]
+pub fn dispatch(frame: &mut SyscallFrame) -> u64 {
+    let nr = frame.rax;
+    let result = match TABLE.get(nr as usize).copied().flatten() {
+        Some(h) => h(frame),
+        None => {
+            crate::kernel::report_unsupported(nr);
+            Err(crate::errno::Errno::ENOSYS)
+        }
+    };
+    crate::errno::to_ret(result)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_names_match_linux_numbers() {
+        for (nr, name) in IMPLEMENTED {
+            assert_eq!(names::name(*nr), Some(*name), "syscall {nr}");
+        }
+    }
+
+    #[test]
+    fn frame_matches_entry_layout() {
+        // syscall_entry pushes 16 registers; rsp must stay 16-byte aligned.
+        assert_eq!(core::mem::size_of::<SyscallFrame>(), 16 * 8);
+    }
+}

@@ -1,0 +1,131 @@
+//! Builds the guest kernel (crates/kernel) for x86_64-unknown-none and embeds it: the
+//! image is flattened to the bytes the VMM copies to guest-physical `KERNEL_PHYS`, and
+//! the addresses the VMM needs (entry, trap stubs) become constants. So
+//! `target/release/onering` needs no other file at run time.
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+use std::path::PathBuf;
+use std::process::Command;
+
+const KERNEL_VBASE: u64 = 0xffff_ffff_8000_0000;
+
+fn main() {
+    let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
+    let root = manifest.join("../..");
+    let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
+    for dep in [
+        "crates/kernel/src",
+        "crates/kernel/link.ld",
+        "crates/kernel/Cargo.toml",
+        "crates/abi/src",
+        "Cargo.lock",
+    ] {
+        println!("cargo:rerun-if-changed={}", root.join(dep).display());
+    }
+
+    let target_dir = out.join("kernel-target");
+    let link_script = root.join("crates/kernel/link.ld");
+    let flags = [
+        "-Crelocation-model=static".to_string(),
+        "-Ccode-model=kernel".to_string(),
+        "-Clink-arg=--undefined=_start".to_string(),
+        format!("-Clink-arg=-T{}", link_script.display()),
+    ]
+    .join("\x1f");
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(&root)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "onering-kernel",
+            "--bin",
+            "onering-kernel",
+            "--features",
+            "guest",
+            "--target",
+            "x86_64-unknown-none",
+            "--target-dir",
+        ])
+        .arg(&target_dir)
+        .env("CARGO_ENCODED_RUSTFLAGS", flags);
+    // The outer build's settings are not the kernel's.
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_BUILD_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "CARGO_PRIMARY_PACKAGE",
+    ] {
+        cmd.env_remove(var);
+    }
+    for (k, _) in std::env::vars_os() {
+        let k = k.to_string_lossy().into_owned();
+        if k.starts_with("CARGO_FEATURE_")
+            || k.starts_with("CARGO_CFG_")
+            || k.starts_with("CARGO_PROFILE_")
+        {
+            cmd.env_remove(k);
+        }
+    }
+    let status = cmd
+        .status()
+        .expect("running cargo to build the guest kernel");
+    if !status.success() {
+        panic!("building the guest kernel failed; is the target installed? (rustup target add x86_64-unknown-none)");
+    }
+
+    let elf_path = target_dir.join("x86_64-unknown-none/release/onering-kernel");
+    let data = std::fs::read(&elf_path).expect("reading the kernel ELF");
+    let elf = object::File::parse(&*data).expect("parsing the kernel ELF");
+    let segs: Vec<_> = elf.segments().collect();
+    let start = segs
+        .iter()
+        .map(|s| s.address())
+        .min()
+        .expect("kernel has segments");
+    let file_end = segs
+        .iter()
+        .map(|s| s.address() + s.file_range().1)
+        .max()
+        .unwrap();
+    let mem_end = segs.iter().map(|s| s.address() + s.size()).max().unwrap();
+    assert_eq!(
+        start,
+        KERNEL_VBASE + 0x20_0000,
+        "kernel must be linked at KERNEL_VBASE + KERNEL_PHYS"
+    );
+    let mut image = vec![0u8; (file_end - start) as usize];
+    for s in &segs {
+        let bytes = s.data().expect("segment data");
+        let off = (s.address() - start) as usize;
+        image[off..off + bytes.len()].copy_from_slice(bytes);
+    }
+    std::fs::write(out.join("kernel.bin"), &image).unwrap();
+
+    let sym = |name: &str| -> u64 {
+        elf.symbols()
+            .find(|s| s.name() == Ok(name))
+            .unwrap_or_else(|| panic!("kernel symbol {name} missing"))
+            .address()
+    };
+    let consts = format!(
+        "/// The kernel image, flattened from its first to its last loaded byte.\n\
+         pub static IMAGE: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/kernel.bin\"));\n\
+         /// Virtual address of IMAGE[0].\npub const START: u64 = {start:#x};\n\
+         /// End of the image in memory, .bss included.\npub const MEM_END: u64 = {mem_end:#x};\n\
+         pub const ENTRY: u64 = {entry:#x};\n\
+         pub const SYSCALL_TRAP_ENTRY: u64 = {trap:#x};\n\
+         pub const SYSCALL_ENTRY: u64 = {sys:#x};\n\
+         pub const EXCEPTION_STUBS: u64 = {exc:#x};\n\
+         pub const INTERRUPT_STUB: u64 = {irq:#x};\n",
+        entry = elf.entry(),
+        trap = sym("syscall_trap_entry"),
+        sys = sym("syscall_entry"),
+        exc = sym("exception_stubs"),
+        irq = sym("interrupt_stub"),
+    );
+    std::fs::write(out.join("kernel_image.rs"), consts).unwrap();
+}

@@ -1,0 +1,357 @@
+//! Parsing and validating the program's ELF file: enough to load a static x86-64
+//! executable (ET_EXEC, or ET_DYN without an interpreter: static-pie), and a clear
+//! reason for everything else. Pure: works on a byte slice.
+
+use thiserror::Error;
+
+pub const PT_LOAD: u32 = 1;
+pub const PT_INTERP: u32 = 3;
+pub const PT_PHDR: u32 = 6;
+const ET_REL: u16 = 1;
+const ET_EXEC: u16 = 2;
+const ET_DYN: u16 = 3;
+const ET_CORE: u16 = 4;
+const EM_X86_64: u16 = 62;
+const EHDR_SIZE: usize = 64;
+const PHDR_SIZE: usize = 56;
+
+/// Why a file is not a program onering can run (exit status 126).
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ElfError {
+    #[error("not an ELF executable")]
+    NotElf,
+    #[error("a 32-bit ELF file; onering runs 64-bit x86-64 programs")]
+    Class32,
+    #[error("a big-endian ELF file; onering runs x86-64 programs")]
+    BigEndian,
+    #[error("built for {0}, not x86-64")]
+    Machine(&'static str),
+    #[error("not an executable but {0}")]
+    NotExecutable(&'static str),
+    #[error("dynamically linked (interpreter {0}); onering runs statically linked programs")]
+    Dynamic(String),
+    #[error("truncated or malformed ELF file: {0}")]
+    Malformed(&'static str),
+    #[error("has no loadable segments")]
+    NoLoad,
+}
+
+/// One loadable segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub vaddr: u64,
+    pub offset: u64,
+    pub filesz: u64,
+    pub memsz: u64,
+    pub flags: u32,
+}
+
+/// A validated static executable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    /// Position-independent (static-pie): loaded at a base of our choosing.
+    pub pie: bool,
+    pub entry: u64,
+    pub phoff: u64,
+    pub phnum: u64,
+    /// Virtual address of the program headers if a PT_PHDR says so.
+    pub phdr_vaddr: Option<u64>,
+    pub segments: Vec<Segment>,
+}
+
+fn u16_at(b: &[u8], o: usize) -> u16 {
+    u16::from_le_bytes([b[o], b[o + 1]])
+}
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+fn u64_at(b: &[u8], o: usize) -> u64 {
+    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
+}
+
+fn machine_name(m: u16) -> &'static str {
+    match m {
+        3 => "32-bit x86 (i386)",
+        8 => "MIPS",
+        20 => "PowerPC",
+        21 => "PowerPC64",
+        22 => "s390",
+        40 => "32-bit ARM",
+        43 => "SPARC v9",
+        50 => "IA-64",
+        183 => "64-bit ARM (aarch64)",
+        243 => "RISC-V",
+        258 => "LoongArch",
+        _ => "another architecture",
+    }
+}
+
+impl Program {
+    /// Parses and validates `file`.
+    pub fn parse(file: &[u8]) -> Result<Program, ElfError> {
+        if file.len() < 16 || &file[..4] != b"\x7fELF" {
+            return Err(ElfError::NotElf);
+        }
+        match file[4] {
+            1 => return Err(ElfError::Class32),
+            2 => {}
+            _ => return Err(ElfError::Malformed("unknown ELF class")),
+        }
+        if file[5] == 2 {
+            return Err(ElfError::BigEndian);
+        }
+        if file[5] != 1 {
+            return Err(ElfError::Malformed("unknown data encoding"));
+        }
+        if file.len() < EHDR_SIZE {
+            return Err(ElfError::Malformed("file shorter than an ELF header"));
+        }
+        let machine = u16_at(file, 18);
+        if machine != EM_X86_64 {
+            return Err(ElfError::Machine(machine_name(machine)));
+        }
+        let pie = match u16_at(file, 16) {
+            ET_EXEC => false,
+            ET_DYN => true,
+            ET_REL => return Err(ElfError::NotExecutable("a relocatable object file (.o)")),
+            ET_CORE => return Err(ElfError::NotExecutable("a core dump")),
+            _ => return Err(ElfError::NotExecutable("an ELF file of unknown type")),
+        };
+        let entry = u64_at(file, 24);
+        let phoff = u64_at(file, 32);
+        let phentsize = u16_at(file, 54) as usize;
+        let phnum = u16_at(file, 56) as usize;
+        if phentsize != PHDR_SIZE {
+            return Err(ElfError::Malformed("unexpected program header size"));
+        }
+        (phnum as u64)
+            .checked_mul(PHDR_SIZE as u64)
+            .and_then(|n| n.checked_add(phoff))
+            .filter(|e| *e <= file.len() as u64)
+            .ok_or(ElfError::Malformed(
+                "program headers past the end of the file",
+            ))?;
+        let mut segments = Vec::new();
+        let mut phdr_vaddr = None;
+        for i in 0..phnum {
+            let p = &file[phoff as usize + i * PHDR_SIZE..][..PHDR_SIZE];
+            let kind = u32_at(p, 0);
+            let (offset, vaddr, filesz, memsz) =
+                (u64_at(p, 8), u64_at(p, 16), u64_at(p, 32), u64_at(p, 40));
+            match kind {
+                PT_INTERP => {
+                    let end = offset
+                        .checked_add(filesz)
+                        .filter(|e| *e <= file.len() as u64);
+                    let name = match end {
+                        Some(end) => String::from_utf8_lossy(&file[offset as usize..end as usize])
+                            .trim_end_matches('\0')
+                            .to_string(),
+                        None => "unreadable".to_string(),
+                    };
+                    return Err(ElfError::Dynamic(name));
+                }
+                PT_PHDR => phdr_vaddr = Some(vaddr),
+                PT_LOAD => {
+                    if memsz == 0 {
+                        continue;
+                    }
+                    if filesz > memsz {
+                        return Err(ElfError::Malformed(
+                            "segment larger in the file than in memory",
+                        ));
+                    }
+                    if offset
+                        .checked_add(filesz)
+                        .is_none_or(|e| e > file.len() as u64)
+                    {
+                        return Err(ElfError::Malformed(
+                            "segment extends past the end of the file",
+                        ));
+                    }
+                    if vaddr.checked_add(memsz).is_none() {
+                        return Err(ElfError::Malformed(
+                            "segment wraps around the address space",
+                        ));
+                    }
+                    segments.push(Segment {
+                        vaddr,
+                        offset,
+                        filesz,
+                        memsz,
+                        flags: u32_at(p, 4),
+                    });
+                }
+                _ => {}
+            }
+        }
+        if segments.is_empty() {
+            return Err(ElfError::NoLoad);
+        }
+        segments.sort_by_key(|s| s.vaddr);
+        for w in segments.windows(2) {
+            if w[0].vaddr + w[0].memsz > w[1].vaddr {
+                return Err(ElfError::Malformed("overlapping segments"));
+            }
+        }
+        Ok(Program {
+            pie,
+            entry,
+            phoff,
+            phnum: phnum as u64,
+            phdr_vaddr,
+            segments,
+        })
+    }
+
+    /// Lowest and highest (exclusive) virtual address of the loaded image, unbiased.
+    pub fn span(&self) -> (u64, u64) {
+        let lo = self.segments.first().map(|s| s.vaddr).unwrap_or(0);
+        let hi = self
+            .segments
+            .iter()
+            .map(|s| s.vaddr + s.memsz)
+            .max()
+            .unwrap_or(0);
+        (lo, hi)
+    }
+
+    /// Where the program headers are in memory (unbiased): PT_PHDR, or the loaded
+    /// segment that contains them in the file.
+    pub fn phdr_addr(&self) -> Option<u64> {
+        self.phdr_vaddr.or_else(|| {
+            self.segments
+                .iter()
+                .find(|s| {
+                    s.offset <= self.phoff
+                        && self.phoff + self.phnum * PHDR_SIZE as u64 <= s.offset + s.filesz
+                })
+                .map(|s| s.vaddr + (self.phoff - s.offset))
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A minimal valid static executable: one PT_LOAD of `code` at 0x401000.
+    pub(crate) fn tiny_elf(code: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 0x1000];
+        f[..4].copy_from_slice(b"\x7fELF");
+        f[4] = 2;
+        f[5] = 1;
+        f[6] = 1;
+        f[16..18].copy_from_slice(&ET_EXEC.to_le_bytes());
+        f[18..20].copy_from_slice(&EM_X86_64.to_le_bytes());
+        f[24..32].copy_from_slice(&0x401000u64.to_le_bytes());
+        f[32..40].copy_from_slice(&64u64.to_le_bytes());
+        f[52..54].copy_from_slice(&64u16.to_le_bytes());
+        f[54..56].copy_from_slice(&56u16.to_le_bytes());
+        f[56..58].copy_from_slice(&1u16.to_le_bytes());
+        let p = 64;
+        f[p..p + 4].copy_from_slice(&PT_LOAD.to_le_bytes());
+        f[p + 4..p + 8].copy_from_slice(&5u32.to_le_bytes());
+        f[p + 8..p + 16].copy_from_slice(&0x1000u64.to_le_bytes());
+        f[p + 16..p + 24].copy_from_slice(&0x401000u64.to_le_bytes());
+        f[p + 32..p + 40].copy_from_slice(&(code.len() as u64).to_le_bytes());
+        f[p + 40..p + 48].copy_from_slice(&(code.len() as u64 + 0x100).to_le_bytes());
+        f.extend_from_slice(code);
+        f
+    }
+
+    fn set_phdr(f: &mut [u8], i: usize, kind: u32, offset: u64, filesz: u64) {
+        let p = 64 + i * 56;
+        f[p..p + 4].copy_from_slice(&kind.to_le_bytes());
+        f[p + 8..p + 16].copy_from_slice(&offset.to_le_bytes());
+        f[p + 32..p + 40].copy_from_slice(&filesz.to_le_bytes());
+    }
+
+    #[test]
+    fn parses_a_static_executable() {
+        let p = Program::parse(&tiny_elf(&[0xcc; 16])).unwrap();
+        assert!(!p.pie);
+        assert_eq!(p.entry, 0x401000);
+        assert_eq!(p.segments.len(), 1);
+        assert_eq!(p.span(), (0x401000, 0x401110));
+        assert_eq!(
+            p.phdr_addr(),
+            None,
+            "headers are not inside the loaded segment"
+        );
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_run() {
+        let good = tiny_elf(&[0x90]);
+        assert_eq!(
+            Program::parse(b"#!/bin/sh\necho hi\n"),
+            Err(ElfError::NotElf)
+        );
+        assert_eq!(Program::parse(b""), Err(ElfError::NotElf));
+        let mut f = good.clone();
+        f[4] = 1;
+        assert_eq!(Program::parse(&f), Err(ElfError::Class32));
+        let mut f = good.clone();
+        f[5] = 2;
+        assert_eq!(Program::parse(&f), Err(ElfError::BigEndian));
+        let mut f = good.clone();
+        f[18] = 183;
+        assert_eq!(
+            Program::parse(&f),
+            Err(ElfError::Machine("64-bit ARM (aarch64)"))
+        );
+        let mut f = good.clone();
+        f[16] = 1;
+        assert!(matches!(
+            Program::parse(&f),
+            Err(ElfError::NotExecutable(_))
+        ));
+        let mut f = good.clone();
+        f.extend_from_slice(b"/lib/ld-musl-x86_64.so.1\0");
+        let off = f.len() as u64 - 25;
+        set_phdr(&mut f, 0, PT_INTERP, off, 25);
+        assert_eq!(
+            Program::parse(&f),
+            Err(ElfError::Dynamic("/lib/ld-musl-x86_64.so.1".into()))
+        );
+        let mut f = good.clone();
+        set_phdr(&mut f, 0, 4, 0, 0); // PT_NOTE only
+        assert_eq!(Program::parse(&f), Err(ElfError::NoLoad));
+    }
+
+    #[test]
+    fn truncated_and_garbage_inputs_never_panic() {
+        let good = tiny_elf(&[0x90; 64]);
+        for len in 0..good.len() {
+            let _ = Program::parse(&good[..len]);
+        }
+        // Every single-byte corruption of the header and program header.
+        for i in 0..120 {
+            for v in [0u8, 1, 0x7f, 0xff] {
+                let mut f = good.clone();
+                f[i] = v;
+                let _ = Program::parse(&f);
+            }
+        }
+        let mut f = good.clone();
+        f[56..58].copy_from_slice(&0xffffu16.to_le_bytes());
+        assert!(matches!(Program::parse(&f), Err(ElfError::Malformed(_))));
+        let mut f = good.clone();
+        set_phdr(&mut f, 0, PT_LOAD, 0x1000, 1 << 40);
+        assert!(matches!(Program::parse(&f), Err(ElfError::Malformed(_))));
+        // A pseudo-random byte soup.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..2000 {
+            let mut f = good.clone();
+            for _ in 0..8 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x % 128) as usize;
+                f[i] = (x >> 32) as u8;
+            }
+            let _ = Program::parse(&f);
+        }
+    }
+}

@@ -1,0 +1,391 @@
+//! Lays out the guest before boot: the kernel image, per-CPU stacks and headers,
+//! the kernel heap, the program's segments and its initial stack, the page tables,
+//! GDT, IDT and TSSs, and the boot info that tells the kernel where all of it is.
+//!
+//! Guest-physical memory is handed out bottom-up in 2 MiB chunks after the kernel;
+//! what is left is the kernel's to allocate. The program is loaded here rather than
+//! in the guest because the VMM must validate it anyway (exit status 126), and
+//! copying it straight into place costs the guest no page touches at boot.
+
+use crate::elf::Program;
+use crate::kernel_image;
+use crate::stack::{self, StackError, StackSpec};
+use crate::x86::{self, PageTables, X86Error, PTE_GLOBAL, PTE_PCD, PTE_PWT};
+use onering_abi::layout::{self, align_down, align_up, direct, HUGE_PAGE_SIZE};
+use onering_abi::{BootInfo, MemRegion, PerCpuHeader, UserMapping, ABI_VERSION, BOOT_MAGIC};
+use thiserror::Error;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+
+const MIB: u64 = 1 << 20;
+
+#[derive(Debug, Error)]
+pub enum LoadError {
+    #[error("--mem {have} MiB is too small: onering needs at least {need} MiB for this program")]
+    MemTooSmall { need: u64, have: u64 },
+    #[error(
+        "too large for --mem {mem} MiB (it needs {need} MiB of guest memory; try a larger --mem)"
+    )]
+    ImageTooLarge { need: u64, mem: u64 },
+    #[error("its segments lie outside the user address space ({0:#x})")]
+    BadAddress(u64),
+    #[error("{0}")]
+    Stack(#[from] StackError),
+    #[error("building the machine: {0}")]
+    X86(#[from] X86Error),
+    #[error("writing guest memory at {0:#x} failed")]
+    Memory(u64),
+}
+
+impl LoadError {
+    /// Whether the program is at fault (126) rather than onering's configuration (125).
+    pub fn is_program_error(&self) -> bool {
+        matches!(
+            self,
+            LoadError::ImageTooLarge { .. } | LoadError::BadAddress(_) | LoadError::Stack(_)
+        )
+    }
+}
+
+type Result<T> = std::result::Result<T, LoadError>;
+
+/// What the VM runs and with what.
+pub struct LoadSpec<'a> {
+    pub mem_size: u64,
+    pub ncpus: u64,
+    pub argv: &'a [Vec<u8>],
+    pub envp: &'a [Vec<u8>],
+    pub execfn: &'a [u8],
+    pub flags: u64,
+    pub winsize: u64,
+    pub uid: u64,
+    pub gid: u64,
+    pub random: [u8; 16],
+    pub hwcap: u64,
+}
+
+fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
+    mem.write_slice(data, GuestAddress(pa))
+        .map_err(|_| LoadError::Memory(pa))
+}
+
+/// Kernel heap size for a VM of `mem` bytes.
+fn heap_size(mem: u64) -> u64 {
+    match mem {
+        m if m >= 1024 * MIB => 16 * MIB,
+        m if m >= 256 * MIB => 8 * MIB,
+        _ => 4 * MIB,
+    }
+}
+
+/// Where the per-CPU stacks of `cpu` are: (kernel stack top, fault stack top, IST top).
+fn cpu_stack_tops(stacks: u64, cpu: u64) -> (u64, u64, u64) {
+    let base = stacks + cpu * layout::CPU_STACKS_SIZE;
+    let k = base + layout::KERNEL_STACK_SIZE;
+    let f = k + layout::FAULT_STACK_SIZE;
+    (direct(k), direct(f), direct(f + layout::IST_STACK_SIZE))
+}
+
+/// Writes everything into `mem`; returns the boot info (also written to memory,
+/// except the clock fields, which `write_boot_info` fills in just before the start).
+pub fn load(
+    mem: &GuestMemoryMmap,
+    spec: &LoadSpec,
+    prog: &Program,
+    file: &[u8],
+) -> Result<BootInfo> {
+    let ram = crate::vm::ram_ranges(spec.mem_size);
+    let low_end = ram[0].0 .0 + ram[0].1 as u64;
+
+    // Fixed costs: boot area, kernel, per-CPU stacks, heap, the program's stack.
+    let kernel_end = kernel_image::MEM_END - layout::KERNEL_VBASE;
+    let kernel_span = align_up(kernel_end, HUGE_PAGE_SIZE);
+    let stacks = kernel_span;
+    let stacks_size = align_up(spec.ncpus * layout::CPU_STACKS_SIZE, HUGE_PAGE_SIZE);
+    let heap = stacks + stacks_size;
+    let heap_size = heap_size(spec.mem_size);
+    let mut next = heap + heap_size;
+    let stack_phys = next;
+    next += layout::STACK_SIZE;
+    // And at least a few chunks to run with (page tables, a little heap).
+    let fixed = next + 4 * HUGE_PAGE_SIZE;
+    if fixed > low_end {
+        return Err(LoadError::MemTooSmall {
+            need: fixed.div_ceil(MIB),
+            have: spec.mem_size / MIB,
+        });
+    }
+
+    // The program: its image in whole 2 MiB blocks, backed by contiguous chunks.
+    let (lo, hi) = prog.span();
+    let bias = if prog.pie {
+        layout::PIE_BASE - align_down(lo, HUGE_PAGE_SIZE)
+    } else {
+        0
+    };
+    let (vlo, vhi) = (lo.wrapping_add(bias), hi.wrapping_add(bias));
+    if vlo < 0x1_0000 || vhi > layout::MMAP_TOP || vhi < vlo {
+        return Err(LoadError::BadAddress(if vlo < 0x1_0000 {
+            vlo
+        } else {
+            vhi
+        }));
+    }
+    let img_virt = align_down(vlo, HUGE_PAGE_SIZE);
+    let img_size = align_up(vhi, HUGE_PAGE_SIZE) - img_virt;
+    let img_phys = next;
+    next += img_size;
+    if next + 2 * HUGE_PAGE_SIZE > low_end {
+        return Err(LoadError::ImageTooLarge {
+            need: (next + 2 * HUGE_PAGE_SIZE).div_ceil(MIB),
+            mem: spec.mem_size / MIB,
+        });
+    }
+    for s in &prog.segments {
+        let pa = img_phys + (s.vaddr + bias - img_virt);
+        write(
+            mem,
+            pa,
+            &file[s.offset as usize..(s.offset + s.filesz) as usize],
+        )?;
+    }
+    // The kernel.
+    write(mem, layout::KERNEL_PHYS, kernel_image::IMAGE)?;
+
+    // The initial stack.
+    let entry = prog.entry.wrapping_add(bias);
+    let auxv = [
+        (stack::AT_PHDR, prog.phdr_addr().map_or(0, |a| a + bias)),
+        (stack::AT_PHENT, 56),
+        (stack::AT_PHNUM, prog.phnum),
+        (stack::AT_PAGESZ, layout::PAGE_SIZE),
+        (stack::AT_BASE, 0),
+        (stack::AT_FLAGS, 0),
+        (stack::AT_ENTRY, entry),
+        (stack::AT_UID, spec.uid),
+        (stack::AT_EUID, spec.uid),
+        (stack::AT_GID, spec.gid),
+        (stack::AT_EGID, spec.gid),
+        (stack::AT_HWCAP, spec.hwcap),
+        (stack::AT_HWCAP2, 2), // HWCAP2_FSGSBASE: the instructions are enabled
+        (stack::AT_CLKTCK, 100),
+        (stack::AT_SECURE, 0),
+    ];
+    let st = stack::build(
+        layout::STACK_TOP,
+        &StackSpec {
+            argv: spec.argv,
+            envp: spec.envp,
+            execfn: spec.execfn,
+            random: spec.random,
+            auxv: &auxv,
+        },
+    )?;
+    let stack_virt = layout::STACK_TOP - layout::STACK_SIZE;
+    write(mem, stack_phys + (st.sp - stack_virt), &st.bytes)?;
+
+    // Page tables.
+    let mut pt = PageTables::new(mem);
+    pt.map_range(layout::KERNEL_VBASE, 0, kernel_span, PTE_GLOBAL)?;
+    for (start, size) in &ram {
+        pt.map_range(direct(start.0), start.0, *size as u64, PTE_GLOBAL)?;
+    }
+    pt.map_2m(
+        direct(layout::MMIO_PAGE_PHYS),
+        layout::MMIO_PAGE_PHYS,
+        PTE_PCD | PTE_PWT,
+    )?;
+    pt.map_range(img_virt, img_phys, img_size, 0)?;
+    pt.map_range(stack_virt, stack_phys, layout::STACK_SIZE, 0)?;
+
+    // Descriptor tables and per-CPU state.
+    x86::write_gdt(mem, spec.ncpus)?;
+    x86::write_idt(
+        mem,
+        kernel_image::EXCEPTION_STUBS,
+        kernel_image::INTERRUPT_STUB,
+    )?;
+    for cpu in 0..spec.ncpus {
+        let (kstack, fstack, ist) = cpu_stack_tops(stacks, cpu);
+        x86::write_tss(mem, cpu, ist)?;
+        let header = PerCpuHeader {
+            self_ptr: layout::percpu_virt(cpu),
+            cpu,
+            kstack_top: kstack,
+            fault_stack_top: fstack,
+            ..Default::default()
+        };
+        let pa = layout::PERCPU_PHYS + cpu * layout::PERCPU_STRIDE;
+        write(mem, pa, &percpu_bytes(&header))?;
+    }
+
+    let mut mem_regions = [MemRegion::default(); onering_abi::MAX_MEM_REGIONS];
+    for (i, (start, size)) in ram.iter().enumerate() {
+        mem_regions[i] = MemRegion {
+            start: start.0,
+            size: *size as u64,
+        };
+    }
+    let bi = BootInfo {
+        magic: BOOT_MAGIC,
+        abi_version: ABI_VERSION,
+        flags: spec.flags,
+        ncpus: spec.ncpus,
+        mem: mem_regions,
+        nmem: ram.len() as u64,
+        phys_free_start: next,
+        heap_phys: heap,
+        heap_size,
+        entry,
+        user_sp: st.sp,
+        brk_start: vhi,
+        user_maps: [
+            UserMapping {
+                virt: img_virt,
+                size: img_size,
+                phys: img_phys,
+            },
+            UserMapping {
+                virt: stack_virt,
+                size: layout::STACK_SIZE,
+                phys: stack_phys,
+            },
+        ],
+        winsize: spec.winsize,
+        uid: spec.uid,
+        gid: spec.gid,
+        execfn: st.execfn,
+        execfn_len: spec.execfn.len() as u64,
+        ..Default::default()
+    };
+    write_boot_info(mem, &bi)?;
+    Ok(bi)
+}
+
+/// The kernel's first-instruction state for CPU `cpu`: (entry, stack, rdi).
+pub fn cpu_start(bi_cpu: u64) -> (u64, u64, u64) {
+    let stacks = align_up(kernel_image::MEM_END - layout::KERNEL_VBASE, HUGE_PAGE_SIZE);
+    let (kstack, _, _) = cpu_stack_tops(stacks, bi_cpu);
+    (kernel_image::ENTRY, kstack, direct(layout::BOOT_INFO_PHYS))
+}
+
+fn words_to_bytes(words: &[u64]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+fn percpu_bytes(h: &PerCpuHeader) -> Vec<u8> {
+    let mut w = vec![
+        h.self_ptr,
+        h.cpu,
+        h.kstack_top,
+        h.fault_stack_top,
+        h.user_rsp,
+        h.in_fault,
+    ];
+    w.extend(h.hostcall.args);
+    w.push(h.hostcall.ret);
+    words_to_bytes(&w)
+}
+
+/// Serializes the boot info field by field (it is `#[repr(C)]`, all `u64`s).
+pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
+    let mut w = vec![bi.magic, bi.abi_version, bi.flags, bi.ncpus];
+    for r in &bi.mem {
+        w.extend([r.start, r.size]);
+    }
+    w.extend([
+        bi.nmem,
+        bi.phys_free_start,
+        bi.heap_phys,
+        bi.heap_size,
+        bi.tsc_hz,
+        bi.boot_tsc,
+        bi.boot_realtime_ns,
+        bi.entry,
+        bi.user_sp,
+        bi.brk_start,
+    ]);
+    for m in &bi.user_maps {
+        w.extend([m.virt, m.size, m.phys]);
+    }
+    w.extend([bi.winsize, bi.uid, bi.gid, bi.execfn, bi.execfn_len]);
+    debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
+    write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::elf::tests::tiny_elf;
+
+    fn spec(mem: u64) -> LoadSpec<'static> {
+        LoadSpec {
+            mem_size: mem,
+            ncpus: 1,
+            argv: &[],
+            envp: &[],
+            execfn: b"p",
+            flags: 0,
+            winsize: 0,
+            uid: 0,
+            gid: 0,
+            random: [0; 16],
+            hwcap: 0,
+        }
+    }
+
+    #[test]
+    fn boot_info_layout_matches_the_struct() {
+        assert_eq!(std::mem::size_of::<BootInfo>() % 8, 0);
+        let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
+        write_boot_info(
+            &m,
+            &BootInfo {
+                magic: BOOT_MAGIC,
+                execfn_len: 77,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let last: u64 = m
+            .read_obj(GuestAddress(
+                layout::BOOT_INFO_PHYS + std::mem::size_of::<BootInfo>() as u64 - 8,
+            ))
+            .unwrap();
+        assert_eq!(last, 77);
+    }
+
+    #[test]
+    fn loads_a_program_and_maps_it() {
+        let file = tiny_elf(&[0xf4, 0x90, 0x90]);
+        let prog = Program::parse(&file).unwrap();
+        let mem = GuestMemoryMmap::from_ranges(&crate::vm::ram_ranges(64 << 20)).unwrap();
+        let bi = load(&mem, &spec(64 << 20), &prog, &file).unwrap();
+        assert_eq!(bi.entry, 0x401000);
+        assert_eq!(bi.brk_start, 0x401103);
+        let (pa, _) = x86::translate(&mem, layout::BOOT_PT_PHYS, 0x401000).unwrap();
+        let b: u8 = mem.read_obj(GuestAddress(pa)).unwrap();
+        assert_eq!(b, 0xf4);
+        let (sp_pa, _) = x86::translate(&mem, layout::BOOT_PT_PHYS, bi.user_sp).unwrap();
+        let argc: u64 = mem.read_obj(GuestAddress(sp_pa)).unwrap();
+        assert_eq!(argc, 0);
+        assert!(x86::translate(&mem, layout::BOOT_PT_PHYS, kernel_image::ENTRY).is_some());
+        assert!(bi.phys_free_start < 64 << 20);
+    }
+
+    #[test]
+    fn memory_limits() {
+        let file = tiny_elf(&[0x90]);
+        let prog = Program::parse(&file).unwrap();
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap();
+        assert!(matches!(
+            load(&mem, &spec(8 << 20), &prog, &file),
+            Err(LoadError::MemTooSmall { .. })
+        ));
+        // A program whose image spans 100 MiB does not fit in 64 MiB.
+        let mut big = prog.clone();
+        big.segments[0].memsz = 100 << 20;
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
+        let e = load(&mem, &spec(64 << 20), &big, &file).unwrap_err();
+        assert!(matches!(e, LoadError::ImageTooLarge { .. }) && e.is_program_error());
+    }
+}

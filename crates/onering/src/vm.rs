@@ -1,0 +1,181 @@
+//! The KVM virtual machine: guest RAM, the VM and vCPU file descriptors, and the
+//! register state each vCPU starts with.
+
+use crate::x86;
+use kvm_bindings::{
+    kvm_msr_entry, kvm_userspace_memory_region, kvm_xcrs, CpuId, Msrs, KVM_MAX_CPUID_ENTRIES,
+};
+use kvm_ioctls::{Kvm, VcpuFd, VmFd};
+use onering_abi::layout;
+use thiserror::Error;
+use vm_memory::{GuestAddress, GuestMemoryBackend, GuestMemoryMmap, GuestMemoryRegion};
+
+#[derive(Debug, Error)]
+pub enum VmError {
+    #[error("/dev/kvm does not exist: this machine does not offer KVM")]
+    NoKvm,
+    #[error("permission denied opening /dev/kvm (run as root or join the kvm group)")]
+    KvmPermission,
+    #[error("cannot open /dev/kvm: {0}")]
+    KvmOpen(std::io::Error),
+    #[error("cannot allocate {0} MiB of guest memory: {1}")]
+    Memory(u64, String),
+    #[error("KVM {0} failed: {1}")]
+    Ioctl(&'static str, kvm_ioctls::Error),
+}
+
+type Result<T> = std::result::Result<T, VmError>;
+
+fn ioctl<T>(what: &'static str, r: std::result::Result<T, kvm_ioctls::Error>) -> Result<T> {
+    r.map_err(|e| VmError::Ioctl(what, e))
+}
+
+/// Guest-physical RAM ranges for `size` bytes: below the 32-bit MMIO hole, then above 4 GiB.
+pub fn ram_ranges(size: u64) -> Vec<(GuestAddress, usize)> {
+    let low = size.min(layout::MMIO_HOLE_START);
+    let mut r = vec![(GuestAddress(0), low as usize)];
+    if size > low {
+        r.push((GuestAddress(layout::HIGH_RAM_START), (size - low) as usize));
+    }
+    r
+}
+
+/// Allocates guest RAM (lazily backed anonymous memory) and asks for transparent
+/// huge pages, so a guest 2 MiB page can be one host 2 MiB page.
+pub fn guest_memory(size: u64) -> Result<GuestMemoryMmap> {
+    let mem = GuestMemoryMmap::from_ranges(&ram_ranges(size))
+        .map_err(|e| VmError::Memory(size >> 20, e.to_string()))?;
+    for region in mem.iter() {
+        crate::sys::advise_hugepages(region);
+    }
+    Ok(mem)
+}
+
+pub struct Vm {
+    pub kvm: Kvm,
+    pub fd: VmFd,
+    pub cpuid: CpuId,
+}
+
+pub fn open_kvm() -> Result<Kvm> {
+    Kvm::new().map_err(|e| match e.errno() {
+        libc::ENOENT | libc::ENXIO | libc::ENODEV => VmError::NoKvm,
+        libc::EACCES | libc::EPERM => VmError::KvmPermission,
+        _ => VmError::KvmOpen(std::io::Error::from_raw_os_error(e.errno())),
+    })
+}
+
+impl Vm {
+    pub fn new(kvm: Kvm, mem: &GuestMemoryMmap) -> Result<Vm> {
+        let fd = ioctl("KVM_CREATE_VM", kvm.create_vm())?;
+        for (slot, region) in mem.iter().enumerate() {
+            let r = kvm_userspace_memory_region {
+                slot: slot as u32,
+                flags: 0,
+                guest_phys_addr: region.start_addr().0,
+                memory_size: region.len(),
+                userspace_addr: region.as_ptr() as u64,
+            };
+            ioctl(
+                "KVM_SET_USER_MEMORY_REGION",
+                crate::sys::register_memory(&fd, r),
+            )?;
+        }
+        let cpuid = ioctl(
+            "KVM_GET_SUPPORTED_CPUID",
+            kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES),
+        )?;
+        Ok(Vm { kvm, fd, cpuid })
+    }
+
+    /// XSAVE features the CPU supports (CPUID leaf 0xD, subleaf 0).
+    fn xsave_supported(&self) -> u64 {
+        self.cpuid
+            .as_slice()
+            .iter()
+            .find(|e| e.function == 0xd && e.index == 0)
+            .map(|e| u64::from(e.eax) | (u64::from(e.edx) << 32))
+            .unwrap_or(3)
+    }
+
+    /// CPUID leaf 1 EDX: Linux's AT_HWCAP on x86-64.
+    pub fn hwcap(&self) -> u64 {
+        self.cpuid
+            .as_slice()
+            .iter()
+            .find(|e| e.function == 1)
+            .map(|e| u64::from(e.edx))
+            .unwrap_or(0)
+    }
+
+    /// Creates vCPU `id`, ready to start in ring 3 at `entry` on `stack` with `rdi = arg`.
+    pub fn create_vcpu(
+        &self,
+        id: u64,
+        entry: u64,
+        stack: u64,
+        arg: u64,
+        lstar: u64,
+    ) -> Result<VcpuFd> {
+        let vcpu = ioctl("KVM_CREATE_VCPU", self.fd.create_vcpu(id))?;
+        let mut cpuid = self.cpuid.clone();
+        for e in cpuid.as_mut_slice() {
+            match e.function {
+                1 => e.ebx = (e.ebx & 0x00ff_ffff) | ((id as u32) << 24),
+                0xb | 0x1f => e.edx = id as u32,
+                _ => {}
+            }
+        }
+        // CPUID first: KVM checks CR4 and XCR0 against it.
+        ioctl("KVM_SET_CPUID2", vcpu.set_cpuid2(&cpuid))?;
+        let sregs = x86::sregs(ioctl("KVM_GET_SREGS", vcpu.get_sregs())?, id);
+        ioctl("KVM_SET_SREGS", vcpu.set_sregs(&sregs))?;
+        let mut xcrs = kvm_xcrs {
+            nr_xcrs: 1,
+            ..Default::default()
+        };
+        xcrs.xcrs[0].xcr = 0;
+        xcrs.xcrs[0].value = x86::xcr0(self.xsave_supported());
+        ioctl("KVM_SET_XCRS", vcpu.set_xcrs(&xcrs))?;
+        let entries = [
+            kvm_msr_entry {
+                index: x86::MSR_STAR,
+                data: x86::star(),
+                ..Default::default()
+            },
+            kvm_msr_entry {
+                index: x86::MSR_LSTAR,
+                data: lstar,
+                ..Default::default()
+            },
+            kvm_msr_entry {
+                index: x86::MSR_SFMASK,
+                data: x86::SFMASK,
+                ..Default::default()
+            },
+        ];
+        let msrs = Msrs::from_entries(&entries)
+            .map_err(|_| VmError::Ioctl("KVM_SET_MSRS", kvm_ioctls::Error::new(libc::EINVAL)))?;
+        let n = ioctl("KVM_SET_MSRS", vcpu.set_msrs(&msrs))?;
+        if n != entries.len() {
+            return Err(VmError::Ioctl(
+                "KVM_SET_MSRS",
+                kvm_ioctls::Error::new(libc::EINVAL),
+            ));
+        }
+        ioctl("KVM_SET_REGS", vcpu.set_regs(&x86::regs(entry, stack, arg)))?;
+        Ok(vcpu)
+    }
+}
+
+/// The guest's TSC frequency (Hz) and its current value.
+pub fn tsc(vcpu: &VcpuFd) -> Result<(u64, u64)> {
+    let khz = ioctl("KVM_GET_TSC_KHZ", vcpu.get_tsc_khz())?;
+    let mut msrs = Msrs::from_entries(&[kvm_msr_entry {
+        index: x86::MSR_TSC,
+        ..Default::default()
+    }])
+    .map_err(|_| VmError::Ioctl("KVM_GET_MSRS", kvm_ioctls::Error::new(libc::EINVAL)))?;
+    ioctl("KVM_GET_MSRS", vcpu.get_msrs(&mut msrs))?;
+    Ok((u64::from(khz) * 1000, msrs.as_slice()[0].data))
+}
