@@ -5,6 +5,7 @@ use crate::arch::{self, GuestMmu};
 use crate::console::{Console, Sink};
 use crate::errno::Errno;
 use crate::mm::space::AddressSpace;
+use alloc::collections::BTreeSet;
 use alloc::format;
 use onering_abi::{flags, Hostcall};
 use spin::{Mutex, MutexGuard, Once};
@@ -17,7 +18,8 @@ pub struct Kernel {
     /// Host terminal size (rows << 16 | cols), 0 when stdout is not a terminal.
     pub winsize: u64,
     pub clear_child_tid: u64,
-    warned: [u64; 8],
+    /// Unsupported system calls already reported.
+    warned: BTreeSet<u64>,
 }
 
 static KERNEL: Once<Mutex<Kernel>> = Once::new();
@@ -32,7 +34,7 @@ pub fn init(space: AddressSpace, flags: u64, winsize: u64) {
             flags,
             winsize,
             clear_child_tid: 0,
-            warned: [0; 8],
+            warned: BTreeSet::new(),
         })
     });
 }
@@ -94,12 +96,8 @@ pub fn report_unsupported(nr: u64) {
     if k.flags & flags::QUIET != 0 {
         return;
     }
-    let (word, bit) = ((nr / 64) as usize, nr % 64);
-    if let Some(w) = k.warned.get_mut(word) {
-        if *w & (1 << bit) != 0 {
-            return;
-        }
-        *w |= 1 << bit;
+    if !k.warned.insert(nr) {
+        return;
     }
     let msg = match crate::syscall::names::name(nr) {
         Some(name) => format!("onering: unsupported syscall {name} ({nr})\n"),

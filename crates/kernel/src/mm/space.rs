@@ -176,16 +176,12 @@ impl AddressSpace {
             if self.vmas.intersects(old_end, new_end) || self.back(old_end, new_end, mmu).is_err() {
                 return self.brk;
             }
-            if old_end == self.brk_start {
-                self.vmas.insert(Vma {
-                    start: self.brk_start,
-                    end: new_end,
-                    prot: PROT_READ | PROT_WRITE,
-                    kind: VmaKind::Brk,
-                });
-            } else {
-                self.vmas.set_end(self.brk_start, new_end);
-            }
+            self.vmas.insert(Vma {
+                start: old_end,
+                end: new_end,
+                prot: PROT_READ | PROT_WRITE,
+                kind: VmaKind::Brk,
+            });
         } else if new_end < old_end {
             self.remove(new_end, old_end, mmu);
         }
@@ -273,6 +269,29 @@ impl AddressSpace {
             .filter(|e| *e <= USER_END)
             .ok_or(Errno::EINVAL)?;
         self.remove(addr, end, mmu);
+        Ok(())
+    }
+
+    /// `mprotect(2)`: records the protection. Memory stays readable and writable
+    /// underneath (2 MiB pages cannot carry per-page rights), except that making a
+    /// reservation accessible backs it.
+    pub fn mprotect(&mut self, addr: u64, len: u64, prot: u32, mmu: &mut impl Mmu) -> Result<(), Errno> {
+        if addr % PAGE_SIZE != 0 || prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 {
+            return Err(Errno::EINVAL);
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let end = addr.checked_add(len).and_then(|e| e.checked_add(PAGE_SIZE - 1)).map(|e| e & !(PAGE_SIZE - 1)).ok_or(Errno::ENOMEM)?;
+        if !self.vmas.covers(addr, end) {
+            return Err(Errno::ENOMEM);
+        }
+        if prot != 0 {
+            self.back(addr, end, mmu)?;
+        }
+        for v in self.vmas.remove_range(addr, end) {
+            self.vmas.insert(Vma { prot, ..v });
+        }
         Ok(())
     }
 
@@ -408,6 +427,24 @@ mod tests {
         assert_eq!(s.check(a + 0x1000, 1, true), Err(Errno::EFAULT));
         s.check(a, 0x4000, false).unwrap();
         assert_eq!(s.vmas.iter().count(), 3);
+    }
+
+    #[test]
+    fn mprotect_records_and_backs_reservations() {
+        let (mut s, mut m) = (space(8), FakeMmu::default());
+        let a = s.mmap_anon(0, 4 * M, 0, ANON, &mut m).unwrap();
+        assert!(m.mapped.is_empty());
+        s.mprotect(a + M, M, RW, &mut m).unwrap();
+        assert_eq!(m.mapped.len(), 1);
+        s.check(a + M, M, true).unwrap();
+        s.mprotect(a + M, 0x1000, PROT_READ, &mut m).unwrap();
+        assert_eq!(s.check(a + M, 1, true), Err(Errno::EFAULT));
+        s.check(a + M, 1, false).unwrap();
+        assert_eq!(s.vmas.iter().count(), 4);
+        assert_eq!(s.mprotect(a + 0x1001, 1, RW, &mut m), Err(Errno::EINVAL));
+        assert_eq!(s.mprotect(a, 1, 0x100, &mut m), Err(Errno::EINVAL));
+        assert_eq!(s.mprotect(0x1000, 0x1000, RW, &mut m), Err(Errno::ENOMEM));
+        assert_eq!(s.mprotect(a, 0, RW, &mut m), Ok(()));
     }
 
     #[test]

@@ -72,17 +72,24 @@ impl VmaSet {
             .filter(|v| addr < v.end)
     }
 
-    /// Adds a VMA; the range must be free.
-    pub fn insert(&mut self, vma: Vma) {
+    /// Adds a VMA (the range must be free), merging it with neighbours that touch it
+    /// and have the same protection and kind.
+    pub fn insert(&mut self, mut vma: Vma) {
         debug_assert!(vma.start < vma.end && !self.intersects(vma.start, vma.end));
-        self.map.insert(vma.start, vma);
-    }
-
-    /// Grows or shrinks the VMA starting at `start` to end at `end` (`end > start`).
-    pub fn set_end(&mut self, start: u64, end: u64) {
-        if let Some(v) = self.map.get_mut(&start) {
-            v.end = end;
+        let same = |a: &Vma, b: &Vma| a.prot == b.prot && a.kind == b.kind;
+        if let Some(prev) = self.map.range(..vma.start).next_back().map(|(_, v)| *v) {
+            if prev.end == vma.start && same(&prev, &vma) {
+                self.map.remove(&prev.start);
+                vma.start = prev.start;
+            }
         }
+        if let Some(next) = self.map.get(&vma.end).copied() {
+            if same(&next, &vma) {
+                self.map.remove(&next.start);
+                vma.end = next.end;
+            }
+        }
+        self.map.insert(vma.start, vma);
     }
 
     /// Removes `[start, end)` from every VMA, splitting those that straddle it.
@@ -215,6 +222,17 @@ mod tests {
             s.find_free_top_down(0x1000, 0x1000, 0x8000, 0x10000),
             Some(0xd000)
         );
+    }
+
+    #[test]
+    fn insert_merges_alike_neighbours() {
+        let mut s = VmaSet::new();
+        s.insert(anon(0x1000, 0x2000));
+        s.insert(anon(0x3000, 0x4000));
+        s.insert(anon(0x2000, 0x3000));
+        assert_eq!(s.iter().copied().collect::<Vec<_>>(), [anon(0x1000, 0x4000)]);
+        s.insert(Vma { prot: PROT_READ, ..anon(0x4000, 0x5000) });
+        assert_eq!(s.iter().count(), 2);
     }
 
     #[test]

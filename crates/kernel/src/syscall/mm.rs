@@ -33,3 +33,9 @@ pub fn munmap(f: &mut SyscallFrame) -> SysResult {
     let Kernel { space, mmu, .. } = &mut *kernel();
     space.munmap(f.rdi, f.rsi, mmu).map(|_| 0)
 }
+
+pub fn mprotect(f: &mut SyscallFrame) -> SysResult {
+    let [addr, len, prot, ..] = f.args();
+    let Kernel { space, mmu, .. } = &mut *kernel();
+    space.mprotect(addr, len, prot as u32, mmu).map(|_| 0)
+}

@@ -67,6 +67,7 @@ syscall_table! {
     0 read => fs::read,
     1 write => fs::write,
     9 mmap => mm::mmap,
+    10 mprotect => mm::mprotect,
     11 munmap => mm::munmap,
     12 brk => mm::brk,
     16 ioctl => fs::ioctl,
