@@ -63,14 +63,11 @@ struct RunArgs {
     /// Do not report unsupported system calls.
     #[arg(short, long)]
     quiet: bool,
-    /// The static x86-64 ELF program, then its arguments.
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROGRAM [ARGS]"
-    )]
-    command: Vec<OsString>,
+    /// The static x86-64 ELF program.
+    program: OsString,
+    /// Its arguments (everything after PROGRAM goes to the program).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
 }
 
 /// Parses sizes like `256M`, `1G`, `512m`, `64MiB`, `1048576`.
@@ -119,13 +116,44 @@ impl Failure {
     }
 }
 
+/// Everything after the program belongs to the program (`onering run prog --mem x`
+/// passes `--mem x` to prog), as with `docker run`. clap would still parse options
+/// there, so a `--` goes in front of the program before clap sees the arguments.
+fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
+    const TAKES_VALUE: &[&str] = &["--mem", "--smp", "-e", "--env"];
+    let Some(run) = args.iter().position(|a| a == "run") else {
+        return args;
+    };
+    let mut i = run + 1;
+    while i < args.len() {
+        let a = args[i].to_string_lossy();
+        if a == "--" {
+            break;
+        }
+        if TAKES_VALUE.contains(&a.as_ref()) {
+            i += 2;
+        } else if a.starts_with('-') {
+            i += 1;
+        } else {
+            args.insert(i, "--".into());
+            break;
+        }
+    }
+    args
+}
+
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(separate_program(std::env::args_os().collect())) {
         Ok(c) => c,
-        Err(e) => {
-            let status = if e.use_stderr() { 125 } else { 0 };
+        Err(e) if !e.use_stderr() => {
+            // --help, --version
             let _ = e.print();
-            return ExitCode::from(status);
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            let text = e.render().to_string();
+            eprint!("onering: {}", text.strip_prefix("error: ").unwrap_or(&text));
+            return ExitCode::from(125);
         }
     };
     match cli.command {
@@ -215,7 +243,7 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
         )));
     }
     let mem_size = onering_abi::layout::align_up(args.mem, onering_abi::layout::HUGE_PAGE_SIZE);
-    let path = &args.command[0];
+    let path = &args.program;
     let shown = path.to_string_lossy().into_owned();
     let file = read_program(path)?;
     let prog =
@@ -225,7 +253,10 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
     let mem = vm::guest_memory(mem_size).map_err(|e| Failure::Onering(e.to_string()))?;
     let machine = vm::Vm::new(kvm, &mem).map_err(|e| Failure::Onering(e.to_string()))?;
 
-    let argv: Vec<Vec<u8>> = args.command.iter().map(|a| a.as_bytes().to_vec()).collect();
+    let argv: Vec<Vec<u8>> = std::iter::once(&args.program)
+        .chain(&args.args)
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
     let envp = environment(&args);
     let mut flags = 0;
     if args.quiet {
@@ -379,6 +410,29 @@ fn report(outcome: Outcome) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn program_arguments_are_separated() {
+        let v = |s: &[&str]| s.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            separate_program(v(&[
+                "onering", "run", "--mem", "1G", "-e", "A=1", "-q", "p", "--mem", "x"
+            ])),
+            v(&["onering", "run", "--mem", "1G", "-e", "A=1", "-q", "--", "p", "--mem", "x"])
+        );
+        assert_eq!(
+            separate_program(v(&["onering", "run", "--mem=1G", "p"])),
+            v(&["onering", "run", "--mem=1G", "--", "p"])
+        );
+        assert_eq!(
+            separate_program(v(&["onering", "run", "--", "p", "-x"])),
+            v(&["onering", "run", "--", "p", "-x"])
+        );
+        assert_eq!(
+            separate_program(v(&["onering", "--help"])),
+            v(&["onering", "--help"])
+        );
+    }
 
     #[test]
     fn sizes() {

@@ -57,8 +57,13 @@ pub struct Vm {
     pub cpuid: CpuId,
 }
 
+/// Opens /dev/kvm (or the device named by `ONERING_KVM_DEVICE`, which the tests use
+/// to simulate a machine without KVM).
 pub fn open_kvm() -> Result<Kvm> {
-    Kvm::new().map_err(|e| match e.errno() {
+    let path = std::env::var_os("ONERING_KVM_DEVICE").unwrap_or_else(|| "/dev/kvm".into());
+    let path = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
+        .map_err(|_| VmError::NoKvm)?;
+    Kvm::new_with_path(path).map_err(|e| match e.errno() {
         libc::ENOENT | libc::ENXIO | libc::ENODEV => VmError::NoKvm,
         libc::EACCES | libc::EPERM => VmError::KvmPermission,
         _ => VmError::KvmOpen(std::io::Error::from_raw_os_error(e.errno())),

@@ -275,14 +275,24 @@ impl AddressSpace {
     /// `mprotect(2)`: records the protection. Memory stays readable and writable
     /// underneath (2 MiB pages cannot carry per-page rights), except that making a
     /// reservation accessible backs it.
-    pub fn mprotect(&mut self, addr: u64, len: u64, prot: u32, mmu: &mut impl Mmu) -> Result<(), Errno> {
+    pub fn mprotect(
+        &mut self,
+        addr: u64,
+        len: u64,
+        prot: u32,
+        mmu: &mut impl Mmu,
+    ) -> Result<(), Errno> {
         if addr % PAGE_SIZE != 0 || prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 {
             return Err(Errno::EINVAL);
         }
         if len == 0 {
             return Ok(());
         }
-        let end = addr.checked_add(len).and_then(|e| e.checked_add(PAGE_SIZE - 1)).map(|e| e & !(PAGE_SIZE - 1)).ok_or(Errno::ENOMEM)?;
+        let end = addr
+            .checked_add(len)
+            .and_then(|e| e.checked_add(PAGE_SIZE - 1))
+            .map(|e| e & !(PAGE_SIZE - 1))
+            .ok_or(Errno::ENOMEM)?;
         if !self.vmas.covers(addr, end) {
             return Err(Errno::ENOMEM);
         }

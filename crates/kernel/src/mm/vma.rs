@@ -230,8 +230,14 @@ mod tests {
         s.insert(anon(0x1000, 0x2000));
         s.insert(anon(0x3000, 0x4000));
         s.insert(anon(0x2000, 0x3000));
-        assert_eq!(s.iter().copied().collect::<Vec<_>>(), [anon(0x1000, 0x4000)]);
-        s.insert(Vma { prot: PROT_READ, ..anon(0x4000, 0x5000) });
+        assert_eq!(
+            s.iter().copied().collect::<Vec<_>>(),
+            [anon(0x1000, 0x4000)]
+        );
+        s.insert(Vma {
+            prot: PROT_READ,
+            ..anon(0x4000, 0x5000)
+        });
         assert_eq!(s.iter().count(), 2);
     }
 

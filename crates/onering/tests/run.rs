@@ -1,0 +1,354 @@
+//! Guest programs run through `onering run`: the C programs in tests/guest/c are
+//! built with `musl-gcc -static` (once per test run) and their output, stderr and exit
+//! status checked, against the same binary on the host where that makes sense. Also
+//! every exit status onering itself produces (125, 126, 127).
+//!
+//! These tests need /dev/kvm and musl-gcc; without them they fail, loudly.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn out_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guest-c");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn require_kvm() {
+    assert!(
+        Path::new("/dev/kvm").exists(),
+        "these tests need /dev/kvm, and this machine has none"
+    );
+}
+
+/// Builds tests/guest/c/NAME.c with `compiler` and `flags`, once per process.
+fn build(name: &str, compiler: &str, flags: &[&str], suffix: &str) -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let src = root().join("tests/guest/c").join(format!("{name}.c"));
+    let bin = out_dir().join(format!("{name}{suffix}"));
+    static BUILT: OnceLock<Mutex<Vec<PathBuf>>> = OnceLock::new();
+    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
+    if built.lock().unwrap().contains(&bin) {
+        return bin;
+    }
+    let out = Command::new(compiler)
+        .args(flags)
+        .arg("-O2")
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {compiler} (apt-get install musl-tools): {e}"));
+    assert!(
+        out.status.success(),
+        "{compiler} {name}.c failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    built.lock().unwrap().push(bin.clone());
+    bin
+}
+
+/// A musl static build of a test program.
+fn musl(name: &str) -> PathBuf {
+    build(name, "musl-gcc", &["-static"], "")
+}
+
+fn onering(args: &[&str]) -> Output {
+    require_kvm();
+    Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap()
+}
+
+fn run(bin: &Path, args: &[&str]) -> Output {
+    let mut a = vec!["run", bin.to_str().unwrap()];
+    a.extend_from_slice(args);
+    onering(&a)
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn status(o: &Output) -> i32 {
+    o.status
+        .code()
+        .expect("onering itself was killed by a signal")
+}
+
+#[test]
+fn hello_with_arguments_environment_and_status() {
+    let hello = musl("hello");
+    let p = hello.to_str().unwrap();
+    let o = onering(&[
+        "run",
+        "-e",
+        "GREETING=hi there",
+        "-e",
+        "EXIT_CODE=7",
+        p,
+        "a",
+        "b c",
+    ]);
+    assert_eq!(
+        stdout(&o),
+        format!("hello from onering\nargv[0]={p}\nargv[1]=a\nargv[2]=b c\nGREETING=hi there\n")
+    );
+    assert_eq!(stderr(&o), "");
+    assert_eq!(status(&o), 7);
+    // The host runs the same binary to the same output.
+    let host = Command::new(&hello)
+        .args(["a", "b c"])
+        .env_clear()
+        .env("GREETING", "hi there")
+        .env("EXIT_CODE", "7")
+        .output()
+        .unwrap();
+    assert_eq!(host.stdout, o.stdout);
+    assert_eq!(host.status.code(), Some(7));
+}
+
+#[test]
+fn environment_is_exactly_what_was_given() {
+    let hello = musl("hello");
+    let p = hello.to_str().unwrap();
+    // No -e: nothing from the host leaks in.
+    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(["run", p])
+        .env("GREETING", "from host")
+        .output()
+        .unwrap();
+    assert!(stdout(&o).contains("GREETING=(unset)\n"), "{}", stdout(&o));
+    // -e KEY copies one variable; --env-host copies all; -e overrides.
+    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(["run", "-e", "GREETING", p])
+        .env("GREETING", "copied")
+        .output()
+        .unwrap();
+    assert!(stdout(&o).contains("GREETING=copied\n"));
+    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(["run", "--env-host", p])
+        .env("GREETING", "all")
+        .output()
+        .unwrap();
+    assert!(stdout(&o).contains("GREETING=all\n"));
+    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(["run", "--env-host", "-e", "GREETING=mine", p])
+        .env("GREETING", "all")
+        .output()
+        .unwrap();
+    assert!(stdout(&o).contains("GREETING=mine\n"));
+}
+
+#[test]
+fn arguments_that_look_like_options_go_to_the_program() {
+    let hello = musl("hello");
+    let p = hello.to_str().unwrap();
+    let o = onering(&["run", "--mem", "64M", p, "--mem", "-e", "x"]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("argv[1]=--mem\nargv[2]=-e\nargv[3]=x\n"),
+        "{}",
+        stdout(&o)
+    );
+}
+
+#[test]
+fn null_dereference_is_sigsegv() {
+    let o = run(&musl("segv"), &[]);
+    assert_eq!(stdout(&o), "about to crash\n");
+    assert!(
+        stderr(&o).starts_with("onering: program killed by SIGSEGV at 0x"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(stderr(&o).contains("(fault address 0x0)"), "{}", stderr(&o));
+    assert_eq!(status(&o), 139);
+}
+
+#[test]
+fn invalid_instruction_is_sigill() {
+    let o = run(&musl("ud2"), &[]);
+    assert!(
+        stderr(&o).starts_with("onering: program killed by SIGILL at 0x"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(status(&o), 132);
+}
+
+#[test]
+fn ten_megabytes_of_output_arrive_intact() {
+    let bin = musl("bigout");
+    let o = run(&bin, &[]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    let host = Command::new(&bin).output().unwrap();
+    assert_eq!(host.stdout.len(), 10_000_000);
+    assert!(
+        o.stdout == host.stdout,
+        "output differs from the host's ({} bytes vs {})",
+        o.stdout.len(),
+        host.stdout.len()
+    );
+}
+
+#[test]
+fn stdout_and_stderr_keep_program_order() {
+    let bin = musl("order");
+    require_kvm();
+    // Both streams into one pipe, as `2>&1 | cat` would.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "'{}' run '{}' 2>&1",
+            env!("CARGO_BIN_EXE_onering"),
+            bin.display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&out), "out\nerr\n".repeat(5) + "partial-then-err\n");
+}
+
+#[test]
+fn unsupported_syscalls_fail_with_enosys_and_are_reported_once() {
+    let bin = musl("unsupported");
+    let o = run(&bin, &[]);
+    assert_eq!(status(&o), 0);
+    let expect = "rt_sigaction: -1 errno=38\ngetcpu: -1 errno=38\n999: -1 errno=38\n";
+    assert_eq!(stdout(&o), expect.repeat(2));
+    assert_eq!(
+        stderr(&o),
+        "onering: unsupported syscall rt_sigaction (13)\nonering: unsupported syscall getcpu (309)\nonering: unsupported syscall 999\n"
+    );
+    let q = onering(&["run", "--quiet", bin.to_str().unwrap()]);
+    assert_eq!(stderr(&q), "");
+    assert_eq!(stdout(&q), expect.repeat(2));
+}
+
+#[test]
+fn memory_brk_mmap_munmap_mprotect() {
+    let o = run(&musl("memory"), &[]);
+    assert_eq!(stdout(&o), "memory ok\n", "{}", stderr(&o));
+    assert_eq!(status(&o), 0);
+}
+
+#[test]
+fn glibc_static_pie_runs() {
+    let bin = build("hello", "gcc", &["-static-pie"], "-glibc-pie");
+    let o = onering(&["run", "--quiet", bin.to_str().unwrap(), "pie"]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).starts_with("hello from onering\n"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(stdout(&o).contains("argv[1]=pie\n"));
+}
+
+// ---- onering's own exit statuses -------------------------------------------------
+
+fn temp_file(name: &str, bytes: &[u8], mode: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = out_dir().join(name);
+    std::fs::write(&p, bytes).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+    p
+}
+
+fn expect_failure(o: &Output, code: i32, text: &str) {
+    assert_eq!(status(o), code, "stderr: {}", stderr(o));
+    assert!(stderr(o).starts_with("onering: "), "{}", stderr(o));
+    assert!(
+        stderr(o).contains(text),
+        "expected {text:?} in {}",
+        stderr(o)
+    );
+    assert_eq!(stdout(o), "");
+}
+
+#[test]
+fn missing_program_is_127() {
+    expect_failure(
+        &onering(&["run", "/no/such/program"]),
+        127,
+        "/no/such/program: no such file",
+    );
+}
+
+#[test]
+fn unrunnable_files_are_126() {
+    let text = temp_file("script.sh", b"#!/bin/sh\necho hi\n", 0o755);
+    expect_failure(&run(&text, &[]), 126, "not an ELF executable");
+    let noexec = temp_file("noexec", &std::fs::read(musl("hello")).unwrap(), 0o644);
+    expect_failure(&run(&noexec, &[]), 126, "permission denied");
+    expect_failure(&run(&out_dir(), &[]), 126, "is a directory");
+
+    let dynamic = build("hello", "musl-gcc", &[], "-dynamic");
+    expect_failure(
+        &run(&dynamic, &[]),
+        126,
+        "dynamically linked (interpreter /lib/ld-musl-x86_64.so.1)",
+    );
+
+    let mut elf = std::fs::read(musl("hello")).unwrap();
+    elf[4] = 1; // ELFCLASS32
+    expect_failure(&run(&temp_file("elf32", &elf, 0o755), &[]), 126, "32-bit");
+    let mut elf = std::fs::read(musl("hello")).unwrap();
+    elf[18] = 183; // EM_AARCH64
+    elf[19] = 0;
+    expect_failure(
+        &run(&temp_file("aarch64", &elf, 0o755), &[]),
+        126,
+        "aarch64",
+    );
+    let elf = std::fs::read(musl("hello")).unwrap();
+    expect_failure(
+        &run(&temp_file("truncated", &elf[..200], 0o755), &[]),
+        126,
+        "malformed",
+    );
+
+    let big = musl("bigbss");
+    expect_failure(
+        &onering(&["run", "--mem", "64M", big.to_str().unwrap()]),
+        126,
+        "too large for --mem 64 MiB",
+    );
+    // With enough memory it runs.
+    let o = onering(&["run", "--mem", "256M", big.to_str().unwrap()]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "1\n"));
+}
+
+#[test]
+fn onering_failures_are_125() {
+    let hello = musl("hello");
+    let p = hello.to_str().unwrap();
+    expect_failure(&onering(&["run", "--mem", "8M", p]), 125, "too small");
+    expect_failure(&onering(&["run", "--mem", "lots", p]), 125, "not a size");
+    expect_failure(&onering(&["run", "--mem", "100G", p]), 125, "more than");
+    expect_failure(
+        &onering(&["run", "--smp", "0", p]),
+        125,
+        "--smp 0 is out of range",
+    );
+    expect_failure(&onering(&["run", "--bogus", p]), 125, "");
+    expect_failure(&onering(&["run"]), 125, "");
+    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(["run", p])
+        .env("ONERING_KVM_DEVICE", "/nonexistent/kvm")
+        .output()
+        .unwrap();
+    expect_failure(&o, 125, "does not offer KVM");
+}
