@@ -99,5 +99,5 @@ const _: () = {
     assert!(PERCPU_PHYS + crate::MAX_CPUS as u64 * PERCPU_STRIDE <= BOOT_AREA_END);
     assert!(TSS_PHYS + crate::MAX_CPUS as u64 * TSS_STRIDE <= BOOT_INFO_PHYS);
     assert!(GDT_ENTRIES * 8 <= 0x1000);
-    assert!(STACK_TOP % HUGE_PAGE_SIZE == 0 && PIE_BASE % HUGE_PAGE_SIZE == 0);
+    assert!(STACK_TOP.is_multiple_of(HUGE_PAGE_SIZE) && PIE_BASE.is_multiple_of(HUGE_PAGE_SIZE));
 };

@@ -40,21 +40,28 @@ pub fn ram_ranges(size: u64) -> Vec<(GuestAddress, usize)> {
     r
 }
 
-/// Allocates guest RAM (lazily backed anonymous memory) and asks for transparent
-/// huge pages, so a guest 2 MiB page can be one host 2 MiB page.
+/// Allocates guest RAM: anonymous memory the host backs lazily.
 pub fn guest_memory(size: u64) -> Result<GuestMemoryMmap> {
-    let mem = GuestMemoryMmap::from_ranges(&ram_ranges(size))
-        .map_err(|e| VmError::Memory(size >> 20, e.to_string()))?;
-    for region in mem.iter() {
-        crate::sys::advise_hugepages(region);
-    }
-    Ok(mem)
+    GuestMemoryMmap::from_ranges(&ram_ranges(size))
+        .map_err(|e| VmError::Memory(size >> 20, e.to_string()))
 }
 
-pub struct Vm {
-    pub kvm: Kvm,
-    pub fd: VmFd,
-    pub cpuid: CpuId,
+/// Asks for transparent huge pages for guest-physical memory from `from` on: the
+/// chunks the guest kernel hands out for the program's heap and mappings, where a
+/// guest 2 MiB page backed by one host 2 MiB page makes first touches cheap. Not
+/// below it: a huge page costs ~1 ms to allocate here, and the boot area, kernel and
+/// stacks below are only sparsely touched.
+pub fn advise_pool(mem: &GuestMemoryMmap, from: u64) {
+    for region in mem.iter() {
+        let (start, len) = (region.start_addr().0, region.len());
+        let begin = from.max(start);
+        if begin >= start + len {
+            continue;
+        }
+        if let Ok(host) = mem.get_host_address(GuestAddress(begin)) {
+            crate::sys::advise_hugepages(host, (start + len - begin) as usize);
+        }
+    }
 }
 
 /// Opens /dev/kvm (or the device named by `ONERING_KVM_DEVICE`, which the tests use
@@ -70,107 +77,105 @@ pub fn open_kvm() -> Result<Kvm> {
     })
 }
 
-impl Vm {
-    pub fn new(kvm: Kvm, mem: &GuestMemoryMmap) -> Result<Vm> {
-        let fd = ioctl("KVM_CREATE_VM", kvm.create_vm())?;
-        for (slot, region) in mem.iter().enumerate() {
-            let r = kvm_userspace_memory_region {
-                slot: slot as u32,
-                flags: 0,
-                guest_phys_addr: region.start_addr().0,
-                memory_size: region.len(),
-                userspace_addr: region.as_ptr() as u64,
-            };
-            ioctl(
-                "KVM_SET_USER_MEMORY_REGION",
-                crate::sys::register_memory(&fd, r),
-            )?;
-        }
-        let cpuid = ioctl(
-            "KVM_GET_SUPPORTED_CPUID",
-            kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES),
-        )?;
-        Ok(Vm { kvm, fd, cpuid })
-    }
+/// Creates the VM (the slowest step here, ~0.25 ms).
+pub fn create_vm(kvm: &Kvm) -> Result<VmFd> {
+    ioctl("KVM_CREATE_VM", kvm.create_vm())
+}
 
-    /// XSAVE features the CPU supports (CPUID leaf 0xD, subleaf 0).
-    fn xsave_supported(&self) -> u64 {
-        self.cpuid
-            .as_slice()
-            .iter()
-            .find(|e| e.function == 0xd && e.index == 0)
-            .map(|e| u64::from(e.eax) | (u64::from(e.edx) << 32))
-            .unwrap_or(3)
-    }
-
-    /// CPUID leaf 1 EDX: Linux's AT_HWCAP on x86-64.
-    pub fn hwcap(&self) -> u64 {
-        self.cpuid
-            .as_slice()
-            .iter()
-            .find(|e| e.function == 1)
-            .map(|e| u64::from(e.edx))
-            .unwrap_or(0)
-    }
-
-    /// Creates vCPU `id`, ready to start in ring 3 at `entry` on `stack` with `rdi = arg`.
-    pub fn create_vcpu(
-        &self,
-        id: u64,
-        entry: u64,
-        stack: u64,
-        arg: u64,
-        lstar: u64,
-    ) -> Result<VcpuFd> {
-        let vcpu = ioctl("KVM_CREATE_VCPU", self.fd.create_vcpu(id))?;
-        let mut cpuid = self.cpuid.clone();
-        for e in cpuid.as_mut_slice() {
-            match e.function {
-                1 => e.ebx = (e.ebx & 0x00ff_ffff) | ((id as u32) << 24),
-                0xb | 0x1f => e.edx = id as u32,
-                _ => {}
-            }
-        }
-        // CPUID first: KVM checks CR4 and XCR0 against it.
-        ioctl("KVM_SET_CPUID2", vcpu.set_cpuid2(&cpuid))?;
-        let sregs = x86::sregs(ioctl("KVM_GET_SREGS", vcpu.get_sregs())?, id);
-        ioctl("KVM_SET_SREGS", vcpu.set_sregs(&sregs))?;
-        let mut xcrs = kvm_xcrs {
-            nr_xcrs: 1,
-            ..Default::default()
+/// Registers all of guest memory with the VM, one slot per region.
+pub fn register_memory(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<()> {
+    for (slot, region) in mem.iter().enumerate() {
+        let r = kvm_userspace_memory_region {
+            slot: slot as u32,
+            flags: 0,
+            guest_phys_addr: region.start_addr().0,
+            memory_size: region.len(),
+            userspace_addr: region.as_ptr() as u64,
         };
-        xcrs.xcrs[0].xcr = 0;
-        xcrs.xcrs[0].value = x86::xcr0(self.xsave_supported());
-        ioctl("KVM_SET_XCRS", vcpu.set_xcrs(&xcrs))?;
-        let entries = [
-            kvm_msr_entry {
-                index: x86::MSR_STAR,
-                data: x86::star(),
-                ..Default::default()
-            },
-            kvm_msr_entry {
-                index: x86::MSR_LSTAR,
-                data: lstar,
-                ..Default::default()
-            },
-            kvm_msr_entry {
-                index: x86::MSR_SFMASK,
-                data: x86::SFMASK,
-                ..Default::default()
-            },
-        ];
-        let msrs = Msrs::from_entries(&entries)
-            .map_err(|_| VmError::Ioctl("KVM_SET_MSRS", kvm_ioctls::Error::new(libc::EINVAL)))?;
-        let n = ioctl("KVM_SET_MSRS", vcpu.set_msrs(&msrs))?;
-        if n != entries.len() {
-            return Err(VmError::Ioctl(
-                "KVM_SET_MSRS",
-                kvm_ioctls::Error::new(libc::EINVAL),
-            ));
-        }
-        ioctl("KVM_SET_REGS", vcpu.set_regs(&x86::regs(entry, stack, arg)))?;
-        Ok(vcpu)
+        ioctl(
+            "KVM_SET_USER_MEMORY_REGION",
+            crate::sys::register_memory(vm, r),
+        )?;
     }
+    Ok(())
+}
+
+/// The CPUID the vCPUs get: everything KVM supports.
+pub fn supported_cpuid(kvm: &Kvm) -> Result<CpuId> {
+    ioctl(
+        "KVM_GET_SUPPORTED_CPUID",
+        kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES),
+    )
+}
+
+/// XSAVE features the CPU supports (CPUID leaf 0xD, subleaf 0).
+fn xsave_supported(cpuid: &CpuId) -> u64 {
+    cpuid
+        .as_slice()
+        .iter()
+        .find(|e| e.function == 0xd && e.index == 0)
+        .map(|e| u64::from(e.eax) | (u64::from(e.edx) << 32))
+        .unwrap_or(3)
+}
+
+/// Creates vCPU `id`, ready to start in ring 3 at `entry` on `stack` with `rdi = arg`.
+pub fn create_vcpu(
+    vm: &VmFd,
+    cpuid: &CpuId,
+    id: u64,
+    entry: u64,
+    stack: u64,
+    arg: u64,
+    lstar: u64,
+) -> Result<VcpuFd> {
+    let vcpu = ioctl("KVM_CREATE_VCPU", vm.create_vcpu(id))?;
+    let mut cpuid = cpuid.clone();
+    for e in cpuid.as_mut_slice() {
+        match e.function {
+            1 => e.ebx = (e.ebx & 0x00ff_ffff) | ((id as u32) << 24),
+            0xb | 0x1f => e.edx = id as u32,
+            _ => {}
+        }
+    }
+    // CPUID first: KVM checks CR4 and XCR0 against it.
+    ioctl("KVM_SET_CPUID2", vcpu.set_cpuid2(&cpuid))?;
+    let sregs = x86::sregs(ioctl("KVM_GET_SREGS", vcpu.get_sregs())?, id);
+    ioctl("KVM_SET_SREGS", vcpu.set_sregs(&sregs))?;
+    let mut xcrs = kvm_xcrs {
+        nr_xcrs: 1,
+        ..Default::default()
+    };
+    xcrs.xcrs[0].xcr = 0;
+    xcrs.xcrs[0].value = x86::xcr0(xsave_supported(&cpuid));
+    ioctl("KVM_SET_XCRS", vcpu.set_xcrs(&xcrs))?;
+    let entries = [
+        kvm_msr_entry {
+            index: x86::MSR_STAR,
+            data: x86::star(),
+            ..Default::default()
+        },
+        kvm_msr_entry {
+            index: x86::MSR_LSTAR,
+            data: lstar,
+            ..Default::default()
+        },
+        kvm_msr_entry {
+            index: x86::MSR_SFMASK,
+            data: x86::SFMASK,
+            ..Default::default()
+        },
+    ];
+    let msrs = Msrs::from_entries(&entries)
+        .map_err(|_| VmError::Ioctl("KVM_SET_MSRS", kvm_ioctls::Error::new(libc::EINVAL)))?;
+    let n = ioctl("KVM_SET_MSRS", vcpu.set_msrs(&msrs))?;
+    if n != entries.len() {
+        return Err(VmError::Ioctl(
+            "KVM_SET_MSRS",
+            kvm_ioctls::Error::new(libc::EINVAL),
+        ));
+    }
+    ioctl("KVM_SET_REGS", vcpu.set_regs(&x86::regs(entry, stack, arg)))?;
+    Ok(vcpu)
 }
 
 /// The guest's TSC frequency (Hz) and its current value.

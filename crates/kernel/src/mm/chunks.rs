@@ -72,7 +72,7 @@ impl ChunkAllocator {
     pub fn free(&mut self, phys: u64) {
         for r in &mut self.ranges {
             let end = r.base + r.chunks as u64 * HUGE_PAGE_SIZE;
-            if phys >= r.base && phys < end && (phys - r.base) % HUGE_PAGE_SIZE == 0 {
+            if phys >= r.base && phys < end && (phys - r.base).is_multiple_of(HUGE_PAGE_SIZE) {
                 let idx = ((phys - r.base) / HUGE_PAGE_SIZE) as usize;
                 let (w, bit) = (idx / 64, idx % 64);
                 if r.used[w] & (1 << bit) != 0 {

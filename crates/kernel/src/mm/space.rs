@@ -212,7 +212,7 @@ impl AddressSpace {
         }
         let fixed = flags & (FIXED | FIXED_NOREPLACE) != 0;
         let start = if fixed {
-            if addr % PAGE_SIZE != 0 {
+            if !addr.is_multiple_of(PAGE_SIZE) {
                 return Err(Errno::EINVAL);
             }
             if addr.checked_add(len).is_none_or(|e| e > USER_END) || addr < PAGE_SIZE {
@@ -259,7 +259,7 @@ impl AddressSpace {
 
     /// `munmap(2)`.
     pub fn munmap(&mut self, addr: u64, len: u64, mmu: &mut impl Mmu) -> Result<(), Errno> {
-        if addr % PAGE_SIZE != 0 || len == 0 {
+        if !addr.is_multiple_of(PAGE_SIZE) || len == 0 {
             return Err(Errno::EINVAL);
         }
         let end = addr
@@ -282,7 +282,7 @@ impl AddressSpace {
         prot: u32,
         mmu: &mut impl Mmu,
     ) -> Result<(), Errno> {
-        if addr % PAGE_SIZE != 0 || prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 {
+        if !addr.is_multiple_of(PAGE_SIZE) || prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 {
             return Err(Errno::EINVAL);
         }
         if len == 0 {

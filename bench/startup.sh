@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Benchmark: end-to-end time of `onering run hello` next to the host running the same
+# musl static hello directly. Median of N runs each (default 200), in one run.
+# Target (issue 2): onering under 2 ms.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-200}
+out=target/bench
+mkdir -p "$out"
+cargo build --release -q
+gcc -O2 bench/spawn.c -o "$out/spawn"
+musl-gcc -static -O2 tests/guest/c/hello.c -o "$out/hello"
+onering=$(pwd)/target/release/onering
+"$out/spawn" 20 "$onering" run "$out/hello" >/dev/null # warm the page cache
+read -r host hp10 hp90 < <("$out/spawn" "$N" "$out/hello")
+read -r ring rp10 rp90 < <("$out/spawn" "$N" "$onering" run "$out/hello")
+printf '%-28s %10s %10s %10s\n' "startup ($N runs)" "median" "p10" "p90"
+printf '%-28s %8s us %8s us %8s us\n' "host: ./hello" "$host" "$hp10" "$hp90"
+printf '%-28s %8s us %8s us %8s us\n' "onering run ./hello" "$ring" "$rp10" "$rp90"
+awk -v h="$host" -v r="$ring" 'BEGIN { printf "ratio onering/host: %.2fx   target: onering < 2000 us: %s\n", r / h, (r < 2000 ? "met" : "NOT met") }'
