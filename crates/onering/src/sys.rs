@@ -103,4 +103,3 @@ pub fn exit_leaving_teardown(code: u8) -> ! {
         libc::_exit(i32::from(code))
     }
 }
-
