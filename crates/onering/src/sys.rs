@@ -63,8 +63,9 @@ pub fn ids() -> (u64, u64) {
 /// flushed before this is called.
 pub fn exit_leaving_teardown(code: u8) -> ! {
     extern "C" fn helper(parent: *mut libc::c_void) -> libc::c_int {
-        // SAFETY: raw system calls only, on this task's own stack; nothing here touches
-        // the Rust runtime of the exiting process.
+        // The helper makes raw system calls only, on its own stack, and touches nothing
+        // of the exiting process's Rust runtime.
+        // SAFETY: system calls with plain integer arguments.
         unsafe {
             libc::syscall(libc::SYS_prctl, libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             for fd in 0..3 {
@@ -79,9 +80,10 @@ pub fn exit_leaving_teardown(code: u8) -> ! {
         0
     }
     const STACK: usize = 16 * 1024;
-    // SAFETY: the stack is a fresh private mapping used only by the helper; clone with
+    // The stack is a fresh private mapping used only by the helper; clone with
     // CLONE_VM|CLONE_FILES runs `helper` on it, which makes raw system calls only;
     // `_exit` ends the process without running destructors (output was flushed).
+    // SAFETY: see the three lines above.
     unsafe {
         let stack = libc::mmap(
             std::ptr::null_mut(),
