@@ -26,8 +26,10 @@ pub enum Hostcall {
     /// Returns the address of the last page fault (CR2, which ring 0 here cannot read).
     FaultAddr = 5,
     /// Sent by the ring-0 exception stub when an exception cannot be handed to ring 3
-    /// (it hit ring 0, or ring 3 was still handling the previous one): `args[0]`
-    /// vector, `args[1]` instruction, `args[2]` error code. Does not return.
+    /// (it hit ring 0, or ring 3 was still handling the previous one). No arguments:
+    /// the stub trusts nothing, GS included, so the VMM reads the exception frame
+    /// (vector, error code, rip, cs, rflags, rsp, ss) from the top of the CPU's IST
+    /// stack. Does not return.
     Fatal = 6,
 }
 

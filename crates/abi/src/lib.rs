@@ -16,7 +16,7 @@ pub mod layout;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 1;
+pub const ABI_VERSION: u64 = 2;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -85,6 +85,8 @@ pub struct BootInfo {
     pub entry: u64,
     pub user_sp: u64,
     pub brk_start: u64,
+    /// Lowest address of the program's loaded segments.
+    pub image_start: u64,
     /// User mappings made by the VMM: [0] holds the program image, [1] the stack.
     pub user_maps: [UserMapping; 2],
     /// Terminal size of the host's stdout (rows << 16 | cols), 0 when not a terminal.

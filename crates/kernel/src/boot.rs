@@ -25,6 +25,7 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
         );
     }
     arch::init_heap(bi);
+    arch::supervisor::init(bi.flags);
     kernel::init(address_space(bi), bi.flags, bi.winsize);
     arch::enter_user(bi.entry, bi.user_sp)
 }
@@ -37,6 +38,7 @@ fn address_space(bi: &BootInfo) -> AddressSpace {
     }
     let mut space = AddressSpace::new(chunks, bi.brk_start, MMAP_BOTTOM, layout::MMAP_TOP);
     let [image, stack] = bi.user_maps;
+    let image_start = layout::align_down(bi.image_start, PAGE_SIZE);
     let image_end = layout::align_up(bi.brk_start, PAGE_SIZE);
     let rwx = PROT_READ | PROT_WRITE | PROT_EXEC;
     space.adopt(
@@ -44,7 +46,7 @@ fn address_space(bi: &BootInfo) -> AddressSpace {
         image.size,
         image.phys,
         Vma {
-            start: image.virt,
+            start: image_start,
             end: image_end,
             prot: rwx,
             kind: VmaKind::Image,
@@ -100,7 +102,9 @@ pub struct FaultFrame {
 /// Called on the fault stack for every exception raised in ring 3. Signal handlers
 /// come later; for now a fault ends the program as an unhandled signal does.
 pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
-    if frame.rip >= layout::USER_END {
+    // The top 2 GiB hold only the kernel image: a fault there is the kernel's. A
+    // program jumping to any other wild address gets SIGSEGV like on Linux.
+    if frame.rip >= layout::KERNEL_VBASE {
         panic!(
             "exception {} at {:#x} in the kernel (error {:#x}, rsp {:#x})",
             frame.vector, frame.rip, frame.error, frame.rsp

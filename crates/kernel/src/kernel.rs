@@ -90,15 +90,21 @@ impl Kernel {
     }
 }
 
+/// Most distinct unsupported system calls reported.
+const MAX_WARNED: usize = 1024;
+
 /// Reports an unsupported system call on stderr, once per number (unless `--quiet`).
 pub fn report_unsupported(nr: u64) {
     let mut k = kernel();
     if k.flags & flags::QUIET != 0 {
         return;
     }
-    if !k.warned.insert(nr) {
+    // Numbers past the table are remembered too, up to a bound: a program calling
+    // millions of distinct bogus numbers must not exhaust the kernel heap.
+    if k.warned.contains(&nr) || k.warned.len() >= MAX_WARNED {
         return;
     }
+    k.warned.insert(nr);
     let msg = match crate::syscall::names::name(nr) {
         Some(name) => format!("onering: unsupported syscall {name} ({nr})\n"),
         None => format!("onering: unsupported syscall {nr}\n"),

@@ -13,6 +13,8 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 /// Largest single write, as Linux's MAX_RW_COUNT.
 const MAX_WRITE: u64 = 0x7fff_f000;
 const MAX_PANIC_MESSAGE: u64 = 4096;
+/// Bytes copied out of the guest at a time by `Write`.
+const WRITE_CHUNK: u64 = 64 * 1024;
 const EBADF: i64 = 9;
 const EFAULT: i64 = 14;
 const EIO: i64 = 5;
@@ -154,13 +156,7 @@ fn hostcall(nr: u64, env: &mut impl Env) -> Action {
                 addr: args[2],
             })
         }
-        Some(Hostcall::Fatal) => {
-            return Action::Stop(Outcome::Fatal {
-                vector: args[0],
-                rip: args[1],
-                error: args[2],
-            })
-        }
+        Some(Hostcall::Fatal) => return Action::Stop(fatal(env)),
         Some(Hostcall::Panic) => {
             let msg = read_guest(env.mem(), args[0], args[1].min(MAX_PANIC_MESSAGE))
                 .unwrap_or_else(|| b"(message unreadable)".to_vec());
@@ -178,6 +174,22 @@ fn hostcall(nr: u64, env: &mut impl Env) -> Action {
         Err(_) => Action::Stop(Outcome::GuestError(
             "hostcall block outside guest memory".into(),
         )),
+    }
+}
+
+/// The frame a fatal exception left on the IST stack (the stub does not trust GS, so
+/// the VMM reads it from where it must be).
+fn fatal(env: &impl Env) -> Outcome {
+    let at = crate::loader::fatal_frame_phys(env.cpu());
+    let word = |i: u64| {
+        env.mem()
+            .read_obj::<u64>(GuestAddress(at + 8 * i))
+            .unwrap_or(0)
+    };
+    Outcome::Fatal {
+        vector: word(0),
+        error: word(1),
+        rip: word(2),
     }
 }
 
@@ -204,13 +216,38 @@ fn write(args: [u64; 6], env: &mut impl Env) -> i64 {
     if fd != 1 && fd != 2 {
         return -EBADF;
     }
-    let Some(data) = read_guest(env.mem(), virt, len.min(MAX_WRITE)) else {
-        return -EFAULT;
-    };
-    match env.output(fd as u32, &data) {
-        Ok(()) => data.len() as i64,
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => -EPIPE,
-        Err(_) => -EIO,
+    // Copied out page by page through a bounded buffer: the guest chooses the length
+    // and may alias one page many times, so nothing is sized by what it asks for.
+    let len = len.min(MAX_WRITE);
+    let mut buf = vec![0u8; len.min(WRITE_CHUNK) as usize];
+    let mut done = 0u64;
+    while done < len {
+        let Some((pa, avail)) = virt
+            .checked_add(done)
+            .and_then(|va| x86::translate(env.mem(), layout::BOOT_PT_PHYS, va))
+        else {
+            break;
+        };
+        let n = avail.min(len - done).min(WRITE_CHUNK) as usize;
+        if env
+            .mem()
+            .read_slice(&mut buf[..n], GuestAddress(pa))
+            .is_err()
+        {
+            break;
+        }
+        match env.output(fd as u32, &buf[..n]) {
+            Ok(()) => done += n as u64,
+            Err(_) if done > 0 => break,
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return -EPIPE,
+            Err(_) => return -EIO,
+        }
+    }
+    // As on Linux: what was written, or EFAULT if the buffer's start was bad.
+    if done == 0 && len > 0 {
+        -EFAULT
+    } else {
+        done as i64
     }
 }
 
@@ -300,13 +337,8 @@ mod tests {
             Action::Resume
         );
         assert_eq!(ret(&e), -EBADF);
-        // Unmapped, straddling the end of the mapping, non-canonical, huge.
-        for (addr, len) in [
-            (0x10_0000, 1),
-            (0x5f_fff0, 0x20),
-            (0x8000_0000_0000, 1),
-            (0x40_0000, u64::MAX),
-        ] {
+        // Unmapped, non-canonical, wrapping: nothing written.
+        for (addr, len) in [(0x10_0000, 1), (0x8000_0000_0000, 1), (u64::MAX, 2)] {
             assert_eq!(
                 call(&mut e, Hostcall::Write, &[2, addr, len]),
                 Action::Resume
@@ -314,6 +346,13 @@ mod tests {
             assert_eq!(ret(&e), -EFAULT, "{addr:#x}+{len:#x}");
         }
         assert!(e.out.is_empty());
+        // Straddling the end of the mapping, or huge: what is mapped, in bounded pieces.
+        call(&mut e, Hostcall::Write, &[2, 0x5f_fff0, 0x20]);
+        assert_eq!(ret(&e), 0x10);
+        call(&mut e, Hostcall::Write, &[2, 0x40_0000, u64::MAX]);
+        assert_eq!(ret(&e), 2 << 20);
+        assert!(e.out.iter().all(|(_, d)| d.len() as u64 <= WRITE_CHUNK));
+        e.out.clear();
         e.fail = Some(std::io::ErrorKind::BrokenPipe);
         call(&mut e, Hostcall::Write, &[1, 0x40_0000, 1]);
         assert_eq!(ret(&e), -EPIPE);

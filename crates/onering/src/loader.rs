@@ -77,12 +77,22 @@ fn heap_size(mem: u64) -> u64 {
     }
 }
 
-/// Where the per-CPU stacks of `cpu` are: (kernel stack top, fault stack top, IST top).
-fn cpu_stack_tops(stacks: u64, cpu: u64) -> (u64, u64, u64) {
-    let base = stacks + cpu * layout::CPU_STACKS_SIZE;
-    let k = base + layout::KERNEL_STACK_SIZE;
+/// Guest-physical start of the per-CPU stacks: the first chunk after the kernel.
+fn stacks_base() -> u64 {
+    align_up(kernel_image::MEM_END - layout::KERNEL_VBASE, HUGE_PAGE_SIZE)
+}
+
+/// Guest-physical tops of the stacks of `cpu`: (kernel stack, fault stack, IST).
+fn cpu_stack_tops(cpu: u64) -> (u64, u64, u64) {
+    let k = stacks_base() + cpu * layout::CPU_STACKS_SIZE + layout::KERNEL_STACK_SIZE;
     let f = k + layout::FAULT_STACK_SIZE;
-    (direct(k), direct(f), direct(f + layout::IST_STACK_SIZE))
+    (k, f, f + layout::IST_STACK_SIZE)
+}
+
+/// Where a fatal exception's frame is (vector, error code, rip, cs, rflags, rsp, ss):
+/// the top of the CPU's IST stack, where the ring-0 stub leaves it.
+pub fn fatal_frame_phys(cpu: u64) -> u64 {
+    cpu_stack_tops(cpu).2 - 7 * 8
 }
 
 /// Writes everything into `mem`; returns the boot info (also written to memory,
@@ -99,7 +109,8 @@ pub fn load(
     // Fixed costs: boot area, kernel, per-CPU stacks, heap, the program's stack.
     let kernel_end = kernel_image::MEM_END - layout::KERNEL_VBASE;
     let kernel_span = align_up(kernel_end, HUGE_PAGE_SIZE);
-    let stacks = kernel_span;
+    let stacks = stacks_base();
+    debug_assert_eq!(stacks, kernel_span);
     let stacks_size = align_up(spec.ncpus * layout::CPU_STACKS_SIZE, HUGE_PAGE_SIZE);
     let heap = stacks + stacks_size;
     let heap_size = heap_size(spec.mem_size);
@@ -117,8 +128,10 @@ pub fn load(
 
     // The program: its image in whole 2 MiB blocks, backed by contiguous chunks.
     let (lo, hi) = prog.span();
+    // Addresses wrap (a hostile file may place a static-pie anywhere); the range
+    // check below rejects whatever does not land in user space.
     let bias = if prog.pie {
-        layout::PIE_BASE - align_down(lo, HUGE_PAGE_SIZE)
+        layout::PIE_BASE.wrapping_sub(align_down(lo, HUGE_PAGE_SIZE))
     } else {
         0
     };
@@ -141,7 +154,7 @@ pub fn load(
         });
     }
     for s in &prog.segments {
-        let pa = img_phys + (s.vaddr + bias - img_virt);
+        let pa = img_phys + (s.vaddr.wrapping_add(bias) - img_virt);
         write(
             mem,
             pa,
@@ -166,7 +179,8 @@ pub fn load(
         (stack::AT_GID, spec.gid),
         (stack::AT_EGID, spec.gid),
         (stack::AT_HWCAP, spec.hwcap),
-        (stack::AT_HWCAP2, 2), // HWCAP2_FSGSBASE: the instructions are enabled
+        // Not HWCAP2_FSGSBASE: the GS base belongs to the kernel.
+        (stack::AT_HWCAP2, 0),
         (stack::AT_CLKTCK, 100),
         (stack::AT_SECURE, 0),
     ];
@@ -199,19 +213,20 @@ pub fn load(
 
     // Descriptor tables and per-CPU state.
     x86::write_gdt(mem, spec.ncpus)?;
-    x86::write_idt(
-        mem,
-        kernel_image::EXCEPTION_STUBS,
-        kernel_image::INTERRUPT_STUB,
-    )?;
+    let stubs = x86::Stubs {
+        exceptions: kernel_image::EXCEPTION_STUBS,
+        interrupt: kernel_image::INTERRUPT_STUB,
+        tlb_flush: kernel_image::TLB_FLUSH_STUB,
+    };
+    x86::write_idt(mem, &stubs)?;
     for cpu in 0..spec.ncpus {
-        let (kstack, fstack, ist) = cpu_stack_tops(stacks, cpu);
-        x86::write_tss(mem, cpu, ist)?;
+        let (kstack, fstack, ist) = cpu_stack_tops(cpu);
+        x86::write_tss(mem, cpu, direct(ist))?;
         let header = PerCpuHeader {
             self_ptr: layout::percpu_virt(cpu),
             cpu,
-            kstack_top: kstack,
-            fault_stack_top: fstack,
+            kstack_top: direct(kstack),
+            fault_stack_top: direct(fstack),
             ..Default::default()
         };
         let pa = layout::PERCPU_PHYS + cpu * layout::PERCPU_STRIDE;
@@ -238,6 +253,7 @@ pub fn load(
         entry,
         user_sp: st.sp,
         brk_start: vhi,
+        image_start: vlo,
         user_maps: [
             UserMapping {
                 virt: img_virt,
@@ -262,10 +278,13 @@ pub fn load(
 }
 
 /// The kernel's first-instruction state for CPU `cpu`: (entry, stack, rdi).
-pub fn cpu_start(bi_cpu: u64) -> (u64, u64, u64) {
-    let stacks = align_up(kernel_image::MEM_END - layout::KERNEL_VBASE, HUGE_PAGE_SIZE);
-    let (kstack, _, _) = cpu_stack_tops(stacks, bi_cpu);
-    (kernel_image::ENTRY, kstack, direct(layout::BOOT_INFO_PHYS))
+pub fn cpu_start(cpu: u64) -> (u64, u64, u64) {
+    let (kstack, _, _) = cpu_stack_tops(cpu);
+    (
+        kernel_image::ENTRY,
+        direct(kstack),
+        direct(layout::BOOT_INFO_PHYS),
+    )
 }
 
 fn words_to_bytes(words: &[u64]) -> Vec<u8> {
@@ -303,6 +322,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
         bi.entry,
         bi.user_sp,
         bi.brk_start,
+        bi.image_start,
     ]);
     for m in &bi.user_maps {
         w.extend([m.virt, m.size, m.phys]);

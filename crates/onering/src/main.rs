@@ -305,6 +305,9 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
     if args.quiet {
         flags |= onering_abi::flags::QUIET;
     }
+    if sys::hardware_virtualization() {
+        flags |= onering_abi::flags::PRIVILEGED_RING0;
+    }
     if std::io::stdout().is_terminal() {
         flags |= onering_abi::flags::STDOUT_TTY;
     }

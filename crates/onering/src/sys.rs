@@ -105,3 +105,12 @@ pub fn exit_leaving_teardown(code: u8) -> ! {
         libc::_exit(i32::from(code))
     }
 }
+
+/// Whether the host CPU has hardware virtualization (VMX or SVM), so that KVM runs the
+/// guest's ring 0 in hardware and privileged instructions work there. Without it KVM
+/// here is PVM, where they raise #GP (see docs/design.md).
+pub fn hardware_virtualization() -> bool {
+    let vmx = std::arch::x86_64::__cpuid(1).ecx & (1 << 5) != 0;
+    let svm = std::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 2) != 0;
+    vmx || svm
+}

@@ -161,16 +161,34 @@ pub fn write_tss(mem: &GuestMemoryMmap, cpu: u64, ist_top: u64) -> Result<()> {
         .map_err(|_| X86Error::Memory(base)) // no I/O bitmap
 }
 
-/// IDT: vectors 0-31 go to the kernel's exception stubs (16 bytes apart), the rest to
-/// a stub that ignores them. All use IST1; `int3`/`into` may be raised from ring 3.
-pub fn write_idt(mem: &GuestMemoryMmap, exception_stubs: u64, interrupt_stub: u64) -> Result<()> {
+/// Vector of the supervisor's TLB flush (`int $0x81`, hardware KVM only).
+pub const TLB_FLUSH_VECTOR: u64 = 0x81;
+
+/// The kernel's ring-0 entry points the IDT points at.
+pub struct Stubs {
+    /// 32 exception stubs, 16 bytes apart.
+    pub exceptions: u64,
+    /// Ignores an interrupt.
+    pub interrupt: u64,
+    /// Flushes the TLB.
+    pub tlb_flush: u64,
+}
+
+/// IDT: vectors 0-31 go to the kernel's exception stubs, `TLB_FLUSH_VECTOR` to the
+/// flush stub, the rest to a stub that ignores them. All use IST1; `int3`, `into`
+/// and the flush may be raised from ring 3.
+pub fn write_idt(mem: &GuestMemoryMmap, stubs: &Stubs) -> Result<()> {
     for v in 0..256u64 {
-        let handler = if v < 32 {
-            exception_stubs + 16 * v
-        } else {
-            interrupt_stub
+        let handler = match v {
+            0..32 => stubs.exceptions + 16 * v,
+            TLB_FLUSH_VECTOR => stubs.tlb_flush,
+            _ => stubs.interrupt,
         };
-        let dpl: u64 = if v == 3 || v == 4 { 3 } else { 0 };
+        let dpl: u64 = if v == 3 || v == 4 || v == TLB_FLUSH_VECTOR {
+            3
+        } else {
+            0
+        };
         let type_attr = 0x8e | (dpl << 5); // present, 64-bit interrupt gate
         let low = (handler & 0xffff)
             | (u64::from(layout::KERNEL_CS) << 16)
@@ -324,7 +342,12 @@ mod tests {
     #[test]
     fn idt_gate_encoding() {
         let m = mem();
-        write_idt(&m, 0xffff_ffff_8020_1000, 0xffff_ffff_8020_2000).unwrap();
+        let stubs = Stubs {
+            exceptions: 0xffff_ffff_8020_1000,
+            interrupt: 0xffff_ffff_8020_2000,
+            tlb_flush: 0xffff_ffff_8020_3000,
+        };
+        write_idt(&m, &stubs).unwrap();
         let lo: u64 = m
             .read_obj(GuestAddress(layout::IDT_PHYS + 14 * 16))
             .unwrap();

@@ -352,3 +352,21 @@ fn onering_failures_are_125() {
         .unwrap();
     expect_failure(&o, 125, "does not offer KVM");
 }
+
+#[test]
+fn hostile_arguments_get_errors_not_crashes() {
+    let o = onering(&["run", "--quiet", musl("hostile").to_str().unwrap()]);
+    assert_eq!(stdout(&o), "hostile ok\n", "{}", stderr(&o));
+    assert_eq!(status(&o), 0);
+}
+
+#[test]
+fn a_wild_jump_is_the_programs_fault() {
+    let o = run(&musl("wildjump"), &[]);
+    assert!(
+        stderr(&o).starts_with("onering: program killed by SIGSEGV at 0xffff900000000000"),
+        "{}",
+        stderr(&o)
+    );
+    assert_eq!(status(&o), 139);
+}

@@ -77,9 +77,11 @@ syscall_entry:
     pop %rax
     pop %rcx
     pop %r11
-    // Restore the flags exactly, then the stack, then jump: none of these three
-    // instructions changes the flags, and nothing is written to the user stack.
+    // Restore the flags, then the stack, then jump: none of these three instructions
+    // changes the flags, and nothing is written to the user stack. TF is left clear:
+    // set, it would trap on the next (kernel) instruction.
     push %r11
+    andq $~0x100, (%rsp)
     popfq
     pop %rsp
     jmp *%rcx
@@ -99,6 +101,17 @@ exception_stubs:
     .endif
     jmp exception_common
     .endr
+
+    // Ring 0, reached by `int $0x81` from ring 3 on hardware KVM only (see
+    // supervisor.rs): drop all non-global translations. PVM would raise #GP here.
+    .balign 16
+    .global tlb_flush_stub
+tlb_flush_stub:
+    push %rax
+    mov %cr3, %rax
+    mov %rax, %cr3
+    pop %rax
+    iretq
 
     // Interrupts nobody asked for: ignore.
     .balign 16
@@ -144,13 +157,9 @@ exception_common:
     pushq $fault_entry
     iretq
 2:
-    // Fatal: vector, rip and error code to the VMM, which prints the registers.
-    mov (%rsp), %rax
-    mov %rax, %gs:{hostcall}
-    mov 16(%rsp), %rax
-    mov %rax, %gs:{hostcall}+8
-    mov 8(%rsp), %rax
-    mov %rax, %gs:{hostcall}+16
+    // Fatal: tell the VMM, which reads vector, error code and the interrupted
+    // state from the top of this CPU's IST stack (where the frame is now). GS is not
+    // used: it may be what broke.
     movabs ${doorbell}, %rax
     movq $6, (%rax)
 3:  pause
@@ -169,7 +178,6 @@ fault_entry:
     kstack_top = const pc::KSTACK_TOP,
     fault_stack_top = const pc::FAULT_STACK_TOP,
     in_fault = const pc::IN_FAULT,
-    hostcall = const pc::HOSTCALL,
     user_ds = const USER_DS as u64,
     user_cs = const USER_CS as u64,
     doorbell = const onering_abi::layout::direct(onering_abi::layout::HOSTCALL_DOORBELL_PHYS),

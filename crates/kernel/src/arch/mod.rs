@@ -156,6 +156,10 @@ impl GuestMmu {
         }
         let t = self.pool_next;
         self.pool_next += PAGE_SIZE;
+        // SAFETY: a page of a chunk this pool owns, reached through the direct map.
+        // Free chunks should be zero, but a stray non-zero byte here would become a
+        // page-table entry: clear it whatever happened before.
+        unsafe { core::ptr::write_bytes(direct(t) as *mut u8, 0, PAGE_SIZE as usize) };
         Ok(t)
     }
 
@@ -173,8 +177,8 @@ impl GuestMmu {
         if v & PTE_PRESENT != 0 {
             return Ok(v & PTE_ADDR);
         }
-        let t = self.alloc_table(chunks)?; // chunks are zeroed: an empty table
-                                           // SAFETY: as above.
+        let t = self.alloc_table(chunks)?;
+        // SAFETY: as above.
         unsafe { write_volatile(e, t | PTE_PRESENT | PTE_WRITE | PTE_USER) };
         Ok(t)
     }

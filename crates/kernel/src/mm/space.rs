@@ -13,6 +13,7 @@ use super::chunks::ChunkAllocator;
 use super::vma::{Vma, VmaKind, VmaSet, PROT_EXEC, PROT_READ, PROT_WRITE};
 use crate::errno::Errno;
 use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
 use onering_abi::layout::{align_down, align_up, HUGE_PAGE_SIZE, PAGE_SIZE, USER_END};
 
 /// Page-table operations on the live address space.
@@ -64,6 +65,10 @@ pub mod map_flags {
         | (0x3f << 26); // MAP_HUGE_SHIFT size bits
 }
 
+/// Most VMAs an address space holds (Linux allows 65530; ours is bounded by the kernel
+/// heap, which stores them).
+pub const MAX_MAP_COUNT: usize = 16384;
+
 #[derive(Debug)]
 pub struct AddressSpace {
     pub vmas: VmaSet,
@@ -74,11 +79,6 @@ pub struct AddressSpace {
     brk: u64,
     mmap_bottom: u64,
     mmap_top: u64,
-}
-
-fn block_range(start: u64, end: u64) -> impl Iterator<Item = u64> {
-    (align_down(start, HUGE_PAGE_SIZE)..align_up(end, HUGE_PAGE_SIZE))
-        .step_by(HUGE_PAGE_SIZE as usize)
 }
 
 impl AddressSpace {
@@ -109,30 +109,57 @@ impl AddressSpace {
     }
 
     /// Backs every block of `[start, end)`; on failure nothing new stays backed.
+    /// Work is bounded by memory, not by the size of the range: a range with more
+    /// unbacked blocks than there are free chunks fails at once.
     fn back(&mut self, start: u64, end: u64, mmu: &mut impl Mmu) -> Result<(), Errno> {
-        let missing = block_range(start, end)
-            .filter(|b| !self.blocks.contains_key(b))
-            .count();
-        if missing > self.chunks.free_chunks() {
+        let (lo, hi) = (
+            align_down(start, HUGE_PAGE_SIZE),
+            align_up(end, HUGE_PAGE_SIZE),
+        );
+        let have = self.blocks.range(lo..hi).count() as u64;
+        if (hi - lo) / HUGE_PAGE_SIZE - have > self.chunks.free_chunks() as u64 {
             return Err(Errno::ENOMEM);
         }
-        for b in block_range(start, end) {
+        let mut added = Vec::new();
+        for b in (lo..hi).step_by(HUGE_PAGE_SIZE as usize) {
             if self.blocks.contains_key(&b) {
                 continue;
             }
-            let phys = self.chunks.alloc().ok_or(Errno::ENOMEM)?;
-            if let Err(e) = mmu.map_block(b, phys, &mut self.chunks) {
-                self.chunks.free(phys);
-                return Err(e);
+            let mapped = match self.chunks.alloc() {
+                Some(phys) => mmu
+                    .map_block(b, phys, &mut self.chunks)
+                    .map(|_| phys)
+                    .inspect_err(|_| self.chunks.free(phys)),
+                None => Err(Errno::ENOMEM),
+            };
+            match mapped {
+                Ok(phys) => {
+                    self.blocks.insert(b, phys);
+                    added.push(b);
+                }
+                Err(e) => {
+                    // Page-table pages may have used up the chunks: undo this call.
+                    for b in added {
+                        if let Some(phys) = self.blocks.remove(&b) {
+                            mmu.unmap_block(b);
+                            self.chunks.free(phys); // untouched: still zero
+                        }
+                    }
+                    return Err(e);
+                }
             }
-            self.blocks.insert(b, phys);
         }
         Ok(())
     }
 
-    /// Releases the blocks of `[start, end)` that no VMA uses any more.
+    /// Releases the backed blocks of `[start, end)` that no VMA uses any more.
     fn release_unused(&mut self, start: u64, end: u64, mmu: &mut impl Mmu) {
-        for b in block_range(start, end) {
+        let (lo, hi) = (
+            align_down(start, HUGE_PAGE_SIZE),
+            align_up(end, HUGE_PAGE_SIZE),
+        );
+        let candidates: Vec<u64> = self.blocks.range(lo..hi).map(|(b, _)| *b).collect();
+        for b in candidates {
             if self.vmas.intersects(b, b + HUGE_PAGE_SIZE) {
                 continue;
             }
@@ -145,24 +172,34 @@ impl AddressSpace {
 
     /// Zeroes the backed parts of `[start, end)`.
     fn zero_backed(&self, start: u64, end: u64, mmu: &mut impl Mmu) {
-        for b in block_range(start, end) {
-            if self.blocks.contains_key(&b) {
-                let s = start.max(b);
-                let e = end.min(b + HUGE_PAGE_SIZE);
-                mmu.zero(s, e - s);
-            }
+        let (lo, hi) = (
+            align_down(start, HUGE_PAGE_SIZE),
+            align_up(end, HUGE_PAGE_SIZE),
+        );
+        for (b, _) in self.blocks.range(lo..hi) {
+            let s = start.max(*b);
+            let e = end.min(b + HUGE_PAGE_SIZE);
+            mmu.zero(s, e - s);
         }
     }
 
     /// Removes `[start, end)` from the address space (page aligned), zeroing what it
-    /// held so the backing is clean for whoever maps it next.
+    /// held, whatever its recorded protection (the memory underneath is always
+    /// writable), so that free chunks stay zero.
     fn remove(&mut self, start: u64, end: u64, mmu: &mut impl Mmu) {
         for v in self.vmas.remove_range(start, end) {
-            if v.prot != 0 {
-                self.zero_backed(v.start, v.end, mmu);
-            }
+            self.zero_backed(v.start, v.end, mmu);
         }
         self.release_unused(start, end, mmu);
+    }
+
+    /// Fails with ENOMEM when `more` further VMAs would exceed [`MAX_MAP_COUNT`].
+    fn room_for(&self, more: usize) -> Result<(), Errno> {
+        if self.vmas.len() + more > MAX_MAP_COUNT {
+            Err(Errno::ENOMEM)
+        } else {
+            Ok(())
+        }
     }
 
     /// `brk(2)`: returns the new break, or the old one when it cannot move.
@@ -173,7 +210,10 @@ impl AddressSpace {
         let old_end = align_up(self.brk, PAGE_SIZE);
         let new_end = align_up(want, PAGE_SIZE);
         if new_end > old_end {
-            if self.vmas.intersects(old_end, new_end) || self.back(old_end, new_end, mmu).is_err() {
+            if self.room_for(1).is_err()
+                || self.vmas.intersects(old_end, new_end)
+                || self.back(old_end, new_end, mmu).is_err()
+            {
                 return self.brk;
             }
             self.vmas.insert(Vma {
@@ -183,6 +223,9 @@ impl AddressSpace {
                 kind: VmaKind::Brk,
             });
         } else if new_end < old_end {
+            if self.room_for(1).is_err() {
+                return self.brk;
+            }
             self.remove(new_end, old_end, mmu);
         }
         self.brk = want;
@@ -210,6 +253,7 @@ impl AddressSpace {
         if len >= USER_END {
             return Err(Errno::ENOMEM);
         }
+        self.room_for(2)?;
         let fixed = flags & (FIXED | FIXED_NOREPLACE) != 0;
         let start = if fixed {
             if !addr.is_multiple_of(PAGE_SIZE) {
@@ -268,6 +312,7 @@ impl AddressSpace {
             .map(|e| e & !(PAGE_SIZE - 1))
             .filter(|e| *e <= USER_END)
             .ok_or(Errno::EINVAL)?;
+        self.room_for(1)?; // unmapping the middle of a VMA splits it
         self.remove(addr, end, mmu);
         Ok(())
     }
@@ -296,6 +341,7 @@ impl AddressSpace {
         if !self.vmas.covers(addr, end) {
             return Err(Errno::ENOMEM);
         }
+        self.room_for(2)?;
         if prot != 0 {
             self.back(addr, end, mmu)?;
         }
@@ -334,7 +380,6 @@ impl AddressSpace {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use alloc::vec::Vec;
     const M: u64 = HUGE_PAGE_SIZE;
 
     #[derive(Default)]
@@ -455,6 +500,76 @@ mod tests {
         assert_eq!(s.mprotect(a, 1, 0x100, &mut m), Err(Errno::EINVAL));
         assert_eq!(s.mprotect(0x1000, 0x1000, RW, &mut m), Err(Errno::ENOMEM));
         assert_eq!(s.mprotect(a, 0, RW, &mut m), Ok(()));
+    }
+
+    #[test]
+    fn freed_memory_is_zeroed_whatever_its_protection() {
+        let (mut s, mut m) = (space(8), FakeMmu::default());
+        let a = s.mmap_anon(0, 0x4000, RW, ANON, &mut m).unwrap();
+        s.mprotect(a, 0x4000, 0, &mut m).unwrap();
+        s.munmap(a, 0x4000, &mut m).unwrap();
+        assert_eq!(m.zeroed, [(a, 0x4000)]);
+        assert!(m.mapped.is_empty());
+    }
+
+    #[test]
+    fn huge_ranges_fail_fast_and_leave_nothing_behind() {
+        let (mut s, mut m) = (space(4), FakeMmu::default());
+        assert_eq!(
+            s.mmap_anon(0, 1 << 46, PROT_READ, ANON, &mut m),
+            Err(Errno::ENOMEM)
+        );
+        let r = s
+            .mmap_anon(1 << 44, 1 << 45, 0, ANON | map_flags::FIXED, &mut m)
+            .unwrap();
+        assert_eq!(s.mprotect(r, 1 << 45, RW, &mut m), Err(Errno::ENOMEM));
+        s.munmap(0x1000, USER_END - 0x1000, &mut m).unwrap();
+        assert_eq!(s.vmas.iter().count(), 0);
+        assert_eq!(s.chunks.free_chunks(), 4);
+    }
+
+    #[test]
+    fn failed_backing_is_undone() {
+        // A mapper that runs out of page-table memory on the third block.
+        struct Failing(FakeMmu, usize);
+        impl Mmu for Failing {
+            fn map_block(&mut self, v: u64, p: u64, c: &mut ChunkAllocator) -> Result<(), Errno> {
+                self.1 += 1;
+                if self.1 == 3 {
+                    return Err(Errno::ENOMEM);
+                }
+                self.0.map_block(v, p, c)
+            }
+            fn unmap_block(&mut self, v: u64) {
+                self.0.unmap_block(v)
+            }
+            fn zero(&mut self, v: u64, l: u64) {
+                self.0.zero(v, l)
+            }
+        }
+        let mut s = space(8);
+        let mut m = Failing(FakeMmu::default(), 0);
+        assert_eq!(s.mmap_anon(0, 4 * M, RW, ANON, &mut m), Err(Errno::ENOMEM));
+        assert!(m.0.mapped.is_empty());
+        assert_eq!(s.chunks.free_chunks(), 8);
+        assert_eq!(s.vmas.iter().count(), 0);
+    }
+
+    #[test]
+    fn the_number_of_mappings_is_bounded() {
+        let (mut s, mut m) = (space(8), FakeMmu::default());
+        let r = s
+            .mmap_anon(0, 2 * MAX_MAP_COUNT as u64 * 0x2000, 0, ANON, &mut m)
+            .unwrap();
+        let mut n = 0;
+        let err = loop {
+            match s.munmap(r + n * 0x2000, 0x1000, &mut m) {
+                Ok(()) => n += 1,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err, Errno::ENOMEM);
+        assert_eq!(s.vmas.iter().count(), MAX_MAP_COUNT);
     }
 
     #[test]

@@ -40,6 +40,14 @@ impl VmaSet {
         Self::default()
     }
 
+    pub fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = &Vma> {
         self.map.values()
     }

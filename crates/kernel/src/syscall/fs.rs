@@ -5,6 +5,7 @@ use super::SyscallFrame;
 use crate::arch::{self, copy_to_user, user_slice};
 use crate::errno::{Errno, SysResult};
 use crate::kernel::{kernel, HostSink, Kernel};
+use alloc::vec::Vec;
 
 /// Linux caps one read or write at this many bytes.
 const MAX_RW_COUNT: u64 = 0x7fff_f000;
@@ -56,13 +57,26 @@ pub fn writev(f: &mut SyscallFrame) -> SysResult {
         return Err(Errno::EINVAL);
     }
     let mut k = kernel();
+    // The vector is read and checked as a whole first, as Linux does: a bad array is
+    // EFAULT, lengths adding up past isize::MAX are EINVAL, before anything is written.
+    let vecs: Vec<(u64, u64)> = {
+        let raw = arch::user_slice(&k.space, iov, count * 16)?;
+        raw.chunks_exact(16)
+            .map(|c| {
+                (
+                    u64::from_le_bytes(c[..8].try_into().unwrap_or_default()),
+                    u64::from_le_bytes(c[8..].try_into().unwrap_or_default()),
+                )
+            })
+            .collect()
+    };
+    vecs.iter()
+        .try_fold(0u64, |sum, (_, len)| {
+            sum.checked_add(*len).filter(|s| *s <= isize::MAX as u64)
+        })
+        .ok_or(Errno::EINVAL)?;
     let mut total: u64 = 0;
-    for i in 0..count {
-        let base = arch::read_user_u64(&k.space, iov + 16 * i)?;
-        let len = arch::read_user_u64(&k.space, iov + 16 * i + 8)?;
-        if len > isize::MAX as u64 {
-            return Err(Errno::EINVAL);
-        }
+    for (base, len) in vecs {
         match write_to(&mut k, fd, base, len.min(MAX_RW_COUNT - total)) {
             Ok(n) => total += n,
             // Linux reports what was written before the error, if anything.

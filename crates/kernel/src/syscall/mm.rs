@@ -25,6 +25,9 @@ pub fn mmap(f: &mut SyscallFrame) -> SysResult {
     if offset % onering_abi::layout::PAGE_SIZE != 0 {
         return Err(Errno::EINVAL);
     }
+    if offset.checked_add(len).is_none() {
+        return Err(Errno::EOVERFLOW);
+    }
     let Kernel { space, mmu, .. } = &mut *kernel();
     space.mmap_anon(addr, len, prot, flags, mmu)
 }
