@@ -16,7 +16,7 @@ pub mod layout;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 2;
+pub const ABI_VERSION: u64 = 3;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -118,6 +118,9 @@ pub struct PerCpuHeader {
     pub in_fault: u64,
     /// The hostcall argument block of this vCPU, see [`HostcallBlock`].
     pub hostcall: HostcallBlock,
+    /// System calls that arrived through the trap (not a rewritten site); the ring-0
+    /// stub counts them, the VMM reports them (`--stats`).
+    pub traps: u64,
 }
 
 /// Byte offsets into [`PerCpuHeader`], used by assembly.
@@ -129,6 +132,7 @@ pub mod percpu_offsets {
     pub const USER_RSP: usize = 32;
     pub const IN_FAULT: usize = 40;
     pub const HOSTCALL: usize = 48;
+    pub const TRAPS: usize = 104;
 }
 
 const _: () = {
@@ -138,6 +142,7 @@ const _: () = {
     assert!(offset_of!(PerCpuHeader, user_rsp) == percpu_offsets::USER_RSP);
     assert!(offset_of!(PerCpuHeader, in_fault) == percpu_offsets::IN_FAULT);
     assert!(offset_of!(PerCpuHeader, hostcall) == percpu_offsets::HOSTCALL);
+    assert!(offset_of!(PerCpuHeader, traps) == percpu_offsets::TRAPS);
     assert!(size_of::<BootInfo>() <= layout::PAGE_SIZE as usize);
     assert!(size_of::<PerCpuHeader>() <= layout::PERCPU_STRIDE as usize);
 };

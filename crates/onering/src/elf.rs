@@ -231,6 +231,52 @@ impl Program {
     }
 }
 
+/// Executable segments have this flag.
+pub const PF_X: u32 = 1;
+
+/// Function symbols `(address, size)` from the symbol table, if the file has one;
+/// empty for a stripped or malformed file. Used to decode code function by function.
+pub fn functions(file: &[u8]) -> Vec<(u64, u64)> {
+    let get = |o: usize, n: usize| file.get(o..o.checked_add(n)?);
+    let u16_ = |o: usize| get(o, 2).map(|b| u16::from_le_bytes([b[0], b[1]]));
+    let u64_ = |o: usize| get(o, 8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or_default()));
+    let (Some(shoff), Some(shentsize), Some(shnum)) = (u64_(40), u16_(58), u16_(60)) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for i in 0..shnum as usize {
+        let Some(sh) = (shoff as usize)
+            .checked_add(i * shentsize as usize)
+            .and_then(|o| get(o, 64))
+        else {
+            break;
+        };
+        if u32_at(sh, 4) != 2 {
+            continue; // not SHT_SYMTAB
+        }
+        let (off, size, entsize) = (
+            u64_at(sh, 24) as usize,
+            u64_at(sh, 32) as usize,
+            u64_at(sh, 56) as usize,
+        );
+        if entsize < 24 {
+            continue;
+        }
+        for j in 0..size / entsize {
+            let Some(sym) = off.checked_add(j * entsize).and_then(|o| get(o, 24)) else {
+                break;
+            };
+            let (info, value, sz) = (sym[4], u64_at(sym, 8), u64_at(sym, 16));
+            if info & 0xf == 2 && sz > 0 && value != 0 {
+                out.push((value, sz));
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup_by_key(|f| f.0);
+    out
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -9,6 +9,7 @@
 
 use crate::elf::Program;
 use crate::kernel_image;
+use crate::rewrite;
 use crate::stack::{self, StackError, StackSpec};
 use crate::x86::{self, PageTables, X86Error, PTE_GLOBAL, PTE_PCD, PTE_PWT};
 use onering_abi::layout::{self, align_down, align_up, direct, HUGE_PAGE_SIZE};
@@ -61,6 +62,8 @@ pub struct LoadSpec<'a> {
     pub gid: u64,
     pub random: [u8; 16],
     pub hwcap: u64,
+    /// Rewrite `syscall` instructions into calls (else every system call traps).
+    pub rewrite: bool,
 }
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
@@ -95,6 +98,36 @@ pub fn fatal_frame_phys(cpu: u64) -> u64 {
     cpu_stack_tops(cpu).2 - 7 * 8
 }
 
+/// How many system-call sites were found and rewritten.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RewriteStats {
+    pub sites: usize,
+    pub rewritten: usize,
+}
+
+/// Plans the rewriting of `prog`'s system-call sites, trampolines after `vhi`.
+fn rewrite_program(prog: &Program, file: &[u8], bias: u64, vhi: u64) -> rewrite::Plan {
+    let code: Vec<rewrite::Code> = prog
+        .segments
+        .iter()
+        .filter(|s| s.flags & crate::elf::PF_X != 0)
+        .map(|s| rewrite::Code {
+            addr: s.vaddr.wrapping_add(bias),
+            bytes: &file[s.offset as usize..(s.offset + s.filesz) as usize],
+        })
+        .collect();
+    let functions: Vec<(u64, u64)> = crate::elf::functions(file)
+        .into_iter()
+        .map(|(a, s)| (a.wrapping_add(bias), s))
+        .collect();
+    let target = rewrite::Target {
+        entry: kernel_image::SYSCALL_ENTRY,
+        user_rsp: onering_abi::percpu_offsets::USER_RSP as u32,
+        kstack_top: onering_abi::percpu_offsets::KSTACK_TOP as u32,
+    };
+    rewrite::plan(&code, &functions, align_up(vhi, 64), &target)
+}
+
 /// Writes everything into `mem`; returns the boot info (also written to memory,
 /// except the clock fields, which `write_boot_info` fills in just before the start).
 pub fn load(
@@ -102,7 +135,7 @@ pub fn load(
     spec: &LoadSpec,
     prog: &Program,
     file: &[u8],
-) -> Result<BootInfo> {
+) -> Result<(BootInfo, RewriteStats)> {
     let ram = crate::vm::ram_ranges(spec.mem_size);
     let low_end = ram[0].0 .0 + ram[0].1 as u64;
 
@@ -143,8 +176,21 @@ pub fn load(
             vhi
         }));
     }
+    // Rewrite the system-call sites; the trampolines go right after the image, inside
+    // its mapping, and the program break starts after them.
+    let rewrite = if spec.rewrite {
+        rewrite_program(prog, file, bias, vhi)
+    } else {
+        rewrite::Plan::default()
+    };
+    let tramp_base = align_up(vhi, 64);
+    let vend = if rewrite.trampolines.is_empty() {
+        vhi
+    } else {
+        tramp_base + rewrite.trampolines.len() as u64
+    };
     let img_virt = align_down(vlo, HUGE_PAGE_SIZE);
-    let img_size = align_up(vhi, HUGE_PAGE_SIZE) - img_virt;
+    let img_size = align_up(vend, HUGE_PAGE_SIZE) - img_virt;
     let img_phys = next;
     next += img_size;
     if next + 2 * HUGE_PAGE_SIZE > low_end {
@@ -161,6 +207,14 @@ pub fn load(
             &file[s.offset as usize..(s.offset + s.filesz) as usize],
         )?;
     }
+    for patch in &rewrite.patches {
+        write(mem, img_phys + (patch.addr - img_virt), &patch.bytes)?;
+    }
+    write(
+        mem,
+        img_phys + (tramp_base - img_virt),
+        &rewrite.trampolines,
+    )?;
     // The kernel.
     write(mem, layout::KERNEL_PHYS, kernel_image::IMAGE)?;
 
@@ -252,7 +306,7 @@ pub fn load(
         heap_size,
         entry,
         user_sp: st.sp,
-        brk_start: vhi,
+        brk_start: vend,
         image_start: vlo,
         user_maps: [
             UserMapping {
@@ -274,7 +328,13 @@ pub fn load(
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
-    Ok(bi)
+    Ok((
+        bi,
+        RewriteStats {
+            sites: rewrite.sites,
+            rewritten: rewrite.rewritten,
+        },
+    ))
 }
 
 /// The kernel's first-instruction state for CPU `cpu`: (entry, stack, rdi).
@@ -302,6 +362,7 @@ fn percpu_bytes(h: &PerCpuHeader) -> Vec<u8> {
     ];
     w.extend(h.hostcall.args);
     w.push(h.hostcall.ret);
+    w.push(h.traps);
     words_to_bytes(&w)
 }
 
@@ -350,6 +411,7 @@ mod tests {
             gid: 0,
             random: [0; 16],
             hwcap: 0,
+            rewrite: true,
         }
     }
 
@@ -379,7 +441,7 @@ mod tests {
         let file = tiny_elf(&[0xf4, 0x90, 0x90]);
         let prog = Program::parse(&file).unwrap();
         let mem = GuestMemoryMmap::from_ranges(&crate::vm::ram_ranges(64 << 20)).unwrap();
-        let bi = load(&mem, &spec(64 << 20), &prog, &file).unwrap();
+        let (bi, _) = load(&mem, &spec(64 << 20), &prog, &file).unwrap();
         assert_eq!(bi.entry, 0x401000);
         assert_eq!(bi.brk_start, 0x401103);
         let (pa, _) = x86::translate(&mem, layout::BOOT_PT_PHYS, 0x401000).unwrap();

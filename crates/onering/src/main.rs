@@ -10,6 +10,7 @@
 mod elf;
 mod exit;
 mod loader;
+mod rewrite;
 mod stack;
 mod sys;
 mod vm;
@@ -65,6 +66,14 @@ struct RunArgs {
     /// Do not report unsupported system calls.
     #[arg(short, long)]
     quiet: bool,
+    /// At exit, report how many system-call sites were rewritten and how many calls
+    /// still trapped.
+    #[arg(long)]
+    stats: bool,
+    /// Leave `syscall` instructions alone: every system call traps (slow; for
+    /// comparison and debugging).
+    #[arg(long)]
+    no_rewrite: bool,
     /// The static x86-64 ELF program.
     program: OsString,
     /// Its arguments (everything after PROGRAM goes to the program).
@@ -333,6 +342,7 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
         random: random16(),
         // Linux's AT_HWCAP on x86-64: CPUID leaf 1 EDX.
         hwcap: u64::from(std::arch::x86_64::__cpuid(1).edx),
+        rewrite: !args.no_rewrite,
     };
 
     let onering_err = |e: vm::VmError| Failure::Onering(e.to_string());
@@ -342,7 +352,7 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
     trace.mark("memory registered");
     let cpuid = vm::supported_cpuid(&kvm).map_err(onering_err)?;
     trace.mark("CPUID read");
-    let mut bi = loader::load(&mem, &spec, &prog, &file).map_err(|e| {
+    let (mut bi, rewritten) = loader::load(&mem, &spec, &prog, &file).map_err(|e| {
         let msg = format!("{shown}: {e}");
         if e.is_program_error() {
             Failure::NotRunnable(msg)
@@ -379,6 +389,9 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
     // see sys::exit_leaving_teardown.
     std::mem::forget(vcpu);
     std::mem::forget(vmfd);
+    if args.stats {
+        print_stats(&mem, rewritten);
+    }
     Ok(report(outcome))
 }
 
@@ -447,6 +460,20 @@ fn signal_name(sig: u64) -> String {
         _ => return format!("signal {sig}"),
     };
     name.to_string()
+}
+
+/// `--stats`: system-call sites rewritten and left, calls that trapped.
+fn print_stats(mem: &GuestMemoryMmap, r: loader::RewriteStats) {
+    use vm_memory::Bytes;
+    let at = onering_abi::layout::PERCPU_PHYS + onering_abi::percpu_offsets::TRAPS as u64;
+    let traps: u64 = mem.read_obj(vm_memory::GuestAddress(at)).unwrap_or(0);
+    eprintln!(
+        "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped",
+        r.sites,
+        r.rewritten,
+        r.sites - r.rewritten,
+        traps
+    );
 }
 
 /// Prints how the VM ended (if not by a plain exit) and returns the exit status.

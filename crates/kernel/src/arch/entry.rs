@@ -28,6 +28,7 @@ _start:
     // travel in their registers.
     .global syscall_trap_entry
 syscall_trap_entry:
+    incq %gs:{traps}
     mov %rsp, %gs:{user_rsp}
     mov %gs:{kstack_top}, %rsp
     pushq ${user_ds}
@@ -175,6 +176,7 @@ fault_entry:
     dispatch = sym crate::boot::syscall_dispatch,
     fault = sym crate::boot::fault_dispatch,
     user_rsp = const pc::USER_RSP,
+    traps = const pc::TRAPS,
     kstack_top = const pc::KSTACK_TOP,
     fault_stack_top = const pc::FAULT_STACK_TOP,
     in_fault = const pc::IN_FAULT,

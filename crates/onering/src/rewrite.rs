@@ -1,0 +1,374 @@
+//! Load-time rewriting of the program's `syscall` instructions into calls into the
+//! kernel, so that a system call never leaves guest ring 3 (a trap costs ~7 µs here,
+//! a call a few nanoseconds).
+//!
+//! Sites are found by decoding instructions (iced-x86), function by function when the
+//! file has a symbol table, by a linear sweep of the executable segments otherwise.
+//! A byte search would also find `0f 05` inside other instructions and data; it is
+//! used only to skip functions that cannot contain a site.
+//!
+//! Each site is rewritten as LiteBox-style rewriters do: the 2-byte `syscall` and
+//! neighbouring instructions (enough for 5 bytes, none of them a branch target) are
+//! replaced by a `jmp rel32` to a per-site trampoline. The trampoline runs the moved
+//! instructions before the call (relocated by iced's block encoder), switches to the
+//! kernel stack without touching the program's stack (its red zone stays intact),
+//! puts the flags in R11 and the return address in RCX (which `syscall` clobbers
+//! anyway), jumps to the kernel's ring-3 `syscall_entry`, and on return runs the moved
+//! instructions after the call and jumps back. zpoline's `call *%rax` was rejected
+//! because a call pushes a return address into the red zone; systrap-style rewriting
+//! of only `mov $nr,%eax; syscall` would miss sites whose number is computed.
+//!
+//! A site whose neighbourhood cannot be moved safely stays as it is and traps.
+
+use iced_x86::{
+    BlockEncoder, BlockEncoderOptions, Decoder, DecoderOptions, FlowControl, Instruction,
+    InstructionBlock, Mnemonic,
+};
+use std::collections::HashSet;
+
+/// Bytes `jmp rel32` needs.
+const JMP_LEN: usize = 5;
+/// Instructions looked at on each side of a site.
+const REACH: usize = 4;
+
+/// What the rewriter needs to know about the kernel side.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// Ring-3 system-call entry of the kernel.
+    pub entry: u64,
+    /// `%gs` offsets of the user stack pointer slot and of the kernel stack top.
+    pub user_rsp: u32,
+    pub kstack_top: u32,
+}
+
+/// Bytes to write over the program's code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Patch {
+    pub addr: u64,
+    pub bytes: Vec<u8>,
+}
+
+/// The result of rewriting one program.
+#[derive(Debug, Default)]
+pub struct Plan {
+    pub patches: Vec<Patch>,
+    /// Trampoline code, to be placed at the base address given to [`plan`].
+    pub trampolines: Vec<u8>,
+    /// `syscall` instructions found.
+    pub sites: usize,
+    /// Of those, rewritten.
+    pub rewritten: usize,
+}
+
+/// A stretch of code to decode: its (loaded) address and bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Code<'a> {
+    pub addr: u64,
+    pub bytes: &'a [u8],
+}
+
+fn decode(addr: u64, bytes: &[u8]) -> Vec<Instruction> {
+    let mut d = Decoder::with_ip(64, bytes, addr, DecoderOptions::NONE);
+    let mut out = Vec::with_capacity(bytes.len() / 4);
+    let mut i = Instruction::default();
+    while d.can_decode() {
+        d.decode_out(&mut i);
+        out.push(i);
+    }
+    out
+}
+
+fn has_syscall_bytes(b: &[u8]) -> bool {
+    b.windows(2).any(|w| w == [0x0f, 0x05])
+}
+
+/// Splits the code into decoding units: the functions of the symbol table, and
+/// whatever lies between them (assembly routines often have no size), swept linearly;
+/// whole segments when there are no symbols. Units without the `0f 05` byte pair
+/// are skipped.
+fn units<'a>(code: &[Code<'a>], functions: &[(u64, u64)]) -> Vec<Code<'a>> {
+    let mut out = Vec::new();
+    for c in code {
+        let end = c.addr + c.bytes.len() as u64;
+        let piece = |from: u64, to: u64| Code {
+            addr: from,
+            bytes: &c.bytes[(from - c.addr) as usize..(to - c.addr) as usize],
+        };
+        let mut at = c.addr;
+        // `functions` is sorted by address; overlapping entries are skipped.
+        for &(a, s) in functions
+            .iter()
+            .filter(|(a, s)| *a >= c.addr && a.checked_add(*s).is_some_and(|e| e <= end))
+        {
+            if a < at {
+                continue;
+            }
+            if a > at {
+                out.push(piece(at, a));
+            }
+            out.push(piece(a, a + s));
+            at = a + s;
+        }
+        if at < end {
+            out.push(piece(at, end));
+        }
+    }
+    out.retain(|u| has_syscall_bytes(u.bytes));
+    out
+}
+
+/// Whether `i` may be moved into a trampoline (as a neighbour of the site).
+fn movable(i: &Instruction, last: bool) -> bool {
+    if i.is_invalid() || i.mnemonic() == Mnemonic::Syscall {
+        return false;
+    }
+    match i.flow_control() {
+        FlowControl::Next => true,
+        // A return ends the window: nothing after it runs.
+        FlowControl::Return => last,
+        _ => false,
+    }
+}
+
+fn encode(instrs: &[Instruction], rip: u64) -> Option<Vec<u8>> {
+    if instrs.is_empty() {
+        return Some(Vec::new());
+    }
+    BlockEncoder::encode(
+        64,
+        InstructionBlock::new(instrs, rip),
+        BlockEncoderOptions::NONE,
+    )
+    .ok()
+    .map(|r| r.code_buffer)
+}
+
+fn rel32(from_next: u64, to: u64) -> Option<[u8; 4]> {
+    i32::try_from(to.wrapping_sub(from_next) as i64)
+        .ok()
+        .map(i32::to_le_bytes)
+}
+
+/// Builds the trampoline for a window (`pre`, the site, `post`) at `at`, returning
+/// to `back`.
+fn trampoline(
+    pre: &[Instruction],
+    post: &[Instruction],
+    at: u64,
+    back: u64,
+    t: &Target,
+) -> Option<Vec<u8>> {
+    let mut code = encode(pre, at)?;
+    // mov %rsp, %gs:user_rsp ; mov %gs:kstack_top, %rsp
+    code.extend([0x65, 0x48, 0x89, 0x24, 0x25]);
+    code.extend(t.user_rsp.to_le_bytes());
+    code.extend([0x65, 0x48, 0x8b, 0x24, 0x25]);
+    code.extend(t.kstack_top.to_le_bytes());
+    // pushfq ; pop %r11 (on the kernel stack)
+    code.extend([0x9c, 0x41, 0x5b]);
+    // lea R(%rip), %rcx ; jmp *E(%rip)  -- R follows the jmp
+    let lea_at = at + code.len() as u64;
+    let r = lea_at + 7 + 6;
+    code.extend([0x48, 0x8d, 0x0d]);
+    code.extend(rel32(lea_at + 7, r)?);
+    let jmp_at = lea_at + 7;
+    let post_code = encode(post, r)?;
+    let e = r + post_code.len() as u64 + JMP_LEN as u64;
+    code.extend([0xff, 0x25]);
+    code.extend(rel32(jmp_at + 6, e)?);
+    code.extend(&post_code);
+    // jmp back
+    let jmp_back_at = at + code.len() as u64;
+    code.push(0xe9);
+    code.extend(rel32(jmp_back_at + 5, back)?);
+    code.extend(t.entry.to_le_bytes());
+    Some(code)
+}
+
+/// Finds and rewrites the `syscall` sites of `code`; trampolines go at `base`
+/// (which must be within ±2 GiB of the code). `functions` are the symbol table's
+/// function ranges (loaded addresses), empty if there are none.
+pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target) -> Plan {
+    let decoded: Vec<Vec<Instruction>> = units(code, functions)
+        .iter()
+        .map(|u| decode(u.addr, u.bytes))
+        .collect();
+    // Every direct branch target: a window may start at one but not contain one.
+    let mut targets: HashSet<u64> = HashSet::new();
+    for unit in &decoded {
+        if let Some(first) = unit.first() {
+            targets.insert(first.ip());
+        }
+        for i in unit {
+            if matches!(
+                i.flow_control(),
+                FlowControl::UnconditionalBranch
+                    | FlowControl::ConditionalBranch
+                    | FlowControl::Call
+            ) {
+                targets.insert(i.near_branch_target());
+            }
+        }
+    }
+
+    let mut plan = Plan::default();
+    for unit in &decoded {
+        let mut taken = 0usize; // instructions before this index are already used
+        for (idx, ins) in unit.iter().enumerate() {
+            if ins.mnemonic() != Mnemonic::Syscall {
+                continue;
+            }
+            plan.sites += 1;
+            if idx < taken {
+                continue;
+            }
+            let Some((lo, hi)) = window(unit, idx, taken, &targets) else {
+                continue;
+            };
+            let (ws, we) = (unit[lo].ip(), unit[hi].next_ip());
+            let at = base + plan.trampolines.len() as u64;
+            let Some(tramp) = trampoline(&unit[lo..idx], &unit[idx + 1..=hi], at, we, target)
+            else {
+                continue;
+            };
+            let Some(rel) = rel32(ws + JMP_LEN as u64, at) else {
+                continue;
+            };
+            let mut bytes = vec![0xe9];
+            bytes.extend(rel);
+            bytes.resize((we - ws) as usize, 0xcc); // int3: nothing may land here
+            plan.patches.push(Patch { addr: ws, bytes });
+            plan.trampolines.extend(tramp);
+            plan.rewritten += 1;
+            taken = hi + 1;
+        }
+    }
+    plan
+}
+
+/// The smallest window of instructions `[lo, hi]` around the site `idx` that is at
+/// least 5 bytes long, movable, and holds no branch target except at its start.
+fn window(
+    unit: &[Instruction],
+    idx: usize,
+    taken: usize,
+    targets: &HashSet<u64>,
+) -> Option<(usize, usize)> {
+    let mut best: Option<(usize, usize)> = None;
+    for back in 0..=REACH.min(idx - taken) {
+        for fwd in 0..=REACH {
+            let (lo, hi) = (idx - back, idx + fwd);
+            if hi >= unit.len() {
+                break;
+            }
+            let len = (unit[hi].next_ip() - unit[lo].ip()) as usize;
+            if len < JMP_LEN {
+                continue;
+            }
+            let ok = (lo..=hi).all(|k| k == idx || movable(&unit[k], k == hi))
+                && (lo + 1..=hi).all(|k| !targets.contains(&unit[k].ip()))
+                // A `ret` ends the window: nothing may follow it inside.
+                && (lo..hi).all(|k| unit[k].flow_control() != FlowControl::Return);
+            if ok && best.is_none_or(|(l, h)| hi - lo < h - l) {
+                best = Some((lo, hi));
+            }
+            break; // longer forward windows of this `back` are no better
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Target = Target {
+        entry: 0xffff_ffff_8020_0030,
+        user_rsp: 32,
+        kstack_top: 16,
+    };
+
+    fn run(code: &[u8]) -> Plan {
+        plan(
+            &[Code {
+                addr: 0x401000,
+                bytes: code,
+            }],
+            &[],
+            0x500000,
+            &T,
+        )
+    }
+
+    #[test]
+    fn mov_then_syscall_is_rewritten() {
+        // mov $1, %eax ; syscall ; ret
+        let p = run(&[0xb8, 1, 0, 0, 0, 0x0f, 0x05, 0xc3]);
+        assert_eq!((p.sites, p.rewritten), (1, 1));
+        assert_eq!(p.patches[0].addr, 0x401000);
+        assert_eq!(p.patches[0].bytes.len(), 7);
+        assert_eq!(p.patches[0].bytes[0], 0xe9);
+        assert!(p.patches[0].bytes[5..].iter().all(|b| *b == 0xcc));
+        // The trampoline starts with the moved mov.
+        assert_eq!(&p.trampolines[..5], &[0xb8, 1, 0, 0, 0]);
+        // And ends with the kernel entry.
+        assert_eq!(
+            &p.trampolines[p.trampolines.len() - 8..],
+            &T.entry.to_le_bytes()
+        );
+    }
+
+    #[test]
+    fn a_branch_target_inside_the_window_is_respected() {
+        // 0: mov %rdi,%rax (3) ; 3: syscall ; 5: ret ; 6: jmp 3 (back to the syscall)
+        let code = [0x48, 0x89, 0xf8, 0x0f, 0x05, 0xc3, 0xeb, 0xfb];
+        let p = run(&code);
+        assert_eq!(p.sites, 1);
+        // Window [mov, syscall] holds the target 0x401003: not allowed. [syscall, ret]
+        // is 3 bytes: too short. So the site stays on the trap path.
+        assert_eq!(p.rewritten, 0);
+    }
+
+    #[test]
+    fn syscall_followed_by_code_uses_the_instructions_after() {
+        // 0: syscall ; 2: cmp $-4095,%rax (6) ; 8: ret ; and a jump to 0 (start is fine)
+        let code = [
+            0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff, 0xff, 0xc3, 0xeb, 0xf5,
+        ];
+        let p = run(&code);
+        assert_eq!((p.sites, p.rewritten), (1, 1));
+        assert_eq!(p.patches[0].bytes.len(), 8);
+    }
+
+    #[test]
+    fn rip_relative_neighbours_are_relocated() {
+        // mov 0x10(%rip),%eax (6) ; syscall
+        let code = [0x8b, 0x05, 0x10, 0, 0, 0, 0x0f, 0x05, 0xc3];
+        let p = run(&code);
+        assert_eq!(p.rewritten, 1);
+        // Decode the moved instruction in the trampoline: it must read the same address.
+        let moved = decode(0x500000, &p.trampolines[..6]);
+        assert_eq!(moved[0].ip_rel_memory_address(), 0x401006 + 0x10);
+    }
+
+    #[test]
+    fn syscall_bytes_inside_other_instructions_are_not_sites() {
+        // mov $0x050f, %eax contains 0f 05 but is not a syscall.
+        let p = run(&[0xb8, 0x0f, 0x05, 0, 0, 0xc3]);
+        assert_eq!((p.sites, p.rewritten), (0, 0));
+    }
+
+    #[test]
+    fn far_trampolines_are_refused() {
+        let p = plan(
+            &[Code {
+                addr: 0x401000,
+                bytes: &[0xb8, 1, 0, 0, 0, 0x0f, 0x05, 0xc3],
+            }],
+            &[],
+            0x7000_0000_0000,
+            &T,
+        );
+        assert_eq!((p.sites, p.rewritten), (1, 0));
+    }
+}
