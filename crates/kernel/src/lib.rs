@@ -16,6 +16,7 @@ extern crate alloc;
 pub mod console;
 pub mod errno;
 pub mod fault;
+pub mod fs;
 pub mod mm;
 pub mod syscall;
 

@@ -1,0 +1,289 @@
+//! Open files, pipes and the file-descriptor table. Pure logic.
+//!
+//! An open file description (`OpenFile`) is shared by every descriptor `dup`ed from
+//! it (offset and status flags included), as on Linux; close-on-exec belongs to the
+//! descriptor.
+
+use super::vfs::Ino;
+use crate::errno::Errno;
+use alloc::collections::VecDeque;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use spin::Mutex;
+
+/// `open` flags.
+pub mod oflag {
+    pub const O_ACCMODE: u32 = 3;
+    pub const O_RDONLY: u32 = 0;
+    pub const O_WRONLY: u32 = 1;
+    pub const O_RDWR: u32 = 2;
+    pub const O_CREAT: u32 = 0o100;
+    pub const O_EXCL: u32 = 0o200;
+    pub const O_NOCTTY: u32 = 0o400;
+    pub const O_TRUNC: u32 = 0o1000;
+    pub const O_APPEND: u32 = 0o2000;
+    pub const O_NONBLOCK: u32 = 0o4000;
+    pub const O_DIRECTORY: u32 = 0o200000;
+    pub const O_NOFOLLOW: u32 = 0o400000;
+    pub const O_CLOEXEC: u32 = 0o2000000;
+    pub const O_PATH: u32 = 0o10000000;
+    /// Flags F_SETFL may change.
+    pub const SETTABLE: u32 = O_APPEND | O_NONBLOCK;
+}
+
+/// Capacity of a pipe, as Linux's default.
+pub const PIPE_CAPACITY: usize = 64 * 1024;
+
+#[derive(Debug, Default)]
+pub struct Pipe {
+    buf: VecDeque<u8>,
+    pub readers: usize,
+    pub writers: usize,
+}
+
+impl Pipe {
+    pub fn available(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Takes up to `out.len()` bytes. `Ok(0)` is end of file (no writers left);
+    /// `EAGAIN` means empty with writers still open.
+    pub fn read(&mut self, out: &mut [u8]) -> Result<usize, Errno> {
+        if self.buf.is_empty() {
+            return if self.writers == 0 {
+                Ok(0)
+            } else {
+                Err(Errno::EAGAIN)
+            };
+        }
+        let n = out.len().min(self.buf.len());
+        for (o, b) in out.iter_mut().zip(self.buf.drain(..n)) {
+            *o = b;
+        }
+        Ok(n)
+    }
+
+    /// Appends what fits of `data`. `EPIPE` without readers, `EAGAIN` when full.
+    pub fn write(&mut self, data: &[u8]) -> Result<usize, Errno> {
+        if self.readers == 0 {
+            return Err(Errno::EPIPE);
+        }
+        let n = data.len().min(PIPE_CAPACITY - self.buf.len());
+        if n == 0 && !data.is_empty() {
+            return Err(Errno::EAGAIN);
+        }
+        self.buf.extend(&data[..n]);
+        Ok(n)
+    }
+}
+
+#[derive(Debug)]
+pub enum Kind {
+    /// A node of the tree (file, directory, device).
+    Node(Ino),
+    PipeRead(Arc<Mutex<Pipe>>),
+    PipeWrite(Arc<Mutex<Pipe>>),
+}
+
+#[derive(Debug)]
+pub struct OpenFile {
+    pub kind: Kind,
+    /// Access mode and status flags (`O_APPEND`, `O_NONBLOCK`, ...).
+    pub flags: u32,
+    pub offset: u64,
+}
+
+impl OpenFile {
+    pub fn new(kind: Kind, flags: u32) -> Self {
+        OpenFile {
+            kind,
+            flags,
+            offset: 0,
+        }
+    }
+
+    pub fn readable(&self) -> bool {
+        self.flags & oflag::O_PATH == 0 && self.flags & oflag::O_ACCMODE != oflag::O_WRONLY
+    }
+
+    pub fn writable(&self) -> bool {
+        self.flags & oflag::O_PATH == 0 && self.flags & oflag::O_ACCMODE != oflag::O_RDONLY
+    }
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        match &self.kind {
+            Kind::PipeRead(p) => p.lock().readers -= 1,
+            Kind::PipeWrite(p) => p.lock().writers -= 1,
+            Kind::Node(_) => {}
+        }
+    }
+}
+
+pub type FileRef = Arc<Mutex<OpenFile>>;
+
+/// A pipe's two ends.
+pub fn pipe(flags: u32) -> (FileRef, FileRef) {
+    let p = Arc::new(Mutex::new(Pipe {
+        buf: VecDeque::new(),
+        readers: 1,
+        writers: 1,
+    }));
+    let status = flags & oflag::O_NONBLOCK;
+    let r = OpenFile::new(Kind::PipeRead(p.clone()), oflag::O_RDONLY | status);
+    let w = OpenFile::new(Kind::PipeWrite(p), oflag::O_WRONLY | status);
+    (Arc::new(Mutex::new(r)), Arc::new(Mutex::new(w)))
+}
+
+/// Most open descriptors (RLIMIT_NOFILE).
+pub const MAX_FDS: usize = 1024;
+
+#[derive(Debug, Clone)]
+struct Slot {
+    file: FileRef,
+    cloexec: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct FdTable {
+    slots: Vec<Option<Slot>>,
+}
+
+impl FdTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn get(&self, fd: u64) -> Result<&FileRef, Errno> {
+        self.slots
+            .get(fd as usize)
+            .and_then(|s| s.as_ref())
+            .map(|s| &s.file)
+            .ok_or(Errno::EBADF)
+    }
+
+    /// Installs `file` at the lowest free descriptor `>= min`.
+    pub fn insert_from(&mut self, min: usize, file: FileRef, cloexec: bool) -> Result<u64, Errno> {
+        if min >= MAX_FDS {
+            return Err(Errno::EINVAL);
+        }
+        let fd = (min..MAX_FDS)
+            .find(|i| self.slots.get(*i).is_none_or(|s| s.is_none()))
+            .ok_or(Errno::EMFILE)?;
+        if self.slots.len() <= fd {
+            self.slots.resize(fd + 1, None);
+        }
+        self.slots[fd] = Some(Slot { file, cloexec });
+        Ok(fd as u64)
+    }
+
+    pub fn insert(&mut self, file: FileRef, cloexec: bool) -> Result<u64, Errno> {
+        self.insert_from(0, file, cloexec)
+    }
+
+    /// Puts `file` at exactly `fd`, closing what was there (`dup2`).
+    pub fn install(&mut self, fd: u64, file: FileRef, cloexec: bool) -> Result<u64, Errno> {
+        let i = fd as usize;
+        if i >= MAX_FDS {
+            return Err(Errno::EBADF);
+        }
+        if self.slots.len() <= i {
+            self.slots.resize(i + 1, None);
+        }
+        self.slots[i] = Some(Slot { file, cloexec });
+        Ok(fd)
+    }
+
+    pub fn close(&mut self, fd: u64) -> Result<(), Errno> {
+        let slot = self.slots.get_mut(fd as usize).ok_or(Errno::EBADF)?;
+        slot.take().map(|_| ()).ok_or(Errno::EBADF)
+    }
+
+    pub fn cloexec(&self, fd: u64) -> Result<bool, Errno> {
+        self.slots
+            .get(fd as usize)
+            .and_then(|s| s.as_ref())
+            .map(|s| s.cloexec)
+            .ok_or(Errno::EBADF)
+    }
+
+    pub fn set_cloexec(&mut self, fd: u64, on: bool) -> Result<(), Errno> {
+        let s = self
+            .slots
+            .get_mut(fd as usize)
+            .and_then(|s| s.as_mut())
+            .ok_or(Errno::EBADF)?;
+        s.cloexec = on;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(ino: Ino) -> FileRef {
+        Arc::new(Mutex::new(OpenFile::new(Kind::Node(ino), oflag::O_RDWR)))
+    }
+
+    #[test]
+    fn lowest_free_descriptor() {
+        let mut t = FdTable::new();
+        assert_eq!(t.insert(file(1), false), Ok(0));
+        assert_eq!(t.insert(file(2), false), Ok(1));
+        t.close(0).unwrap();
+        assert_eq!(t.close(0), Err(Errno::EBADF));
+        assert_eq!(t.insert(file(3), true), Ok(0));
+        assert_eq!(t.insert_from(10, file(4), false), Ok(10));
+        assert_eq!(t.cloexec(0), Ok(true));
+        assert_eq!(t.get(5).map(|_| ()), Err(Errno::EBADF));
+        assert_eq!(t.install(1, file(5), false), Ok(1));
+        assert!(matches!(t.get(1).unwrap().lock().kind, Kind::Node(5)));
+        assert_eq!(t.install(MAX_FDS as u64, file(6), false), Err(Errno::EBADF));
+    }
+
+    #[test]
+    fn table_fills_up() {
+        let mut t = FdTable::new();
+        for i in 0..MAX_FDS {
+            assert_eq!(t.insert(file(i), false), Ok(i as u64));
+        }
+        assert_eq!(t.insert(file(0), false), Err(Errno::EMFILE));
+    }
+
+    #[test]
+    fn dup_shares_the_offset() {
+        let mut t = FdTable::new();
+        let f = file(1);
+        t.insert(f.clone(), false).unwrap();
+        t.insert(f, false).unwrap();
+        t.get(0).unwrap().lock().offset = 42;
+        assert_eq!(t.get(1).unwrap().lock().offset, 42);
+    }
+
+    #[test]
+    fn pipes_end_when_a_side_closes() {
+        let (r, w) = pipe(0);
+        let mut buf = [0u8; 8];
+        let p = match &r.lock().kind {
+            Kind::PipeRead(p) => p.clone(),
+            _ => unreachable!(),
+        };
+        assert_eq!(p.lock().read(&mut buf), Err(Errno::EAGAIN));
+        assert_eq!(p.lock().write(b"hey"), Ok(3));
+        assert_eq!(p.lock().read(&mut buf), Ok(3));
+        drop(w);
+        assert_eq!(p.lock().read(&mut buf), Ok(0), "no writers: end of file");
+        drop(r);
+        assert_eq!(p.lock().write(b"x"), Err(Errno::EPIPE));
+        let (_r2, w2) = pipe(0);
+        let big = alloc::vec![1u8; PIPE_CAPACITY + 10];
+        let p2 = match &w2.lock().kind {
+            Kind::PipeWrite(p) => p.clone(),
+            _ => unreachable!(),
+        };
+        assert_eq!(p2.lock().write(&big), Ok(PIPE_CAPACITY));
+        assert_eq!(p2.lock().write(b"x"), Err(Errno::EAGAIN));
+    }
+}

@@ -1,0 +1,576 @@
+//! The file tree: one in-memory tree of directories, files, symbolic links and
+//! devices. `/dev` holds the devices, `/tmp` is writable memory, and the rest is the
+//! read-only copy of `--rootfs` (file contents stay where the VMM put them, in guest
+//! memory outside the heap). Pure logic: no user memory, no hostcalls.
+
+use crate::errno::Errno;
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec::Vec;
+
+/// Index of a node.
+pub type Ino = usize;
+
+pub const ROOT: Ino = 0;
+/// Longest path accepted (Linux's PATH_MAX).
+pub const PATH_MAX: usize = 4096;
+const NAME_MAX: usize = 255;
+/// Symbolic links followed in one lookup before ELOOP (Linux's limit).
+const MAX_SYMLINKS: usize = 40;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    Null,
+    Zero,
+    Random,
+    Stdin,
+    Stdout,
+    Stderr,
+}
+
+#[derive(Debug)]
+pub enum Data {
+    Dir(BTreeMap<Vec<u8>, Ino>),
+    /// A writable file.
+    File(Vec<u8>),
+    /// A read-only file whose bytes live outside the heap (the rootfs image).
+    Static(&'static [u8]),
+    Symlink(Vec<u8>),
+    Device(Device),
+}
+
+#[derive(Debug)]
+pub struct Node {
+    pub data: Data,
+    /// Permission bits (0o7777).
+    pub mode: u32,
+    pub readonly: bool,
+    pub parent: Ino,
+    /// Modification time, ns since the epoch.
+    pub mtime: u64,
+}
+
+/// File type bits of `st_mode`.
+pub mod mode {
+    pub const S_IFDIR: u32 = 0o040000;
+    pub const S_IFREG: u32 = 0o100000;
+    pub const S_IFLNK: u32 = 0o120000;
+    pub const S_IFCHR: u32 = 0o020000;
+    pub const S_IFIFO: u32 = 0o010000;
+}
+
+impl Node {
+    /// `st_mode`: type and permissions.
+    pub fn st_mode(&self) -> u32 {
+        let t = match self.data {
+            Data::Dir(_) => mode::S_IFDIR,
+            Data::File(_) | Data::Static(_) => mode::S_IFREG,
+            Data::Symlink(_) => mode::S_IFLNK,
+            Data::Device(_) => mode::S_IFCHR,
+        };
+        t | (self.mode & 0o7777)
+    }
+
+    pub fn size(&self) -> u64 {
+        match &self.data {
+            Data::File(v) => v.len() as u64,
+            Data::Static(s) => s.len() as u64,
+            Data::Symlink(t) => t.len() as u64,
+            Data::Dir(_) | Data::Device(_) => 0,
+        }
+    }
+
+    pub fn is_dir(&self) -> bool {
+        matches!(self.data, Data::Dir(_))
+    }
+}
+
+#[derive(Debug)]
+pub struct Vfs {
+    nodes: Vec<Option<Node>>,
+    free: Vec<Ino>,
+}
+
+impl Default for Vfs {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Vfs {
+    /// A tree with `/`, `/dev` (null, zero, random, urandom, stdin, stdout, stderr)
+    /// and a writable `/tmp`.
+    pub fn new() -> Vfs {
+        let mut v = Vfs {
+            nodes: Vec::new(),
+            free: Vec::new(),
+        };
+        v.nodes.push(Some(Node {
+            data: Data::Dir(BTreeMap::new()),
+            mode: 0o755,
+            readonly: true,
+            parent: ROOT,
+            mtime: 0,
+        }));
+        let dev = v.add(ROOT, b"dev", Data::Dir(BTreeMap::new()), 0o755, true);
+        for (name, d) in [
+            (&b"null"[..], Device::Null),
+            (b"zero", Device::Zero),
+            (b"random", Device::Random),
+            (b"urandom", Device::Random),
+            (b"stdin", Device::Stdin),
+            (b"stdout", Device::Stdout),
+            (b"stderr", Device::Stderr),
+        ] {
+            v.add(dev, name, Data::Device(d), 0o666, false);
+        }
+        v.add(ROOT, b"tmp", Data::Dir(BTreeMap::new()), 0o1777, false);
+        v
+    }
+
+    pub fn node(&self, ino: Ino) -> &Node {
+        self.nodes[ino].as_ref().expect("live inode")
+    }
+
+    fn node_mut(&mut self, ino: Ino) -> &mut Node {
+        self.nodes[ino].as_mut().expect("live inode")
+    }
+
+    /// Adds `name` under the directory `dir` (replacing nothing: the caller checked).
+    fn add(&mut self, dir: Ino, name: &[u8], data: Data, mode: u32, readonly: bool) -> Ino {
+        let node = Node {
+            data,
+            mode,
+            readonly,
+            parent: dir,
+            mtime: 0,
+        };
+        let ino = match self.free.pop() {
+            Some(i) => {
+                self.nodes[i] = Some(node);
+                i
+            }
+            None => {
+                self.nodes.push(Some(node));
+                self.nodes.len() - 1
+            }
+        };
+        if let Data::Dir(entries) = &mut self.node_mut(dir).data {
+            entries.insert(name.to_vec(), ino);
+        }
+        ino
+    }
+
+    fn entries(&self, dir: Ino) -> Result<&BTreeMap<Vec<u8>, Ino>, Errno> {
+        match &self.node(dir).data {
+            Data::Dir(e) => Ok(e),
+            _ => Err(Errno::ENOTDIR),
+        }
+    }
+
+    /// Resolves `path` from `cwd`. The last component's symbolic link is followed
+    /// only when `follow` is set.
+    pub fn lookup(&self, cwd: Ino, path: &[u8], follow: bool) -> Result<Ino, Errno> {
+        let mut budget = MAX_SYMLINKS;
+        self.walk(cwd, path, follow, &mut budget)
+    }
+
+    fn walk(&self, cwd: Ino, path: &[u8], follow: bool, budget: &mut usize) -> Result<Ino, Errno> {
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if path.len() >= PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        // A trailing slash makes the last component a directory: follow its link.
+        let follow = follow || path.ends_with(b"/");
+        let mut at = if path[0] == b'/' { ROOT } else { cwd };
+        let parts: Vec<&[u8]> = path
+            .split(|c| *c == b'/')
+            .filter(|p| !p.is_empty())
+            .collect();
+        for (i, part) in parts.iter().enumerate() {
+            let last = i + 1 == parts.len();
+            if part.len() > NAME_MAX {
+                return Err(Errno::ENAMETOOLONG);
+            }
+            let entries = self.entries(at)?;
+            let next = match *part {
+                b"." => at,
+                b".." => self.node(at).parent,
+                name => *entries.get(name).ok_or(Errno::ENOENT)?,
+            };
+            if let Data::Symlink(target) = &self.node(next).data {
+                if !last || follow {
+                    if *budget == 0 {
+                        return Err(Errno::ELOOP);
+                    }
+                    *budget -= 1;
+                    at = self.walk(at, target, true, budget)?;
+                    continue;
+                }
+            }
+            at = next;
+        }
+        // "dir/" must name a directory.
+        if path.ends_with(b"/") && !self.node(at).is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        Ok(at)
+    }
+
+    /// The directory that would hold `path`, and the last component's name.
+    pub fn parent_of<'p>(&self, cwd: Ino, path: &'p [u8]) -> Result<(Ino, &'p [u8]), Errno> {
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        if path.len() >= PATH_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        let trimmed = {
+            let mut end = path.len();
+            while end > 1 && path[end - 1] == b'/' {
+                end -= 1;
+            }
+            &path[..end]
+        };
+        let (dir, name) = match trimmed.iter().rposition(|c| *c == b'/') {
+            Some(0) => (ROOT, &trimmed[1..]),
+            Some(i) => (self.lookup(cwd, &trimmed[..i], true)?, &trimmed[i + 1..]),
+            None => (cwd, trimmed),
+        };
+        self.entries(dir)?;
+        if name.len() > NAME_MAX {
+            return Err(Errno::ENAMETOOLONG);
+        }
+        Ok((dir, name))
+    }
+
+    fn writable_dir(&self, dir: Ino) -> Result<(), Errno> {
+        if self.node(dir).readonly {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Creates a regular file (or a directory) named `name` in `dir`.
+    pub fn create(
+        &mut self,
+        dir: Ino,
+        name: &[u8],
+        mode: u32,
+        directory: bool,
+        now: u64,
+    ) -> Result<Ino, Errno> {
+        if name.is_empty() || name == b"." || name == b".." {
+            return Err(Errno::EEXIST);
+        }
+        if self.entries(dir)?.contains_key(name) {
+            return Err(Errno::EEXIST);
+        }
+        self.writable_dir(dir)?;
+        let data = if directory {
+            Data::Dir(BTreeMap::new())
+        } else {
+            Data::File(Vec::new())
+        };
+        let ino = self.add(dir, name, data, mode & 0o7777, false);
+        self.node_mut(ino).mtime = now;
+        Ok(ino)
+    }
+
+    /// Adds a read-only node while building the tree from the rootfs image.
+    pub fn add_readonly(
+        &mut self,
+        dir: Ino,
+        name: &[u8],
+        data: Data,
+        mode: u32,
+        mtime: u64,
+    ) -> Ino {
+        if let Ok(e) = self.entries(dir) {
+            if let Some(existing) = e.get(name) {
+                return *existing;
+            }
+        }
+        let ino = self.add(dir, name, data, mode, true);
+        self.node_mut(ino).mtime = mtime;
+        ino
+    }
+
+    /// Removes `name` from `dir`: a file or link (`dir_only` false, `unlink`), or an
+    /// empty directory (`dir_only` true, `rmdir`).
+    pub fn remove(&mut self, dir: Ino, name: &[u8], dir_only: bool) -> Result<(), Errno> {
+        if name == b"." || name == b".." {
+            return Err(Errno::EINVAL);
+        }
+        let ino = *self.entries(dir)?.get(name).ok_or(Errno::ENOENT)?;
+        self.writable_dir(dir)?;
+        match (&self.node(ino).data, dir_only) {
+            (Data::Dir(e), true) if !e.is_empty() => return Err(Errno::ENOTEMPTY),
+            (Data::Dir(_), false) => return Err(Errno::EISDIR),
+            (Data::Dir(_), true) => {}
+            (_, true) => return Err(Errno::ENOTDIR),
+            _ => {}
+        }
+        if self.node(ino).readonly {
+            return Err(Errno::EROFS);
+        }
+        if let Data::Dir(e) = &mut self.node_mut(dir).data {
+            e.remove(name);
+        }
+        // Open files keep using the node until closed; it is reclaimed never (the
+        // tree is small and a program's lifetime short), only detached.
+        Ok(())
+    }
+
+    /// `rename(2)` within the writable part of the tree.
+    pub fn rename(
+        &mut self,
+        from_dir: Ino,
+        from: &[u8],
+        to_dir: Ino,
+        to: &[u8],
+    ) -> Result<(), Errno> {
+        let ino = *self.entries(from_dir)?.get(from).ok_or(Errno::ENOENT)?;
+        self.entries(to_dir)?;
+        self.writable_dir(from_dir)?;
+        self.writable_dir(to_dir)?;
+        if to.is_empty() || to == b"." || to == b".." {
+            return Err(Errno::EINVAL);
+        }
+        // A directory cannot move into itself.
+        let mut p = to_dir;
+        loop {
+            if p == ino {
+                return Err(Errno::EINVAL);
+            }
+            if p == ROOT {
+                break;
+            }
+            p = self.node(p).parent;
+        }
+        if let Some(&old) = self.entries(to_dir)?.get(to) {
+            if old == ino {
+                return Ok(());
+            }
+            match (self.node(ino).is_dir(), &self.node(old).data) {
+                (true, Data::Dir(e)) if !e.is_empty() => return Err(Errno::ENOTEMPTY),
+                (true, Data::Dir(_)) => {}
+                (true, _) => return Err(Errno::ENOTDIR),
+                (false, Data::Dir(_)) => return Err(Errno::EISDIR),
+                _ => {}
+            }
+        }
+        if let Data::Dir(e) = &mut self.node_mut(from_dir).data {
+            e.remove(from);
+        }
+        if let Data::Dir(e) = &mut self.node_mut(to_dir).data {
+            e.insert(to.to_vec(), ino);
+        }
+        self.node_mut(ino).parent = to_dir;
+        Ok(())
+    }
+
+    /// Reads file bytes at `offset` into `buf`; returns how many.
+    pub fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
+        let bytes: &[u8] = match &self.node(ino).data {
+            Data::File(v) => v,
+            Data::Static(s) => s,
+            Data::Dir(_) => return Err(Errno::EISDIR),
+            _ => return Err(Errno::EINVAL),
+        };
+        let start = (offset.min(bytes.len() as u64)) as usize;
+        let n = buf.len().min(bytes.len() - start);
+        buf[..n].copy_from_slice(&bytes[start..start + n]);
+        Ok(n)
+    }
+
+    /// Writes `data` at `offset`, growing the file (holes read as zeros).
+    pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8], now: u64) -> Result<usize, Errno> {
+        let node = self.node_mut(ino);
+        let Data::File(v) = &mut node.data else {
+            return Err(match node.data {
+                Data::Dir(_) => Errno::EISDIR,
+                Data::Static(_) => Errno::EROFS,
+                _ => Errno::EINVAL,
+            });
+        };
+        let end = offset
+            .checked_add(data.len() as u64)
+            .filter(|e| *e <= MAX_FILE)
+            .ok_or(Errno::EFBIG)? as usize;
+        if v.len() < end {
+            v.try_reserve(end - v.len()).map_err(|_| Errno::ENOSPC)?;
+            v.resize(end, 0);
+        }
+        v[offset as usize..end].copy_from_slice(data);
+        node.mtime = now;
+        Ok(data.len())
+    }
+
+    /// Sets a file's length.
+    pub fn truncate(&mut self, ino: Ino, len: u64, now: u64) -> Result<(), Errno> {
+        let node = self.node_mut(ino);
+        match &mut node.data {
+            Data::File(v) => {
+                if len > MAX_FILE {
+                    return Err(Errno::EFBIG);
+                }
+                if len as usize > v.len() {
+                    v.try_reserve(len as usize - v.len())
+                        .map_err(|_| Errno::ENOSPC)?;
+                }
+                v.resize(len as usize, 0);
+                node.mtime = now;
+                Ok(())
+            }
+            Data::Dir(_) => Err(Errno::EISDIR),
+            Data::Static(_) => Err(Errno::EROFS),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// The directory entries of `dir`, "." and ".." first: (name, inode).
+    pub fn list(&self, dir: Ino) -> Result<Vec<(Vec<u8>, Ino)>, Errno> {
+        let e = self.entries(dir)?;
+        let mut out = Vec::with_capacity(e.len() + 2);
+        out.push((b".".to_vec(), dir));
+        out.push((b"..".to_vec(), self.node(dir).parent));
+        out.extend(e.iter().map(|(n, i)| (n.clone(), *i)));
+        Ok(out)
+    }
+
+    /// The absolute path of directory `ino`.
+    pub fn path_of(&self, mut ino: Ino) -> Vec<u8> {
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        while ino != ROOT {
+            let parent = self.node(ino).parent;
+            let name = self
+                .entries(parent)
+                .ok()
+                .and_then(|e| e.iter().find(|(_, i)| **i == ino).map(|(n, _)| n.clone()));
+            match name {
+                Some(n) => parts.push(n),
+                None => break, // detached (removed while in use)
+            }
+            ino = parent;
+        }
+        if parts.is_empty() {
+            return b"/".to_vec();
+        }
+        let mut out = Vec::new();
+        for p in parts.iter().rev() {
+            out.push(b'/');
+            out.extend_from_slice(p);
+        }
+        out
+    }
+
+    pub fn device(&self, ino: Ino) -> Option<Device> {
+        match self.node(ino).data {
+            Data::Device(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// A symbolic link's target.
+    pub fn link_target(&self, ino: Ino) -> Result<&[u8], Errno> {
+        match &self.node(ino).data {
+            Data::Symlink(t) => Ok(t),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    pub fn name_string(name: &[u8]) -> String {
+        String::from_utf8_lossy(name).into_owned()
+    }
+}
+
+/// Largest file in /tmp (bounded by guest memory anyway).
+const MAX_FILE: u64 = 1 << 34;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_and_tmp_exist() {
+        let v = Vfs::new();
+        let null = v.lookup(ROOT, b"/dev/null", true).unwrap();
+        assert_eq!(v.device(null), Some(Device::Null));
+        let tmp = v.lookup(ROOT, b"/tmp/", true).unwrap();
+        assert!(v.node(tmp).is_dir());
+        assert_eq!(v.lookup(ROOT, b"/dev/null/", true), Err(Errno::ENOTDIR));
+        assert_eq!(v.lookup(ROOT, b"/nope", true), Err(Errno::ENOENT));
+        assert_eq!(v.lookup(ROOT, b"", true), Err(Errno::ENOENT));
+        assert_eq!(
+            v.lookup(tmp, b"../dev/./zero", true).map(|i| v.device(i)),
+            Ok(Some(Device::Zero))
+        );
+    }
+
+    #[test]
+    fn files_in_tmp() {
+        let mut v = Vfs::new();
+        let tmp = v.lookup(ROOT, b"/tmp", true).unwrap();
+        let f = v.create(tmp, b"a", 0o644, false, 1).unwrap();
+        assert_eq!(v.create(tmp, b"a", 0o644, false, 1), Err(Errno::EEXIST));
+        assert_eq!(v.write(f, 4, b"xy", 2), Ok(2));
+        let mut buf = [9u8; 10];
+        assert_eq!(v.read(f, 0, &mut buf), Ok(6));
+        assert_eq!(&buf[..6], b"\0\0\0\0xy");
+        assert_eq!(v.read(f, 100, &mut buf), Ok(0));
+        v.truncate(f, 1, 3).unwrap();
+        assert_eq!(v.node(f).size(), 1);
+        let d = v.create(tmp, b"d", 0o755, true, 1).unwrap();
+        assert_eq!(v.path_of(d), b"/tmp/d");
+        v.rename(tmp, b"a", d, b"b").unwrap();
+        assert_eq!(v.lookup(ROOT, b"/tmp/d/b", true), Ok(f));
+        assert_eq!(v.remove(tmp, b"d", true), Err(Errno::ENOTEMPTY));
+        assert_eq!(v.remove(tmp, b"d", false), Err(Errno::EISDIR));
+        assert_eq!(v.rename(tmp, b"d", d, b"inside"), Err(Errno::EINVAL));
+        v.remove(d, b"b", false).unwrap();
+        v.remove(tmp, b"d", true).unwrap();
+        assert_eq!(v.lookup(ROOT, b"/tmp/d", true), Err(Errno::ENOENT));
+    }
+
+    #[test]
+    fn read_only_parts_refuse_changes() {
+        let mut v = Vfs::new();
+        assert_eq!(v.create(ROOT, b"x", 0o644, false, 0), Err(Errno::EROFS));
+        static DATA: &[u8] = b"hello";
+        let etc = v.add_readonly(ROOT, b"etc", Data::Dir(BTreeMap::new()), 0o755, 0);
+        let f = v.add_readonly(etc, b"motd", Data::Static(DATA), 0o644, 0);
+        assert_eq!(v.write(f, 0, b"x", 0), Err(Errno::EROFS));
+        assert_eq!(v.remove(etc, b"motd", false), Err(Errno::EROFS));
+        let mut b = [0u8; 8];
+        assert_eq!(v.read(f, 1, &mut b), Ok(4));
+    }
+
+    #[test]
+    fn symlinks_resolve_and_loops_stop() {
+        let mut v = Vfs::new();
+        let tmp = v.lookup(ROOT, b"/tmp", true).unwrap();
+        v.add_readonly(ROOT, b"t", Data::Symlink(b"/tmp".to_vec()), 0o777, 0);
+        v.add_readonly(ROOT, b"loop", Data::Symlink(b"/loop".to_vec()), 0o777, 0);
+        assert_eq!(v.lookup(ROOT, b"/t", true), Ok(tmp));
+        assert_ne!(v.lookup(ROOT, b"/t", false), Ok(tmp));
+        assert_eq!(v.lookup(ROOT, b"/t/", false), Ok(tmp));
+        assert_eq!(v.lookup(ROOT, b"/loop", true), Err(Errno::ELOOP));
+        let long = alloc::vec![b'a'; PATH_MAX];
+        assert_eq!(v.lookup(ROOT, &long, true), Err(Errno::ENAMETOOLONG));
+    }
+
+    #[test]
+    fn parent_of_splits_paths() {
+        let v = Vfs::new();
+        let tmp = v.lookup(ROOT, b"/tmp", true).unwrap();
+        assert_eq!(v.parent_of(ROOT, b"/tmp/new"), Ok((tmp, &b"new"[..])));
+        assert_eq!(v.parent_of(tmp, b"new/"), Ok((tmp, &b"new"[..])));
+        assert_eq!(v.parent_of(ROOT, b"/x"), Ok((ROOT, &b"x"[..])));
+        assert_eq!(v.parent_of(ROOT, b"/nope/x"), Err(Errno::ENOENT));
+        assert_eq!(v.parent_of(ROOT, b"/dev/null/x"), Err(Errno::ENOTDIR));
+    }
+}
