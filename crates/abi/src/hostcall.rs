@@ -31,6 +31,12 @@ pub enum Hostcall {
     /// (vector, error code, rip, cs, rflags, rsp, ss) from the top of the CPU's IST
     /// stack. Does not return.
     Fatal = 6,
+    /// Reads the host's stdin (`-i`): `args[0]` guest-virtual address, `args[1]`
+    /// length. Returns the bytes read (0 at end of file) or a negative errno.
+    Read = 7,
+    /// Sleeps in the host for `args[0]` nanoseconds (single vCPU; threads will bring
+    /// halt and wake-up instead).
+    Sleep = 8,
 }
 
 impl Hostcall {
@@ -42,6 +48,8 @@ impl Hostcall {
             4 => Self::Panic,
             5 => Self::FaultAddr,
             6 => Self::Fatal,
+            7 => Self::Read,
+            8 => Self::Sleep,
             _ => return None,
         })
     }
@@ -73,6 +81,8 @@ mod tests {
             Hostcall::Panic,
             Hostcall::FaultAddr,
             Hostcall::Fatal,
+            Hostcall::Read,
+            Hostcall::Sleep,
         ] {
             assert_eq!(Hostcall::from_u64(h as u64), Some(h));
         }

@@ -16,7 +16,7 @@ pub mod layout;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 3;
+pub const ABI_VERSION: u64 = 4;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -56,6 +56,8 @@ pub mod flags {
     /// Ring 0 may execute privileged instructions (hardware KVM). Clear on PVM, where
     /// `hlt`, `invlpg`, `wrmsr` and friends raise #GP once ring 3 has run.
     pub const PRIVILEGED_RING0: u64 = 1 << 3;
+    /// `-i`: the program's stdin reads the host's (the `Read` hostcall).
+    pub const STDIN: u64 = 1 << 4;
 }
 
 /// Everything the kernel needs to know at its first instruction. Written by the VMM at
@@ -97,6 +99,15 @@ pub struct BootInfo {
     /// Length of the guest path of the program (bytes at `execfn`), for /proc/self/exe.
     pub execfn: u64,
     pub execfn_len: u64,
+    /// 16 random bytes from the host, to seed the kernel's generator.
+    pub seed: [u64; 2],
+    /// The `--rootfs` image (see `rootfs`), guest-physical; size 0 when none.
+    pub rootfs_phys: u64,
+    pub rootfs_size: u64,
+    /// The working directory (`-w`): a path inside `rootfs_phys`'s chunk, after the
+    /// image; length 0 means `/`.
+    pub workdir_phys: u64,
+    pub workdir_len: u64,
 }
 
 /// The first bytes of each vCPU's per-CPU area, the page the GS base points at.
@@ -146,3 +157,57 @@ const _: () = {
     assert!(size_of::<BootInfo>() <= layout::PAGE_SIZE as usize);
     assert!(size_of::<PerCpuHeader>() <= layout::PERCPU_STRIDE as usize);
 };
+
+/// The `--rootfs` image: the host directory, flattened by the VMM into guest memory
+/// and read by the kernel at boot. A sequence of records, each starting 8-byte
+/// aligned: a [`rootfs::Header`] (32 bytes), the path (relative to the root, no
+/// leading `/`), then the data (file contents or link target), padded to 8 bytes.
+/// A directory comes before anything inside it.
+pub mod rootfs {
+    pub const DIR: u32 = 1;
+    pub const FILE: u32 = 2;
+    pub const SYMLINK: u32 = 3;
+    pub const HEADER_SIZE: usize = 32;
+
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Header {
+        pub kind: u32,
+        pub mode: u32,
+        pub mtime_ns: u64,
+        pub path_len: u32,
+        pub data_len: u64,
+    }
+
+    impl Header {
+        pub fn to_bytes(&self) -> [u8; HEADER_SIZE] {
+            let mut b = [0u8; HEADER_SIZE];
+            b[0..4].copy_from_slice(&self.kind.to_le_bytes());
+            b[4..8].copy_from_slice(&self.mode.to_le_bytes());
+            b[8..16].copy_from_slice(&self.mtime_ns.to_le_bytes());
+            b[16..20].copy_from_slice(&self.path_len.to_le_bytes());
+            b[24..32].copy_from_slice(&self.data_len.to_le_bytes());
+            b
+        }
+
+        pub fn from_bytes(b: &[u8]) -> Option<Header> {
+            let b = b.get(..HEADER_SIZE)?;
+            let u32_ = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+            let u64_ = |o: usize| u64::from(u32_(o)) | (u64::from(u32_(o + 4)) << 32);
+            Some(Header {
+                kind: u32_(0),
+                mode: u32_(4),
+                mtime_ns: u64_(8),
+                path_len: u32_(16),
+                data_len: u64_(24),
+            })
+        }
+
+        /// Bytes this record takes, header and padding included.
+        pub fn record_len(&self) -> Option<usize> {
+            let n = (HEADER_SIZE as u64)
+                .checked_add(u64::from(self.path_len))?
+                .checked_add(self.data_len)?;
+            usize::try_from(n.checked_add(7)? & !7).ok()
+        }
+    }
+}

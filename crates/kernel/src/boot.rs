@@ -4,7 +4,9 @@
 
 use crate::arch;
 use crate::fault::signal_for;
-use crate::kernel::{self, kernel};
+use crate::fs::rootfs;
+use crate::fs::vfs::{Vfs, ROOT};
+use crate::kernel::{self, kernel, Kernel};
 use crate::mm::chunks::ChunkAllocator;
 use crate::mm::space::AddressSpace;
 use crate::mm::vma::{Vma, VmaKind, PROT_EXEC, PROT_READ, PROT_WRITE};
@@ -26,7 +28,21 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
     }
     arch::init_heap(bi);
     arch::supervisor::init(bi.flags);
-    kernel::init(address_space(bi), bi.flags, bi.winsize);
+    let space = address_space(bi);
+    let mut vfs = Vfs::new();
+    if bi.rootfs_size > 0 {
+        rootfs::load(&mut vfs, arch::static_bytes(bi.rootfs_phys, bi.rootfs_size));
+    }
+    let workdir = arch::static_bytes(bi.workdir_phys, bi.workdir_len);
+    let cwd = if workdir.is_empty() {
+        ROOT
+    } else {
+        vfs.lookup(ROOT, workdir, true).unwrap_or(ROOT)
+    };
+    let exe = arch::user_slice(&space, bi.execfn, bi.execfn_len)
+        .map(|s| s.to_vec())
+        .unwrap_or_default();
+    kernel::init(Kernel::new(space, vfs, cwd, bi, exe));
     arch::enter_user(bi.entry, bi.user_sp)
 }
 

@@ -4,20 +4,40 @@
 use crate::arch::{self, GuestMmu};
 use crate::console::{Console, Sink};
 use crate::errno::Errno;
+use crate::fs::file::{oflag, FdTable, Kind, OpenFile};
+use crate::fs::vfs::{Ino, Vfs, ROOT};
 use crate::mm::space::AddressSpace;
-use alloc::collections::BTreeSet;
+use crate::rng::Rng;
+use crate::time::Clock;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
 use onering_abi::{flags, Hostcall};
+use spin::Mutex as SpinMutex;
 use spin::{Mutex, MutexGuard, Once};
 
 pub struct Kernel {
     pub space: AddressSpace,
     pub mmu: GuestMmu,
     pub console: Console,
+    pub vfs: Vfs,
+    pub fds: FdTable,
+    pub cwd: Ino,
+    pub umask: u32,
+    pub rng: Rng,
+    pub clock: Clock,
     pub flags: u64,
     /// Host terminal size (rows << 16 | cols), 0 when stdout is not a terminal.
     pub winsize: u64,
+    pub uid: u64,
+    pub gid: u64,
+    /// The program's path as given (for /proc/self/exe).
+    pub exe: Vec<u8>,
     pub clear_child_tid: u64,
+    pub signals: Signals,
+    /// Resource limits set by the program (`prlimit64`), by resource number.
+    pub rlimits: BTreeMap<u32, (u64, u64)>,
     /// Unsupported system calls already reported.
     warned: BTreeSet<u64>,
 }
@@ -25,18 +45,87 @@ pub struct Kernel {
 static KERNEL: Once<Mutex<Kernel>> = Once::new();
 
 /// Installs the kernel state (once, at boot).
-pub fn init(space: AddressSpace, flags: u64, winsize: u64) {
-    KERNEL.call_once(|| {
-        Mutex::new(Kernel {
+pub fn init(k: Kernel) {
+    KERNEL.call_once(|| Mutex::new(k));
+}
+
+impl Kernel {
+    /// The state at boot: standard streams on descriptors 0, 1 and 2.
+    pub fn new(
+        space: AddressSpace,
+        vfs: Vfs,
+        cwd: Ino,
+        bi: &onering_abi::BootInfo,
+        exe: Vec<u8>,
+    ) -> Kernel {
+        let mut fds = FdTable::new();
+        for (path, flags) in [
+            (&b"/dev/stdin"[..], oflag::O_RDONLY),
+            (b"/dev/stdout", oflag::O_WRONLY),
+            (b"/dev/stderr", oflag::O_WRONLY),
+        ] {
+            if let Ok(ino) = vfs.lookup(ROOT, path, true) {
+                let _ = fds.insert(
+                    Arc::new(SpinMutex::new(OpenFile::new(Kind::Node(ino), flags))),
+                    false,
+                );
+            }
+        }
+        Kernel {
             space,
             mmu: GuestMmu::default(),
             console: Console::new(),
-            flags,
-            winsize,
+            vfs,
+            fds,
+            cwd,
+            umask: 0o022,
+            rng: Rng::new(bi.seed),
+            clock: Clock {
+                tsc_hz: bi.tsc_hz,
+                boot_tsc: bi.boot_tsc,
+                boot_realtime_ns: bi.boot_realtime_ns,
+            },
+            flags: bi.flags,
+            winsize: bi.winsize,
+            uid: bi.uid,
+            gid: bi.gid,
+            exe,
             clear_child_tid: 0,
+            signals: Signals::default(),
+            rlimits: BTreeMap::new(),
             warned: BTreeSet::new(),
-        })
-    });
+        }
+    }
+
+    /// Monotonic nanoseconds since boot.
+    pub fn now_mono(&self) -> u64 {
+        self.clock.mono_ns(arch::rdtsc())
+    }
+
+    /// Nanoseconds since the epoch.
+    pub fn now_real(&self) -> u64 {
+        self.clock.realtime_ns(arch::rdtsc())
+    }
+}
+
+/// Signal dispositions and mask, recorded for the program (delivery comes later).
+#[derive(Debug, Clone)]
+pub struct Signals {
+    /// `struct k_sigaction` of each signal 1..=64: handler, flags, restorer, mask.
+    pub actions: [[u64; 4]; 64],
+    pub mask: u64,
+    /// `stack_t`: sp, flags, size.
+    pub altstack: (u64, u32, u64),
+}
+
+impl Default for Signals {
+    fn default() -> Self {
+        Signals {
+            actions: [[0; 4]; 64],
+            mask: 0,
+            altstack: (0, 2, 0),
+        }
+    }
 }
 
 pub fn kernel() -> MutexGuard<'static, Kernel> {

@@ -18,7 +18,9 @@ pub mod errno;
 pub mod fault;
 pub mod fs;
 pub mod mm;
+pub mod rng;
 pub mod syscall;
+pub mod time;
 
 #[cfg(target_os = "none")]
 #[allow(unsafe_code)]

@@ -13,6 +13,8 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 /// Largest single write, as Linux's MAX_RW_COUNT.
 const MAX_WRITE: u64 = 0x7fff_f000;
 const MAX_PANIC_MESSAGE: u64 = 4096;
+/// Longest single `Sleep` (the guest asks again if it needs more).
+const MAX_SLEEP_NS: u64 = 1_000_000_000;
 /// Bytes copied out of the guest at a time by `Write`.
 const WRITE_CHUNK: u64 = 64 * 1024;
 const EBADF: i64 = 9;
@@ -95,6 +97,10 @@ pub trait Env {
     fn cr2(&mut self) -> u64;
     /// Writes all of `data` to the host's fd 1 or 2.
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()>;
+    /// Reads the host's stdin into `buf` (`-i`).
+    fn input(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
+    /// Sleeps (the vCPU thread).
+    fn sleep(&mut self, d: std::time::Duration);
 }
 
 pub fn handle(exit: VmExit, env: &mut impl Env) -> Action {
@@ -148,6 +154,11 @@ fn hostcall(nr: u64, env: &mut impl Env) -> Action {
     let ret: i64 = match Hostcall::from_u64(nr) {
         Some(Hostcall::Write) => write(args, env),
         Some(Hostcall::FaultAddr) => env.cr2() as i64,
+        Some(Hostcall::Read) => read(args, env),
+        Some(Hostcall::Sleep) => {
+            env.sleep(std::time::Duration::from_nanos(args[0].min(MAX_SLEEP_NS)));
+            0
+        }
         Some(Hostcall::Exit) => return Action::Stop(Outcome::Exited(args[0] as u8)),
         Some(Hostcall::Killed) => {
             return Action::Stop(Outcome::Killed {
@@ -251,6 +262,23 @@ fn write(args: [u64; 6], env: &mut impl Env) -> i64 {
     }
 }
 
+/// `Read`: the host's stdin into guest memory, one piece at most (like `read(2)`).
+fn read(args: [u64; 6], env: &mut impl Env) -> i64 {
+    let [virt, len, ..] = args;
+    let Some((pa, avail)) = x86::translate(env.mem(), layout::BOOT_PT_PHYS, virt) else {
+        return -EFAULT;
+    };
+    let n = avail.min(len).min(WRITE_CHUNK) as usize;
+    let mut buf = vec![0u8; n];
+    match env.input(&mut buf) {
+        Ok(got) => match env.mem().write_slice(&buf[..got], GuestAddress(pa)) {
+            Ok(()) => got as i64,
+            Err(_) => -EFAULT,
+        },
+        Err(_) => -EIO,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -279,6 +307,12 @@ mod tests {
             self.out.push((fd, data.to_vec()));
             Ok(())
         }
+        fn input(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = buf.len().min(5);
+            buf[..n].copy_from_slice(&b"input"[..n]);
+            Ok(n)
+        }
+        fn sleep(&mut self, _: std::time::Duration) {}
     }
 
     /// 8 MiB of guest memory with [0x40_0000, 0x60_0000) mapped to [0x40_0000, ...).
@@ -356,6 +390,22 @@ mod tests {
         e.fail = Some(std::io::ErrorKind::BrokenPipe);
         call(&mut e, Hostcall::Write, &[1, 0x40_0000, 1]);
         assert_eq!(ret(&e), -EPIPE);
+    }
+
+    #[test]
+    fn read_fills_guest_memory() {
+        let mut e = env();
+        assert_eq!(
+            call(&mut e, Hostcall::Read, &[0x40_1000, 100]),
+            Action::Resume
+        );
+        assert_eq!(ret(&e), 5);
+        let mut b = [0u8; 5];
+        e.mem.read_slice(&mut b, GuestAddress(0x40_1000)).unwrap();
+        assert_eq!(&b, b"input");
+        call(&mut e, Hostcall::Read, &[0x10, 100]);
+        assert_eq!(ret(&e), -EFAULT);
+        assert_eq!(call(&mut e, Hostcall::Sleep, &[u64::MAX]), Action::Resume);
     }
 
     #[test]

@@ -61,6 +61,8 @@ pub struct LoadSpec<'a> {
     pub uid: u64,
     pub gid: u64,
     pub random: [u8; 16],
+    /// Seed of the kernel's random generator.
+    pub seed: [u64; 2],
     pub hwcap: u64,
     /// Rewrite `syscall` instructions into calls (else every system call traps).
     pub rewrite: bool,
@@ -325,6 +327,7 @@ pub fn load(
         gid: spec.gid,
         execfn: st.execfn,
         execfn_len: spec.execfn.len() as u64,
+        seed: spec.seed,
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
@@ -389,6 +392,13 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
         w.extend([m.virt, m.size, m.phys]);
     }
     w.extend([bi.winsize, bi.uid, bi.gid, bi.execfn, bi.execfn_len]);
+    w.extend(bi.seed);
+    w.extend([
+        bi.rootfs_phys,
+        bi.rootfs_size,
+        bi.workdir_phys,
+        bi.workdir_len,
+    ]);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }
@@ -410,6 +420,7 @@ mod tests {
             uid: 0,
             gid: 0,
             random: [0; 16],
+            seed: [1, 2],
             hwcap: 0,
             rewrite: true,
         }
@@ -423,7 +434,7 @@ mod tests {
             &m,
             &BootInfo {
                 magic: BOOT_MAGIC,
-                execfn_len: 77,
+                workdir_len: 77,
                 ..Default::default()
             },
         )

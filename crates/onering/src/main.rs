@@ -63,6 +63,10 @@ struct RunArgs {
     /// Pass the host's whole environment (the -e values override it).
     #[arg(long)]
     env_host: bool,
+    /// Keep stdin open: the program reads the host's (as `docker run -i`); without
+    /// it the program's stdin is empty.
+    #[arg(short = 'i', long)]
+    interactive: bool,
     /// Do not report unsupported system calls.
     #[arg(short, long)]
     quiet: bool,
@@ -314,6 +318,9 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
     if args.quiet {
         flags |= onering_abi::flags::QUIET;
     }
+    if args.interactive {
+        flags |= onering_abi::flags::STDIN;
+    }
     if sys::hardware_virtualization() {
         flags |= onering_abi::flags::PRIVILEGED_RING0;
     }
@@ -340,6 +347,13 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
         uid,
         gid,
         random: random16(),
+        seed: {
+            let r = random16();
+            [
+                u64::from_le_bytes(r[..8].try_into().unwrap_or_default()),
+                u64::from_le_bytes(r[8..].try_into().unwrap_or_default()),
+            ]
+        },
         // Linux's AT_HWCAP on x86-64: CPUID leaf 1 EDX.
         hwcap: u64::from(std::arch::x86_64::__cpuid(1).edx),
         rewrite: !args.no_rewrite,
@@ -410,6 +424,12 @@ impl Env for VcpuEnv<'_> {
     }
     fn cr2(&mut self) -> u64 {
         self.vcpu.get_sregs().map_or(0, |s| s.cr2)
+    }
+    fn input(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::io::stdin().lock().read(buf)
+    }
+    fn sleep(&mut self, d: std::time::Duration) {
+        std::thread::sleep(d)
     }
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
         if fd == 2 {

@@ -226,11 +226,11 @@ fn unsupported_syscalls_fail_with_enosys_and_are_reported_once() {
     let bin = musl("unsupported");
     let o = run(&bin, &[]);
     assert_eq!(status(&o), 0);
-    let expect = "rt_sigaction: -1 errno=38\ngetcpu: -1 errno=38\n999: -1 errno=38\n";
+    let expect = "acct: -1 errno=38\ngetcpu: -1 errno=38\n999: -1 errno=38\n";
     assert_eq!(stdout(&o), expect.repeat(2));
     assert_eq!(
         stderr(&o),
-        "onering: unsupported syscall rt_sigaction (13)\nonering: unsupported syscall getcpu (309)\nonering: unsupported syscall 999\n"
+        "onering: unsupported syscall acct (163)\nonering: unsupported syscall getcpu (309)\nonering: unsupported syscall 999\n"
     );
     let q = onering(&["run", "--quiet", bin.to_str().unwrap()]);
     assert_eq!(stderr(&q), "");

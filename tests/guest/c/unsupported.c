@@ -7,8 +7,8 @@
 
 int main(void) {
     for (int i = 0; i < 2; i++) {
-        long r = syscall(SYS_rt_sigaction, 2, 0, 0, 8);
-        printf("rt_sigaction: %ld errno=%d\n", r, r < 0 ? errno : 0);
+        long r = syscall(SYS_acct, 0);
+        printf("acct: %ld errno=%d\n", r, r < 0 ? errno : 0);
         r = syscall(SYS_getcpu, 0, 0, 0);
         printf("getcpu: %ld errno=%d\n", r, r < 0 ? errno : 0);
         r = syscall(999);

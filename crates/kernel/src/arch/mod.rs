@@ -108,6 +108,52 @@ pub fn user_slice(space: &AddressSpace, addr: u64, len: u64) -> Result<&[u8], Er
     Ok(unsafe { core::slice::from_raw_parts(addr as *const u8, len as usize) })
 }
 
+/// Mutably borrow `[addr, addr + len)` of user memory after `space` vouched for it.
+pub fn user_slice_mut(space: &AddressSpace, addr: u64, len: u64) -> Result<&mut [u8], Errno> {
+    space.check(addr, len, true)?;
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    // SAFETY: `check` found the range inside writable, backed mappings; the borrow of
+    // `space` keeps them mapped. The kernel holds no other reference to user memory.
+    Ok(unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, len as usize) })
+}
+
+/// The NUL-terminated string at `addr` (without the NUL), at most `max` bytes:
+/// `ENAMETOOLONG` if longer, `EFAULT` if it runs into unmapped memory.
+pub fn user_cstr(space: &AddressSpace, addr: u64, max: usize) -> Result<&[u8], Errno> {
+    let mut len = 0u64;
+    loop {
+        // Scan what the mapping at `addr + len` allows, one piece at a time.
+        let at = addr.checked_add(len).ok_or(Errno::EFAULT)?;
+        let vma = space
+            .vmas
+            .find(at)
+            .filter(|v| v.prot & crate::mm::vma::PROT_READ != 0)
+            .ok_or(Errno::EFAULT)?;
+        let piece = (vma.end - at).min(max as u64 + 1 - len);
+        let bytes = user_slice(space, at, piece)?;
+        if let Some(nul) = bytes.iter().position(|b| *b == 0) {
+            return user_slice(space, addr, len + nul as u64);
+        }
+        len += piece;
+        if len > max as u64 {
+            return Err(Errno::ENAMETOOLONG);
+        }
+    }
+}
+
+/// Bytes the VMM placed in guest memory for the kernel's whole life (the rootfs
+/// image, the working directory), through the direct map.
+pub fn static_bytes(phys: u64, len: u64) -> &'static [u8] {
+    if len == 0 {
+        return &[];
+    }
+    // SAFETY: the VMM reserved [phys, phys + len) in RAM below phys_free_start for
+    // this data, which nothing writes after boot.
+    unsafe { core::slice::from_raw_parts(direct(phys) as *const u8, len as usize) }
+}
+
 /// Copies `buf.len()` bytes of user memory at `addr` into `buf`.
 pub fn copy_from_user(space: &AddressSpace, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
     buf.copy_from_slice(user_slice(space, addr, buf.len() as u64)?);
@@ -120,6 +166,14 @@ pub fn copy_to_user(space: &AddressSpace, addr: u64, data: &[u8]) -> Result<(), 
     // SAFETY: `check` found the range inside writable, backed mappings.
     unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
     Ok(())
+}
+
+/// Copies `len` bytes of user memory from `from` to `to` (ranges the address space
+/// has just vouched for, as in `mremap`).
+pub fn copy_user_within(from: u64, to: u64, len: u64) {
+    // SAFETY: the caller (AddressSpace::mremap) passes two mapped, backed ranges of
+    // `len` bytes that do not overlap (the new one was free a moment ago).
+    unsafe { core::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, len as usize) }
 }
 
 /// Reads a `u64` from user memory.

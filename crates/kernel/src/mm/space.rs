@@ -351,6 +351,93 @@ impl AddressSpace {
         Ok(())
     }
 
+    /// Bytes of guest memory the address space can draw on (used and free chunks).
+    pub fn total_bytes(&self) -> u64 {
+        (self.blocks.len() + self.chunks.free_chunks()) as u64 * HUGE_PAGE_SIZE
+    }
+
+    /// `madvise(MADV_DONTNEED)`: the range reads as zeros afterwards.
+    pub fn discard(&mut self, addr: u64, len: u64, mmu: &mut impl Mmu) -> Result<(), Errno> {
+        if !addr.is_multiple_of(PAGE_SIZE) {
+            return Err(Errno::EINVAL);
+        }
+        let end = addr
+            .checked_add(len)
+            .map(|e| align_up(e, PAGE_SIZE))
+            .filter(|e| *e <= USER_END)
+            .ok_or(Errno::EINVAL)?;
+        if !self.vmas.covers(addr, end) {
+            return Err(Errno::ENOMEM);
+        }
+        let pieces: Vec<(u64, u64)> = self
+            .vmas
+            .overlapping(addr, end)
+            .filter(|v| v.prot != 0)
+            .map(|v| (v.start.max(addr), v.end.min(end)))
+            .collect();
+        for (s, e) in pieces {
+            self.zero_backed(s, e, mmu);
+        }
+        Ok(())
+    }
+
+    /// `mremap(2)`: grows or shrinks a mapping in place when it can, else moves it
+    /// (with MREMAP_MAYMOVE) through `copy(from, to, len)`.
+    pub fn mremap(
+        &mut self,
+        old: u64,
+        old_len: u64,
+        new_len: u64,
+        may_move: bool,
+        mmu: &mut impl Mmu,
+        copy: impl FnOnce(u64, u64, u64),
+    ) -> Result<u64, Errno> {
+        if !old.is_multiple_of(PAGE_SIZE) || new_len == 0 {
+            return Err(Errno::EINVAL);
+        }
+        let old_len = align_up(old_len, PAGE_SIZE);
+        let new_len = new_len.checked_add(PAGE_SIZE - 1).ok_or(Errno::EINVAL)? & !(PAGE_SIZE - 1);
+        let old_end = old
+            .checked_add(old_len)
+            .filter(|e| *e <= USER_END)
+            .ok_or(Errno::EFAULT)?;
+        let vma = *self.vmas.find(old).ok_or(Errno::EFAULT)?;
+        if old_len == 0 || vma.end < old_end {
+            return Err(Errno::EFAULT);
+        }
+        if new_len <= old_len {
+            if new_len < old_len {
+                self.munmap(old + new_len, old_len - new_len, mmu)?;
+            }
+            return Ok(old);
+        }
+        let grow_end = old.checked_add(new_len).filter(|e| *e <= USER_END);
+        if let Some(ge) = grow_end {
+            if !self.vmas.intersects(old_end, ge) {
+                self.room_for(1)?;
+                if vma.prot != 0 {
+                    self.back(old_end, ge, mmu)?;
+                }
+                self.vmas.insert(Vma {
+                    start: old_end,
+                    end: ge,
+                    ..vma
+                });
+                return Ok(old);
+            }
+        }
+        if !may_move {
+            return Err(Errno::ENOMEM);
+        }
+        let flags = map_flags::PRIVATE | map_flags::ANONYMOUS;
+        let new = self.mmap_anon(0, new_len, vma.prot, flags, mmu)?;
+        if vma.prot != 0 {
+            copy(old, new, old_len);
+        }
+        self.munmap(old, old_len, mmu)?;
+        Ok(new)
+    }
+
     /// Checks that the program may access `[addr, addr + len)`: every byte lies in a
     /// mapping that allows it. The kernel calls this before touching user memory, so
     /// a bad pointer becomes EFAULT instead of a fault in the kernel.

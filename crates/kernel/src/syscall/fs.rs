@@ -1,85 +1,261 @@
-//! File-descriptor system calls. For now the only files are the standard streams:
-//! stdin is empty, stdout and stderr go to the host through the console.
+//! File system calls: descriptors, reading and writing, paths, metadata,
+//! directories, pipes. The tree and the descriptor table are `crate::fs`; these
+//! handlers unpack arguments, check user memory and apply Linux's rules.
 
 use super::SyscallFrame;
-use crate::arch::{self, copy_to_user, user_slice};
+use crate::arch::{self, copy_to_user, user_cstr, user_slice, user_slice_mut};
 use crate::errno::{Errno, SysResult};
+use crate::fs::file::{self, oflag, FileRef, Kind, OpenFile};
+use crate::fs::vfs::{mode, Data, Device, Ino, PATH_MAX};
 use crate::kernel::{kernel, HostSink, Kernel};
+use alloc::sync::Arc;
 use alloc::vec::Vec;
+use onering_abi::{flags, Hostcall};
+use spin::Mutex;
 
 /// Linux caps one read or write at this many bytes.
 const MAX_RW_COUNT: u64 = 0x7fff_f000;
 const IOV_MAX: u64 = 1024;
+const AT_FDCWD: u64 = -100i64 as u64;
+const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
+const AT_REMOVEDIR: u64 = 0x200;
+const AT_EMPTY_PATH: u64 = 0x1000;
+const AT_EACCESS: u64 = 0x200;
+const TCGETS: u64 = 0x5401;
 const TIOCGWINSZ: u64 = 0x5413;
+const FIONREAD: u64 = 0x541b;
+const FIONBIO: u64 = 0x5421;
+const F_DUPFD: u64 = 0;
+const F_GETFD: u64 = 1;
+const F_SETFD: u64 = 2;
+const F_GETFL: u64 = 3;
+const F_SETFL: u64 = 4;
+const F_DUPFD_CLOEXEC: u64 = 1030;
+const FD_CLOEXEC: u64 = 1;
 
-fn check_fd(fd: u64) -> Result<u32, Errno> {
-    match fd {
-        0..=2 => Ok(fd as u32),
-        _ => Err(Errno::EBADF),
-    }
+// ---- helpers ----------------------------------------------------------------------
+
+fn file(k: &Kernel, fd: u64) -> Result<FileRef, Errno> {
+    k.fds.get(fd).cloned()
 }
 
-fn write_to(k: &mut Kernel, fd: u32, addr: u64, len: u64) -> SysResult {
-    if fd == 0 {
+/// The path argument at `addr`.
+fn path_arg(k: &Kernel, addr: u64) -> Result<Vec<u8>, Errno> {
+    let p = user_cstr(&k.space, addr, PATH_MAX - 1)?;
+    if p.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    Ok(p.to_vec())
+}
+
+/// Where a relative path starts for `*at` calls: the cwd, or the directory `dirfd`.
+fn base_dir(k: &Kernel, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
+    if path.first() == Some(&b'/') || dirfd == AT_FDCWD || dirfd as i32 == AT_FDCWD as i32 {
+        return Ok(k.cwd);
+    }
+    let f = file(k, dirfd)?;
+    let ino = match f.lock().kind {
+        Kind::Node(ino) => ino,
+        _ => return Err(Errno::ENOTDIR),
+    };
+    if !k.vfs.node(ino).is_dir() {
+        return Err(Errno::ENOTDIR);
+    }
+    Ok(ino)
+}
+
+fn new_file(kind: Kind, flags: u32) -> FileRef {
+    Arc::new(Mutex::new(OpenFile::new(kind, flags)))
+}
+
+// ---- reading and writing ----------------------------------------------------------
+
+/// Reads into user memory at `addr` from `f` at `offset` (None: the file's offset).
+fn read_file(k: &mut Kernel, f: &FileRef, addr: u64, len: u64, offset: Option<u64>) -> SysResult {
+    let len = len.min(MAX_RW_COUNT);
+    let mut of = f.lock();
+    if !of.readable() {
         return Err(Errno::EBADF);
     }
+    let Kernel {
+        space,
+        vfs,
+        rng,
+        flags,
+        ..
+    } = k;
+    let n = match &of.kind {
+        Kind::PipeRead(p) => {
+            if offset.is_some() {
+                return Err(Errno::ESPIPE);
+            }
+            let buf = user_slice_mut(space, addr, len)?;
+            return p.lock().read(buf).map(|n| n as u64);
+        }
+        Kind::PipeWrite(_) => return Err(Errno::EBADF),
+        Kind::Node(ino) => match vfs.device(*ino) {
+            Some(Device::Null) => 0,
+            Some(Device::Zero) => {
+                user_slice_mut(space, addr, len)?.fill(0);
+                len as usize
+            }
+            Some(Device::Random) => {
+                rng.fill(user_slice_mut(space, addr, len)?);
+                len as usize
+            }
+            Some(Device::Stdin) => {
+                let buf = user_slice_mut(space, addr, len)?;
+                if *flags & flags::STDIN == 0 || buf.is_empty() {
+                    0
+                } else {
+                    let r = arch::hostcall(Hostcall::Read, &[buf.as_ptr() as u64, buf.len() as u64])
+                        as i64;
+                    if r < 0 {
+                        return Err(Errno::EIO);
+                    }
+                    (r as usize).min(buf.len())
+                }
+            }
+            Some(Device::Stdout | Device::Stderr) => return Err(Errno::EBADF),
+            None => {
+                let at = offset.unwrap_or(of.offset);
+                let buf = user_slice_mut(space, addr, len)?;
+                let n = vfs.read(*ino, at, buf)?;
+                if offset.is_none() {
+                    of.offset = at + n as u64;
+                }
+                n
+            }
+        },
+    };
+    Ok(n as u64)
+}
+
+/// Writes user memory at `addr` to `f` at `offset` (None: the file's offset).
+fn write_file(k: &mut Kernel, f: &FileRef, addr: u64, len: u64, offset: Option<u64>) -> SysResult {
     let len = len.min(MAX_RW_COUNT);
-    let Kernel { space, console, .. } = k;
-    let data = user_slice(space, addr, len)?;
-    if data.is_empty() {
-        return Ok(0);
+    let mut of = f.lock();
+    if !of.writable() {
+        return Err(Errno::EBADF);
     }
-    console.write(fd, data, addr, &mut HostSink)
+    let now = k.now_real();
+    let Kernel {
+        space,
+        vfs,
+        console,
+        ..
+    } = k;
+    match &of.kind {
+        Kind::PipeWrite(p) => {
+            if offset.is_some() {
+                return Err(Errno::ESPIPE);
+            }
+            let data = user_slice(space, addr, len)?;
+            p.lock().write(data).map(|n| n as u64)
+        }
+        Kind::PipeRead(_) => Err(Errno::EBADF),
+        Kind::Node(ino) => match vfs.device(*ino) {
+            // Like Linux, /dev/null does not even look at the buffer.
+            Some(Device::Null | Device::Zero | Device::Random) => Ok(len),
+            Some(Device::Stdout) | Some(Device::Stderr) => {
+                let fd = if vfs.device(*ino) == Some(Device::Stdout) {
+                    1
+                } else {
+                    2
+                };
+                let data = user_slice(space, addr, len)?;
+                if data.is_empty() {
+                    return Ok(0);
+                }
+                console.write(fd, data, addr, &mut HostSink)
+            }
+            Some(Device::Stdin) => Err(Errno::EBADF),
+            None => {
+                let data = user_slice(space, addr, len)?;
+                let at = match offset {
+                    Some(o) => o,
+                    None if of.flags & oflag::O_APPEND != 0 => vfs.node(*ino).size(),
+                    None => of.offset,
+                };
+                let n = vfs.write(*ino, at, data, now)?;
+                if offset.is_none() {
+                    of.offset = at + n as u64;
+                }
+                Ok(n as u64)
+            }
+        },
+    }
 }
 
 pub fn read(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, ..] = f.args();
-    match check_fd(fd)? {
-        // stdin is empty (forwarding the host's comes with `-i`).
-        0 => {
-            kernel().space.check(addr, len.min(MAX_RW_COUNT), true)?;
-            Ok(0)
-        }
-        _ => Err(Errno::EBADF),
-    }
+    let k = &mut *kernel();
+    let file = file(k, fd)?;
+    read_file(k, &file, addr, len, None)
 }
 
 pub fn write(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, ..] = f.args();
-    let fd = check_fd(fd)?;
-    write_to(&mut kernel(), fd, addr, len)
+    let k = &mut *kernel();
+    let file = file(k, fd)?;
+    write_file(k, &file, addr, len, None)
 }
 
-pub fn writev(f: &mut SyscallFrame) -> SysResult {
-    let [fd, iov, count, ..] = f.args();
-    let fd = check_fd(fd)?;
+fn check_offset(off: u64) -> Result<u64, Errno> {
+    if (off as i64) < 0 {
+        Err(Errno::EINVAL)
+    } else {
+        Ok(off)
+    }
+}
+
+pub fn pread64(f: &mut SyscallFrame) -> SysResult {
+    let [fd, addr, len, off, ..] = f.args();
+    let k = &mut *kernel();
+    let file = file(k, fd)?;
+    read_file(k, &file, addr, len, Some(check_offset(off)?))
+}
+
+pub fn pwrite64(f: &mut SyscallFrame) -> SysResult {
+    let [fd, addr, len, off, ..] = f.args();
+    let k = &mut *kernel();
+    let file = file(k, fd)?;
+    write_file(k, &file, addr, len, Some(check_offset(off)?))
+}
+
+/// The iovec array at `iov`: read and checked as a whole first, as Linux does (a bad
+/// array is EFAULT; lengths adding up past isize::MAX are EINVAL).
+fn iovecs(k: &Kernel, iov: u64, count: u64) -> Result<Vec<(u64, u64)>, Errno> {
     if count > IOV_MAX {
         return Err(Errno::EINVAL);
     }
-    let mut k = kernel();
-    // The vector is read and checked as a whole first, as Linux does: a bad array is
-    // EFAULT, lengths adding up past isize::MAX are EINVAL, before anything is written.
-    let vecs: Vec<(u64, u64)> = {
-        let raw = arch::user_slice(&k.space, iov, count * 16)?;
-        raw.chunks_exact(16)
-            .map(|c| {
-                (
-                    u64::from_le_bytes(c[..8].try_into().unwrap_or_default()),
-                    u64::from_le_bytes(c[8..].try_into().unwrap_or_default()),
-                )
-            })
-            .collect()
-    };
-    vecs.iter()
+    let raw = user_slice(&k.space, iov, count * 16)?;
+    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
+    let v: Vec<(u64, u64)> = raw
+        .chunks_exact(16)
+        .map(|c| (word(&c[..8]), word(&c[8..])))
+        .collect();
+    v.iter()
         .try_fold(0u64, |sum, (_, len)| {
             sum.checked_add(*len).filter(|s| *s <= isize::MAX as u64)
         })
         .ok_or(Errno::EINVAL)?;
+    Ok(v)
+}
+
+/// Runs `op` over each iovec; stops at the first short transfer or error, reporting
+/// what was transferred before an error, as Linux does.
+fn vectored(iov: Vec<(u64, u64)>, mut op: impl FnMut(u64, u64) -> SysResult) -> SysResult {
     let mut total: u64 = 0;
-    for (base, len) in vecs {
-        match write_to(&mut k, fd, base, len.min(MAX_RW_COUNT - total)) {
-            Ok(n) => total += n,
-            // Linux reports what was written before the error, if anything.
+    for (base, len) in iov {
+        let want = len.min(MAX_RW_COUNT - total);
+        match op(base, want) {
+            Ok(n) => {
+                total += n;
+                if n < want {
+                    break;
+                }
+            }
             Err(e) if total == 0 => return Err(e),
             Err(_) => break,
         }
@@ -90,21 +266,589 @@ pub fn writev(f: &mut SyscallFrame) -> SysResult {
     Ok(total)
 }
 
+pub fn readv(f: &mut SyscallFrame) -> SysResult {
+    let [fd, iov, count, ..] = f.args();
+    let k = &mut *kernel();
+    let file = file(k, fd)?;
+    let v = iovecs(k, iov, count)?;
+    vectored(v, |b, l| read_file(k, &file, b, l, None))
+}
+
+pub fn writev(f: &mut SyscallFrame) -> SysResult {
+    let [fd, iov, count, ..] = f.args();
+    let k = &mut *kernel();
+    let file = file(k, fd)?;
+    let v = iovecs(k, iov, count)?;
+    vectored(v, |b, l| write_file(k, &file, b, l, None))
+}
+
+// ---- opening and closing ----------------------------------------------------------
+
+fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64) -> SysResult {
+    let flags = flags as u32;
+    let path = path_arg(k, path_addr)?;
+    let base = base_dir(k, dirfd, &path)?;
+    let acc = flags & oflag::O_ACCMODE;
+    if acc == 3 {
+        return Err(Errno::EINVAL);
+    }
+    let now = k.now_real();
+    let ino = if flags & oflag::O_CREAT != 0 {
+        let (dir, name) = k.vfs.parent_of(base, &path)?;
+        match k.vfs.lookup(dir, name, flags & oflag::O_NOFOLLOW == 0) {
+            Ok(_) if flags & oflag::O_EXCL != 0 => return Err(Errno::EEXIST),
+            Ok(ino) => ino,
+            Err(Errno::ENOENT) if !name.is_empty() && name != b"." && name != b".." => {
+                let m = (mode_arg as u32) & !k.umask;
+                k.vfs.create(dir, name, m, false, now)?
+            }
+            Err(e) => return Err(e),
+        }
+    } else {
+        k.vfs.lookup(base, &path, flags & oflag::O_NOFOLLOW == 0)?
+    };
+    let node = k.vfs.node(ino);
+    if flags & oflag::O_PATH == 0 {
+        if matches!(node.data, Data::Symlink(_)) {
+            return Err(Errno::ELOOP);
+        }
+        if flags & oflag::O_DIRECTORY != 0 && !node.is_dir() {
+            return Err(Errno::ENOTDIR);
+        }
+        if node.is_dir() && acc != oflag::O_RDONLY {
+            return Err(Errno::EISDIR);
+        }
+        let regular = matches!(node.data, Data::File(_) | Data::Static(_));
+        if acc != oflag::O_RDONLY && regular && node.readonly {
+            return Err(Errno::EROFS);
+        }
+        if flags & oflag::O_TRUNC != 0 && acc != oflag::O_RDONLY && regular {
+            k.vfs.truncate(ino, 0, now)?;
+        }
+    }
+    let keep =
+        oflag::O_ACCMODE | oflag::O_APPEND | oflag::O_NONBLOCK | oflag::O_PATH | oflag::O_DIRECTORY;
+    k.fds.insert(
+        new_file(Kind::Node(ino), flags & keep),
+        flags & oflag::O_CLOEXEC != 0,
+    )
+}
+
+pub fn open(f: &mut SyscallFrame) -> SysResult {
+    let [path, flags, mode, ..] = f.args();
+    open_at(&mut kernel(), AT_FDCWD, path, flags, mode)
+}
+
+pub fn openat(f: &mut SyscallFrame) -> SysResult {
+    let [dirfd, path, flags, mode, ..] = f.args();
+    open_at(&mut kernel(), dirfd, path, flags, mode)
+}
+
+pub fn close(f: &mut SyscallFrame) -> SysResult {
+    kernel().fds.close(f.rdi).map(|_| 0)
+}
+
+pub fn lseek(f: &mut SyscallFrame) -> SysResult {
+    let [fd, off, whence, ..] = f.args();
+    let k = kernel();
+    let file = file(&k, fd)?;
+    let mut of = file.lock();
+    let ino = match of.kind {
+        Kind::Node(ino) => ino,
+        _ => return Err(Errno::ESPIPE),
+    };
+    if k.vfs.device(ino).is_some() {
+        return Ok(0);
+    }
+    let base = match whence {
+        0 => 0,
+        1 => of.offset as i64,
+        2 => k.vfs.node(ino).size() as i64,
+        _ => return Err(Errno::EINVAL),
+    };
+    let new = base
+        .checked_add(off as i64)
+        .filter(|n| *n >= 0)
+        .ok_or(Errno::EINVAL)?;
+    of.offset = new as u64;
+    Ok(new as u64)
+}
+
+pub fn dup(f: &mut SyscallFrame) -> SysResult {
+    let k = &mut *kernel();
+    let file = file(k, f.rdi)?;
+    k.fds.insert(file, false)
+}
+
+pub fn dup2(f: &mut SyscallFrame) -> SysResult {
+    let [old, new, ..] = f.args();
+    let k = &mut *kernel();
+    let file = file(k, old)?;
+    if old == new {
+        return Ok(new);
+    }
+    k.fds.install(new, file, false)
+}
+
+pub fn dup3(f: &mut SyscallFrame) -> SysResult {
+    let [old, new, flags, ..] = f.args();
+    if old == new || flags & !(oflag::O_CLOEXEC as u64) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let k = &mut *kernel();
+    let file = file(k, old)?;
+    k.fds.install(new, file, flags != 0)
+}
+
+pub fn fcntl(f: &mut SyscallFrame) -> SysResult {
+    let [fd, cmd, arg, ..] = f.args();
+    let k = &mut *kernel();
+    let file = file(k, fd)?;
+    match cmd {
+        F_DUPFD | F_DUPFD_CLOEXEC => k
+            .fds
+            .insert_from(arg as usize, file, cmd == F_DUPFD_CLOEXEC),
+        F_GETFD => Ok(u64::from(k.fds.cloexec(fd)?)),
+        F_SETFD => k.fds.set_cloexec(fd, arg & FD_CLOEXEC != 0).map(|_| 0),
+        F_GETFL => Ok(u64::from(file.lock().flags)),
+        F_SETFL => {
+            let mut of = file.lock();
+            of.flags = (of.flags & !oflag::SETTABLE) | (arg as u32 & oflag::SETTABLE);
+            Ok(0)
+        }
+        _ => Err(Errno::EINVAL),
+    }
+}
+
 pub fn ioctl(f: &mut SyscallFrame) -> SysResult {
     let [fd, request, arg, ..] = f.args();
-    let fd = check_fd(fd)?;
-    let k = kernel();
+    let k = &mut *kernel();
+    let file = file(k, fd)?;
+    let mut of = file.lock();
+    let device = match of.kind {
+        Kind::Node(ino) => k.vfs.device(ino),
+        _ => None,
+    };
+    let terminal = matches!(
+        device,
+        Some(Device::Stdin | Device::Stdout | Device::Stderr)
+    ) && k.winsize != 0;
     match request {
-        // The terminal size, when the host's stdout/stderr is a terminal.
-        TIOCGWINSZ if fd != 0 && k.winsize != 0 => {
-            let rows = (k.winsize >> 16) as u16;
-            let cols = k.winsize as u16;
+        TIOCGWINSZ if terminal => {
             let mut ws = [0u8; 8];
-            ws[0..2].copy_from_slice(&rows.to_le_bytes());
-            ws[2..4].copy_from_slice(&cols.to_le_bytes());
+            ws[0..2].copy_from_slice(&((k.winsize >> 16) as u16).to_le_bytes());
+            ws[2..4].copy_from_slice(&(k.winsize as u16).to_le_bytes());
             copy_to_user(&k.space, arg, &ws)?;
             Ok(0)
         }
+        FIONBIO => {
+            let on = arch::read_user_u64(&k.space, arg)
+                .map(|v| v as u32 != 0)
+                .or_else(|_| {
+                    let mut b = [0u8; 4];
+                    arch::copy_from_user(&k.space, arg, &mut b).map(|_| u32::from_le_bytes(b) != 0)
+                })?;
+            if on {
+                of.flags |= oflag::O_NONBLOCK;
+            } else {
+                of.flags &= !oflag::O_NONBLOCK;
+            }
+            Ok(0)
+        }
+        FIONREAD => {
+            let n = match &of.kind {
+                Kind::PipeRead(p) => p.lock().available() as u64,
+                Kind::Node(ino) if device.is_none() && !k.vfs.node(*ino).is_dir() => {
+                    k.vfs.node(*ino).size().saturating_sub(of.offset)
+                }
+                _ => 0,
+            };
+            copy_to_user(&k.space, arg, &(n as u32).to_le_bytes())?;
+            Ok(0)
+        }
+        TCGETS => Err(Errno::ENOTTY),
         _ => Err(Errno::ENOTTY),
     }
+}
+
+fn make_pipe(fds_addr: u64, flags: u64) -> SysResult {
+    let allowed = (oflag::O_CLOEXEC | oflag::O_NONBLOCK) as u64;
+    if flags & !allowed != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let k = &mut *kernel();
+    k.space.check(fds_addr, 8, true)?;
+    let (r, w) = file::pipe(flags as u32);
+    let cloexec = flags & oflag::O_CLOEXEC as u64 != 0;
+    let rfd = k.fds.insert(r, cloexec)?;
+    let wfd = match k.fds.insert(w, cloexec) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let _ = k.fds.close(rfd);
+            return Err(e);
+        }
+    };
+    let mut out = [0u8; 8];
+    out[..4].copy_from_slice(&(rfd as u32).to_le_bytes());
+    out[4..].copy_from_slice(&(wfd as u32).to_le_bytes());
+    copy_to_user(&k.space, fds_addr, &out)?;
+    Ok(0)
+}
+
+pub fn pipe(f: &mut SyscallFrame) -> SysResult {
+    make_pipe(f.rdi, 0)
+}
+
+pub fn pipe2(f: &mut SyscallFrame) -> SysResult {
+    make_pipe(f.rdi, f.rsi)
+}
+
+// ---- metadata ---------------------------------------------------------------------
+
+/// What `stat` reports about an open file or a node.
+struct Meta {
+    ino: u64,
+    mode: u32,
+    size: u64,
+    rdev: (u32, u32),
+    mtime: u64,
+    nlink: u64,
+}
+
+fn meta_of_node(k: &Kernel, ino: Ino) -> Meta {
+    let n = k.vfs.node(ino);
+    let rdev = match k.vfs.device(ino) {
+        Some(Device::Null) => (1, 3),
+        Some(Device::Zero) => (1, 5),
+        Some(Device::Random) => (1, 9),
+        Some(_) => (136, 0),
+        None => (0, 0),
+    };
+    Meta {
+        ino: ino as u64 + 1,
+        mode: n.st_mode(),
+        size: n.size(),
+        rdev,
+        mtime: n.mtime,
+        nlink: if n.is_dir() { 2 } else { 1 },
+    }
+}
+
+fn meta_of_file(k: &Kernel, f: &FileRef) -> Meta {
+    match &f.lock().kind {
+        Kind::Node(ino) => meta_of_node(k, *ino),
+        Kind::PipeRead(p) | Kind::PipeWrite(p) => Meta {
+            ino: Arc::as_ptr(p) as u64 & 0xffff_ffff,
+            mode: mode::S_IFIFO | 0o600,
+            size: 0,
+            rdev: (0, 0),
+            mtime: 0,
+            nlink: 1,
+        },
+    }
+}
+
+fn write_stat(k: &Kernel, addr: u64, m: &Meta) -> SysResult {
+    let mut b = [0u8; 144];
+    let put = |b: &mut [u8], at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    put(&mut b, 0, 0x2a); // st_dev
+    put(&mut b, 8, m.ino);
+    put(&mut b, 16, m.nlink);
+    b[24..28].copy_from_slice(&m.mode.to_le_bytes());
+    b[28..32].copy_from_slice(&(k.uid as u32).to_le_bytes());
+    b[32..36].copy_from_slice(&(k.gid as u32).to_le_bytes());
+    put(&mut b, 40, (u64::from(m.rdev.0) << 8) | u64::from(m.rdev.1));
+    put(&mut b, 48, m.size);
+    put(&mut b, 56, 4096);
+    put(&mut b, 64, m.size.div_ceil(512));
+    for t in [72, 88, 104] {
+        put(&mut b, t, m.mtime / 1_000_000_000);
+        put(&mut b, t + 8, m.mtime % 1_000_000_000);
+    }
+    copy_to_user(&k.space, addr, &b)?;
+    Ok(0)
+}
+
+/// Resolves a path argument for the stat family (with AT_EMPTY_PATH: `dirfd` itself).
+fn stat_target(k: &Kernel, dirfd: u64, path_addr: u64, flags: u64) -> Result<Meta, Errno> {
+    if flags & AT_EMPTY_PATH != 0 && user_cstr(&k.space, path_addr, PATH_MAX - 1)?.is_empty() {
+        if dirfd == AT_FDCWD || dirfd as i32 == AT_FDCWD as i32 {
+            return Ok(meta_of_node(k, k.cwd));
+        }
+        return Ok(meta_of_file(k, &file(k, dirfd)?));
+    }
+    let path = path_arg(k, path_addr)?;
+    let base = base_dir(k, dirfd, &path)?;
+    let ino = k
+        .vfs
+        .lookup(base, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+    Ok(meta_of_node(k, ino))
+}
+
+pub fn fstat(f: &mut SyscallFrame) -> SysResult {
+    let k = kernel();
+    let m = meta_of_file(&k, &file(&k, f.rdi)?);
+    write_stat(&k, f.rsi, &m)
+}
+
+pub fn stat(f: &mut SyscallFrame) -> SysResult {
+    let k = kernel();
+    let m = stat_target(&k, AT_FDCWD, f.rdi, 0)?;
+    write_stat(&k, f.rsi, &m)
+}
+
+pub fn lstat(f: &mut SyscallFrame) -> SysResult {
+    let k = kernel();
+    let m = stat_target(&k, AT_FDCWD, f.rdi, AT_SYMLINK_NOFOLLOW)?;
+    write_stat(&k, f.rsi, &m)
+}
+
+pub fn newfstatat(f: &mut SyscallFrame) -> SysResult {
+    let [dirfd, path, buf, flags, ..] = f.args();
+    if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let k = kernel();
+    let m = stat_target(&k, dirfd, path, flags)?;
+    write_stat(&k, buf, &m)
+}
+
+pub fn statx(f: &mut SyscallFrame) -> SysResult {
+    let [dirfd, path, flags, _mask, buf, ..] = f.args();
+    let k = kernel();
+    let m = stat_target(&k, dirfd, path, flags)?;
+    let mut b = [0u8; 256];
+    let put32 = |b: &mut [u8], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+    let put64 = |b: &mut [u8], at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+    put32(&mut b, 0, 0x7ff); // STATX_BASIC_STATS
+    put32(&mut b, 4, 4096);
+    put32(&mut b, 16, m.nlink as u32);
+    put32(&mut b, 20, k.uid as u32);
+    put32(&mut b, 24, k.gid as u32);
+    b[28..30].copy_from_slice(&(m.mode as u16).to_le_bytes());
+    put64(&mut b, 32, m.ino);
+    put64(&mut b, 40, m.size);
+    put64(&mut b, 48, m.size.div_ceil(512));
+    for t in [64, 96, 112] {
+        put64(&mut b, t, m.mtime / 1_000_000_000);
+        put32(&mut b, t + 8, (m.mtime % 1_000_000_000) as u32);
+    }
+    put32(&mut b, 128, m.rdev.0);
+    put32(&mut b, 132, m.rdev.1);
+    put32(&mut b, 136, 0);
+    put32(&mut b, 140, 0x2a);
+    copy_to_user(&k.space, buf, &b)?;
+    Ok(0)
+}
+
+fn check_access(k: &Kernel, dirfd: u64, path_addr: u64, how: u64, flags: u64) -> SysResult {
+    if how & !7 != 0 || flags & !(AT_EACCESS | AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let path = path_arg(k, path_addr)?;
+    let base = base_dir(k, dirfd, &path)?;
+    let ino = k
+        .vfs
+        .lookup(base, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+    let node = k.vfs.node(ino);
+    if how & 2 != 0 && node.readonly && !node.is_dir() && k.vfs.device(ino).is_none() {
+        return Err(Errno::EROFS);
+    }
+    if how & 1 != 0 && node.mode & 0o111 == 0 {
+        return Err(Errno::EACCES);
+    }
+    Ok(0)
+}
+
+pub fn access(f: &mut SyscallFrame) -> SysResult {
+    check_access(&kernel(), AT_FDCWD, f.rdi, f.rsi, 0)
+}
+
+pub fn faccessat(f: &mut SyscallFrame) -> SysResult {
+    let [dirfd, path, how, flags, ..] = f.args();
+    check_access(&kernel(), dirfd, path, how, flags)
+}
+
+// ---- directories and names --------------------------------------------------------
+
+pub fn getcwd(f: &mut SyscallFrame) -> SysResult {
+    let [buf, size, ..] = f.args();
+    let k = kernel();
+    let mut path = k.vfs.path_of(k.cwd);
+    path.push(0);
+    if (path.len() as u64) > size {
+        return Err(Errno::ERANGE);
+    }
+    copy_to_user(&k.space, buf, &path)?;
+    Ok(path.len() as u64)
+}
+
+pub fn chdir(f: &mut SyscallFrame) -> SysResult {
+    let k = &mut *kernel();
+    let path = path_arg(k, f.rdi)?;
+    let ino = k.vfs.lookup(k.cwd, &path, true)?;
+    if !k.vfs.node(ino).is_dir() {
+        return Err(Errno::ENOTDIR);
+    }
+    k.cwd = ino;
+    Ok(0)
+}
+
+pub fn getdents64(f: &mut SyscallFrame) -> SysResult {
+    let [fd, buf, count, ..] = f.args();
+    let k = kernel();
+    let file = file(&k, fd)?;
+    let mut of = file.lock();
+    let Kind::Node(dir) = of.kind else {
+        return Err(Errno::ENOTDIR);
+    };
+    let entries = k.vfs.list(dir)?;
+    let mut out: Vec<u8> = Vec::new();
+    let mut pos = of.offset as usize;
+    while let Some((name, ino)) = entries.get(pos) {
+        let reclen = (19 + name.len() + 1).next_multiple_of(8);
+        if (out.len() + reclen) as u64 > count {
+            if out.is_empty() {
+                return Err(Errno::EINVAL);
+            }
+            break;
+        }
+        let d_type: u8 = match k.vfs.node(*ino).st_mode() & 0o170000 {
+            mode::S_IFDIR => 4,
+            mode::S_IFREG => 8,
+            mode::S_IFLNK => 10,
+            mode::S_IFCHR => 2,
+            _ => 0,
+        };
+        let start = out.len();
+        out.resize(start + reclen, 0);
+        out[start..start + 8].copy_from_slice(&(*ino as u64 + 1).to_le_bytes());
+        out[start + 8..start + 16].copy_from_slice(&(pos as u64 + 1).to_le_bytes());
+        out[start + 16..start + 18].copy_from_slice(&(reclen as u16).to_le_bytes());
+        out[start + 18] = d_type;
+        out[start + 19..start + 19 + name.len()].copy_from_slice(name);
+        pos += 1;
+    }
+    copy_to_user(&k.space, buf, &out)?;
+    of.offset = pos as u64;
+    Ok(out.len() as u64)
+}
+
+fn read_link(k: &Kernel, dirfd: u64, path_addr: u64, buf: u64, size: u64) -> SysResult {
+    if (size as i64) <= 0 {
+        return Err(Errno::EINVAL);
+    }
+    let path = path_arg(k, path_addr)?;
+    let target: Vec<u8> = if path == b"/proc/self/exe" {
+        k.exe.clone()
+    } else {
+        let base = base_dir(k, dirfd, &path)?;
+        let ino = k.vfs.lookup(base, &path, false)?;
+        k.vfs.link_target(ino)?.to_vec()
+    };
+    let n = target.len().min(size as usize);
+    copy_to_user(&k.space, buf, &target[..n])?;
+    Ok(n as u64)
+}
+
+pub fn readlink(f: &mut SyscallFrame) -> SysResult {
+    let [path, buf, size, ..] = f.args();
+    read_link(&kernel(), AT_FDCWD, path, buf, size)
+}
+
+pub fn readlinkat(f: &mut SyscallFrame) -> SysResult {
+    let [dirfd, path, buf, size, ..] = f.args();
+    read_link(&kernel(), dirfd, path, buf, size)
+}
+
+fn remove_at(dirfd: u64, path_addr: u64, flags: u64) -> SysResult {
+    if flags & !AT_REMOVEDIR != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let k = &mut *kernel();
+    let path = path_arg(k, path_addr)?;
+    let base = base_dir(k, dirfd, &path)?;
+    let (dir, name) = k.vfs.parent_of(base, &path)?;
+    k.vfs
+        .remove(dir, name, flags & AT_REMOVEDIR != 0)
+        .map(|_| 0)
+}
+
+pub fn unlink(f: &mut SyscallFrame) -> SysResult {
+    remove_at(AT_FDCWD, f.rdi, 0)
+}
+
+pub fn unlinkat(f: &mut SyscallFrame) -> SysResult {
+    remove_at(f.rdi, f.rsi, f.rdx)
+}
+
+pub fn rmdir(f: &mut SyscallFrame) -> SysResult {
+    remove_at(AT_FDCWD, f.rdi, AT_REMOVEDIR)
+}
+
+fn make_dir(dirfd: u64, path_addr: u64, mode_arg: u64) -> SysResult {
+    let k = &mut *kernel();
+    let path = path_arg(k, path_addr)?;
+    let base = base_dir(k, dirfd, &path)?;
+    let (dir, name) = k.vfs.parent_of(base, &path)?;
+    let now = k.now_real();
+    let m = mode_arg as u32 & !k.umask;
+    k.vfs.create(dir, name, m, true, now).map(|_| 0)
+}
+
+pub fn mkdir(f: &mut SyscallFrame) -> SysResult {
+    make_dir(AT_FDCWD, f.rdi, f.rsi)
+}
+
+pub fn mkdirat(f: &mut SyscallFrame) -> SysResult {
+    make_dir(f.rdi, f.rsi, f.rdx)
+}
+
+fn rename_at(olddir: u64, old: u64, newdir: u64, new: u64, flags: u64) -> SysResult {
+    if flags != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let k = &mut *kernel();
+    let (from, to) = (path_arg(k, old)?, path_arg(k, new)?);
+    let (fbase, tbase) = (base_dir(k, olddir, &from)?, base_dir(k, newdir, &to)?);
+    let (fdir, fname) = k.vfs.parent_of(fbase, &from)?;
+    let (tdir, tname) = k.vfs.parent_of(tbase, &to)?;
+    k.vfs.rename(fdir, fname, tdir, tname).map(|_| 0)
+}
+
+pub fn rename(f: &mut SyscallFrame) -> SysResult {
+    rename_at(AT_FDCWD, f.rdi, AT_FDCWD, f.rsi, 0)
+}
+
+pub fn renameat(f: &mut SyscallFrame) -> SysResult {
+    rename_at(f.rdi, f.rsi, f.rdx, f.r10, 0)
+}
+
+pub fn renameat2(f: &mut SyscallFrame) -> SysResult {
+    rename_at(f.rdi, f.rsi, f.rdx, f.r10, f.r8)
+}
+
+pub fn ftruncate(f: &mut SyscallFrame) -> SysResult {
+    let [fd, len, ..] = f.args();
+    if (len as i64) < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let k = &mut *kernel();
+    let file = file(k, fd)?;
+    let of = file.lock();
+    let Kind::Node(ino) = of.kind else {
+        return Err(Errno::EINVAL);
+    };
+    if !of.writable() {
+        return Err(Errno::EINVAL);
+    }
+    let now = k.now_real();
+    k.vfs.truncate(ino, len, now).map(|_| 0)
+}
+
+pub fn umask(f: &mut SyscallFrame) -> SysResult {
+    let k = &mut *kernel();
+    let old = k.umask;
+    k.umask = f.rdi as u32 & 0o777;
+    Ok(u64::from(old))
 }

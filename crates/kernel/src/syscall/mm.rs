@@ -42,3 +42,43 @@ pub fn mprotect(f: &mut SyscallFrame) -> SysResult {
     let Kernel { space, mmu, .. } = &mut *kernel();
     space.mprotect(addr, len, prot as u32, mmu).map(|_| 0)
 }
+
+const MREMAP_MAYMOVE: u64 = 1;
+const MREMAP_FIXED: u64 = 2;
+
+pub fn mremap(f: &mut SyscallFrame) -> SysResult {
+    let [old, old_len, new_len, flags, ..] = f.args();
+    if flags & !(MREMAP_MAYMOVE | MREMAP_FIXED) != 0 || flags & MREMAP_FIXED != 0 {
+        // MREMAP_FIXED is rarely used; refuse it plainly.
+        return Err(Errno::EINVAL);
+    }
+    let Kernel { space, mmu, .. } = &mut *kernel();
+    space.mremap(
+        old,
+        old_len,
+        new_len,
+        flags & MREMAP_MAYMOVE != 0,
+        mmu,
+        crate::arch::copy_user_within,
+    )
+}
+
+const MADV_DONTNEED: u64 = 4;
+const MADV_REMOVE: u64 = 9;
+
+pub fn madvise(f: &mut SyscallFrame) -> SysResult {
+    let [addr, len, advice, ..] = f.args();
+    if !addr.is_multiple_of(onering_abi::layout::PAGE_SIZE) {
+        return Err(Errno::EINVAL);
+    }
+    let Kernel { space, mmu, .. } = &mut *kernel();
+    match advice {
+        // Anonymous memory reads as zeros after these.
+        MADV_DONTNEED | MADV_REMOVE => space.discard(addr, len, mmu).map(|_| 0),
+        // NORMAL, RANDOM, SEQUENTIAL, WILLNEED, FREE, MERGEABLE, UNMERGEABLE,
+        // HUGEPAGE, NOHUGEPAGE, DONTDUMP, DODUMP, COLD, PAGEOUT, POPULATE_*, COLLAPSE:
+        // hints; memory is already there, in 2 MiB pages.
+        0..=3 | 8 | 10..=17 | 20..=25 => Ok(0),
+        _ => Err(Errno::EINVAL),
+    }
+}

@@ -1,0 +1,158 @@
+//! Clocks and sleeping. Time comes from the TSC (`crate::time`); a sleep longer than
+//! a short spin is a hostcall in which the vCPU sleeps in the VMM.
+
+use super::SyscallFrame;
+use crate::arch::{self, copy_to_user};
+use crate::errno::{Errno, SysResult};
+use crate::kernel::{kernel, Kernel};
+use crate::time::NS_PER_SEC;
+use onering_abi::Hostcall;
+
+const CLOCK_REALTIME: u64 = 0;
+const CLOCK_MONOTONIC: u64 = 1;
+const CLOCK_PROCESS_CPUTIME_ID: u64 = 2;
+const CLOCK_THREAD_CPUTIME_ID: u64 = 3;
+const CLOCK_MONOTONIC_RAW: u64 = 4;
+const CLOCK_REALTIME_COARSE: u64 = 5;
+const CLOCK_MONOTONIC_COARSE: u64 = 6;
+const CLOCK_BOOTTIME: u64 = 7;
+const CLOCK_REALTIME_ALARM: u64 = 8;
+const CLOCK_BOOTTIME_ALARM: u64 = 9;
+const CLOCK_TAI: u64 = 11;
+const TIMER_ABSTIME: u64 = 1;
+/// Sleeps shorter than this spin in the guest instead of exiting to the VMM.
+const SPIN_NS: u64 = 50_000;
+
+/// Nanoseconds on `clock` now.
+fn now(k: &Kernel, clock: u64) -> Result<u64, Errno> {
+    Ok(match clock {
+        CLOCK_REALTIME | CLOCK_REALTIME_COARSE | CLOCK_REALTIME_ALARM | CLOCK_TAI => k.now_real(),
+        // One process, one thread, never descheduled by this kernel: CPU time is
+        // time since boot.
+        CLOCK_MONOTONIC
+        | CLOCK_MONOTONIC_RAW
+        | CLOCK_MONOTONIC_COARSE
+        | CLOCK_BOOTTIME
+        | CLOCK_BOOTTIME_ALARM
+        | CLOCK_PROCESS_CPUTIME_ID
+        | CLOCK_THREAD_CPUTIME_ID => k.now_mono(),
+        _ => return Err(Errno::EINVAL),
+    })
+}
+
+fn timespec(ns: u64) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&(ns / NS_PER_SEC).to_le_bytes());
+    b[8..].copy_from_slice(&(ns % NS_PER_SEC).to_le_bytes());
+    b
+}
+
+/// Reads a `struct timespec` argument: EINVAL unless 0 <= nsec < 1e9 and sec >= 0.
+fn read_timespec(k: &Kernel, addr: u64) -> Result<u64, Errno> {
+    let mut b = [0u8; 16];
+    arch::copy_from_user(&k.space, addr, &mut b)?;
+    let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or_default());
+    let nsec = i64::from_le_bytes(b[8..].try_into().unwrap_or_default());
+    if sec < 0 || !(0..NS_PER_SEC as i64).contains(&nsec) {
+        return Err(Errno::EINVAL);
+    }
+    Ok((sec as u64)
+        .saturating_mul(NS_PER_SEC)
+        .saturating_add(nsec as u64))
+}
+
+pub fn clock_gettime(f: &mut SyscallFrame) -> SysResult {
+    let k = kernel();
+    let t = now(&k, f.rdi)?;
+    copy_to_user(&k.space, f.rsi, &timespec(t))?;
+    Ok(0)
+}
+
+pub fn clock_getres(f: &mut SyscallFrame) -> SysResult {
+    let k = kernel();
+    now(&k, f.rdi)?;
+    if f.rsi != 0 {
+        copy_to_user(&k.space, f.rsi, &timespec(1))?;
+    }
+    Ok(0)
+}
+
+pub fn gettimeofday(f: &mut SyscallFrame) -> SysResult {
+    let k = kernel();
+    if f.rdi != 0 {
+        let t = k.now_real();
+        let mut b = [0u8; 16];
+        b[..8].copy_from_slice(&(t / NS_PER_SEC).to_le_bytes());
+        b[8..].copy_from_slice(&(t % NS_PER_SEC / 1000).to_le_bytes());
+        copy_to_user(&k.space, f.rdi, &b)?;
+    }
+    if f.rsi != 0 {
+        copy_to_user(&k.space, f.rsi, &[0u8; 8])?; // struct timezone: UTC
+    }
+    Ok(0)
+}
+
+pub fn time(f: &mut SyscallFrame) -> SysResult {
+    let k = kernel();
+    let secs = k.now_real() / NS_PER_SEC;
+    if f.rdi != 0 {
+        copy_to_user(&k.space, f.rdi, &secs.to_le_bytes())?;
+    }
+    Ok(secs)
+}
+
+/// Waits until `clock` reaches `deadline` (ns).
+fn sleep_until(clock: u64, deadline: u64) -> Result<(), Errno> {
+    loop {
+        let left = {
+            let k = kernel();
+            deadline.saturating_sub(now(&k, clock)?)
+        };
+        if left == 0 {
+            return Ok(());
+        }
+        if left <= SPIN_NS {
+            core::hint::spin_loop();
+        } else {
+            // Wake a little early and spin the rest: the host's timer is coarse.
+            arch::hostcall(Hostcall::Sleep, &[left - SPIN_NS / 2]);
+        }
+    }
+}
+
+pub fn nanosleep(f: &mut SyscallFrame) -> SysResult {
+    let (req, start) = {
+        let k = kernel();
+        (read_timespec(&k, f.rdi)?, k.now_mono())
+    };
+    sleep_until(CLOCK_MONOTONIC, start.saturating_add(req))?;
+    if f.rsi != 0 {
+        // Nothing interrupts a sleep yet: no time remains.
+        copy_to_user(&kernel().space, f.rsi, &[0u8; 16])?;
+    }
+    Ok(0)
+}
+
+pub fn clock_nanosleep(f: &mut SyscallFrame) -> SysResult {
+    let [clock, flags, req, rem, ..] = f.args();
+    if flags & !TIMER_ABSTIME != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if matches!(clock, CLOCK_THREAD_CPUTIME_ID) {
+        return Err(Errno::EINVAL);
+    }
+    let (t, base) = {
+        let k = kernel();
+        (read_timespec(&k, req)?, now(&k, clock)?)
+    };
+    let deadline = if flags & TIMER_ABSTIME != 0 {
+        t
+    } else {
+        base.saturating_add(t)
+    };
+    sleep_until(clock, deadline)?;
+    if rem != 0 && flags & TIMER_ABSTIME == 0 {
+        copy_to_user(&kernel().space, rem, &[0u8; 16])?;
+    }
+    Ok(0)
+}

@@ -1,0 +1,51 @@
+//! Clocks from the TSC: monotonic time is TSC ticks since boot, real time is the
+//! host's clock at boot plus that. Pure arithmetic; the TSC is read by the caller.
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Clock {
+    pub tsc_hz: u64,
+    pub boot_tsc: u64,
+    pub boot_realtime_ns: u64,
+}
+
+pub const NS_PER_SEC: u64 = 1_000_000_000;
+
+impl Clock {
+    /// Nanoseconds since boot at TSC value `tsc`.
+    pub fn mono_ns(&self, tsc: u64) -> u64 {
+        let ticks = tsc.saturating_sub(self.boot_tsc);
+        (u128::from(ticks) * u128::from(NS_PER_SEC) / u128::from(self.tsc_hz.max(1))) as u64
+    }
+
+    /// Nanoseconds since the epoch at TSC value `tsc`.
+    pub fn realtime_ns(&self, tsc: u64) -> u64 {
+        self.boot_realtime_ns.saturating_add(self.mono_ns(tsc))
+    }
+
+    /// The TSC value at `mono` nanoseconds since boot.
+    pub fn tsc_at(&self, mono: u64) -> u64 {
+        self.boot_tsc.saturating_add(
+            (u128::from(mono) * u128::from(self.tsc_hz) / u128::from(NS_PER_SEC)) as u64,
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn conversions() {
+        let c = Clock {
+            tsc_hz: 2_000_000_000,
+            boot_tsc: 1000,
+            boot_realtime_ns: 5 * NS_PER_SEC,
+        };
+        assert_eq!(c.mono_ns(1000), 0);
+        assert_eq!(c.mono_ns(3000), 1000);
+        assert_eq!(c.mono_ns(10), 0, "before boot clamps");
+        assert_eq!(c.realtime_ns(2_000_001_000), 6 * NS_PER_SEC);
+        assert_eq!(c.tsc_at(1000), 3000);
+        let _ = Clock::default().mono_ns(u64::MAX); // no division by zero
+    }
+}
