@@ -13,13 +13,9 @@ fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest.join("../..");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
-    for dep in [
-        "crates/kernel/src",
-        "crates/kernel/link.ld",
-        "crates/kernel/Cargo.toml",
-        "crates/abi/src",
-        "Cargo.lock",
-    ] {
+    for dep in
+        ["crates/kernel/src", "crates/kernel/link.ld", "crates/kernel/Cargo.toml", "crates/abi/src", "Cargo.lock"]
+    {
         println!("cargo:rerun-if-changed={}", root.join(dep).display());
     }
 
@@ -63,16 +59,11 @@ fn main() {
     }
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy().into_owned();
-        if k.starts_with("CARGO_FEATURE_")
-            || k.starts_with("CARGO_CFG_")
-            || k.starts_with("CARGO_PROFILE_")
-        {
+        if k.starts_with("CARGO_FEATURE_") || k.starts_with("CARGO_CFG_") || k.starts_with("CARGO_PROFILE_") {
             cmd.env_remove(k);
         }
     }
-    let status = cmd
-        .status()
-        .expect("running cargo to build the guest kernel");
+    let status = cmd.status().expect("running cargo to build the guest kernel");
     if !status.success() {
         panic!("building the guest kernel failed; is the target installed? (rustup target add x86_64-unknown-none)");
     }
@@ -81,22 +72,10 @@ fn main() {
     let data = std::fs::read(&elf_path).expect("reading the kernel ELF");
     let elf = object::File::parse(&*data).expect("parsing the kernel ELF");
     let segs: Vec<_> = elf.segments().collect();
-    let start = segs
-        .iter()
-        .map(|s| s.address())
-        .min()
-        .expect("kernel has segments");
-    let file_end = segs
-        .iter()
-        .map(|s| s.address() + s.file_range().1)
-        .max()
-        .unwrap();
+    let start = segs.iter().map(|s| s.address()).min().expect("kernel has segments");
+    let file_end = segs.iter().map(|s| s.address() + s.file_range().1).max().unwrap();
     let mem_end = segs.iter().map(|s| s.address() + s.size()).max().unwrap();
-    assert_eq!(
-        start,
-        KERNEL_VBASE + 0x20_0000,
-        "kernel must be linked at KERNEL_VBASE + KERNEL_PHYS"
-    );
+    assert_eq!(start, KERNEL_VBASE + 0x20_0000, "kernel must be linked at KERNEL_VBASE + KERNEL_PHYS");
     let mut image = vec![0u8; (file_end - start) as usize];
     for s in &segs {
         let bytes = s.data().expect("segment data");
@@ -106,10 +85,7 @@ fn main() {
     std::fs::write(out.join("kernel.bin"), &image).unwrap();
 
     let sym = |name: &str| -> u64 {
-        elf.symbols()
-            .find(|s| s.name() == Ok(name))
-            .unwrap_or_else(|| panic!("kernel symbol {name} missing"))
-            .address()
+        elf.symbols().find(|s| s.name() == Ok(name)).unwrap_or_else(|| panic!("kernel symbol {name} missing")).address()
     };
     let consts = format!(
         "/// The kernel image, flattened from its first to its last loaded byte.\n\

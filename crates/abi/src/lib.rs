@@ -193,20 +193,12 @@ pub mod rootfs {
             let b = b.get(..HEADER_SIZE)?;
             let u32_ = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
             let u64_ = |o: usize| u64::from(u32_(o)) | (u64::from(u32_(o + 4)) << 32);
-            Some(Header {
-                kind: u32_(0),
-                mode: u32_(4),
-                mtime_ns: u64_(8),
-                path_len: u32_(16),
-                data_len: u64_(24),
-            })
+            Some(Header { kind: u32_(0), mode: u32_(4), mtime_ns: u64_(8), path_len: u32_(16), data_len: u64_(24) })
         }
 
         /// Bytes this record takes, header and padding included.
         pub fn record_len(&self) -> Option<usize> {
-            let n = (HEADER_SIZE as u64)
-                .checked_add(u64::from(self.path_len))?
-                .checked_add(self.data_len)?;
+            let n = (HEADER_SIZE as u64).checked_add(u64::from(self.path_len))?.checked_add(self.data_len)?;
             usize::try_from(n.checked_add(7)? & !7).ok()
         }
     }

@@ -21,10 +21,7 @@ const MMAP_BOTTOM: u64 = 0x1_0000;
 pub extern "C" fn kmain(boot_info: u64) -> ! {
     let bi = arch::boot_info(boot_info);
     if bi.magic != BOOT_MAGIC || bi.abi_version != ABI_VERSION {
-        panic!(
-            "boot info of ABI version {} (kernel speaks {ABI_VERSION})",
-            bi.abi_version
-        );
+        panic!("boot info of ABI version {} (kernel speaks {ABI_VERSION})", bi.abi_version);
     }
     arch::init_heap(bi);
     arch::supervisor::init(bi.flags);
@@ -34,14 +31,8 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
         rootfs::load(&mut vfs, arch::static_bytes(bi.rootfs_phys, bi.rootfs_size));
     }
     let workdir = arch::static_bytes(bi.workdir_phys, bi.workdir_len);
-    let cwd = if workdir.is_empty() {
-        ROOT
-    } else {
-        vfs.lookup(ROOT, workdir, true).unwrap_or(ROOT)
-    };
-    let exe = arch::user_slice(&space, bi.execfn, bi.execfn_len)
-        .map(|s| s.to_vec())
-        .unwrap_or_default();
+    let cwd = if workdir.is_empty() { ROOT } else { vfs.lookup(ROOT, workdir, true).unwrap_or(ROOT) };
+    let exe = arch::user_slice(&space, bi.execfn, bi.execfn_len).map(|s| s.to_vec()).unwrap_or_default();
     kernel::init(Kernel::new(space, vfs, cwd, bi, exe));
     arch::enter_user(bi.entry, bi.user_sp)
 }
@@ -61,23 +52,13 @@ fn address_space(bi: &BootInfo) -> AddressSpace {
         image.virt,
         image.size,
         image.phys,
-        Vma {
-            start: image_start,
-            end: image_end,
-            prot: rwx,
-            kind: VmaKind::Image,
-        },
+        Vma { start: image_start, end: image_end, prot: rwx, kind: VmaKind::Image },
     );
     space.adopt(
         stack.virt,
         stack.size,
         stack.phys,
-        Vma {
-            start: stack.virt,
-            end: stack.virt + stack.size,
-            prot: PROT_READ | PROT_WRITE,
-            kind: VmaKind::Stack,
-        },
+        Vma { start: stack.virt, end: stack.virt + stack.size, prot: PROT_READ | PROT_WRITE, kind: VmaKind::Stack },
     );
     space
 }
@@ -126,11 +107,8 @@ pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
             frame.vector, frame.rip, frame.error, frame.rsp
         );
     }
-    let addr = if frame.vector == crate::fault::vector::PAGE_FAULT {
-        arch::hostcall(Hostcall::FaultAddr, &[])
-    } else {
-        0
-    };
+    let addr =
+        if frame.vector == crate::fault::vector::PAGE_FAULT { arch::hostcall(Hostcall::FaultAddr, &[]) } else { 0 };
     kernel().killed(signal_for(frame.vector), frame.rip, addr)
 }
 

@@ -33,10 +33,7 @@ impl Default for Console {
 
 impl Console {
     pub fn new() -> Self {
-        Self {
-            buf: Vec::new(),
-            fd: 1,
-        }
+        Self { buf: Vec::new(), fd: 1 }
     }
 
     pub fn pending(&self) -> usize {
@@ -48,21 +45,13 @@ impl Console {
         if self.buf.is_empty() {
             return Ok(());
         }
-        let r = sink
-            .write(self.fd, self.buf.as_ptr() as u64, &self.buf)
-            .map(|_| ());
+        let r = sink.write(self.fd, self.buf.as_ptr() as u64, &self.buf).map(|_| ());
         self.buf.clear();
         r
     }
 
     /// Writes `data` (which is at guest-virtual `addr`) to `fd` (1 or 2).
-    pub fn write(
-        &mut self,
-        fd: u32,
-        data: &[u8],
-        addr: u64,
-        sink: &mut impl Sink,
-    ) -> Result<u64, Errno> {
+    pub fn write(&mut self, fd: u32, data: &[u8], addr: u64, sink: &mut impl Sink) -> Result<u64, Errno> {
         if fd != self.fd {
             self.flush(sink)?;
             self.fd = fd;

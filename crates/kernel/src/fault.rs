@@ -36,9 +36,7 @@ pub fn signal_for(vector: u64) -> u64 {
         DEBUG | BREAKPOINT => sig::SIGTRAP,
         INVALID_OPCODE => sig::SIGILL,
         ALIGNMENT => sig::SIGBUS,
-        OVERFLOW | BOUND | SEGMENT_NOT_PRESENT | STACK | GENERAL_PROTECTION | PAGE_FAULT => {
-            sig::SIGSEGV
-        }
+        OVERFLOW | BOUND | SEGMENT_NOT_PRESENT | STACK | GENERAL_PROTECTION | PAGE_FAULT => sig::SIGSEGV,
         _ => sig::SIGKILL,
     }
 }

@@ -14,7 +14,6 @@ use alloc::format;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use onering_abi::{flags, Hostcall};
-use spin::Mutex as SpinMutex;
 use spin::{Mutex, MutexGuard, Once};
 
 pub struct Kernel {
@@ -51,13 +50,7 @@ pub fn init(k: Kernel) {
 
 impl Kernel {
     /// The state at boot: standard streams on descriptors 0, 1 and 2.
-    pub fn new(
-        space: AddressSpace,
-        vfs: Vfs,
-        cwd: Ino,
-        bi: &onering_abi::BootInfo,
-        exe: Vec<u8>,
-    ) -> Kernel {
+    pub fn new(space: AddressSpace, vfs: Vfs, cwd: Ino, bi: &onering_abi::BootInfo, exe: Vec<u8>) -> Kernel {
         let mut fds = FdTable::new();
         for (path, flags) in [
             (&b"/dev/stdin"[..], oflag::O_RDONLY),
@@ -65,10 +58,7 @@ impl Kernel {
             (b"/dev/stderr", oflag::O_WRONLY),
         ] {
             if let Ok(ino) = vfs.lookup(ROOT, path, true) {
-                let _ = fds.insert(
-                    Arc::new(SpinMutex::new(OpenFile::new(Kind::Node(ino), flags))),
-                    false,
-                );
+                let _ = fds.insert(Arc::new(OpenFile::new(Kind::Node(ino), flags)), false);
             }
         }
         Kernel {
@@ -80,11 +70,7 @@ impl Kernel {
             cwd,
             umask: 0o022,
             rng: Rng::new(bi.seed),
-            clock: Clock {
-                tsc_hz: bi.tsc_hz,
-                boot_tsc: bi.boot_tsc,
-                boot_realtime_ns: bi.boot_realtime_ns,
-            },
+            clock: Clock { tsc_hz: bi.tsc_hz, boot_tsc: bi.boot_tsc, boot_realtime_ns: bi.boot_realtime_ns },
             flags: bi.flags,
             winsize: bi.winsize,
             uid: bi.uid,
@@ -120,11 +106,7 @@ pub struct Signals {
 
 impl Default for Signals {
     fn default() -> Self {
-        Signals {
-            actions: [[0; 4]; 64],
-            mask: 0,
-            altstack: (0, 2, 0),
-        }
+        Signals { actions: [[0; 4]; 64], mask: 0, altstack: (0, 2, 0) }
     }
 }
 
@@ -144,11 +126,7 @@ impl Sink for HostSink {
         if r < 0 {
             // The VMM returns -errno; anything it sends is a valid Linux errno, but
             // guard against nonsense rather than trust it.
-            Err(if r == -(Errno::EPIPE as i64) {
-                Errno::EPIPE
-            } else {
-                Errno::EIO
-            })
+            Err(if r == -(Errno::EPIPE as i64) { Errno::EPIPE } else { Errno::EIO })
         } else {
             Ok(r as u64)
         }
@@ -158,9 +136,7 @@ impl Sink for HostSink {
 impl Kernel {
     /// Writes a message of onering's own to stderr, in order with the program's output.
     pub fn message(&mut self, text: &str) {
-        let _ = self
-            .console
-            .write(2, text.as_bytes(), text.as_ptr() as u64, &mut HostSink);
+        let _ = self.console.write(2, text.as_bytes(), text.as_ptr() as u64, &mut HostSink);
         let _ = self.console.flush(&mut HostSink);
     }
 

@@ -19,14 +19,7 @@ fn splitmix(x: &mut u64) -> u64 {
 impl Rng {
     pub fn new(seed: [u64; 2]) -> Rng {
         let mut x = seed[0] ^ seed[1].rotate_left(32);
-        Rng {
-            s: [
-                splitmix(&mut x),
-                splitmix(&mut x),
-                splitmix(&mut x),
-                splitmix(&mut x),
-            ],
-        }
+        Rng { s: [splitmix(&mut x), splitmix(&mut x), splitmix(&mut x), splitmix(&mut x)] }
     }
 
     pub fn next_u64(&mut self) -> u64 {

@@ -24,9 +24,7 @@ impl Clock {
 
     /// The TSC value at `mono` nanoseconds since boot.
     pub fn tsc_at(&self, mono: u64) -> u64 {
-        self.boot_tsc.saturating_add(
-            (u128::from(mono) * u128::from(self.tsc_hz) / u128::from(NS_PER_SEC)) as u64,
-        )
+        self.boot_tsc.saturating_add((u128::from(mono) * u128::from(self.tsc_hz) / u128::from(NS_PER_SEC)) as u64)
     }
 }
 
@@ -36,11 +34,7 @@ mod tests {
 
     #[test]
     fn conversions() {
-        let c = Clock {
-            tsc_hz: 2_000_000_000,
-            boot_tsc: 1000,
-            boot_realtime_ns: 5 * NS_PER_SEC,
-        };
+        let c = Clock { tsc_hz: 2_000_000_000, boot_tsc: 1000, boot_realtime_ns: 5 * NS_PER_SEC };
         assert_eq!(c.mono_ns(1000), 0);
         assert_eq!(c.mono_ns(3000), 1000);
         assert_eq!(c.mono_ns(10), 0, "before boot clamps");

@@ -128,21 +128,16 @@ impl Program {
             .checked_mul(PHDR_SIZE as u64)
             .and_then(|n| n.checked_add(phoff))
             .filter(|e| *e <= file.len() as u64)
-            .ok_or(ElfError::Malformed(
-                "program headers past the end of the file",
-            ))?;
+            .ok_or(ElfError::Malformed("program headers past the end of the file"))?;
         let mut segments = Vec::new();
         let mut phdr_vaddr = None;
         for i in 0..phnum {
             let p = &file[phoff as usize + i * PHDR_SIZE..][..PHDR_SIZE];
             let kind = u32_at(p, 0);
-            let (offset, vaddr, filesz, memsz) =
-                (u64_at(p, 8), u64_at(p, 16), u64_at(p, 32), u64_at(p, 40));
+            let (offset, vaddr, filesz, memsz) = (u64_at(p, 8), u64_at(p, 16), u64_at(p, 32), u64_at(p, 40));
             match kind {
                 PT_INTERP => {
-                    let end = offset
-                        .checked_add(filesz)
-                        .filter(|e| *e <= file.len() as u64);
+                    let end = offset.checked_add(filesz).filter(|e| *e <= file.len() as u64);
                     let name = match end {
                         Some(end) => String::from_utf8_lossy(&file[offset as usize..end as usize])
                             .trim_end_matches('\0')
@@ -157,30 +152,15 @@ impl Program {
                         continue;
                     }
                     if filesz > memsz {
-                        return Err(ElfError::Malformed(
-                            "segment larger in the file than in memory",
-                        ));
+                        return Err(ElfError::Malformed("segment larger in the file than in memory"));
                     }
-                    if offset
-                        .checked_add(filesz)
-                        .is_none_or(|e| e > file.len() as u64)
-                    {
-                        return Err(ElfError::Malformed(
-                            "segment extends past the end of the file",
-                        ));
+                    if offset.checked_add(filesz).is_none_or(|e| e > file.len() as u64) {
+                        return Err(ElfError::Malformed("segment extends past the end of the file"));
                     }
                     if vaddr.checked_add(memsz).is_none() {
-                        return Err(ElfError::Malformed(
-                            "segment wraps around the address space",
-                        ));
+                        return Err(ElfError::Malformed("segment wraps around the address space"));
                     }
-                    segments.push(Segment {
-                        vaddr,
-                        offset,
-                        filesz,
-                        memsz,
-                        flags: u32_at(p, 4),
-                    });
+                    segments.push(Segment { vaddr, offset, filesz, memsz, flags: u32_at(p, 4) });
                 }
                 _ => {}
             }
@@ -194,25 +174,13 @@ impl Program {
                 return Err(ElfError::Malformed("overlapping segments"));
             }
         }
-        Ok(Program {
-            pie,
-            entry,
-            phoff,
-            phnum: phnum as u64,
-            phdr_vaddr,
-            segments,
-        })
+        Ok(Program { pie, entry, phoff, phnum: phnum as u64, phdr_vaddr, segments })
     }
 
     /// Lowest and highest (exclusive) virtual address of the loaded image, unbiased.
     pub fn span(&self) -> (u64, u64) {
         let lo = self.segments.first().map(|s| s.vaddr).unwrap_or(0);
-        let hi = self
-            .segments
-            .iter()
-            .map(|s| s.vaddr + s.memsz)
-            .max()
-            .unwrap_or(0);
+        let hi = self.segments.iter().map(|s| s.vaddr + s.memsz).max().unwrap_or(0);
         (lo, hi)
     }
 
@@ -222,10 +190,7 @@ impl Program {
         self.phdr_vaddr.or_else(|| {
             self.segments
                 .iter()
-                .find(|s| {
-                    s.offset <= self.phoff
-                        && self.phoff + self.phnum * PHDR_SIZE as u64 <= s.offset + s.filesz
-                })
+                .find(|s| s.offset <= self.phoff && self.phoff + self.phnum * PHDR_SIZE as u64 <= s.offset + s.filesz)
                 .map(|s| s.vaddr + (self.phoff - s.offset))
         })
     }
@@ -245,20 +210,13 @@ pub fn functions(file: &[u8]) -> Vec<(u64, u64)> {
     };
     let mut out = Vec::new();
     for i in 0..shnum as usize {
-        let Some(sh) = (shoff as usize)
-            .checked_add(i * shentsize as usize)
-            .and_then(|o| get(o, 64))
-        else {
+        let Some(sh) = (shoff as usize).checked_add(i * shentsize as usize).and_then(|o| get(o, 64)) else {
             break;
         };
         if u32_at(sh, 4) != 2 {
             continue; // not SHT_SYMTAB
         }
-        let (off, size, entsize) = (
-            u64_at(sh, 24) as usize,
-            u64_at(sh, 32) as usize,
-            u64_at(sh, 56) as usize,
-        );
+        let (off, size, entsize) = (u64_at(sh, 24) as usize, u64_at(sh, 32) as usize, u64_at(sh, 56) as usize);
         if entsize < 24 {
             continue;
         }
@@ -320,20 +278,13 @@ pub(crate) mod tests {
         assert_eq!(p.entry, 0x401000);
         assert_eq!(p.segments.len(), 1);
         assert_eq!(p.span(), (0x401000, 0x401110));
-        assert_eq!(
-            p.phdr_addr(),
-            None,
-            "headers are not inside the loaded segment"
-        );
+        assert_eq!(p.phdr_addr(), None, "headers are not inside the loaded segment");
     }
 
     #[test]
     fn rejects_what_it_cannot_run() {
         let good = tiny_elf(&[0x90]);
-        assert_eq!(
-            Program::parse(b"#!/bin/sh\necho hi\n"),
-            Err(ElfError::NotElf)
-        );
+        assert_eq!(Program::parse(b"#!/bin/sh\necho hi\n"), Err(ElfError::NotElf));
         assert_eq!(Program::parse(b""), Err(ElfError::NotElf));
         let mut f = good.clone();
         f[4] = 1;
@@ -343,24 +294,15 @@ pub(crate) mod tests {
         assert_eq!(Program::parse(&f), Err(ElfError::BigEndian));
         let mut f = good.clone();
         f[18] = 183;
-        assert_eq!(
-            Program::parse(&f),
-            Err(ElfError::Machine("64-bit ARM (aarch64)"))
-        );
+        assert_eq!(Program::parse(&f), Err(ElfError::Machine("64-bit ARM (aarch64)")));
         let mut f = good.clone();
         f[16] = 1;
-        assert!(matches!(
-            Program::parse(&f),
-            Err(ElfError::NotExecutable(_))
-        ));
+        assert!(matches!(Program::parse(&f), Err(ElfError::NotExecutable(_))));
         let mut f = good.clone();
         f.extend_from_slice(b"/lib/ld-musl-x86_64.so.1\0");
         let off = f.len() as u64 - 25;
         set_phdr(&mut f, 0, PT_INTERP, off, 25);
-        assert_eq!(
-            Program::parse(&f),
-            Err(ElfError::Dynamic("/lib/ld-musl-x86_64.so.1".into()))
-        );
+        assert_eq!(Program::parse(&f), Err(ElfError::Dynamic("/lib/ld-musl-x86_64.so.1".into())));
         let mut f = good.clone();
         set_phdr(&mut f, 0, 4, 0, 0); // PT_NOTE only
         assert_eq!(Program::parse(&f), Err(ElfError::NoLoad));

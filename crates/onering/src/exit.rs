@@ -44,10 +44,7 @@ impl VmExit {
                 let mut v = [0u8; 8];
                 let n = data.len().min(8);
                 v[..n].copy_from_slice(&data[..n]);
-                VmExit::MmioWrite {
-                    addr,
-                    data: u64::from_le_bytes(v),
-                }
+                VmExit::MmioWrite { addr, data: u64::from_le_bytes(v) }
             }
             E::MmioRead(addr, data) => {
                 data.fill(0);
@@ -105,28 +102,22 @@ pub trait Env {
 
 pub fn handle(exit: VmExit, env: &mut impl Env) -> Action {
     match exit {
-        VmExit::MmioWrite { addr, data } if addr == layout::HOSTCALL_DOORBELL_PHYS => {
-            hostcall(data, env)
+        VmExit::MmioWrite { addr, data } if addr == layout::HOSTCALL_DOORBELL_PHYS => hostcall(data, env),
+        VmExit::MmioWrite { addr, .. } => {
+            Action::Stop(Outcome::GuestError(format!("unexpected MMIO write at {addr:#x}")))
         }
-        VmExit::MmioWrite { addr, .. } => Action::Stop(Outcome::GuestError(format!(
-            "unexpected MMIO write at {addr:#x}"
-        ))),
-        VmExit::MmioRead { addr } => Action::Stop(Outcome::GuestError(format!(
-            "unexpected MMIO read at {addr:#x}"
-        ))),
-        VmExit::IoOut { port } | VmExit::IoIn { port } => Action::Stop(Outcome::GuestError(
-            format!("unexpected port I/O on port {port:#x}"),
-        )),
+        VmExit::MmioRead { addr } => Action::Stop(Outcome::GuestError(format!("unexpected MMIO read at {addr:#x}"))),
+        VmExit::IoOut { port } | VmExit::IoIn { port } => {
+            Action::Stop(Outcome::GuestError(format!("unexpected port I/O on port {port:#x}")))
+        }
         VmExit::Hlt => Action::Stop(Outcome::GuestError("unexpected halt".into())),
-        VmExit::Shutdown => Action::Stop(Outcome::GuestError(
-            "triple fault (the guest's exception handling broke down)".into(),
-        )),
-        VmExit::InternalError => Action::Stop(Outcome::GuestError(
-            "KVM internal error (emulation failure)".into(),
-        )),
-        VmExit::FailEntry(r) => Action::Stop(Outcome::GuestError(format!(
-            "KVM could not enter the guest (reason {r:#x})"
-        ))),
+        VmExit::Shutdown => {
+            Action::Stop(Outcome::GuestError("triple fault (the guest's exception handling broke down)".into()))
+        }
+        VmExit::InternalError => Action::Stop(Outcome::GuestError("KVM internal error (emulation failure)".into())),
+        VmExit::FailEntry(r) => {
+            Action::Stop(Outcome::GuestError(format!("KVM could not enter the guest (reason {r:#x})")))
+        }
         VmExit::Other(what) => Action::Stop(Outcome::GuestError(format!("unexpected exit {what}"))),
     }
 }
@@ -139,16 +130,9 @@ fn hostcall(nr: u64, env: &mut impl Env) -> Action {
     let block = block_addr(env.cpu());
     let mut args = [0u64; 6];
     for (i, a) in args.iter_mut().enumerate() {
-        match env
-            .mem()
-            .read_obj::<u64>(GuestAddress(block + 8 * i as u64))
-        {
+        match env.mem().read_obj::<u64>(GuestAddress(block + 8 * i as u64)) {
             Ok(v) => *a = v,
-            Err(_) => {
-                return Action::Stop(Outcome::GuestError(
-                    "hostcall block outside guest memory".into(),
-                ))
-            }
+            Err(_) => return Action::Stop(Outcome::GuestError("hostcall block outside guest memory".into())),
         }
     }
     let ret: i64 = match Hostcall::from_u64(nr) {
@@ -161,30 +145,19 @@ fn hostcall(nr: u64, env: &mut impl Env) -> Action {
         }
         Some(Hostcall::Exit) => return Action::Stop(Outcome::Exited(args[0] as u8)),
         Some(Hostcall::Killed) => {
-            return Action::Stop(Outcome::Killed {
-                signal: args[0],
-                rip: args[1],
-                addr: args[2],
-            })
+            return Action::Stop(Outcome::Killed { signal: args[0], rip: args[1], addr: args[2] })
         }
         Some(Hostcall::Fatal) => return Action::Stop(fatal(env)),
         Some(Hostcall::Panic) => {
             let msg = read_guest(env.mem(), args[0], args[1].min(MAX_PANIC_MESSAGE))
                 .unwrap_or_else(|| b"(message unreadable)".to_vec());
-            return Action::Stop(Outcome::KernelPanic(
-                String::from_utf8_lossy(&msg).into_owned(),
-            ));
+            return Action::Stop(Outcome::KernelPanic(String::from_utf8_lossy(&msg).into_owned()));
         }
         None => return Action::Stop(Outcome::GuestError(format!("unknown hostcall {nr}"))),
     };
-    match env
-        .mem()
-        .write_obj(ret as u64, GuestAddress(block + RET_OFFSET))
-    {
+    match env.mem().write_obj(ret as u64, GuestAddress(block + RET_OFFSET)) {
         Ok(()) => Action::Resume,
-        Err(_) => Action::Stop(Outcome::GuestError(
-            "hostcall block outside guest memory".into(),
-        )),
+        Err(_) => Action::Stop(Outcome::GuestError("hostcall block outside guest memory".into())),
     }
 }
 
@@ -192,16 +165,8 @@ fn hostcall(nr: u64, env: &mut impl Env) -> Action {
 /// the VMM reads it from where it must be).
 fn fatal(env: &impl Env) -> Outcome {
     let at = crate::loader::fatal_frame_phys(env.cpu());
-    let word = |i: u64| {
-        env.mem()
-            .read_obj::<u64>(GuestAddress(at + 8 * i))
-            .unwrap_or(0)
-    };
-    Outcome::Fatal {
-        vector: word(0),
-        error: word(1),
-        rip: word(2),
-    }
+    let word = |i: u64| env.mem().read_obj::<u64>(GuestAddress(at + 8 * i)).unwrap_or(0);
+    Outcome::Fatal { vector: word(0), error: word(1), rip: word(2) }
 }
 
 /// Copies `len` bytes at guest-virtual `virt` out of the guest, through its page
@@ -212,11 +177,7 @@ pub fn read_guest(mem: &GuestMemoryMmap, virt: u64, len: u64) -> Option<Vec<u8>>
     while done < len {
         let (pa, avail) = x86::translate(mem, layout::BOOT_PT_PHYS, virt.checked_add(done)?)?;
         let n = avail.min(len - done);
-        mem.read_slice(
-            &mut out[done as usize..(done + n) as usize],
-            GuestAddress(pa),
-        )
-        .ok()?;
+        mem.read_slice(&mut out[done as usize..(done + n) as usize], GuestAddress(pa)).ok()?;
         done += n;
     }
     Some(out)
@@ -233,18 +194,13 @@ fn write(args: [u64; 6], env: &mut impl Env) -> i64 {
     let mut buf = vec![0u8; len.min(WRITE_CHUNK) as usize];
     let mut done = 0u64;
     while done < len {
-        let Some((pa, avail)) = virt
-            .checked_add(done)
-            .and_then(|va| x86::translate(env.mem(), layout::BOOT_PT_PHYS, va))
+        let Some((pa, avail)) =
+            virt.checked_add(done).and_then(|va| x86::translate(env.mem(), layout::BOOT_PT_PHYS, va))
         else {
             break;
         };
         let n = avail.min(len - done).min(WRITE_CHUNK) as usize;
-        if env
-            .mem()
-            .read_slice(&mut buf[..n], GuestAddress(pa))
-            .is_err()
-        {
+        if env.mem().read_slice(&mut buf[..n], GuestAddress(pa)).is_err() {
             break;
         }
         match env.output(fd as u32, &buf[..n]) {
@@ -318,47 +274,26 @@ mod tests {
     /// 8 MiB of guest memory with [0x40_0000, 0x60_0000) mapped to [0x40_0000, ...).
     fn env() -> TestEnv {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap();
-        PageTables::new(&mem)
-            .map_2m(0x40_0000, 0x40_0000, 0)
-            .unwrap();
-        TestEnv {
-            mem,
-            out: vec![],
-            fail: None,
-        }
+        PageTables::new(&mem).map_2m(0x40_0000, 0x40_0000, 0).unwrap();
+        TestEnv { mem, out: vec![], fail: None }
     }
 
     fn call(e: &mut TestEnv, nr: Hostcall, args: &[u64]) -> Action {
         for (i, a) in args.iter().enumerate() {
-            e.mem
-                .write_obj(*a, GuestAddress(block_addr(0) + 8 * i as u64))
-                .unwrap();
+            e.mem.write_obj(*a, GuestAddress(block_addr(0) + 8 * i as u64)).unwrap();
         }
-        handle(
-            VmExit::MmioWrite {
-                addr: layout::HOSTCALL_DOORBELL_PHYS,
-                data: nr as u64,
-            },
-            e,
-        )
+        handle(VmExit::MmioWrite { addr: layout::HOSTCALL_DOORBELL_PHYS, data: nr as u64 }, e)
     }
 
     fn ret(e: &TestEnv) -> i64 {
-        e.mem
-            .read_obj::<u64>(GuestAddress(block_addr(0) + RET_OFFSET))
-            .unwrap() as i64
+        e.mem.read_obj::<u64>(GuestAddress(block_addr(0) + RET_OFFSET)).unwrap() as i64
     }
 
     #[test]
     fn write_reads_guest_virtual_memory() {
         let mut e = env();
-        e.mem
-            .write_slice(b"hello\n", GuestAddress(0x40_1000))
-            .unwrap();
-        assert_eq!(
-            call(&mut e, Hostcall::Write, &[1, 0x40_1000, 6]),
-            Action::Resume
-        );
+        e.mem.write_slice(b"hello\n", GuestAddress(0x40_1000)).unwrap();
+        assert_eq!(call(&mut e, Hostcall::Write, &[1, 0x40_1000, 6]), Action::Resume);
         assert_eq!(ret(&e), 6);
         assert_eq!(e.out, [(1, b"hello\n".to_vec())]);
     }
@@ -366,17 +301,11 @@ mod tests {
     #[test]
     fn write_rejects_bad_arguments() {
         let mut e = env();
-        assert_eq!(
-            call(&mut e, Hostcall::Write, &[7, 0x40_1000, 1]),
-            Action::Resume
-        );
+        assert_eq!(call(&mut e, Hostcall::Write, &[7, 0x40_1000, 1]), Action::Resume);
         assert_eq!(ret(&e), -EBADF);
         // Unmapped, non-canonical, wrapping: nothing written.
         for (addr, len) in [(0x10_0000, 1), (0x8000_0000_0000, 1), (u64::MAX, 2)] {
-            assert_eq!(
-                call(&mut e, Hostcall::Write, &[2, addr, len]),
-                Action::Resume
-            );
+            assert_eq!(call(&mut e, Hostcall::Write, &[2, addr, len]), Action::Resume);
             assert_eq!(ret(&e), -EFAULT, "{addr:#x}+{len:#x}");
         }
         assert!(e.out.is_empty());
@@ -395,10 +324,7 @@ mod tests {
     #[test]
     fn read_fills_guest_memory() {
         let mut e = env();
-        assert_eq!(
-            call(&mut e, Hostcall::Read, &[0x40_1000, 100]),
-            Action::Resume
-        );
+        assert_eq!(call(&mut e, Hostcall::Read, &[0x40_1000, 100]), Action::Resume);
         assert_eq!(ret(&e), 5);
         let mut b = [0u8; 5];
         e.mem.read_slice(&mut b, GuestAddress(0x40_1000)).unwrap();
@@ -411,31 +337,15 @@ mod tests {
     #[test]
     fn ending_hostcalls() {
         let mut e = env();
-        assert_eq!(
-            call(&mut e, Hostcall::Exit, &[3]),
-            Action::Stop(Outcome::Exited(3))
-        );
-        assert_eq!(
-            call(&mut e, Hostcall::Exit, &[0x1ff]),
-            Action::Stop(Outcome::Exited(0xff))
-        );
+        assert_eq!(call(&mut e, Hostcall::Exit, &[3]), Action::Stop(Outcome::Exited(3)));
+        assert_eq!(call(&mut e, Hostcall::Exit, &[0x1ff]), Action::Stop(Outcome::Exited(0xff)));
         assert_eq!(
             call(&mut e, Hostcall::Killed, &[11, 0x401000, 0]),
-            Action::Stop(Outcome::Killed {
-                signal: 11,
-                rip: 0x401000,
-                addr: 0
-            })
+            Action::Stop(Outcome::Killed { signal: 11, rip: 0x401000, addr: 0 })
         );
         e.mem.write_slice(b"oops", GuestAddress(0x40_0000)).unwrap();
-        assert_eq!(
-            call(&mut e, Hostcall::Panic, &[0x40_0000, 4]),
-            Action::Stop(Outcome::KernelPanic("oops".into()))
-        );
-        assert!(matches!(
-            call(&mut e, Hostcall::Panic, &[0x10, 4]),
-            Action::Stop(Outcome::KernelPanic(_))
-        ));
+        assert_eq!(call(&mut e, Hostcall::Panic, &[0x40_0000, 4]), Action::Stop(Outcome::KernelPanic("oops".into())));
+        assert!(matches!(call(&mut e, Hostcall::Panic, &[0x10, 4]), Action::Stop(Outcome::KernelPanic(_))));
         assert_eq!(call(&mut e, Hostcall::FaultAddr, &[]), Action::Resume);
         assert_eq!(ret(&e), 0xdead);
     }
@@ -444,17 +354,9 @@ mod tests {
     fn unexpected_exits_stop_the_vm() {
         let mut e = env();
         let stops = [
-            VmExit::MmioWrite {
-                addr: 0x1234,
-                data: 0,
-            },
-            VmExit::MmioWrite {
-                addr: layout::HOSTCALL_DOORBELL_PHYS,
-                data: 999,
-            },
-            VmExit::MmioRead {
-                addr: layout::HOSTCALL_DOORBELL_PHYS,
-            },
+            VmExit::MmioWrite { addr: 0x1234, data: 0 },
+            VmExit::MmioWrite { addr: layout::HOSTCALL_DOORBELL_PHYS, data: 999 },
+            VmExit::MmioRead { addr: layout::HOSTCALL_DOORBELL_PHYS },
             VmExit::IoOut { port: 0x3f8 },
             VmExit::IoIn { port: 0x60 },
             VmExit::Hlt,
@@ -464,13 +366,7 @@ mod tests {
             VmExit::Other("Debug".into()),
         ];
         for x in stops {
-            assert!(
-                matches!(
-                    handle(x.clone(), &mut e),
-                    Action::Stop(Outcome::GuestError(_))
-                ),
-                "{x:?}"
-            );
+            assert!(matches!(handle(x.clone(), &mut e), Action::Stop(Outcome::GuestError(_))), "{x:?}");
         }
     }
 }

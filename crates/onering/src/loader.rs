@@ -23,9 +23,7 @@ const MIB: u64 = 1 << 20;
 pub enum LoadError {
     #[error("--mem {have} MiB is too small: onering needs at least {need} MiB for this program")]
     MemTooSmall { need: u64, have: u64 },
-    #[error(
-        "too large for --mem {mem} MiB (it needs {need} MiB of guest memory; try a larger --mem)"
-    )]
+    #[error("too large for --mem {mem} MiB (it needs {need} MiB of guest memory; try a larger --mem)")]
     ImageTooLarge { need: u64, mem: u64 },
     #[error("its segments lie outside the user address space ({0:#x})")]
     BadAddress(u64),
@@ -40,10 +38,7 @@ pub enum LoadError {
 impl LoadError {
     /// Whether the program is at fault (126) rather than onering's configuration (125).
     pub fn is_program_error(&self) -> bool {
-        matches!(
-            self,
-            LoadError::ImageTooLarge { .. } | LoadError::BadAddress(_) | LoadError::Stack(_)
-        )
+        matches!(self, LoadError::ImageTooLarge { .. } | LoadError::BadAddress(_) | LoadError::Stack(_))
     }
 }
 
@@ -69,8 +64,7 @@ pub struct LoadSpec<'a> {
 }
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
-    mem.write_slice(data, GuestAddress(pa))
-        .map_err(|_| LoadError::Memory(pa))
+    mem.write_slice(data, GuestAddress(pa)).map_err(|_| LoadError::Memory(pa))
 }
 
 /// Kernel heap size for a VM of `mem` bytes.
@@ -118,10 +112,8 @@ fn rewrite_program(prog: &Program, file: &[u8], bias: u64, vhi: u64) -> rewrite:
             bytes: &file[s.offset as usize..(s.offset + s.filesz) as usize],
         })
         .collect();
-    let functions: Vec<(u64, u64)> = crate::elf::functions(file)
-        .into_iter()
-        .map(|(a, s)| (a.wrapping_add(bias), s))
-        .collect();
+    let functions: Vec<(u64, u64)> =
+        crate::elf::functions(file).into_iter().map(|(a, s)| (a.wrapping_add(bias), s)).collect();
     let target = rewrite::Target {
         entry: kernel_image::SYSCALL_ENTRY,
         user_rsp: onering_abi::percpu_offsets::USER_RSP as u32,
@@ -132,12 +124,7 @@ fn rewrite_program(prog: &Program, file: &[u8], bias: u64, vhi: u64) -> rewrite:
 
 /// Writes everything into `mem`; returns the boot info (also written to memory,
 /// except the clock fields, which `write_boot_info` fills in just before the start).
-pub fn load(
-    mem: &GuestMemoryMmap,
-    spec: &LoadSpec,
-    prog: &Program,
-    file: &[u8],
-) -> Result<(BootInfo, RewriteStats)> {
+pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8]) -> Result<(BootInfo, RewriteStats)> {
     let ram = crate::vm::ram_ranges(spec.mem_size);
     let low_end = ram[0].0 .0 + ram[0].1 as u64;
 
@@ -155,42 +142,23 @@ pub fn load(
     // And at least a few chunks to run with (page tables, a little heap).
     let fixed = next + 4 * HUGE_PAGE_SIZE;
     if fixed > low_end {
-        return Err(LoadError::MemTooSmall {
-            need: fixed.div_ceil(MIB),
-            have: spec.mem_size / MIB,
-        });
+        return Err(LoadError::MemTooSmall { need: fixed.div_ceil(MIB), have: spec.mem_size / MIB });
     }
 
     // The program: its image in whole 2 MiB blocks, backed by contiguous chunks.
     let (lo, hi) = prog.span();
     // Addresses wrap (a hostile file may place a static-pie anywhere); the range
     // check below rejects whatever does not land in user space.
-    let bias = if prog.pie {
-        layout::PIE_BASE.wrapping_sub(align_down(lo, HUGE_PAGE_SIZE))
-    } else {
-        0
-    };
+    let bias = if prog.pie { layout::PIE_BASE.wrapping_sub(align_down(lo, HUGE_PAGE_SIZE)) } else { 0 };
     let (vlo, vhi) = (lo.wrapping_add(bias), hi.wrapping_add(bias));
     if vlo < 0x1_0000 || vhi > layout::MMAP_TOP || vhi < vlo {
-        return Err(LoadError::BadAddress(if vlo < 0x1_0000 {
-            vlo
-        } else {
-            vhi
-        }));
+        return Err(LoadError::BadAddress(if vlo < 0x1_0000 { vlo } else { vhi }));
     }
     // Rewrite the system-call sites; the trampolines go right after the image, inside
     // its mapping, and the program break starts after them.
-    let rewrite = if spec.rewrite {
-        rewrite_program(prog, file, bias, vhi)
-    } else {
-        rewrite::Plan::default()
-    };
+    let rewrite = if spec.rewrite { rewrite_program(prog, file, bias, vhi) } else { rewrite::Plan::default() };
     let tramp_base = align_up(vhi, 64);
-    let vend = if rewrite.trampolines.is_empty() {
-        vhi
-    } else {
-        tramp_base + rewrite.trampolines.len() as u64
-    };
+    let vend = if rewrite.trampolines.is_empty() { vhi } else { tramp_base + rewrite.trampolines.len() as u64 };
     let img_virt = align_down(vlo, HUGE_PAGE_SIZE);
     let img_size = align_up(vend, HUGE_PAGE_SIZE) - img_virt;
     let img_phys = next;
@@ -203,20 +171,12 @@ pub fn load(
     }
     for s in &prog.segments {
         let pa = img_phys + (s.vaddr.wrapping_add(bias) - img_virt);
-        write(
-            mem,
-            pa,
-            &file[s.offset as usize..(s.offset + s.filesz) as usize],
-        )?;
+        write(mem, pa, &file[s.offset as usize..(s.offset + s.filesz) as usize])?;
     }
     for patch in &rewrite.patches {
         write(mem, img_phys + (patch.addr - img_virt), &patch.bytes)?;
     }
-    write(
-        mem,
-        img_phys + (tramp_base - img_virt),
-        &rewrite.trampolines,
-    )?;
+    write(mem, img_phys + (tramp_base - img_virt), &rewrite.trampolines)?;
     // The kernel.
     write(mem, layout::KERNEL_PHYS, kernel_image::IMAGE)?;
 
@@ -242,13 +202,7 @@ pub fn load(
     ];
     let st = stack::build(
         layout::STACK_TOP,
-        &StackSpec {
-            argv: spec.argv,
-            envp: spec.envp,
-            execfn: spec.execfn,
-            random: spec.random,
-            auxv: &auxv,
-        },
+        &StackSpec { argv: spec.argv, envp: spec.envp, execfn: spec.execfn, random: spec.random, auxv: &auxv },
     )?;
     let stack_virt = layout::STACK_TOP - layout::STACK_SIZE;
     write(mem, stack_phys + (st.sp - stack_virt), &st.bytes)?;
@@ -259,11 +213,7 @@ pub fn load(
     for (start, size) in &ram {
         pt.map_range(direct(start.0), start.0, *size as u64, PTE_GLOBAL)?;
     }
-    pt.map_2m(
-        direct(layout::MMIO_PAGE_PHYS),
-        layout::MMIO_PAGE_PHYS,
-        PTE_PCD | PTE_PWT,
-    )?;
+    pt.map_2m(direct(layout::MMIO_PAGE_PHYS), layout::MMIO_PAGE_PHYS, PTE_PCD | PTE_PWT)?;
     pt.map_range(img_virt, img_phys, img_size, 0)?;
     pt.map_range(stack_virt, stack_phys, layout::STACK_SIZE, 0)?;
 
@@ -291,10 +241,7 @@ pub fn load(
 
     let mut mem_regions = [MemRegion::default(); onering_abi::MAX_MEM_REGIONS];
     for (i, (start, size)) in ram.iter().enumerate() {
-        mem_regions[i] = MemRegion {
-            start: start.0,
-            size: *size as u64,
-        };
+        mem_regions[i] = MemRegion { start: start.0, size: *size as u64 };
     }
     let bi = BootInfo {
         magic: BOOT_MAGIC,
@@ -311,16 +258,8 @@ pub fn load(
         brk_start: vend,
         image_start: vlo,
         user_maps: [
-            UserMapping {
-                virt: img_virt,
-                size: img_size,
-                phys: img_phys,
-            },
-            UserMapping {
-                virt: stack_virt,
-                size: layout::STACK_SIZE,
-                phys: stack_phys,
-            },
+            UserMapping { virt: img_virt, size: img_size, phys: img_phys },
+            UserMapping { virt: stack_virt, size: layout::STACK_SIZE, phys: stack_phys },
         ],
         winsize: spec.winsize,
         uid: spec.uid,
@@ -331,23 +270,13 @@ pub fn load(
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
-    Ok((
-        bi,
-        RewriteStats {
-            sites: rewrite.sites,
-            rewritten: rewrite.rewritten,
-        },
-    ))
+    Ok((bi, RewriteStats { sites: rewrite.sites, rewritten: rewrite.rewritten }))
 }
 
 /// The kernel's first-instruction state for CPU `cpu`: (entry, stack, rdi).
 pub fn cpu_start(cpu: u64) -> (u64, u64, u64) {
     let (kstack, _, _) = cpu_stack_tops(cpu);
-    (
-        kernel_image::ENTRY,
-        direct(kstack),
-        direct(layout::BOOT_INFO_PHYS),
-    )
+    (kernel_image::ENTRY, direct(kstack), direct(layout::BOOT_INFO_PHYS))
 }
 
 fn words_to_bytes(words: &[u64]) -> Vec<u8> {
@@ -355,14 +284,7 @@ fn words_to_bytes(words: &[u64]) -> Vec<u8> {
 }
 
 fn percpu_bytes(h: &PerCpuHeader) -> Vec<u8> {
-    let mut w = vec![
-        h.self_ptr,
-        h.cpu,
-        h.kstack_top,
-        h.fault_stack_top,
-        h.user_rsp,
-        h.in_fault,
-    ];
+    let mut w = vec![h.self_ptr, h.cpu, h.kstack_top, h.fault_stack_top, h.user_rsp, h.in_fault];
     w.extend(h.hostcall.args);
     w.push(h.hostcall.ret);
     w.push(h.traps);
@@ -393,12 +315,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     }
     w.extend([bi.winsize, bi.uid, bi.gid, bi.execfn, bi.execfn_len]);
     w.extend(bi.seed);
-    w.extend([
-        bi.rootfs_phys,
-        bi.rootfs_size,
-        bi.workdir_phys,
-        bi.workdir_len,
-    ]);
+    w.extend([bi.rootfs_phys, bi.rootfs_size, bi.workdir_phys, bi.workdir_len]);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }
@@ -430,20 +347,9 @@ mod tests {
     fn boot_info_layout_matches_the_struct() {
         assert_eq!(std::mem::size_of::<BootInfo>() % 8, 0);
         let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
-        write_boot_info(
-            &m,
-            &BootInfo {
-                magic: BOOT_MAGIC,
-                workdir_len: 77,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        let last: u64 = m
-            .read_obj(GuestAddress(
-                layout::BOOT_INFO_PHYS + std::mem::size_of::<BootInfo>() as u64 - 8,
-            ))
-            .unwrap();
+        write_boot_info(&m, &BootInfo { magic: BOOT_MAGIC, workdir_len: 77, ..Default::default() }).unwrap();
+        let last: u64 =
+            m.read_obj(GuestAddress(layout::BOOT_INFO_PHYS + std::mem::size_of::<BootInfo>() as u64 - 8)).unwrap();
         assert_eq!(last, 77);
     }
 
@@ -470,10 +376,7 @@ mod tests {
         let file = tiny_elf(&[0x90]);
         let prog = Program::parse(&file).unwrap();
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap();
-        assert!(matches!(
-            load(&mem, &spec(8 << 20), &prog, &file),
-            Err(LoadError::MemTooSmall { .. })
-        ));
+        assert!(matches!(load(&mem, &spec(8 << 20), &prog, &file), Err(LoadError::MemTooSmall { .. })));
         // A program whose image spans 100 MiB does not fit in 64 MiB.
         let mut big = prog.clone();
         big.segments[0].memsz = 100 << 20;

@@ -91,9 +91,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
     let lower = t.to_ascii_lowercase();
     let digits = lower.trim_end_matches(|c: char| c.is_ascii_alphabetic());
     let unit = &lower[digits.len()..];
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("'{s}' is not a size (try 256M or 1G)"))?;
+    let n: u64 = digits.parse().map_err(|_| format!("'{s}' is not a size (try 256M or 1G)"))?;
     let shift = match unit {
         "" | "b" => 0,
         "k" | "kb" | "kib" => 10,
@@ -102,8 +100,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
         "t" | "tb" | "tib" => 40,
         _ => return Err(format!("'{s}' has an unknown unit (use K, M or G)")),
     };
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("'{s}' is too large"))
+    n.checked_mul(1 << shift).ok_or_else(|| format!("'{s}' is too large"))
 }
 
 /// Why `onering run` did not run the program; each maps to docker's exit status.
@@ -187,18 +184,11 @@ fn main() -> ExitCode {
 
 /// The guest environment: the host's if asked, then each -e.
 fn environment(args: &RunArgs) -> Vec<Vec<u8>> {
-    let mut vars: Vec<(OsString, OsString)> = if args.env_host {
-        std::env::vars_os().collect()
-    } else {
-        Vec::new()
-    };
+    let mut vars: Vec<(OsString, OsString)> = if args.env_host { std::env::vars_os().collect() } else { Vec::new() };
     for e in &args.env {
         let bytes = e.as_bytes();
         let (key, value) = match bytes.iter().position(|b| *b == b'=') {
-            Some(i) => (
-                OsString::from_vec(bytes[..i].to_vec()),
-                OsString::from_vec(bytes[i + 1..].to_vec()),
-            ),
+            Some(i) => (OsString::from_vec(bytes[..i].to_vec()), OsString::from_vec(bytes[i + 1..].to_vec())),
             None => match std::env::var_os(e) {
                 Some(v) => (e.clone(), v),
                 None => continue,
@@ -221,18 +211,14 @@ fn read_program(path: &OsString) -> Result<Vec<u8>, Failure> {
     let shown = path.to_string_lossy();
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Failure::NotFound(format!("{shown}: no such file")),
-        std::io::ErrorKind::PermissionDenied => {
-            Failure::NotRunnable(format!("{shown}: permission denied"))
-        }
+        std::io::ErrorKind::PermissionDenied => Failure::NotRunnable(format!("{shown}: permission denied")),
         _ => Failure::NotRunnable(format!("{shown}: {e}")),
     })?;
     if meta.is_dir() {
         return Err(Failure::NotRunnable(format!("{shown}: is a directory")));
     }
     if meta.permissions().mode() & 0o111 == 0 {
-        return Err(Failure::NotRunnable(format!(
-            "{shown}: permission denied (not executable)"
-        )));
+        return Err(Failure::NotRunnable(format!("{shown}: permission denied (not executable)")));
     }
     std::fs::read(path).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))
 }
@@ -262,10 +248,7 @@ impl Trace {
     }
     fn mark(&self, what: &'static str) {
         if self.on {
-            self.marks
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push((what, std::time::Instant::now()));
+            self.marks.lock().unwrap_or_else(|e| e.into_inner()).push((what, std::time::Instant::now()));
         }
     }
     fn print(&self) {
@@ -284,11 +267,7 @@ impl Trace {
 fn run(args: RunArgs) -> Result<u8, Failure> {
     let trace = Trace::new();
     if args.smp == 0 || args.smp > onering_abi::MAX_CPUS as u64 {
-        return Err(Failure::Onering(format!(
-            "--smp {} is out of range (1 to {})",
-            args.smp,
-            onering_abi::MAX_CPUS
-        )));
+        return Err(Failure::Onering(format!("--smp {} is out of range (1 to {})", args.smp, onering_abi::MAX_CPUS)));
     }
     if args.mem > onering_abi::layout::MAX_RAM {
         return Err(Failure::Onering(format!(
@@ -301,18 +280,14 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
     let path = &args.program;
     let shown = path.to_string_lossy().into_owned();
     let file = read_program(path)?;
-    let prog =
-        elf::Program::parse(&file).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))?;
+    let prog = elf::Program::parse(&file).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))?;
 
     trace.mark("program read and validated");
     let kvm = vm::open_kvm().map_err(|e| Failure::Onering(e.to_string()))?;
     let mem = vm::guest_memory(mem_size).map_err(|e| Failure::Onering(e.to_string()))?;
     trace.mark("/dev/kvm opened, guest memory mapped");
 
-    let argv: Vec<Vec<u8>> = std::iter::once(&args.program)
-        .chain(&args.args)
-        .map(|a| a.as_bytes().to_vec())
-        .collect();
+    let argv: Vec<Vec<u8>> = std::iter::once(&args.program).chain(&args.args).map(|a| a.as_bytes().to_vec()).collect();
     let envp = environment(&args);
     let mut flags = 0;
     if args.quiet {
@@ -339,11 +314,7 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
         envp: &envp,
         execfn: path.as_bytes(),
         flags,
-        winsize: if flags & onering_abi::flags::STDOUT_TTY != 0 {
-            sys::winsize(1)
-        } else {
-            0
-        },
+        winsize: if flags & onering_abi::flags::STDOUT_TTY != 0 { sys::winsize(1) } else { 0 },
         uid,
         gid,
         random: random16(),
@@ -376,23 +347,14 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
     })?;
     trace.mark("guest memory laid out");
     let (entry, stack, arg) = loader::cpu_start(0);
-    let mut vcpu = vm::create_vcpu(
-        &vmfd,
-        &cpuid,
-        0,
-        entry,
-        stack,
-        arg,
-        kernel_image::SYSCALL_TRAP_ENTRY,
-    )
-    .map_err(onering_err)?;
+    let mut vcpu =
+        vm::create_vcpu(&vmfd, &cpuid, 0, entry, stack, arg, kernel_image::SYSCALL_TRAP_ENTRY).map_err(onering_err)?;
     trace.mark("vCPU created");
     let (tsc_hz, boot_tsc) = vm::tsc(&vcpu).map_err(onering_err)?;
     bi.tsc_hz = tsc_hz;
     bi.boot_tsc = boot_tsc;
-    bi.boot_realtime_ns = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    bi.boot_realtime_ns =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     loader::write_boot_info(&mem, &bi).map_err(|e| Failure::Onering(e.to_string()))?;
     vm::advise_pool(&mem, bi.phys_free_start);
     let outcome = run_vcpu(&mut vcpu, &mem, 0, &trace);
@@ -501,15 +463,8 @@ fn report(outcome: Outcome) -> u8 {
     match outcome {
         Outcome::Exited(s) => s,
         Outcome::Killed { signal, rip, addr } => {
-            let at = if signal == 11 || signal == 7 {
-                format!(" (fault address {addr:#x})")
-            } else {
-                String::new()
-            };
-            eprintln!(
-                "onering: program killed by {} at {rip:#x}{at}",
-                signal_name(signal)
-            );
+            let at = if signal == 11 || signal == 7 { format!(" (fault address {addr:#x})") } else { String::new() };
+            eprintln!("onering: program killed by {} at {rip:#x}{at}", signal_name(signal));
             128 + (signal as u8 & 0x7f)
         }
         Outcome::KernelPanic(msg) => {
@@ -517,9 +472,7 @@ fn report(outcome: Outcome) -> u8 {
             125
         }
         Outcome::Fatal { vector, rip, error } => {
-            eprintln!(
-                "onering: unrecoverable exception {vector} at {rip:#x} (error code {error:#x})"
-            );
+            eprintln!("onering: unrecoverable exception {vector} at {rip:#x} (error code {error:#x})");
             125
         }
         Outcome::GuestError(msg) => {
@@ -537,23 +490,15 @@ mod tests {
     fn program_arguments_are_separated() {
         let v = |s: &[&str]| s.iter().map(OsString::from).collect::<Vec<_>>();
         assert_eq!(
-            separate_program(v(&[
-                "onering", "run", "--mem", "1G", "-e", "A=1", "-q", "p", "--mem", "x"
-            ])),
+            separate_program(v(&["onering", "run", "--mem", "1G", "-e", "A=1", "-q", "p", "--mem", "x"])),
             v(&["onering", "run", "--mem", "1G", "-e", "A=1", "-q", "--", "p", "--mem", "x"])
         );
         assert_eq!(
             separate_program(v(&["onering", "run", "--mem=1G", "p"])),
             v(&["onering", "run", "--mem=1G", "--", "p"])
         );
-        assert_eq!(
-            separate_program(v(&["onering", "run", "--", "p", "-x"])),
-            v(&["onering", "run", "--", "p", "-x"])
-        );
-        assert_eq!(
-            separate_program(v(&["onering", "--help"])),
-            v(&["onering", "--help"])
-        );
+        assert_eq!(separate_program(v(&["onering", "run", "--", "p", "-x"])), v(&["onering", "run", "--", "p", "-x"]));
+        assert_eq!(separate_program(v(&["onering", "--help"])), v(&["onering", "--help"]));
     }
 
     #[test]

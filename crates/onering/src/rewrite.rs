@@ -21,8 +21,7 @@
 //! A site whose neighbourhood cannot be moved safely stays as it is and traps.
 
 use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Decoder, DecoderOptions, FlowControl, Instruction,
-    InstructionBlock, Mnemonic,
+    BlockEncoder, BlockEncoderOptions, Decoder, DecoderOptions, FlowControl, Instruction, InstructionBlock, Mnemonic,
 };
 use std::collections::HashSet;
 
@@ -90,16 +89,11 @@ fn units<'a>(code: &[Code<'a>], functions: &[(u64, u64)]) -> Vec<Code<'a>> {
     let mut out = Vec::new();
     for c in code {
         let end = c.addr + c.bytes.len() as u64;
-        let piece = |from: u64, to: u64| Code {
-            addr: from,
-            bytes: &c.bytes[(from - c.addr) as usize..(to - c.addr) as usize],
-        };
+        let piece =
+            |from: u64, to: u64| Code { addr: from, bytes: &c.bytes[(from - c.addr) as usize..(to - c.addr) as usize] };
         let mut at = c.addr;
         // `functions` is sorted by address; overlapping entries are skipped.
-        for &(a, s) in functions
-            .iter()
-            .filter(|(a, s)| *a >= c.addr && a.checked_add(*s).is_some_and(|e| e <= end))
-        {
+        for &(a, s) in functions.iter().filter(|(a, s)| *a >= c.addr && a.checked_add(*s).is_some_and(|e| e <= end)) {
             if a < at {
                 continue;
             }
@@ -134,30 +128,16 @@ fn encode(instrs: &[Instruction], rip: u64) -> Option<Vec<u8>> {
     if instrs.is_empty() {
         return Some(Vec::new());
     }
-    BlockEncoder::encode(
-        64,
-        InstructionBlock::new(instrs, rip),
-        BlockEncoderOptions::NONE,
-    )
-    .ok()
-    .map(|r| r.code_buffer)
+    BlockEncoder::encode(64, InstructionBlock::new(instrs, rip), BlockEncoderOptions::NONE).ok().map(|r| r.code_buffer)
 }
 
 fn rel32(from_next: u64, to: u64) -> Option<[u8; 4]> {
-    i32::try_from(to.wrapping_sub(from_next) as i64)
-        .ok()
-        .map(i32::to_le_bytes)
+    i32::try_from(to.wrapping_sub(from_next) as i64).ok().map(i32::to_le_bytes)
 }
 
 /// Builds the trampoline for a window (`pre`, the site, `post`) at `at`, returning
 /// to `back`.
-fn trampoline(
-    pre: &[Instruction],
-    post: &[Instruction],
-    at: u64,
-    back: u64,
-    t: &Target,
-) -> Option<Vec<u8>> {
+fn trampoline(pre: &[Instruction], post: &[Instruction], at: u64, back: u64, t: &Target) -> Option<Vec<u8>> {
     let mut code = encode(pre, at)?;
     // mov %rsp, %gs:user_rsp ; mov %gs:kstack_top, %rsp
     code.extend([0x65, 0x48, 0x89, 0x24, 0x25]);
@@ -189,10 +169,7 @@ fn trampoline(
 /// (which must be within ±2 GiB of the code). `functions` are the symbol table's
 /// function ranges (loaded addresses), empty if there are none.
 pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target) -> Plan {
-    let decoded: Vec<Vec<Instruction>> = units(code, functions)
-        .iter()
-        .map(|u| decode(u.addr, u.bytes))
-        .collect();
+    let decoded: Vec<Vec<Instruction>> = units(code, functions).iter().map(|u| decode(u.addr, u.bytes)).collect();
     // Every direct branch target: a window may start at one but not contain one.
     let mut targets: HashSet<u64> = HashSet::new();
     for unit in &decoded {
@@ -202,9 +179,7 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
         for i in unit {
             if matches!(
                 i.flow_control(),
-                FlowControl::UnconditionalBranch
-                    | FlowControl::ConditionalBranch
-                    | FlowControl::Call
+                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call
             ) {
                 targets.insert(i.near_branch_target());
             }
@@ -227,8 +202,7 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
             };
             let (ws, we) = (unit[lo].ip(), unit[hi].next_ip());
             let at = base + plan.trampolines.len() as u64;
-            let Some(tramp) = trampoline(&unit[lo..idx], &unit[idx + 1..=hi], at, we, target)
-            else {
+            let Some(tramp) = trampoline(&unit[lo..idx], &unit[idx + 1..=hi], at, we, target) else {
                 continue;
             };
             let Some(rel) = rel32(ws + JMP_LEN as u64, at) else {
@@ -248,12 +222,7 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
 
 /// The smallest window of instructions `[lo, hi]` around the site `idx` that is at
 /// least 5 bytes long, movable, and holds no branch target except at its start.
-fn window(
-    unit: &[Instruction],
-    idx: usize,
-    taken: usize,
-    targets: &HashSet<u64>,
-) -> Option<(usize, usize)> {
+fn window(unit: &[Instruction], idx: usize, taken: usize, targets: &HashSet<u64>) -> Option<(usize, usize)> {
     let mut best: Option<(usize, usize)> = None;
     for back in 0..=REACH.min(idx - taken) {
         for fwd in 0..=REACH {
@@ -282,22 +251,10 @@ fn window(
 mod tests {
     use super::*;
 
-    const T: Target = Target {
-        entry: 0xffff_ffff_8020_0030,
-        user_rsp: 32,
-        kstack_top: 16,
-    };
+    const T: Target = Target { entry: 0xffff_ffff_8020_0030, user_rsp: 32, kstack_top: 16 };
 
     fn run(code: &[u8]) -> Plan {
-        plan(
-            &[Code {
-                addr: 0x401000,
-                bytes: code,
-            }],
-            &[],
-            0x500000,
-            &T,
-        )
+        plan(&[Code { addr: 0x401000, bytes: code }], &[], 0x500000, &T)
     }
 
     #[test]
@@ -312,10 +269,7 @@ mod tests {
         // The trampoline starts with the moved mov.
         assert_eq!(&p.trampolines[..5], &[0xb8, 1, 0, 0, 0]);
         // And ends with the kernel entry.
-        assert_eq!(
-            &p.trampolines[p.trampolines.len() - 8..],
-            &T.entry.to_le_bytes()
-        );
+        assert_eq!(&p.trampolines[p.trampolines.len() - 8..], &T.entry.to_le_bytes());
     }
 
     #[test]
@@ -332,9 +286,7 @@ mod tests {
     #[test]
     fn syscall_followed_by_code_uses_the_instructions_after() {
         // 0: syscall ; 2: cmp $-4095,%rax (6) ; 8: ret ; and a jump to 0 (start is fine)
-        let code = [
-            0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff, 0xff, 0xc3, 0xeb, 0xf5,
-        ];
+        let code = [0x0f, 0x05, 0x48, 0x3d, 0x01, 0xf0, 0xff, 0xff, 0xc3, 0xeb, 0xf5];
         let p = run(&code);
         assert_eq!((p.sites, p.rewritten), (1, 1));
         assert_eq!(p.patches[0].bytes.len(), 8);
@@ -360,15 +312,8 @@ mod tests {
 
     #[test]
     fn far_trampolines_are_refused() {
-        let p = plan(
-            &[Code {
-                addr: 0x401000,
-                bytes: &[0xb8, 1, 0, 0, 0, 0x0f, 0x05, 0xc3],
-            }],
-            &[],
-            0x7000_0000_0000,
-            &T,
-        );
+        let p =
+            plan(&[Code { addr: 0x401000, bytes: &[0xb8, 1, 0, 0, 0, 0x0f, 0x05, 0xc3] }], &[], 0x7000_0000_0000, &T);
         assert_eq!((p.sites, p.rewritten), (1, 0));
     }
 }

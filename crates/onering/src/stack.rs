@@ -57,12 +57,7 @@ pub struct InitialStack {
 }
 
 pub fn build(top: u64, spec: &StackSpec) -> Result<InitialStack, StackError> {
-    let strings = spec
-        .argv
-        .iter()
-        .chain(spec.envp)
-        .map(|s| s.as_slice())
-        .chain(std::iter::once(spec.execfn));
+    let strings = spec.argv.iter().chain(spec.envp).map(|s| s.as_slice()).chain(std::iter::once(spec.execfn));
     let mut str_bytes = 0usize;
     for s in strings {
         if s.contains(&0) {
@@ -105,16 +100,7 @@ pub fn build(top: u64, spec: &StackSpec) -> Result<InitialStack, StackError> {
     for &(k, v) in spec.auxv {
         vec.extend([k, v]);
     }
-    vec.extend([
-        AT_RANDOM,
-        random,
-        AT_PLATFORM,
-        platform,
-        AT_EXECFN,
-        execfn,
-        AT_NULL,
-        0,
-    ]);
+    vec.extend([AT_RANDOM, random, AT_PLATFORM, platform, AT_EXECFN, execfn, AT_NULL, 0]);
 
     let vec_bytes = vec.len() as u64 * 8;
     let sp = (strings_start - vec_bytes) & !15;
@@ -138,11 +124,7 @@ mod tests {
 
     fn cstr(s: &InitialStack, addr: u64) -> Vec<u8> {
         let o = (addr - s.sp) as usize;
-        s.bytes[o..]
-            .iter()
-            .take_while(|b| **b != 0)
-            .copied()
-            .collect()
+        s.bytes[o..].iter().take_while(|b| **b != 0).copied().collect()
     }
 
     #[test]
@@ -192,17 +174,8 @@ mod tests {
     fn alignment_holds_for_any_count() {
         for n in 0..6 {
             let argv: Vec<Vec<u8>> = (0..n).map(|i| vec![b'x'; i + 1]).collect();
-            let s = build(
-                0x10000,
-                &StackSpec {
-                    argv: &argv,
-                    envp: &[],
-                    execfn: b"p",
-                    random: [0; 16],
-                    auxv: &[],
-                },
-            )
-            .unwrap();
+            let s = build(0x10000, &StackSpec { argv: &argv, envp: &[], execfn: b"p", random: [0; 16], auxv: &[] })
+                .unwrap();
             assert_eq!(s.sp % 16, 0);
             assert_eq!(word(&s, s.sp), n as u64);
         }
@@ -212,31 +185,12 @@ mod tests {
     fn limits() {
         let huge = [vec![b'x'; MAX_ARG_BYTES]];
         assert!(matches!(
-            build(
-                1 << 30,
-                &StackSpec {
-                    argv: &huge,
-                    envp: &[],
-                    execfn: b"p",
-                    random: [0; 16],
-                    auxv: &[]
-                }
-            ),
+            build(1 << 30, &StackSpec { argv: &huge, envp: &[], execfn: b"p", random: [0; 16], auxv: &[] }),
             Err(StackError::TooLong(_))
         ));
         let nul = [b"a\0b".to_vec()];
         assert_eq!(
-            build(
-                1 << 30,
-                &StackSpec {
-                    argv: &nul,
-                    envp: &[],
-                    execfn: b"p",
-                    random: [0; 16],
-                    auxv: &[]
-                }
-            )
-            .unwrap_err(),
+            build(1 << 30, &StackSpec { argv: &nul, envp: &[], execfn: b"p", random: [0; 16], auxv: &[] }).unwrap_err(),
             StackError::Nul
         );
     }

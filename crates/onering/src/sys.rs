@@ -31,12 +31,7 @@ pub fn register_memory(vm: &VmFd, r: kvm_userspace_memory_region) -> Result<(), 
 
 /// The terminal size of host fd `fd` as `rows << 16 | cols`, 0 if it is no terminal.
 pub fn winsize(fd: i32) -> u64 {
-    let mut ws = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
+    let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
     // SAFETY: TIOCGWINSZ writes one `winsize` into the struct we pass.
     let r = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
     if r == 0 {
@@ -95,12 +90,7 @@ pub fn exit_leaving_teardown(code: u8) -> ! {
         );
         if stack != libc::MAP_FAILED {
             let parent = libc::getpid() as usize as *mut libc::c_void;
-            libc::clone(
-                helper,
-                stack.cast::<u8>().add(STACK).cast(),
-                libc::CLONE_VM | libc::CLONE_FILES,
-                parent,
-            );
+            libc::clone(helper, stack.cast::<u8>().add(STACK).cast(), libc::CLONE_VM | libc::CLONE_FILES, parent);
         }
         libc::_exit(i32::from(code))
     }

@@ -2,9 +2,7 @@
 //! register state each vCPU starts with.
 
 use crate::x86;
-use kvm_bindings::{
-    kvm_msr_entry, kvm_userspace_memory_region, kvm_xcrs, CpuId, Msrs, KVM_MAX_CPUID_ENTRIES,
-};
+use kvm_bindings::{kvm_msr_entry, kvm_userspace_memory_region, kvm_xcrs, CpuId, Msrs, KVM_MAX_CPUID_ENTRIES};
 use kvm_ioctls::{Kvm, VcpuFd, VmFd};
 use onering_abi::layout;
 use thiserror::Error;
@@ -42,8 +40,7 @@ pub fn ram_ranges(size: u64) -> Vec<(GuestAddress, usize)> {
 
 /// Allocates guest RAM: anonymous memory the host backs lazily.
 pub fn guest_memory(size: u64) -> Result<GuestMemoryMmap> {
-    GuestMemoryMmap::from_ranges(&ram_ranges(size))
-        .map_err(|e| VmError::Memory(size >> 20, e.to_string()))
+    GuestMemoryMmap::from_ranges(&ram_ranges(size)).map_err(|e| VmError::Memory(size >> 20, e.to_string()))
 }
 
 /// Asks for transparent huge pages for guest-physical memory from `from` on: the
@@ -68,8 +65,8 @@ pub fn advise_pool(mem: &GuestMemoryMmap, from: u64) {
 /// to simulate a machine without KVM).
 pub fn open_kvm() -> Result<Kvm> {
     let path = std::env::var_os("ONERING_KVM_DEVICE").unwrap_or_else(|| "/dev/kvm".into());
-    let path = std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()))
-        .map_err(|_| VmError::NoKvm)?;
+    let path =
+        std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).map_err(|_| VmError::NoKvm)?;
     Kvm::new_with_path(path).map_err(|e| match e.errno() {
         libc::ENOENT | libc::ENXIO | libc::ENODEV => VmError::NoKvm,
         libc::EACCES | libc::EPERM => VmError::KvmPermission,
@@ -92,20 +89,14 @@ pub fn register_memory(vm: &VmFd, mem: &GuestMemoryMmap) -> Result<()> {
             memory_size: region.len(),
             userspace_addr: region.as_ptr() as u64,
         };
-        ioctl(
-            "KVM_SET_USER_MEMORY_REGION",
-            crate::sys::register_memory(vm, r),
-        )?;
+        ioctl("KVM_SET_USER_MEMORY_REGION", crate::sys::register_memory(vm, r))?;
     }
     Ok(())
 }
 
 /// The CPUID the vCPUs get: everything KVM supports.
 pub fn supported_cpuid(kvm: &Kvm) -> Result<CpuId> {
-    ioctl(
-        "KVM_GET_SUPPORTED_CPUID",
-        kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES),
-    )
+    ioctl("KVM_GET_SUPPORTED_CPUID", kvm.get_supported_cpuid(KVM_MAX_CPUID_ENTRIES))
 }
 
 /// XSAVE features the CPU supports (CPUID leaf 0xD, subleaf 0).
@@ -119,15 +110,7 @@ fn xsave_supported(cpuid: &CpuId) -> u64 {
 }
 
 /// Creates vCPU `id`, ready to start in ring 3 at `entry` on `stack` with `rdi = arg`.
-pub fn create_vcpu(
-    vm: &VmFd,
-    cpuid: &CpuId,
-    id: u64,
-    entry: u64,
-    stack: u64,
-    arg: u64,
-    lstar: u64,
-) -> Result<VcpuFd> {
+pub fn create_vcpu(vm: &VmFd, cpuid: &CpuId, id: u64, entry: u64, stack: u64, arg: u64, lstar: u64) -> Result<VcpuFd> {
     let vcpu = ioctl("KVM_CREATE_VCPU", vm.create_vcpu(id))?;
     let mut cpuid = cpuid.clone();
     for e in cpuid.as_mut_slice() {
@@ -141,38 +124,20 @@ pub fn create_vcpu(
     ioctl("KVM_SET_CPUID2", vcpu.set_cpuid2(&cpuid))?;
     let sregs = x86::sregs(ioctl("KVM_GET_SREGS", vcpu.get_sregs())?, id);
     ioctl("KVM_SET_SREGS", vcpu.set_sregs(&sregs))?;
-    let mut xcrs = kvm_xcrs {
-        nr_xcrs: 1,
-        ..Default::default()
-    };
+    let mut xcrs = kvm_xcrs { nr_xcrs: 1, ..Default::default() };
     xcrs.xcrs[0].xcr = 0;
     xcrs.xcrs[0].value = x86::xcr0(xsave_supported(&cpuid));
     ioctl("KVM_SET_XCRS", vcpu.set_xcrs(&xcrs))?;
     let entries = [
-        kvm_msr_entry {
-            index: x86::MSR_STAR,
-            data: x86::star(),
-            ..Default::default()
-        },
-        kvm_msr_entry {
-            index: x86::MSR_LSTAR,
-            data: lstar,
-            ..Default::default()
-        },
-        kvm_msr_entry {
-            index: x86::MSR_SFMASK,
-            data: x86::SFMASK,
-            ..Default::default()
-        },
+        kvm_msr_entry { index: x86::MSR_STAR, data: x86::star(), ..Default::default() },
+        kvm_msr_entry { index: x86::MSR_LSTAR, data: lstar, ..Default::default() },
+        kvm_msr_entry { index: x86::MSR_SFMASK, data: x86::SFMASK, ..Default::default() },
     ];
     let msrs = Msrs::from_entries(&entries)
         .map_err(|_| VmError::Ioctl("KVM_SET_MSRS", kvm_ioctls::Error::new(libc::EINVAL)))?;
     let n = ioctl("KVM_SET_MSRS", vcpu.set_msrs(&msrs))?;
     if n != entries.len() {
-        return Err(VmError::Ioctl(
-            "KVM_SET_MSRS",
-            kvm_ioctls::Error::new(libc::EINVAL),
-        ));
+        return Err(VmError::Ioctl("KVM_SET_MSRS", kvm_ioctls::Error::new(libc::EINVAL)));
     }
     ioctl("KVM_SET_REGS", vcpu.set_regs(&x86::regs(entry, stack, arg)))?;
     Ok(vcpu)
@@ -181,11 +146,8 @@ pub fn create_vcpu(
 /// The guest's TSC frequency (Hz) and its current value.
 pub fn tsc(vcpu: &VcpuFd) -> Result<(u64, u64)> {
     let khz = ioctl("KVM_GET_TSC_KHZ", vcpu.get_tsc_khz())?;
-    let mut msrs = Msrs::from_entries(&[kvm_msr_entry {
-        index: x86::MSR_TSC,
-        ..Default::default()
-    }])
-    .map_err(|_| VmError::Ioctl("KVM_GET_MSRS", kvm_ioctls::Error::new(libc::EINVAL)))?;
+    let mut msrs = Msrs::from_entries(&[kvm_msr_entry { index: x86::MSR_TSC, ..Default::default() }])
+        .map_err(|_| VmError::Ioctl("KVM_GET_MSRS", kvm_ioctls::Error::new(libc::EINVAL)))?;
     ioctl("KVM_GET_MSRS", vcpu.get_msrs(&mut msrs))?;
     Ok((u64::from(khz) * 1000, msrs.as_slice()[0].data))
 }

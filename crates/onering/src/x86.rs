@@ -31,13 +31,11 @@ pub enum X86Error {
 type Result<T> = std::result::Result<T, X86Error>;
 
 fn write_u64(mem: &GuestMemoryMmap, pa: u64, v: u64) -> Result<()> {
-    mem.write_obj(v, GuestAddress(pa))
-        .map_err(|_| X86Error::Memory(pa))
+    mem.write_obj(v, GuestAddress(pa)).map_err(|_| X86Error::Memory(pa))
 }
 
 fn read_u64(mem: &GuestMemoryMmap, pa: u64) -> Result<u64> {
-    mem.read_obj(GuestAddress(pa))
-        .map_err(|_| X86Error::Memory(pa))
+    mem.read_obj(GuestAddress(pa)).map_err(|_| X86Error::Memory(pa))
 }
 
 /// Builds the boot page tables, root at `BOOT_PT_PHYS`, tables taken from the boot area.
@@ -48,10 +46,7 @@ pub struct PageTables<'a> {
 
 impl<'a> PageTables<'a> {
     pub fn new(mem: &'a GuestMemoryMmap) -> Self {
-        Self {
-            mem,
-            next: layout::BOOT_PT_PHYS + PAGE_SIZE,
-        }
+        Self { mem, next: layout::BOOT_PT_PHYS + PAGE_SIZE }
     }
 
     fn table(&mut self, table: u64, index: u64) -> Result<u64> {
@@ -74,11 +69,7 @@ impl<'a> PageTables<'a> {
     pub fn map_2m(&mut self, virt: u64, phys: u64, extra: u64) -> Result<()> {
         let pdpt = self.table(layout::BOOT_PT_PHYS, (virt >> 39) & 511)?;
         let pd = self.table(pdpt, (virt >> 30) & 511)?;
-        write_u64(
-            self.mem,
-            pd + ((virt >> 21) & 511) * 8,
-            phys | PTE_PRESENT | PTE_WRITE | PTE_USER | PTE_HUGE | extra,
-        )
+        write_u64(self.mem, pd + ((virt >> 21) & 511) * 8, phys | PTE_PRESENT | PTE_WRITE | PTE_USER | PTE_HUGE | extra)
     }
 
     /// Maps `[virt, virt + size)` to `[phys, ...)` with 2 MiB pages.
@@ -157,8 +148,8 @@ pub fn write_tss(mem: &GuestMemoryMmap, cpu: u64, ist_top: u64) -> Result<()> {
     let base = layout::TSS_PHYS + cpu * layout::TSS_STRIDE;
     write_u64(mem, base + 4, ist_top)?; // rsp0
     write_u64(mem, base + 0x24, ist_top)?; // ist1
-    mem.write_obj(104u16, GuestAddress(base + 102))
-        .map_err(|_| X86Error::Memory(base)) // no I/O bitmap
+    mem.write_obj(104u16, GuestAddress(base + 102)).map_err(|_| X86Error::Memory(base))
+    // no I/O bitmap
 }
 
 /// Vector of the supervisor's TLB flush (`int $0x81`, hardware KVM only).
@@ -184,11 +175,7 @@ pub fn write_idt(mem: &GuestMemoryMmap, stubs: &Stubs) -> Result<()> {
             TLB_FLUSH_VECTOR => stubs.tlb_flush,
             _ => stubs.interrupt,
         };
-        let dpl: u64 = if v == 3 || v == 4 || v == TLB_FLUSH_VECTOR {
-            3
-        } else {
-            0
-        };
+        let dpl: u64 = if v == 3 || v == 4 || v == TLB_FLUSH_VECTOR { 3 } else { 0 };
         let type_attr = 0x8e | (dpl << 5); // present, 64-bit interrupt gate
         let low = (handler & 0xffff)
             | (u64::from(layout::KERNEL_CS) << 16)
@@ -256,10 +243,7 @@ pub fn sregs(mut base: kvm_sregs, cpu: u64) -> kvm_sregs {
     base.es = ds;
     base.ss = ds;
     base.fs = ds;
-    base.gs = kvm_segment {
-        base: layout::percpu_virt(cpu),
-        ..ds
-    };
+    base.gs = kvm_segment { base: layout::percpu_virt(cpu), ..ds };
     base.tr = kvm_segment {
         base: tss_virt(cpu),
         limit: 103,
@@ -281,13 +265,7 @@ pub fn sregs(mut base: kvm_sregs, cpu: u64) -> kvm_sregs {
 
 /// General registers: ring 3 at `entry` on `stack_top`, `rdi` = `arg`, interrupts off.
 pub fn regs(entry: u64, stack_top: u64, arg: u64) -> kvm_regs {
-    kvm_regs {
-        rip: entry,
-        rsp: stack_top,
-        rdi: arg,
-        rflags: 0x2,
-        ..Default::default()
-    }
+    kvm_regs { rip: entry, rsp: stack_top, rdi: arg, rflags: 0x2, ..Default::default() }
 }
 
 /// XCR0 to enable: what the CPU supports among x87, SSE, AVX and AVX-512 state.
@@ -308,33 +286,23 @@ mod tests {
         let m = mem();
         let mut pt = PageTables::new(&m);
         pt.map_2m(0x40_0000, 0x60_0000, 0).unwrap();
-        pt.map_2m(layout::KERNEL_VBASE + 0x20_0000, 0x20_0000, PTE_GLOBAL)
-            .unwrap();
-        assert_eq!(
-            translate(&m, layout::BOOT_PT_PHYS, 0x40_1234),
-            Some((0x60_1234, HUGE_PAGE_SIZE - 0x1234))
-        );
+        pt.map_2m(layout::KERNEL_VBASE + 0x20_0000, 0x20_0000, PTE_GLOBAL).unwrap();
+        assert_eq!(translate(&m, layout::BOOT_PT_PHYS, 0x40_1234), Some((0x60_1234, HUGE_PAGE_SIZE - 0x1234)));
         assert_eq!(
             translate(&m, layout::BOOT_PT_PHYS, layout::KERNEL_VBASE + 0x20_0010),
             Some((0x20_0010, HUGE_PAGE_SIZE - 0x10))
         );
         assert_eq!(translate(&m, layout::BOOT_PT_PHYS, 0x80_0000), None);
-        assert_eq!(
-            translate(&m, layout::BOOT_PT_PHYS, 0x0000_8000_0000_0000),
-            None,
-            "non-canonical"
-        );
+        assert_eq!(translate(&m, layout::BOOT_PT_PHYS, 0x0000_8000_0000_0000), None, "non-canonical");
     }
 
     #[test]
     fn translate_survives_garbage_tables() {
         let m = mem();
         // Root entries pointing far outside guest memory, or at themselves.
-        m.write_obj(0xdead_beef_f000u64 | 7, GuestAddress(layout::BOOT_PT_PHYS))
-            .unwrap();
+        m.write_obj(0xdead_beef_f000u64 | 7, GuestAddress(layout::BOOT_PT_PHYS)).unwrap();
         assert_eq!(translate(&m, layout::BOOT_PT_PHYS, 0x1000), None);
-        m.write_obj(layout::BOOT_PT_PHYS | 7, GuestAddress(layout::BOOT_PT_PHYS))
-            .unwrap();
+        m.write_obj(layout::BOOT_PT_PHYS | 7, GuestAddress(layout::BOOT_PT_PHYS)).unwrap();
         let _ = translate(&m, layout::BOOT_PT_PHYS, 0x1000);
         assert_eq!(translate(&m, 1 << 40, 0x1000), None, "root outside memory");
     }
@@ -348,12 +316,8 @@ mod tests {
             tlb_flush: 0xffff_ffff_8020_3000,
         };
         write_idt(&m, &stubs).unwrap();
-        let lo: u64 = m
-            .read_obj(GuestAddress(layout::IDT_PHYS + 14 * 16))
-            .unwrap();
-        let hi: u64 = m
-            .read_obj(GuestAddress(layout::IDT_PHYS + 14 * 16 + 8))
-            .unwrap();
+        let lo: u64 = m.read_obj(GuestAddress(layout::IDT_PHYS + 14 * 16)).unwrap();
+        let hi: u64 = m.read_obj(GuestAddress(layout::IDT_PHYS + 14 * 16 + 8)).unwrap();
         let handler = (lo & 0xffff) | ((lo >> 32) & 0xffff_0000) | (hi << 32);
         assert_eq!(handler, 0xffff_ffff_8020_1000 + 14 * 16);
         assert_eq!((lo >> 16) & 0xffff, u64::from(layout::KERNEL_CS));

@@ -20,10 +20,7 @@ fn out_dir() -> PathBuf {
 }
 
 fn require_kvm() {
-    assert!(
-        Path::new("/dev/kvm").exists(),
-        "these tests need /dev/kvm, and this machine has none"
-    );
+    assert!(Path::new("/dev/kvm").exists(), "these tests need /dev/kvm, and this machine has none");
 }
 
 /// Builds tests/guest/c/NAME.c with `compiler` and `flags`, once per process.
@@ -45,11 +42,7 @@ fn build(name: &str, compiler: &str, flags: &[&str], suffix: &str) -> PathBuf {
         .arg(&bin)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {compiler} (apt-get install musl-tools): {e}"));
-    assert!(
-        out.status.success(),
-        "{compiler} {name}.c failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{compiler} {name}.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
     built.lock().unwrap().push(bin.clone());
     bin
 }
@@ -61,11 +54,7 @@ fn musl(name: &str) -> PathBuf {
 
 fn onering(args: &[&str]) -> Output {
     require_kvm();
-    Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap()
+    Command::new(env!("CARGO_BIN_EXE_onering")).args(args).stdin(Stdio::null()).output().unwrap()
 }
 
 fn run(bin: &Path, args: &[&str]) -> Output {
@@ -83,29 +72,15 @@ fn stderr(o: &Output) -> String {
 }
 
 fn status(o: &Output) -> i32 {
-    o.status
-        .code()
-        .expect("onering itself was killed by a signal")
+    o.status.code().expect("onering itself was killed by a signal")
 }
 
 #[test]
 fn hello_with_arguments_environment_and_status() {
     let hello = musl("hello");
     let p = hello.to_str().unwrap();
-    let o = onering(&[
-        "run",
-        "-e",
-        "GREETING=hi there",
-        "-e",
-        "EXIT_CODE=7",
-        p,
-        "a",
-        "b c",
-    ]);
-    assert_eq!(
-        stdout(&o),
-        format!("hello from onering\nargv[0]={p}\nargv[1]=a\nargv[2]=b c\nGREETING=hi there\n")
-    );
+    let o = onering(&["run", "-e", "GREETING=hi there", "-e", "EXIT_CODE=7", p, "a", "b c"]);
+    assert_eq!(stdout(&o), format!("hello from onering\nargv[0]={p}\nargv[1]=a\nargv[2]=b c\nGREETING=hi there\n"));
     assert_eq!(stderr(&o), "");
     assert_eq!(status(&o), 7);
     // The host runs the same binary to the same output.
@@ -125,11 +100,7 @@ fn environment_is_exactly_what_was_given() {
     let hello = musl("hello");
     let p = hello.to_str().unwrap();
     // No -e: nothing from the host leaks in.
-    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(["run", p])
-        .env("GREETING", "from host")
-        .output()
-        .unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_onering")).args(["run", p]).env("GREETING", "from host").output().unwrap();
     assert!(stdout(&o).contains("GREETING=(unset)\n"), "{}", stdout(&o));
     // -e KEY copies one variable; --env-host copies all; -e overrides.
     let o = Command::new(env!("CARGO_BIN_EXE_onering"))
@@ -158,22 +129,14 @@ fn arguments_that_look_like_options_go_to_the_program() {
     let p = hello.to_str().unwrap();
     let o = onering(&["run", "--mem", "64M", p, "--mem", "-e", "x"]);
     assert_eq!(status(&o), 0, "{}", stderr(&o));
-    assert!(
-        stdout(&o).contains("argv[1]=--mem\nargv[2]=-e\nargv[3]=x\n"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).contains("argv[1]=--mem\nargv[2]=-e\nargv[3]=x\n"), "{}", stdout(&o));
 }
 
 #[test]
 fn null_dereference_is_sigsegv() {
     let o = run(&musl("segv"), &[]);
     assert_eq!(stdout(&o), "about to crash\n");
-    assert!(
-        stderr(&o).starts_with("onering: program killed by SIGSEGV at 0x"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).starts_with("onering: program killed by SIGSEGV at 0x"), "{}", stderr(&o));
     assert!(stderr(&o).contains("(fault address 0x0)"), "{}", stderr(&o));
     assert_eq!(status(&o), 139);
 }
@@ -181,11 +144,7 @@ fn null_dereference_is_sigsegv() {
 #[test]
 fn invalid_instruction_is_sigill() {
     let o = run(&musl("ud2"), &[]);
-    assert!(
-        stderr(&o).starts_with("onering: program killed by SIGILL at 0x"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).starts_with("onering: program killed by SIGILL at 0x"), "{}", stderr(&o));
     assert_eq!(status(&o), 132);
 }
 
@@ -211,11 +170,7 @@ fn stdout_and_stderr_keep_program_order() {
     // Both streams into one pipe, as `2>&1 | cat` would.
     let out = Command::new("sh")
         .arg("-c")
-        .arg(format!(
-            "'{}' run '{}' 2>&1",
-            env!("CARGO_BIN_EXE_onering"),
-            bin.display()
-        ))
+        .arg(format!("'{}' run '{}' 2>&1", env!("CARGO_BIN_EXE_onering"), bin.display()))
         .output()
         .unwrap();
     assert_eq!(stdout(&out), "out\nerr\n".repeat(5) + "partial-then-err\n");
@@ -249,11 +204,7 @@ fn glibc_static_pie_runs() {
     let bin = build("hello", "gcc", &["-static-pie"], "-glibc-pie");
     let o = onering(&["run", "--quiet", bin.to_str().unwrap(), "pie"]);
     assert_eq!(status(&o), 0, "{}", stderr(&o));
-    assert!(
-        stdout(&o).starts_with("hello from onering\n"),
-        "{}",
-        stdout(&o)
-    );
+    assert!(stdout(&o).starts_with("hello from onering\n"), "{}", stdout(&o));
     assert!(stdout(&o).contains("argv[1]=pie\n"));
 }
 
@@ -270,21 +221,13 @@ fn temp_file(name: &str, bytes: &[u8], mode: u32) -> PathBuf {
 fn expect_failure(o: &Output, code: i32, text: &str) {
     assert_eq!(status(o), code, "stderr: {}", stderr(o));
     assert!(stderr(o).starts_with("onering: "), "{}", stderr(o));
-    assert!(
-        stderr(o).contains(text),
-        "expected {text:?} in {}",
-        stderr(o)
-    );
+    assert!(stderr(o).contains(text), "expected {text:?} in {}", stderr(o));
     assert_eq!(stdout(o), "");
 }
 
 #[test]
 fn missing_program_is_127() {
-    expect_failure(
-        &onering(&["run", "/no/such/program"]),
-        127,
-        "/no/such/program: no such file",
-    );
+    expect_failure(&onering(&["run", "/no/such/program"]), 127, "/no/such/program: no such file");
 }
 
 #[test]
@@ -296,11 +239,7 @@ fn unrunnable_files_are_126() {
     expect_failure(&run(&out_dir(), &[]), 126, "is a directory");
 
     let dynamic = build("hello", "musl-gcc", &[], "-dynamic");
-    expect_failure(
-        &run(&dynamic, &[]),
-        126,
-        "dynamically linked (interpreter /lib/ld-musl-x86_64.so.1)",
-    );
+    expect_failure(&run(&dynamic, &[]), 126, "dynamically linked (interpreter /lib/ld-musl-x86_64.so.1)");
 
     let mut elf = std::fs::read(musl("hello")).unwrap();
     elf[4] = 1; // ELFCLASS32
@@ -308,24 +247,12 @@ fn unrunnable_files_are_126() {
     let mut elf = std::fs::read(musl("hello")).unwrap();
     elf[18] = 183; // EM_AARCH64
     elf[19] = 0;
-    expect_failure(
-        &run(&temp_file("aarch64", &elf, 0o755), &[]),
-        126,
-        "aarch64",
-    );
+    expect_failure(&run(&temp_file("aarch64", &elf, 0o755), &[]), 126, "aarch64");
     let elf = std::fs::read(musl("hello")).unwrap();
-    expect_failure(
-        &run(&temp_file("truncated", &elf[..200], 0o755), &[]),
-        126,
-        "malformed",
-    );
+    expect_failure(&run(&temp_file("truncated", &elf[..200], 0o755), &[]), 126, "malformed");
 
     let big = musl("bigbss");
-    expect_failure(
-        &onering(&["run", "--mem", "64M", big.to_str().unwrap()]),
-        126,
-        "too large for --mem 64 MiB",
-    );
+    expect_failure(&onering(&["run", "--mem", "64M", big.to_str().unwrap()]), 126, "too large for --mem 64 MiB");
     // With enough memory it runs.
     let o = onering(&["run", "--mem", "256M", big.to_str().unwrap()]);
     assert_eq!((status(&o), stdout(&o).as_str()), (0, "1\n"));
@@ -338,11 +265,7 @@ fn onering_failures_are_125() {
     expect_failure(&onering(&["run", "--mem", "8M", p]), 125, "too small");
     expect_failure(&onering(&["run", "--mem", "lots", p]), 125, "not a size");
     expect_failure(&onering(&["run", "--mem", "100G", p]), 125, "more than");
-    expect_failure(
-        &onering(&["run", "--smp", "0", p]),
-        125,
-        "--smp 0 is out of range",
-    );
+    expect_failure(&onering(&["run", "--smp", "0", p]), 125, "--smp 0 is out of range");
     expect_failure(&onering(&["run", "--bogus", p]), 125, "");
     expect_failure(&onering(&["run"]), 125, "");
     let o = Command::new(env!("CARGO_BIN_EXE_onering"))
@@ -363,10 +286,6 @@ fn hostile_arguments_get_errors_not_crashes() {
 #[test]
 fn a_wild_jump_is_the_programs_fault() {
     let o = run(&musl("wildjump"), &[]);
-    assert!(
-        stderr(&o).starts_with("onering: program killed by SIGSEGV at 0xffff900000000000"),
-        "{}",
-        stderr(&o)
-    );
+    assert!(stderr(&o).starts_with("onering: program killed by SIGSEGV at 0xffff900000000000"), "{}", stderr(&o));
     assert_eq!(status(&o), 139);
 }

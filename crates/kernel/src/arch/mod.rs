@@ -26,8 +26,7 @@ pub fn init_heap(bi: &BootInfo) {
     // SAFETY: the VMM reserved [heap_phys, heap_phys + heap_size) for the heap alone;
     // it is mapped through the direct map; called once, before any allocation.
     unsafe {
-        HEAP.lock()
-            .init(direct(bi.heap_phys) as *mut u8, bi.heap_size as usize);
+        HEAP.lock().init(direct(bi.heap_phys) as *mut u8, bi.heap_size as usize);
     }
 }
 
@@ -41,9 +40,7 @@ pub fn boot_info(ptr: u64) -> &'static BootInfo {
 fn percpu_ptr() -> *mut PerCpuHeader {
     let base: u64;
     // SAFETY: rdgsbase only reads the GS base (CR4.FSGSBASE is set by the VMM).
-    unsafe {
-        core::arch::asm!("rdgsbase {}", out(reg) base, options(nomem, nostack, preserves_flags))
-    };
+    unsafe { core::arch::asm!("rdgsbase {}", out(reg) base, options(nomem, nostack, preserves_flags)) };
     base as *mut PerCpuHeader
 }
 
@@ -63,10 +60,7 @@ pub fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
         for (i, a) in args.iter().take(6).enumerate() {
             write_volatile(addr_of_mut!((*blk).args[i]), *a);
         }
-        write_volatile(
-            direct(layout::HOSTCALL_DOORBELL_PHYS) as *mut u64,
-            nr as u64,
-        );
+        write_volatile(direct(layout::HOSTCALL_DOORBELL_PHYS) as *mut u64, nr as u64);
         read_volatile(addr_of!((*blk).ret))
     }
 }
@@ -86,9 +80,7 @@ pub fn set_fs_base(v: u64) {
 pub fn fs_base() -> u64 {
     let v: u64;
     // SAFETY: reads the FS base.
-    unsafe {
-        core::arch::asm!("rdfsbase {}", out(reg) v, options(nomem, nostack, preserves_flags))
-    };
+    unsafe { core::arch::asm!("rdfsbase {}", out(reg) v, options(nomem, nostack, preserves_flags)) };
     v
 }
 
@@ -126,11 +118,7 @@ pub fn user_cstr(space: &AddressSpace, addr: u64, max: usize) -> Result<&[u8], E
     loop {
         // Scan what the mapping at `addr + len` allows, one piece at a time.
         let at = addr.checked_add(len).ok_or(Errno::EFAULT)?;
-        let vma = space
-            .vmas
-            .find(at)
-            .filter(|v| v.prot & crate::mm::vma::PROT_READ != 0)
-            .ok_or(Errno::EFAULT)?;
+        let vma = space.vmas.find(at).filter(|v| v.prot & crate::mm::vma::PROT_READ != 0).ok_or(Errno::EFAULT)?;
         let piece = (vma.end - at).min(max as u64 + 1 - len);
         let bytes = user_slice(space, at, piece)?;
         if let Some(nul) = bytes.iter().position(|b| *b == 0) {
@@ -218,12 +206,7 @@ impl GuestMmu {
     }
 
     /// The table the entry `index` of `table` points at, created when absent.
-    fn next_level(
-        &mut self,
-        table: u64,
-        index: u64,
-        chunks: &mut ChunkAllocator,
-    ) -> Result<u64, Errno> {
+    fn next_level(&mut self, table: u64, index: u64, chunks: &mut ChunkAllocator) -> Result<u64, Errno> {
         let e = entry_ptr(table, index);
         // SAFETY: `table` is a page-table page in RAM (the root, or read from a present
         // entry written by the VMM or by us), reached through the direct map.
@@ -262,12 +245,7 @@ impl GuestMmu {
 }
 
 impl Mmu for GuestMmu {
-    fn map_block(
-        &mut self,
-        virt: u64,
-        phys: u64,
-        chunks: &mut ChunkAllocator,
-    ) -> Result<(), Errno> {
+    fn map_block(&mut self, virt: u64, phys: u64, chunks: &mut ChunkAllocator) -> Result<(), Errno> {
         let e = self.pd_entry(virt, Some(chunks)).ok_or(Errno::ENOMEM)?;
         // SAFETY: `e` is the page-directory entry of `virt` in a live table.
         unsafe { write_volatile(e, phys | PTE_PRESENT | PTE_WRITE | PTE_USER | PTE_HUGE) };

@@ -14,10 +14,7 @@ static PRIVILEGED: AtomicBool = AtomicBool::new(false);
 
 /// Chooses the implementation from the boot flags.
 pub fn init(flags: u64) {
-    PRIVILEGED.store(
-        flags & onering_abi::flags::PRIVILEGED_RING0 != 0,
-        Ordering::Relaxed,
-    );
+    PRIVILEGED.store(flags & onering_abi::flags::PRIVILEGED_RING0 != 0, Ordering::Relaxed);
 }
 
 /// Drops any cached translation of `virt` after its page-table entry changed.

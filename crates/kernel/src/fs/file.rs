@@ -9,6 +9,7 @@ use crate::errno::Errno;
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use spin::Mutex;
 
 /// `open` flags.
@@ -50,11 +51,7 @@ impl Pipe {
     /// `EAGAIN` means empty with writers still open.
     pub fn read(&mut self, out: &mut [u8]) -> Result<usize, Errno> {
         if self.buf.is_empty() {
-            return if self.writers == 0 {
-                Ok(0)
-            } else {
-                Err(Errno::EAGAIN)
-            };
+            return if self.writers == 0 { Ok(0) } else { Err(Errno::EAGAIN) };
         }
         let n = out.len().min(self.buf.len());
         for (o, b) in out.iter_mut().zip(self.buf.drain(..n)) {
@@ -85,29 +82,46 @@ pub enum Kind {
     PipeWrite(Arc<Mutex<Pipe>>),
 }
 
+/// An open file description. What it refers to never changes; the status flags and
+/// the offset are atomics, so descriptors share it without a lock (the kernel's own
+/// lock orders the updates).
 #[derive(Debug)]
 pub struct OpenFile {
     pub kind: Kind,
     /// Access mode and status flags (`O_APPEND`, `O_NONBLOCK`, ...).
-    pub flags: u32,
-    pub offset: u64,
+    flags: AtomicU32,
+    offset: AtomicU64,
 }
 
 impl OpenFile {
     pub fn new(kind: Kind, flags: u32) -> Self {
-        OpenFile {
-            kind,
-            flags,
-            offset: 0,
-        }
+        OpenFile { kind, flags: AtomicU32::new(flags), offset: AtomicU64::new(0) }
+    }
+
+    pub fn flags(&self) -> u32 {
+        self.flags.load(Ordering::Relaxed)
+    }
+
+    pub fn set_flags(&self, f: u32) {
+        self.flags.store(f, Ordering::Relaxed)
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.offset.load(Ordering::Relaxed)
+    }
+
+    pub fn set_offset(&self, o: u64) {
+        self.offset.store(o, Ordering::Relaxed)
     }
 
     pub fn readable(&self) -> bool {
-        self.flags & oflag::O_PATH == 0 && self.flags & oflag::O_ACCMODE != oflag::O_WRONLY
+        let f = self.flags();
+        f & oflag::O_PATH == 0 && f & oflag::O_ACCMODE != oflag::O_WRONLY
     }
 
     pub fn writable(&self) -> bool {
-        self.flags & oflag::O_PATH == 0 && self.flags & oflag::O_ACCMODE != oflag::O_RDONLY
+        let f = self.flags();
+        f & oflag::O_PATH == 0 && f & oflag::O_ACCMODE != oflag::O_RDONLY
     }
 }
 
@@ -121,19 +135,15 @@ impl Drop for OpenFile {
     }
 }
 
-pub type FileRef = Arc<Mutex<OpenFile>>;
+pub type FileRef = Arc<OpenFile>;
 
 /// A pipe's two ends.
 pub fn pipe(flags: u32) -> (FileRef, FileRef) {
-    let p = Arc::new(Mutex::new(Pipe {
-        buf: VecDeque::new(),
-        readers: 1,
-        writers: 1,
-    }));
+    let p = Arc::new(Mutex::new(Pipe { buf: VecDeque::new(), readers: 1, writers: 1 }));
     let status = flags & oflag::O_NONBLOCK;
     let r = OpenFile::new(Kind::PipeRead(p.clone()), oflag::O_RDONLY | status);
     let w = OpenFile::new(Kind::PipeWrite(p), oflag::O_WRONLY | status);
-    (Arc::new(Mutex::new(r)), Arc::new(Mutex::new(w)))
+    (Arc::new(r), Arc::new(w))
 }
 
 /// Most open descriptors (RLIMIT_NOFILE).
@@ -156,11 +166,7 @@ impl FdTable {
     }
 
     pub fn get(&self, fd: u64) -> Result<&FileRef, Errno> {
-        self.slots
-            .get(fd as usize)
-            .and_then(|s| s.as_ref())
-            .map(|s| &s.file)
-            .ok_or(Errno::EBADF)
+        self.slots.get(fd as usize).and_then(|s| s.as_ref()).map(|s| &s.file).ok_or(Errno::EBADF)
     }
 
     /// Installs `file` at the lowest free descriptor `>= min`.
@@ -168,9 +174,7 @@ impl FdTable {
         if min >= MAX_FDS {
             return Err(Errno::EINVAL);
         }
-        let fd = (min..MAX_FDS)
-            .find(|i| self.slots.get(*i).is_none_or(|s| s.is_none()))
-            .ok_or(Errno::EMFILE)?;
+        let fd = (min..MAX_FDS).find(|i| self.slots.get(*i).is_none_or(|s| s.is_none())).ok_or(Errno::EMFILE)?;
         if self.slots.len() <= fd {
             self.slots.resize(fd + 1, None);
         }
@@ -201,19 +205,11 @@ impl FdTable {
     }
 
     pub fn cloexec(&self, fd: u64) -> Result<bool, Errno> {
-        self.slots
-            .get(fd as usize)
-            .and_then(|s| s.as_ref())
-            .map(|s| s.cloexec)
-            .ok_or(Errno::EBADF)
+        self.slots.get(fd as usize).and_then(|s| s.as_ref()).map(|s| s.cloexec).ok_or(Errno::EBADF)
     }
 
     pub fn set_cloexec(&mut self, fd: u64, on: bool) -> Result<(), Errno> {
-        let s = self
-            .slots
-            .get_mut(fd as usize)
-            .and_then(|s| s.as_mut())
-            .ok_or(Errno::EBADF)?;
+        let s = self.slots.get_mut(fd as usize).and_then(|s| s.as_mut()).ok_or(Errno::EBADF)?;
         s.cloexec = on;
         Ok(())
     }
@@ -224,7 +220,7 @@ mod tests {
     use super::*;
 
     fn file(ino: Ino) -> FileRef {
-        Arc::new(Mutex::new(OpenFile::new(Kind::Node(ino), oflag::O_RDWR)))
+        Arc::new(OpenFile::new(Kind::Node(ino), oflag::O_RDWR))
     }
 
     #[test]
@@ -239,7 +235,7 @@ mod tests {
         assert_eq!(t.cloexec(0), Ok(true));
         assert_eq!(t.get(5).map(|_| ()), Err(Errno::EBADF));
         assert_eq!(t.install(1, file(5), false), Ok(1));
-        assert!(matches!(t.get(1).unwrap().lock().kind, Kind::Node(5)));
+        assert!(matches!(t.get(1).unwrap().kind, Kind::Node(5)));
         assert_eq!(t.install(MAX_FDS as u64, file(6), false), Err(Errno::EBADF));
     }
 
@@ -258,15 +254,15 @@ mod tests {
         let f = file(1);
         t.insert(f.clone(), false).unwrap();
         t.insert(f, false).unwrap();
-        t.get(0).unwrap().lock().offset = 42;
-        assert_eq!(t.get(1).unwrap().lock().offset, 42);
+        t.get(0).unwrap().set_offset(42);
+        assert_eq!(t.get(1).unwrap().offset(), 42);
     }
 
     #[test]
     fn pipes_end_when_a_side_closes() {
         let (r, w) = pipe(0);
         let mut buf = [0u8; 8];
-        let p = match &r.lock().kind {
+        let p = match &r.kind {
             Kind::PipeRead(p) => p.clone(),
             _ => unreachable!(),
         };
@@ -279,7 +275,7 @@ mod tests {
         assert_eq!(p.lock().write(b"x"), Err(Errno::EPIPE));
         let (_r2, w2) = pipe(0);
         let big = alloc::vec![1u8; PIPE_CAPACITY + 10];
-        let p2 = match &w2.lock().kind {
+        let p2 = match &w2.kind {
             Kind::PipeWrite(p) => p.clone(),
             _ => unreachable!(),
         };

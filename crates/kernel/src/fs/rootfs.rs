@@ -43,13 +43,7 @@ mod tests {
     use alloc::vec::Vec;
 
     fn record(out: &mut Vec<u8>, kind: u32, path: &[u8], data: &[u8]) {
-        let h = Header {
-            kind,
-            mode: 0o644,
-            mtime_ns: 7,
-            path_len: path.len() as u32,
-            data_len: data.len() as u64,
-        };
+        let h = Header { kind, mode: 0o644, mtime_ns: 7, path_len: path.len() as u32, data_len: data.len() as u64 };
         out.extend(h.to_bytes());
         out.extend(path);
         out.extend(data);

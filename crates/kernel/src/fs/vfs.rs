@@ -101,10 +101,7 @@ impl Vfs {
     /// A tree with `/`, `/dev` (null, zero, random, urandom, stdin, stdout, stderr)
     /// and a writable `/tmp`.
     pub fn new() -> Vfs {
-        let mut v = Vfs {
-            nodes: Vec::new(),
-            free: Vec::new(),
-        };
+        let mut v = Vfs { nodes: Vec::new(), free: Vec::new() };
         v.nodes.push(Some(Node {
             data: Data::Dir(BTreeMap::new()),
             mode: 0o755,
@@ -138,13 +135,7 @@ impl Vfs {
 
     /// Adds `name` under the directory `dir` (replacing nothing: the caller checked).
     fn add(&mut self, dir: Ino, name: &[u8], data: Data, mode: u32, readonly: bool) -> Ino {
-        let node = Node {
-            data,
-            mode,
-            readonly,
-            parent: dir,
-            mtime: 0,
-        };
+        let node = Node { data, mode, readonly, parent: dir, mtime: 0 };
         let ino = match self.free.pop() {
             Some(i) => {
                 self.nodes[i] = Some(node);
@@ -185,10 +176,7 @@ impl Vfs {
         // A trailing slash makes the last component a directory: follow its link.
         let follow = follow || path.ends_with(b"/");
         let mut at = if path[0] == b'/' { ROOT } else { cwd };
-        let parts: Vec<&[u8]> = path
-            .split(|c| *c == b'/')
-            .filter(|p| !p.is_empty())
-            .collect();
+        let parts: Vec<&[u8]> = path.split(|c| *c == b'/').filter(|p| !p.is_empty()).collect();
         for (i, part) in parts.iter().enumerate() {
             let last = i + 1 == parts.len();
             if part.len() > NAME_MAX {
@@ -255,14 +243,7 @@ impl Vfs {
     }
 
     /// Creates a regular file (or a directory) named `name` in `dir`.
-    pub fn create(
-        &mut self,
-        dir: Ino,
-        name: &[u8],
-        mode: u32,
-        directory: bool,
-        now: u64,
-    ) -> Result<Ino, Errno> {
+    pub fn create(&mut self, dir: Ino, name: &[u8], mode: u32, directory: bool, now: u64) -> Result<Ino, Errno> {
         if name.is_empty() || name == b"." || name == b".." {
             return Err(Errno::EEXIST);
         }
@@ -270,25 +251,14 @@ impl Vfs {
             return Err(Errno::EEXIST);
         }
         self.writable_dir(dir)?;
-        let data = if directory {
-            Data::Dir(BTreeMap::new())
-        } else {
-            Data::File(Vec::new())
-        };
+        let data = if directory { Data::Dir(BTreeMap::new()) } else { Data::File(Vec::new()) };
         let ino = self.add(dir, name, data, mode & 0o7777, false);
         self.node_mut(ino).mtime = now;
         Ok(ino)
     }
 
     /// Adds a read-only node while building the tree from the rootfs image.
-    pub fn add_readonly(
-        &mut self,
-        dir: Ino,
-        name: &[u8],
-        data: Data,
-        mode: u32,
-        mtime: u64,
-    ) -> Ino {
+    pub fn add_readonly(&mut self, dir: Ino, name: &[u8], data: Data, mode: u32, mtime: u64) -> Ino {
         if let Ok(e) = self.entries(dir) {
             if let Some(existing) = e.get(name) {
                 return *existing;
@@ -326,13 +296,7 @@ impl Vfs {
     }
 
     /// `rename(2)` within the writable part of the tree.
-    pub fn rename(
-        &mut self,
-        from_dir: Ino,
-        from: &[u8],
-        to_dir: Ino,
-        to: &[u8],
-    ) -> Result<(), Errno> {
+    pub fn rename(&mut self, from_dir: Ino, from: &[u8], to_dir: Ino, to: &[u8]) -> Result<(), Errno> {
         let ino = *self.entries(from_dir)?.get(from).ok_or(Errno::ENOENT)?;
         self.entries(to_dir)?;
         self.writable_dir(from_dir)?;
@@ -397,10 +361,7 @@ impl Vfs {
                 _ => Errno::EINVAL,
             });
         };
-        let end = offset
-            .checked_add(data.len() as u64)
-            .filter(|e| *e <= MAX_FILE)
-            .ok_or(Errno::EFBIG)? as usize;
+        let end = offset.checked_add(data.len() as u64).filter(|e| *e <= MAX_FILE).ok_or(Errno::EFBIG)? as usize;
         if v.len() < end {
             v.try_reserve(end - v.len()).map_err(|_| Errno::ENOSPC)?;
             v.resize(end, 0);
@@ -419,8 +380,7 @@ impl Vfs {
                     return Err(Errno::EFBIG);
                 }
                 if len as usize > v.len() {
-                    v.try_reserve(len as usize - v.len())
-                        .map_err(|_| Errno::ENOSPC)?;
+                    v.try_reserve(len as usize - v.len()).map_err(|_| Errno::ENOSPC)?;
                 }
                 v.resize(len as usize, 0);
                 node.mtime = now;
@@ -447,10 +407,8 @@ impl Vfs {
         let mut parts: Vec<Vec<u8>> = Vec::new();
         while ino != ROOT {
             let parent = self.node(ino).parent;
-            let name = self
-                .entries(parent)
-                .ok()
-                .and_then(|e| e.iter().find(|(_, i)| **i == ino).map(|(n, _)| n.clone()));
+            let name =
+                self.entries(parent).ok().and_then(|e| e.iter().find(|(_, i)| **i == ino).map(|(n, _)| n.clone()));
             match name {
                 Some(n) => parts.push(n),
                 None => break, // detached (removed while in use)
@@ -505,10 +463,7 @@ mod tests {
         assert_eq!(v.lookup(ROOT, b"/dev/null/", true), Err(Errno::ENOTDIR));
         assert_eq!(v.lookup(ROOT, b"/nope", true), Err(Errno::ENOENT));
         assert_eq!(v.lookup(ROOT, b"", true), Err(Errno::ENOENT));
-        assert_eq!(
-            v.lookup(tmp, b"../dev/./zero", true).map(|i| v.device(i)),
-            Ok(Some(Device::Zero))
-        );
+        assert_eq!(v.lookup(tmp, b"../dev/./zero", true).map(|i| v.device(i)), Ok(Some(Device::Zero)));
     }
 
     #[test]

@@ -36,11 +36,7 @@ impl ChunkAllocator {
             return;
         }
         let chunks = ((end - base) / HUGE_PAGE_SIZE) as usize;
-        self.ranges.push(Range {
-            base,
-            chunks,
-            used: vec![0; chunks.div_ceil(64)],
-        });
+        self.ranges.push(Range { base, chunks, used: vec![0; chunks.div_ceil(64)] });
         self.free += chunks;
     }
 

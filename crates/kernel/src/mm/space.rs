@@ -20,8 +20,7 @@ use onering_abi::layout::{align_down, align_up, HUGE_PAGE_SIZE, PAGE_SIZE, USER_
 pub trait Mmu {
     /// Maps the 2 MiB block at `virt` to the chunk at `phys`; may take chunks for
     /// page-table pages from `chunks`.
-    fn map_block(&mut self, virt: u64, phys: u64, chunks: &mut ChunkAllocator)
-        -> Result<(), Errno>;
+    fn map_block(&mut self, virt: u64, phys: u64, chunks: &mut ChunkAllocator) -> Result<(), Errno>;
     /// Removes the mapping of the 2 MiB block at `virt`.
     fn unmap_block(&mut self, virt: u64);
     /// Zeroes the mapped user range `[virt, virt + len)`.
@@ -84,15 +83,7 @@ pub struct AddressSpace {
 impl AddressSpace {
     pub fn new(chunks: ChunkAllocator, brk_start: u64, mmap_bottom: u64, mmap_top: u64) -> Self {
         let brk_start = align_up(brk_start, PAGE_SIZE);
-        Self {
-            vmas: VmaSet::new(),
-            blocks: BTreeMap::new(),
-            chunks,
-            brk_start,
-            brk: brk_start,
-            mmap_bottom,
-            mmap_top,
-        }
+        Self { vmas: VmaSet::new(), blocks: BTreeMap::new(), chunks, brk_start, brk: brk_start, mmap_bottom, mmap_top }
     }
 
     /// Records a range the VMM mapped before boot: `size` bytes at `virt` backed by
@@ -112,10 +103,7 @@ impl AddressSpace {
     /// Work is bounded by memory, not by the size of the range: a range with more
     /// unbacked blocks than there are free chunks fails at once.
     fn back(&mut self, start: u64, end: u64, mmu: &mut impl Mmu) -> Result<(), Errno> {
-        let (lo, hi) = (
-            align_down(start, HUGE_PAGE_SIZE),
-            align_up(end, HUGE_PAGE_SIZE),
-        );
+        let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
         let have = self.blocks.range(lo..hi).count() as u64;
         if (hi - lo) / HUGE_PAGE_SIZE - have > self.chunks.free_chunks() as u64 {
             return Err(Errno::ENOMEM);
@@ -126,10 +114,9 @@ impl AddressSpace {
                 continue;
             }
             let mapped = match self.chunks.alloc() {
-                Some(phys) => mmu
-                    .map_block(b, phys, &mut self.chunks)
-                    .map(|_| phys)
-                    .inspect_err(|_| self.chunks.free(phys)),
+                Some(phys) => {
+                    mmu.map_block(b, phys, &mut self.chunks).map(|_| phys).inspect_err(|_| self.chunks.free(phys))
+                }
                 None => Err(Errno::ENOMEM),
             };
             match mapped {
@@ -154,10 +141,7 @@ impl AddressSpace {
 
     /// Releases the backed blocks of `[start, end)` that no VMA uses any more.
     fn release_unused(&mut self, start: u64, end: u64, mmu: &mut impl Mmu) {
-        let (lo, hi) = (
-            align_down(start, HUGE_PAGE_SIZE),
-            align_up(end, HUGE_PAGE_SIZE),
-        );
+        let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
         let candidates: Vec<u64> = self.blocks.range(lo..hi).map(|(b, _)| *b).collect();
         for b in candidates {
             if self.vmas.intersects(b, b + HUGE_PAGE_SIZE) {
@@ -172,10 +156,7 @@ impl AddressSpace {
 
     /// Zeroes the backed parts of `[start, end)`.
     fn zero_backed(&self, start: u64, end: u64, mmu: &mut impl Mmu) {
-        let (lo, hi) = (
-            align_down(start, HUGE_PAGE_SIZE),
-            align_up(end, HUGE_PAGE_SIZE),
-        );
+        let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
         for (b, _) in self.blocks.range(lo..hi) {
             let s = start.max(*b);
             let e = end.min(b + HUGE_PAGE_SIZE);
@@ -216,12 +197,7 @@ impl AddressSpace {
             {
                 return self.brk;
             }
-            self.vmas.insert(Vma {
-                start: old_end,
-                end: new_end,
-                prot: PROT_READ | PROT_WRITE,
-                kind: VmaKind::Brk,
-            });
+            self.vmas.insert(Vma { start: old_end, end: new_end, prot: PROT_READ | PROT_WRITE, kind: VmaKind::Brk });
         } else if new_end < old_end {
             if self.room_for(1).is_err() {
                 return self.brk;
@@ -233,14 +209,7 @@ impl AddressSpace {
     }
 
     /// `mmap(2)` of anonymous memory; returns the address.
-    pub fn mmap_anon(
-        &mut self,
-        addr: u64,
-        len: u64,
-        prot: u32,
-        flags: u32,
-        mmu: &mut impl Mmu,
-    ) -> Result<u64, Errno> {
+    pub fn mmap_anon(&mut self, addr: u64, len: u64, prot: u32, flags: u32, mmu: &mut impl Mmu) -> Result<u64, Errno> {
         use map_flags::*;
         if len == 0 || prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 || flags & !KNOWN != 0 {
             return Err(Errno::EINVAL);
@@ -278,26 +247,15 @@ impl AddressSpace {
                 hint
             } else {
                 // Large mappings get 2 MiB alignment so they use whole blocks.
-                let align = if len >= HUGE_PAGE_SIZE {
-                    HUGE_PAGE_SIZE
-                } else {
-                    PAGE_SIZE
-                };
-                self.vmas
-                    .find_free_top_down(len, align, self.mmap_bottom, self.mmap_top)
-                    .ok_or(Errno::ENOMEM)?
+                let align = if len >= HUGE_PAGE_SIZE { HUGE_PAGE_SIZE } else { PAGE_SIZE };
+                self.vmas.find_free_top_down(len, align, self.mmap_bottom, self.mmap_top).ok_or(Errno::ENOMEM)?
             }
         };
         let end = start + len;
         if prot != 0 {
             self.back(start, end, mmu)?;
         }
-        self.vmas.insert(Vma {
-            start,
-            end,
-            prot,
-            kind: VmaKind::Anon,
-        });
+        self.vmas.insert(Vma { start, end, prot, kind: VmaKind::Anon });
         Ok(start)
     }
 
@@ -320,13 +278,7 @@ impl AddressSpace {
     /// `mprotect(2)`: records the protection. Memory stays readable and writable
     /// underneath (2 MiB pages cannot carry per-page rights), except that making a
     /// reservation accessible backs it.
-    pub fn mprotect(
-        &mut self,
-        addr: u64,
-        len: u64,
-        prot: u32,
-        mmu: &mut impl Mmu,
-    ) -> Result<(), Errno> {
+    pub fn mprotect(&mut self, addr: u64, len: u64, prot: u32, mmu: &mut impl Mmu) -> Result<(), Errno> {
         if !addr.is_multiple_of(PAGE_SIZE) || prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 {
             return Err(Errno::EINVAL);
         }
@@ -361,11 +313,8 @@ impl AddressSpace {
         if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::EINVAL);
         }
-        let end = addr
-            .checked_add(len)
-            .map(|e| align_up(e, PAGE_SIZE))
-            .filter(|e| *e <= USER_END)
-            .ok_or(Errno::EINVAL)?;
+        let end =
+            addr.checked_add(len).map(|e| align_up(e, PAGE_SIZE)).filter(|e| *e <= USER_END).ok_or(Errno::EINVAL)?;
         if !self.vmas.covers(addr, end) {
             return Err(Errno::ENOMEM);
         }
@@ -397,10 +346,7 @@ impl AddressSpace {
         }
         let old_len = align_up(old_len, PAGE_SIZE);
         let new_len = new_len.checked_add(PAGE_SIZE - 1).ok_or(Errno::EINVAL)? & !(PAGE_SIZE - 1);
-        let old_end = old
-            .checked_add(old_len)
-            .filter(|e| *e <= USER_END)
-            .ok_or(Errno::EFAULT)?;
+        let old_end = old.checked_add(old_len).filter(|e| *e <= USER_END).ok_or(Errno::EFAULT)?;
         let vma = *self.vmas.find(old).ok_or(Errno::EFAULT)?;
         if old_len == 0 || vma.end < old_end {
             return Err(Errno::EFAULT);
@@ -418,11 +364,7 @@ impl AddressSpace {
                 if vma.prot != 0 {
                     self.back(old_end, ge, mmu)?;
                 }
-                self.vmas.insert(Vma {
-                    start: old_end,
-                    end: ge,
-                    ..vma
-                });
+                self.vmas.insert(Vma { start: old_end, end: ge, ..vma });
                 return Ok(old);
             }
         }
@@ -445,10 +387,7 @@ impl AddressSpace {
         if len == 0 {
             return Ok(());
         }
-        let end = addr
-            .checked_add(len)
-            .filter(|e| *e <= USER_END)
-            .ok_or(Errno::EFAULT)?;
+        let end = addr.checked_add(len).filter(|e| *e <= USER_END).ok_or(Errno::EFAULT)?;
         let need = if write { PROT_WRITE } else { PROT_READ };
         let mut at = addr;
         for v in self.vmas.overlapping(addr, end) {
@@ -477,17 +416,11 @@ mod tests {
 
     impl Mmu for FakeMmu {
         fn map_block(&mut self, virt: u64, phys: u64, _: &mut ChunkAllocator) -> Result<(), Errno> {
-            assert!(
-                self.mapped.insert(virt, phys).is_none(),
-                "block mapped twice"
-            );
+            assert!(self.mapped.insert(virt, phys).is_none(), "block mapped twice");
             Ok(())
         }
         fn unmap_block(&mut self, virt: u64) {
-            assert!(
-                self.mapped.remove(&virt).is_some(),
-                "unmapping an unmapped block"
-            );
+            assert!(self.mapped.remove(&virt).is_some(), "unmapping an unmapped block");
         }
         fn zero(&mut self, virt: u64, len: u64) {
             self.zeroed.push((virt, len));
@@ -530,13 +463,10 @@ mod tests {
         assert_eq!(s.mmap_anon(0, 2 * M, RW, ANON, &mut m), Err(Errno::ENOMEM));
         assert_eq!(m.mapped.len(), 3);
         // A reservation needs no memory.
-        let r = s
-            .mmap_anon(0, 64 * M, 0, ANON | map_flags::NORESERVE, &mut m)
-            .unwrap();
+        let r = s.mmap_anon(0, 64 * M, 0, ANON | map_flags::NORESERVE, &mut m).unwrap();
         assert_eq!(s.check(r, 1, false), Err(Errno::EFAULT));
         // Committing part of it with MAP_FIXED backs just that part.
-        s.mmap_anon(r + M, M, RW, ANON | map_flags::FIXED, &mut m)
-            .unwrap();
+        s.mmap_anon(r + M, M, RW, ANON | map_flags::FIXED, &mut m).unwrap();
         assert_eq!(m.mapped.len(), 4);
         s.check(r + M, M, true).unwrap();
     }
@@ -544,28 +474,10 @@ mod tests {
     #[test]
     fn fixed_replaces_and_noreplace_refuses() {
         let (mut s, mut m) = (space(8), FakeMmu::default());
-        let a = s
-            .mmap_anon(0x3000_0000, 0x4000, RW, ANON | map_flags::FIXED, &mut m)
-            .unwrap();
+        let a = s.mmap_anon(0x3000_0000, 0x4000, RW, ANON | map_flags::FIXED, &mut m).unwrap();
         assert_eq!(a, 0x3000_0000);
-        assert_eq!(
-            s.mmap_anon(
-                a + 0x1000,
-                0x1000,
-                RW,
-                ANON | map_flags::FIXED_NOREPLACE,
-                &mut m
-            ),
-            Err(Errno::EEXIST)
-        );
-        s.mmap_anon(
-            a + 0x1000,
-            0x1000,
-            PROT_READ,
-            ANON | map_flags::FIXED,
-            &mut m,
-        )
-        .unwrap();
+        assert_eq!(s.mmap_anon(a + 0x1000, 0x1000, RW, ANON | map_flags::FIXED_NOREPLACE, &mut m), Err(Errno::EEXIST));
+        s.mmap_anon(a + 0x1000, 0x1000, PROT_READ, ANON | map_flags::FIXED, &mut m).unwrap();
         assert_eq!(s.check(a + 0x1000, 1, true), Err(Errno::EFAULT));
         s.check(a, 0x4000, false).unwrap();
         assert_eq!(s.vmas.iter().count(), 3);
@@ -602,13 +514,8 @@ mod tests {
     #[test]
     fn huge_ranges_fail_fast_and_leave_nothing_behind() {
         let (mut s, mut m) = (space(4), FakeMmu::default());
-        assert_eq!(
-            s.mmap_anon(0, 1 << 46, PROT_READ, ANON, &mut m),
-            Err(Errno::ENOMEM)
-        );
-        let r = s
-            .mmap_anon(1 << 44, 1 << 45, 0, ANON | map_flags::FIXED, &mut m)
-            .unwrap();
+        assert_eq!(s.mmap_anon(0, 1 << 46, PROT_READ, ANON, &mut m), Err(Errno::ENOMEM));
+        let r = s.mmap_anon(1 << 44, 1 << 45, 0, ANON | map_flags::FIXED, &mut m).unwrap();
         assert_eq!(s.mprotect(r, 1 << 45, RW, &mut m), Err(Errno::ENOMEM));
         s.munmap(0x1000, USER_END - 0x1000, &mut m).unwrap();
         assert_eq!(s.vmas.iter().count(), 0);
@@ -645,9 +552,7 @@ mod tests {
     #[test]
     fn the_number_of_mappings_is_bounded() {
         let (mut s, mut m) = (space(8), FakeMmu::default());
-        let r = s
-            .mmap_anon(0, 2 * MAX_MAP_COUNT as u64 * 0x2000, 0, ANON, &mut m)
-            .unwrap();
+        let r = s.mmap_anon(0, 2 * MAX_MAP_COUNT as u64 * 0x2000, 0, ANON, &mut m).unwrap();
         let mut n = 0;
         let err = loop {
             match s.munmap(r + n * 0x2000, 0x1000, &mut m) {
@@ -663,29 +568,11 @@ mod tests {
     fn bad_arguments() {
         let (mut s, mut m) = (space(2), FakeMmu::default());
         assert_eq!(s.mmap_anon(0, 0, RW, ANON, &mut m), Err(Errno::EINVAL));
-        assert_eq!(
-            s.mmap_anon(0, 1, RW, map_flags::ANONYMOUS, &mut m),
-            Err(Errno::EINVAL)
-        );
+        assert_eq!(s.mmap_anon(0, 1, RW, map_flags::ANONYMOUS, &mut m), Err(Errno::EINVAL));
         assert_eq!(s.mmap_anon(0, 1, 0x80, ANON, &mut m), Err(Errno::EINVAL));
-        assert_eq!(
-            s.mmap_anon(0, u64::MAX, RW, ANON, &mut m),
-            Err(Errno::ENOMEM)
-        );
-        assert_eq!(
-            s.mmap_anon(0x1001, 1, RW, ANON | map_flags::FIXED, &mut m),
-            Err(Errno::EINVAL)
-        );
-        assert_eq!(
-            s.mmap_anon(
-                USER_END - 0x1000,
-                0x2000,
-                RW,
-                ANON | map_flags::FIXED,
-                &mut m
-            ),
-            Err(Errno::ENOMEM)
-        );
+        assert_eq!(s.mmap_anon(0, u64::MAX, RW, ANON, &mut m), Err(Errno::ENOMEM));
+        assert_eq!(s.mmap_anon(0x1001, 1, RW, ANON | map_flags::FIXED, &mut m), Err(Errno::EINVAL));
+        assert_eq!(s.mmap_anon(USER_END - 0x1000, 0x2000, RW, ANON | map_flags::FIXED, &mut m), Err(Errno::ENOMEM));
         assert_eq!(s.munmap(0x1001, 1, &mut m), Err(Errno::EINVAL));
         assert_eq!(s.munmap(0x1000, 0, &mut m), Err(Errno::EINVAL));
         assert_eq!(s.munmap(0x1000, u64::MAX, &mut m), Err(Errno::EINVAL));
@@ -701,12 +588,7 @@ mod tests {
             0x40_0000,
             2 * M,
             0x4000_0000,
-            Vma {
-                start: 0x40_0000,
-                end: 0x60_2000,
-                prot: RW,
-                kind: VmaKind::Image,
-            },
+            Vma { start: 0x40_0000, end: 0x60_2000, prot: RW, kind: VmaKind::Image },
         );
         s.chunks = {
             let mut c = ChunkAllocator::new();
@@ -715,18 +597,14 @@ mod tests {
         };
         assert_eq!(s.brk(0, &mut m), 0x60_2000);
         assert_eq!(s.brk(0x60_3000, &mut m), 0x60_3000);
-        assert!(
-            m.mapped.is_empty(),
-            "inside the image's block: no new mapping"
-        );
+        assert!(m.mapped.is_empty(), "inside the image's block: no new mapping");
         assert_eq!(s.brk(0x90_0000, &mut m), 0x90_0000);
         assert_eq!(m.mapped.len(), 1);
         s.check(0x60_2000, 0x90_0000 - 0x60_2000, true).unwrap();
         assert_eq!(s.brk(0x60_4000, &mut m), 0x60_4000);
         assert!(m.mapped.is_empty());
         assert_eq!(s.check(0x60_4000, 1, false), Err(Errno::EFAULT));
-        s.mmap_anon(0xa0_0000, 0x1000, RW, ANON | map_flags::FIXED, &mut m)
-            .unwrap();
+        s.mmap_anon(0xa0_0000, 0x1000, RW, ANON | map_flags::FIXED, &mut m).unwrap();
         assert_eq!(s.brk(0xb0_0000, &mut m), 0x60_4000, "blocked by a mapping");
         assert_eq!(s.brk(0x10, &mut m), 0x60_4000, "below the start");
     }

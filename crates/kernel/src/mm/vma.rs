@@ -55,16 +55,8 @@ impl VmaSet {
     /// VMAs intersecting `[start, end)`, in address order.
     pub fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = &Vma> {
         // The VMA containing `start`, if any, starts below it: begin the scan there.
-        let from = self
-            .map
-            .range(..=start)
-            .next_back()
-            .map(|(s, _)| *s)
-            .unwrap_or(start);
-        self.map
-            .range(from..end)
-            .map(|(_, v)| v)
-            .filter(move |v| v.end > start && v.start < end)
+        let from = self.map.range(..=start).next_back().map(|(s, _)| *s).unwrap_or(start);
+        self.map.range(from..end).map(|(_, v)| v).filter(move |v| v.end > start && v.start < end)
     }
 
     pub fn intersects(&self, start: u64, end: u64) -> bool {
@@ -73,11 +65,7 @@ impl VmaSet {
 
     /// The VMA containing `addr`.
     pub fn find(&self, addr: u64) -> Option<&Vma> {
-        self.map
-            .range(..=addr)
-            .next_back()
-            .map(|(_, v)| v)
-            .filter(|v| addr < v.end)
+        self.map.range(..=addr).next_back().map(|(_, v)| v).filter(|v| addr < v.end)
     }
 
     /// Adds a VMA (the range must be free), merging it with neighbours that touch it
@@ -113,11 +101,7 @@ impl VmaSet {
             if v.end > end {
                 self.map.insert(end, Vma { start: end, ..v });
             }
-            removed.push(Vma {
-                start: v.start.max(start),
-                end: v.end.min(end),
-                ..v
-            });
+            removed.push(Vma { start: v.start.max(start), end: v.end.min(end), ..v });
         }
         removed
     }
@@ -143,10 +127,7 @@ impl VmaSet {
         let mut iter = self.map.range(..top).rev().peekable();
         loop {
             // The gap is [floor, ceiling) where floor is the end of the next VMA below.
-            let floor = iter
-                .peek()
-                .map(|(_, v)| v.end.max(bottom))
-                .unwrap_or(bottom);
+            let floor = iter.peek().map(|(_, v)| v.end.max(bottom)).unwrap_or(bottom);
             if ceiling >= len {
                 let start = (ceiling - len) & !(align - 1);
                 if start >= floor && start + len <= ceiling && ceiling <= top {
@@ -171,12 +152,7 @@ mod tests {
     use super::*;
 
     fn anon(start: u64, end: u64) -> Vma {
-        Vma {
-            start,
-            end,
-            prot: PROT_READ | PROT_WRITE,
-            kind: VmaKind::Anon,
-        }
+        Vma { start, end, prot: PROT_READ | PROT_WRITE, kind: VmaKind::Anon }
     }
 
     #[test]
@@ -207,29 +183,14 @@ mod tests {
     #[test]
     fn free_range_top_down() {
         let mut s = VmaSet::new();
-        assert_eq!(
-            s.find_free_top_down(0x2000, 0x1000, 0x1000, 0x10000),
-            Some(0xe000)
-        );
+        assert_eq!(s.find_free_top_down(0x2000, 0x1000, 0x1000, 0x10000), Some(0xe000));
         s.insert(anon(0xe000, 0x10000));
-        assert_eq!(
-            s.find_free_top_down(0x2000, 0x1000, 0x1000, 0x10000),
-            Some(0xc000)
-        );
+        assert_eq!(s.find_free_top_down(0x2000, 0x1000, 0x1000, 0x10000), Some(0xc000));
         s.insert(anon(0x3000, 0xd000));
-        assert_eq!(
-            s.find_free_top_down(0x1000, 0x1000, 0x1000, 0x10000),
-            Some(0xd000)
-        );
-        assert_eq!(
-            s.find_free_top_down(0x2000, 0x1000, 0x1000, 0x10000),
-            Some(0x1000)
-        );
+        assert_eq!(s.find_free_top_down(0x1000, 0x1000, 0x1000, 0x10000), Some(0xd000));
+        assert_eq!(s.find_free_top_down(0x2000, 0x1000, 0x1000, 0x10000), Some(0x1000));
         assert_eq!(s.find_free_top_down(0x3000, 0x1000, 0x1000, 0x10000), None);
-        assert_eq!(
-            s.find_free_top_down(0x1000, 0x1000, 0x8000, 0x10000),
-            Some(0xd000)
-        );
+        assert_eq!(s.find_free_top_down(0x1000, 0x1000, 0x8000, 0x10000), Some(0xd000));
     }
 
     #[test]
@@ -238,14 +199,8 @@ mod tests {
         s.insert(anon(0x1000, 0x2000));
         s.insert(anon(0x3000, 0x4000));
         s.insert(anon(0x2000, 0x3000));
-        assert_eq!(
-            s.iter().copied().collect::<Vec<_>>(),
-            [anon(0x1000, 0x4000)]
-        );
-        s.insert(Vma {
-            prot: PROT_READ,
-            ..anon(0x4000, 0x5000)
-        });
+        assert_eq!(s.iter().copied().collect::<Vec<_>>(), [anon(0x1000, 0x4000)]);
+        s.insert(Vma { prot: PROT_READ, ..anon(0x4000, 0x5000) });
         assert_eq!(s.iter().count(), 2);
     }
 

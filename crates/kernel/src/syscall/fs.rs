@@ -11,7 +11,6 @@ use crate::kernel::{kernel, HostSink, Kernel};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use onering_abi::{flags, Hostcall};
-use spin::Mutex;
 
 /// Linux caps one read or write at this many bytes.
 const MAX_RW_COUNT: u64 = 0x7fff_f000;
@@ -54,7 +53,7 @@ fn base_dir(k: &Kernel, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
         return Ok(k.cwd);
     }
     let f = file(k, dirfd)?;
-    let ino = match f.lock().kind {
+    let ino = match f.kind {
         Kind::Node(ino) => ino,
         _ => return Err(Errno::ENOTDIR),
     };
@@ -65,25 +64,20 @@ fn base_dir(k: &Kernel, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
 }
 
 fn new_file(kind: Kind, flags: u32) -> FileRef {
-    Arc::new(Mutex::new(OpenFile::new(kind, flags)))
+    Arc::new(OpenFile::new(kind, flags))
 }
 
 // ---- reading and writing ----------------------------------------------------------
 
-/// Reads into user memory at `addr` from `f` at `offset` (None: the file's offset).
-fn read_file(k: &mut Kernel, f: &FileRef, addr: u64, len: u64, offset: Option<u64>) -> SysResult {
+/// Reads into user memory at `addr` from descriptor `fd` at `offset` (None: the
+/// file's offset). The hot path: no allocation, no reference counting.
+fn read_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) -> SysResult {
     let len = len.min(MAX_RW_COUNT);
-    let mut of = f.lock();
+    let Kernel { fds, space, vfs, rng, flags, .. } = k;
+    let of = fds.get(fd)?;
     if !of.readable() {
         return Err(Errno::EBADF);
     }
-    let Kernel {
-        space,
-        vfs,
-        rng,
-        flags,
-        ..
-    } = k;
     let n = match &of.kind {
         Kind::PipeRead(p) => {
             if offset.is_some() {
@@ -108,8 +102,7 @@ fn read_file(k: &mut Kernel, f: &FileRef, addr: u64, len: u64, offset: Option<u6
                 if *flags & flags::STDIN == 0 || buf.is_empty() {
                     0
                 } else {
-                    let r = arch::hostcall(Hostcall::Read, &[buf.as_ptr() as u64, buf.len() as u64])
-                        as i64;
+                    let r = arch::hostcall(Hostcall::Read, &[buf.as_ptr() as u64, buf.len() as u64]) as i64;
                     if r < 0 {
                         return Err(Errno::EIO);
                     }
@@ -118,11 +111,11 @@ fn read_file(k: &mut Kernel, f: &FileRef, addr: u64, len: u64, offset: Option<u6
             }
             Some(Device::Stdout | Device::Stderr) => return Err(Errno::EBADF),
             None => {
-                let at = offset.unwrap_or(of.offset);
+                let at = offset.unwrap_or(of.offset());
                 let buf = user_slice_mut(space, addr, len)?;
                 let n = vfs.read(*ino, at, buf)?;
                 if offset.is_none() {
-                    of.offset = at + n as u64;
+                    of.set_offset(at + n as u64);
                 }
                 n
             }
@@ -131,20 +124,15 @@ fn read_file(k: &mut Kernel, f: &FileRef, addr: u64, len: u64, offset: Option<u6
     Ok(n as u64)
 }
 
-/// Writes user memory at `addr` to `f` at `offset` (None: the file's offset).
-fn write_file(k: &mut Kernel, f: &FileRef, addr: u64, len: u64, offset: Option<u64>) -> SysResult {
+/// Writes user memory at `addr` to descriptor `fd` at `offset` (None: the file's
+/// offset).
+fn write_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) -> SysResult {
     let len = len.min(MAX_RW_COUNT);
-    let mut of = f.lock();
+    let Kernel { fds, space, vfs, console, clock, .. } = k;
+    let of = fds.get(fd)?;
     if !of.writable() {
         return Err(Errno::EBADF);
     }
-    let now = k.now_real();
-    let Kernel {
-        space,
-        vfs,
-        console,
-        ..
-    } = k;
     match &of.kind {
         Kind::PipeWrite(p) => {
             if offset.is_some() {
@@ -158,11 +146,7 @@ fn write_file(k: &mut Kernel, f: &FileRef, addr: u64, len: u64, offset: Option<u
             // Like Linux, /dev/null does not even look at the buffer.
             Some(Device::Null | Device::Zero | Device::Random) => Ok(len),
             Some(Device::Stdout) | Some(Device::Stderr) => {
-                let fd = if vfs.device(*ino) == Some(Device::Stdout) {
-                    1
-                } else {
-                    2
-                };
+                let fd = if vfs.device(*ino) == Some(Device::Stdout) { 1 } else { 2 };
                 let data = user_slice(space, addr, len)?;
                 if data.is_empty() {
                     return Ok(0);
@@ -174,12 +158,12 @@ fn write_file(k: &mut Kernel, f: &FileRef, addr: u64, len: u64, offset: Option<u
                 let data = user_slice(space, addr, len)?;
                 let at = match offset {
                     Some(o) => o,
-                    None if of.flags & oflag::O_APPEND != 0 => vfs.node(*ino).size(),
-                    None => of.offset,
+                    None if of.flags() & oflag::O_APPEND != 0 => vfs.node(*ino).size(),
+                    None => of.offset(),
                 };
-                let n = vfs.write(*ino, at, data, now)?;
+                let n = vfs.write(*ino, at, data, clock.realtime_ns(arch::rdtsc()))?;
                 if offset.is_none() {
-                    of.offset = at + n as u64;
+                    of.set_offset(at + n as u64);
                 }
                 Ok(n as u64)
             }
@@ -190,15 +174,13 @@ fn write_file(k: &mut Kernel, f: &FileRef, addr: u64, len: u64, offset: Option<u
 pub fn read(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, ..] = f.args();
     let k = &mut *kernel();
-    let file = file(k, fd)?;
-    read_file(k, &file, addr, len, None)
+    read_file(k, fd, addr, len, None)
 }
 
 pub fn write(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, ..] = f.args();
     let k = &mut *kernel();
-    let file = file(k, fd)?;
-    write_file(k, &file, addr, len, None)
+    write_file(k, fd, addr, len, None)
 }
 
 fn check_offset(off: u64) -> Result<u64, Errno> {
@@ -212,15 +194,13 @@ fn check_offset(off: u64) -> Result<u64, Errno> {
 pub fn pread64(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, off, ..] = f.args();
     let k = &mut *kernel();
-    let file = file(k, fd)?;
-    read_file(k, &file, addr, len, Some(check_offset(off)?))
+    read_file(k, fd, addr, len, Some(check_offset(off)?))
 }
 
 pub fn pwrite64(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, off, ..] = f.args();
     let k = &mut *kernel();
-    let file = file(k, fd)?;
-    write_file(k, &file, addr, len, Some(check_offset(off)?))
+    write_file(k, fd, addr, len, Some(check_offset(off)?))
 }
 
 /// The iovec array at `iov`: read and checked as a whole first, as Linux does (a bad
@@ -231,14 +211,9 @@ fn iovecs(k: &Kernel, iov: u64, count: u64) -> Result<Vec<(u64, u64)>, Errno> {
     }
     let raw = user_slice(&k.space, iov, count * 16)?;
     let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
-    let v: Vec<(u64, u64)> = raw
-        .chunks_exact(16)
-        .map(|c| (word(&c[..8]), word(&c[8..])))
-        .collect();
+    let v: Vec<(u64, u64)> = raw.chunks_exact(16).map(|c| (word(&c[..8]), word(&c[8..]))).collect();
     v.iter()
-        .try_fold(0u64, |sum, (_, len)| {
-            sum.checked_add(*len).filter(|s| *s <= isize::MAX as u64)
-        })
+        .try_fold(0u64, |sum, (_, len)| sum.checked_add(*len).filter(|s| *s <= isize::MAX as u64))
         .ok_or(Errno::EINVAL)?;
     Ok(v)
 }
@@ -269,17 +244,17 @@ fn vectored(iov: Vec<(u64, u64)>, mut op: impl FnMut(u64, u64) -> SysResult) -> 
 pub fn readv(f: &mut SyscallFrame) -> SysResult {
     let [fd, iov, count, ..] = f.args();
     let k = &mut *kernel();
-    let file = file(k, fd)?;
+    k.fds.get(fd)?;
     let v = iovecs(k, iov, count)?;
-    vectored(v, |b, l| read_file(k, &file, b, l, None))
+    vectored(v, |b, l| read_file(k, fd, b, l, None))
 }
 
 pub fn writev(f: &mut SyscallFrame) -> SysResult {
     let [fd, iov, count, ..] = f.args();
     let k = &mut *kernel();
-    let file = file(k, fd)?;
+    k.fds.get(fd)?;
     let v = iovecs(k, iov, count)?;
-    vectored(v, |b, l| write_file(k, &file, b, l, None))
+    vectored(v, |b, l| write_file(k, fd, b, l, None))
 }
 
 // ---- opening and closing ----------------------------------------------------------
@@ -326,12 +301,8 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
             k.vfs.truncate(ino, 0, now)?;
         }
     }
-    let keep =
-        oflag::O_ACCMODE | oflag::O_APPEND | oflag::O_NONBLOCK | oflag::O_PATH | oflag::O_DIRECTORY;
-    k.fds.insert(
-        new_file(Kind::Node(ino), flags & keep),
-        flags & oflag::O_CLOEXEC != 0,
-    )
+    let keep = oflag::O_ACCMODE | oflag::O_APPEND | oflag::O_NONBLOCK | oflag::O_PATH | oflag::O_DIRECTORY;
+    k.fds.insert(new_file(Kind::Node(ino), flags & keep), flags & oflag::O_CLOEXEC != 0)
 }
 
 pub fn open(f: &mut SyscallFrame) -> SysResult {
@@ -352,7 +323,7 @@ pub fn lseek(f: &mut SyscallFrame) -> SysResult {
     let [fd, off, whence, ..] = f.args();
     let k = kernel();
     let file = file(&k, fd)?;
-    let mut of = file.lock();
+    let of = &*file;
     let ino = match of.kind {
         Kind::Node(ino) => ino,
         _ => return Err(Errno::ESPIPE),
@@ -362,15 +333,12 @@ pub fn lseek(f: &mut SyscallFrame) -> SysResult {
     }
     let base = match whence {
         0 => 0,
-        1 => of.offset as i64,
+        1 => of.offset() as i64,
         2 => k.vfs.node(ino).size() as i64,
         _ => return Err(Errno::EINVAL),
     };
-    let new = base
-        .checked_add(off as i64)
-        .filter(|n| *n >= 0)
-        .ok_or(Errno::EINVAL)?;
-    of.offset = new as u64;
+    let new = base.checked_add(off as i64).filter(|n| *n >= 0).ok_or(Errno::EINVAL)?;
+    of.set_offset(new as u64);
     Ok(new as u64)
 }
 
@@ -405,15 +373,13 @@ pub fn fcntl(f: &mut SyscallFrame) -> SysResult {
     let k = &mut *kernel();
     let file = file(k, fd)?;
     match cmd {
-        F_DUPFD | F_DUPFD_CLOEXEC => k
-            .fds
-            .insert_from(arg as usize, file, cmd == F_DUPFD_CLOEXEC),
+        F_DUPFD | F_DUPFD_CLOEXEC => k.fds.insert_from(arg as usize, file, cmd == F_DUPFD_CLOEXEC),
         F_GETFD => Ok(u64::from(k.fds.cloexec(fd)?)),
         F_SETFD => k.fds.set_cloexec(fd, arg & FD_CLOEXEC != 0).map(|_| 0),
-        F_GETFL => Ok(u64::from(file.lock().flags)),
+        F_GETFL => Ok(u64::from(file.flags())),
         F_SETFL => {
-            let mut of = file.lock();
-            of.flags = (of.flags & !oflag::SETTABLE) | (arg as u32 & oflag::SETTABLE);
+            let of = &*file;
+            of.set_flags((of.flags() & !oflag::SETTABLE) | (arg as u32 & oflag::SETTABLE));
             Ok(0)
         }
         _ => Err(Errno::EINVAL),
@@ -424,15 +390,12 @@ pub fn ioctl(f: &mut SyscallFrame) -> SysResult {
     let [fd, request, arg, ..] = f.args();
     let k = &mut *kernel();
     let file = file(k, fd)?;
-    let mut of = file.lock();
+    let of = &*file;
     let device = match of.kind {
         Kind::Node(ino) => k.vfs.device(ino),
         _ => None,
     };
-    let terminal = matches!(
-        device,
-        Some(Device::Stdin | Device::Stdout | Device::Stderr)
-    ) && k.winsize != 0;
+    let terminal = matches!(device, Some(Device::Stdin | Device::Stdout | Device::Stderr)) && k.winsize != 0;
     match request {
         TIOCGWINSZ if terminal => {
             let mut ws = [0u8; 8];
@@ -442,16 +405,14 @@ pub fn ioctl(f: &mut SyscallFrame) -> SysResult {
             Ok(0)
         }
         FIONBIO => {
-            let on = arch::read_user_u64(&k.space, arg)
-                .map(|v| v as u32 != 0)
-                .or_else(|_| {
-                    let mut b = [0u8; 4];
-                    arch::copy_from_user(&k.space, arg, &mut b).map(|_| u32::from_le_bytes(b) != 0)
-                })?;
+            let on = arch::read_user_u64(&k.space, arg).map(|v| v as u32 != 0).or_else(|_| {
+                let mut b = [0u8; 4];
+                arch::copy_from_user(&k.space, arg, &mut b).map(|_| u32::from_le_bytes(b) != 0)
+            })?;
             if on {
-                of.flags |= oflag::O_NONBLOCK;
+                of.set_flags(of.flags() | oflag::O_NONBLOCK);
             } else {
-                of.flags &= !oflag::O_NONBLOCK;
+                of.set_flags(of.flags() & !oflag::O_NONBLOCK);
             }
             Ok(0)
         }
@@ -459,7 +420,7 @@ pub fn ioctl(f: &mut SyscallFrame) -> SysResult {
             let n = match &of.kind {
                 Kind::PipeRead(p) => p.lock().available() as u64,
                 Kind::Node(ino) if device.is_none() && !k.vfs.node(*ino).is_dir() => {
-                    k.vfs.node(*ino).size().saturating_sub(of.offset)
+                    k.vfs.node(*ino).size().saturating_sub(of.offset())
                 }
                 _ => 0,
             };
@@ -535,7 +496,7 @@ fn meta_of_node(k: &Kernel, ino: Ino) -> Meta {
 }
 
 fn meta_of_file(k: &Kernel, f: &FileRef) -> Meta {
-    match &f.lock().kind {
+    match &f.kind {
         Kind::Node(ino) => meta_of_node(k, *ino),
         Kind::PipeRead(p) | Kind::PipeWrite(p) => Meta {
             ino: Arc::as_ptr(p) as u64 & 0xffff_ffff,
@@ -579,9 +540,7 @@ fn stat_target(k: &Kernel, dirfd: u64, path_addr: u64, flags: u64) -> Result<Met
     }
     let path = path_arg(k, path_addr)?;
     let base = base_dir(k, dirfd, &path)?;
-    let ino = k
-        .vfs
-        .lookup(base, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+    let ino = k.vfs.lookup(base, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
     Ok(meta_of_node(k, ino))
 }
 
@@ -647,9 +606,7 @@ fn check_access(k: &Kernel, dirfd: u64, path_addr: u64, how: u64, flags: u64) ->
     }
     let path = path_arg(k, path_addr)?;
     let base = base_dir(k, dirfd, &path)?;
-    let ino = k
-        .vfs
-        .lookup(base, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+    let ino = k.vfs.lookup(base, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
     let node = k.vfs.node(ino);
     if how & 2 != 0 && node.readonly && !node.is_dir() && k.vfs.device(ino).is_none() {
         return Err(Errno::EROFS);
@@ -698,13 +655,13 @@ pub fn getdents64(f: &mut SyscallFrame) -> SysResult {
     let [fd, buf, count, ..] = f.args();
     let k = kernel();
     let file = file(&k, fd)?;
-    let mut of = file.lock();
+    let of = &*file;
     let Kind::Node(dir) = of.kind else {
         return Err(Errno::ENOTDIR);
     };
     let entries = k.vfs.list(dir)?;
     let mut out: Vec<u8> = Vec::new();
-    let mut pos = of.offset as usize;
+    let mut pos = of.offset() as usize;
     while let Some((name, ino)) = entries.get(pos) {
         let reclen = (19 + name.len() + 1).next_multiple_of(8);
         if (out.len() + reclen) as u64 > count {
@@ -730,7 +687,7 @@ pub fn getdents64(f: &mut SyscallFrame) -> SysResult {
         pos += 1;
     }
     copy_to_user(&k.space, buf, &out)?;
-    of.offset = pos as u64;
+    of.set_offset(pos as u64);
     Ok(out.len() as u64)
 }
 
@@ -769,9 +726,7 @@ fn remove_at(dirfd: u64, path_addr: u64, flags: u64) -> SysResult {
     let path = path_arg(k, path_addr)?;
     let base = base_dir(k, dirfd, &path)?;
     let (dir, name) = k.vfs.parent_of(base, &path)?;
-    k.vfs
-        .remove(dir, name, flags & AT_REMOVEDIR != 0)
-        .map(|_| 0)
+    k.vfs.remove(dir, name, flags & AT_REMOVEDIR != 0).map(|_| 0)
 }
 
 pub fn unlink(f: &mut SyscallFrame) -> SysResult {
@@ -835,7 +790,7 @@ pub fn ftruncate(f: &mut SyscallFrame) -> SysResult {
     }
     let k = &mut *kernel();
     let file = file(k, fd)?;
-    let of = file.lock();
+    let of = &*file;
     let Kind::Node(ino) = of.kind else {
         return Err(Errno::EINVAL);
     };

@@ -16,11 +16,7 @@ pub fn mmap(f: &mut SyscallFrame) -> SysResult {
     let (prot, flags) = (prot as u32, flags as u32);
     if flags & map_flags::ANONYMOUS == 0 {
         // Files come with the file system; the standard streams cannot be mapped.
-        return Err(if (fd as i32) < 0 || fd > 2 {
-            Errno::EBADF
-        } else {
-            Errno::ENODEV
-        });
+        return Err(if (fd as i32) < 0 || fd > 2 { Errno::EBADF } else { Errno::ENODEV });
     }
     if offset % onering_abi::layout::PAGE_SIZE != 0 {
         return Err(Errno::EINVAL);
@@ -53,14 +49,7 @@ pub fn mremap(f: &mut SyscallFrame) -> SysResult {
         return Err(Errno::EINVAL);
     }
     let Kernel { space, mmu, .. } = &mut *kernel();
-    space.mremap(
-        old,
-        old_len,
-        new_len,
-        flags & MREMAP_MAYMOVE != 0,
-        mmu,
-        crate::arch::copy_user_within,
-    )
+    space.mremap(old, old_len, new_len, flags & MREMAP_MAYMOVE != 0, mmu, crate::arch::copy_user_within)
 }
 
 const MADV_DONTNEED: u64 = 4;

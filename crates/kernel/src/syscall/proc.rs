@@ -91,10 +91,7 @@ fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
     const INF: u64 = u64::MAX;
     Some(match resource {
         3 => (onering_abi::layout::STACK_SIZE, INF), // STACK
-        7 => (
-            crate::fs::file::MAX_FDS as u64,
-            crate::fs::file::MAX_FDS as u64,
-        ), // NOFILE
+        7 => (crate::fs::file::MAX_FDS as u64, crate::fs::file::MAX_FDS as u64), // NOFILE
         0 | 1 | 2 | 4 | 5 | 6 | 8 | 9 | 10 | 11 | 12 | 13 | 14 | 15 => (INF, INF), // the rest
         _ => return None,
     })
@@ -113,11 +110,7 @@ fn rlimit(resource: u64, new: u64, old: u64) -> SysResult {
         let soft = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
         let hard = u64::from_le_bytes(b[8..].try_into().unwrap_or_default());
         if soft > hard || hard > cur.1 {
-            return Err(if soft > hard {
-                Errno::EINVAL
-            } else {
-                Errno::EPERM
-            });
+            return Err(if soft > hard { Errno::EINVAL } else { Errno::EPERM });
         }
         Some((soft, hard))
     } else {
@@ -149,16 +142,8 @@ pub fn prlimit64(f: &mut SyscallFrame) -> SysResult {
 
 pub fn uname(f: &mut SyscallFrame) -> SysResult {
     let mut b = [0u8; 65 * 6];
-    for (i, field) in [
-        &b"Linux"[..],
-        b"onering",
-        b"6.1.0-onering",
-        b"#1 SMP onering",
-        b"x86_64",
-        b"(none)",
-    ]
-    .iter()
-    .enumerate()
+    for (i, field) in
+        [&b"Linux"[..], b"onering", b"6.1.0-onering", b"#1 SMP onering", b"x86_64", b"(none)"].iter().enumerate()
     {
         b[i * 65..i * 65 + field.len()].copy_from_slice(field);
     }
@@ -173,11 +158,7 @@ pub fn sysinfo(f: &mut SyscallFrame) -> SysResult {
     put(&mut b, 0, k.now_mono() / crate::time::NS_PER_SEC);
     let total = k.space.total_bytes();
     put(&mut b, 32, total);
-    put(
-        &mut b,
-        40,
-        k.space.chunks.free_chunks() as u64 * onering_abi::layout::HUGE_PAGE_SIZE,
-    );
+    put(&mut b, 40, k.space.chunks.free_chunks() as u64 * onering_abi::layout::HUGE_PAGE_SIZE);
     b[80..82].copy_from_slice(&1u16.to_le_bytes()); // procs
     b[104..108].copy_from_slice(&1u32.to_le_bytes()); // mem_unit
     arch::copy_to_user(&k.space, f.rdi, &b)?;

@@ -58,11 +58,7 @@ pub fn rt_sigprocmask(f: &mut SyscallFrame) -> SysResult {
         return Err(Errno::EINVAL);
     }
     let k = &mut *kernel();
-    let new = if set != 0 {
-        Some(arch::read_user_u64(&k.space, set)?)
-    } else {
-        None
-    };
+    let new = if set != 0 { Some(arch::read_user_u64(&k.space, set)?) } else { None };
     let old = k.signals.mask;
     if let Some(s) = new {
         k.signals.mask = match how {

@@ -56,9 +56,7 @@ fn read_timespec(k: &Kernel, addr: u64) -> Result<u64, Errno> {
     if sec < 0 || !(0..NS_PER_SEC as i64).contains(&nsec) {
         return Err(Errno::EINVAL);
     }
-    Ok((sec as u64)
-        .saturating_mul(NS_PER_SEC)
-        .saturating_add(nsec as u64))
+    Ok((sec as u64).saturating_mul(NS_PER_SEC).saturating_add(nsec as u64))
 }
 
 pub fn clock_gettime(f: &mut SyscallFrame) -> SysResult {
@@ -145,11 +143,7 @@ pub fn clock_nanosleep(f: &mut SyscallFrame) -> SysResult {
         let k = kernel();
         (read_timespec(&k, req)?, now(&k, clock)?)
     };
-    let deadline = if flags & TIMER_ABSTIME != 0 {
-        t
-    } else {
-        base.saturating_add(t)
-    };
+    let deadline = if flags & TIMER_ABSTIME != 0 { t } else { base.saturating_add(t) };
     sleep_until(clock, deadline)?;
     if rem != 0 && flags & TIMER_ABSTIME == 0 {
         copy_to_user(&kernel().space, rem, &[0u8; 16])?;
