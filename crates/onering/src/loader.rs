@@ -25,6 +25,8 @@ pub enum LoadError {
     MemTooSmall { need: u64, have: u64 },
     #[error("too large for --mem {mem} MiB (it needs {need} MiB of guest memory; try a larger --mem)")]
     ImageTooLarge { need: u64, mem: u64 },
+    #[error("--rootfs needs more memory: {need} MiB in all, --mem is {mem} MiB")]
+    RootfsTooLarge { need: u64, mem: u64 },
     #[error("its segments lie outside the user address space ({0:#x})")]
     BadAddress(u64),
     #[error("{0}")]
@@ -61,6 +63,9 @@ pub struct LoadSpec<'a> {
     pub hwcap: u64,
     /// Rewrite `syscall` instructions into calls (else every system call traps).
     pub rewrite: bool,
+    /// The `--rootfs` image (empty for none) and the working directory (`-w`).
+    pub rootfs: &'a [u8],
+    pub workdir: &'a [u8],
 }
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
@@ -180,6 +185,20 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     // The kernel.
     write(mem, layout::KERNEL_PHYS, kernel_image::IMAGE)?;
 
+    // The rootfs image and the working directory, in chunks of their own.
+    let (rootfs_phys, workdir_phys) = (next, next + spec.rootfs.len() as u64);
+    if !spec.rootfs.is_empty() || !spec.workdir.is_empty() {
+        next += align_up(spec.rootfs.len() as u64 + spec.workdir.len() as u64, HUGE_PAGE_SIZE);
+        if next + 2 * HUGE_PAGE_SIZE > low_end {
+            return Err(LoadError::RootfsTooLarge {
+                need: (next + 2 * HUGE_PAGE_SIZE).div_ceil(MIB),
+                mem: spec.mem_size / MIB,
+            });
+        }
+        write(mem, rootfs_phys, spec.rootfs)?;
+        write(mem, workdir_phys, spec.workdir)?;
+    }
+
     // The initial stack.
     let entry = prog.entry.wrapping_add(bias);
     let auxv = [
@@ -267,6 +286,10 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         execfn: st.execfn,
         execfn_len: spec.execfn.len() as u64,
         seed: spec.seed,
+        rootfs_phys,
+        rootfs_size: spec.rootfs.len() as u64,
+        workdir_phys,
+        workdir_len: spec.workdir.len() as u64,
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
@@ -338,6 +361,8 @@ mod tests {
             gid: 0,
             random: [0; 16],
             seed: [1, 2],
+            rootfs: &[],
+            workdir: &[],
             hwcap: 0,
             rewrite: true,
         }

@@ -11,6 +11,7 @@ mod elf;
 mod exit;
 mod loader;
 mod rewrite;
+mod rootfs;
 mod stack;
 mod sys;
 mod vm;
@@ -63,6 +64,13 @@ struct RunArgs {
     /// Pass the host's whole environment (the -e values override it).
     #[arg(long)]
     env_host: bool,
+    /// A host directory copied, read-only, into the VM as its file tree (with /dev
+    /// and a writable in-memory /tmp on top).
+    #[arg(long, value_name = "DIR")]
+    rootfs: Option<std::path::PathBuf>,
+    /// The program's working directory inside the VM (default /).
+    #[arg(short = 'w', long = "workdir", value_name = "DIR")]
+    workdir: Option<OsString>,
     /// Keep stdin open: the program reads the host's (as `docker run -i`); without
     /// it the program's stdin is empty.
     #[arg(short = 'i', long)]
@@ -132,7 +140,7 @@ impl Failure {
 /// passes `--mem x` to prog), as with `docker run`. clap would still parse options
 /// there, so a `--` goes in front of the program before clap sees the arguments.
 fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
-    const TAKES_VALUE: &[&str] = &["--mem", "--smp", "-e", "--env"];
+    const TAKES_VALUE: &[&str] = &["--mem", "--smp", "-e", "--env", "--rootfs", "-w", "--workdir"];
     let Some(run) = args.iter().position(|a| a == "run") else {
         return args;
     };
@@ -223,6 +231,28 @@ fn read_program(path: &OsString) -> Result<Vec<u8>, Failure> {
     std::fs::read(path).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))
 }
 
+/// The `-w` directory as an absolute guest path; it must exist in the VM: in the
+/// rootfs, or /, /dev or /tmp.
+fn workdir(args: &RunArgs) -> Result<Vec<u8>, Failure> {
+    let Some(w) = &args.workdir else {
+        return Ok(Vec::new());
+    };
+    let mut path = w.as_bytes().to_vec();
+    if path.first() != Some(&b'/') {
+        path.insert(0, b'/');
+    }
+    let builtin =
+        [&b"/"[..], b"/dev", b"/tmp"].iter().any(|b| path.strip_suffix(b"/").unwrap_or(&path) == *b || path == *b);
+    let in_rootfs = args
+        .rootfs
+        .as_ref()
+        .is_some_and(|r| r.join(std::ffi::OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(&path))).is_dir());
+    if !builtin && !in_rootfs {
+        return Err(Failure::Onering(format!("-w {}: no such directory in the VM", w.to_string_lossy())));
+    }
+    Ok(path)
+}
+
 fn random16() -> [u8; 16] {
     let mut r = [0u8; 16];
     if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
@@ -305,6 +335,11 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
     if std::io::stderr().is_terminal() {
         flags |= onering_abi::flags::STDERR_TTY;
     }
+    let image = match &args.rootfs {
+        Some(dir) => rootfs::build(dir).map_err(|e| Failure::Onering(e.to_string()))?,
+        None => Vec::new(),
+    };
+    let workdir = workdir(&args)?;
     let (uid, gid) = sys::ids();
     // Only the boot CPU runs for now; more vCPUs come with threads.
     let spec = loader::LoadSpec {
@@ -328,6 +363,8 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
         // Linux's AT_HWCAP on x86-64: CPUID leaf 1 EDX.
         hwcap: u64::from(std::arch::x86_64::__cpuid(1).edx),
         rewrite: !args.no_rewrite,
+        rootfs: &image,
+        workdir: &workdir,
     };
 
     let onering_err = |e: vm::VmError| Failure::Onering(e.to_string());

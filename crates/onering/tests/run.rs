@@ -289,3 +289,93 @@ fn a_wild_jump_is_the_programs_fault() {
     assert!(stderr(&o).starts_with("onering: program killed by SIGSEGV at 0xffff900000000000"), "{}", stderr(&o));
     assert_eq!(status(&o), 139);
 }
+
+/// Runs a test program on the host and in onering: the same output, status 0.
+fn same_as_host(name: &str) {
+    let bin = musl(name);
+    let host = Command::new(&bin).output().unwrap();
+    assert_eq!(host.status.code(), Some(0), "on the host:\n{}", stdout(&host));
+    let o = run(&bin, &[]);
+    assert_eq!(stdout(&o), stdout(&host), "onering's output differs from the host's; stderr: {}", stderr(&o));
+    assert_eq!(status(&o), 0);
+}
+
+#[test]
+fn file_system_calls_match_the_host() {
+    same_as_host("files");
+}
+
+#[test]
+fn devices_and_pipes_match_the_host() {
+    same_as_host("devices");
+}
+
+#[test]
+fn clocks_limits_and_signal_state_match_the_host() {
+    same_as_host("timemisc");
+}
+
+#[test]
+fn rootfs_and_workdir() {
+    let dir = out_dir().join("rootfs-tree");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::fs::write(dir.join("greeting.txt"), b"hello\n").unwrap();
+    std::os::unix::fs::symlink("greeting.txt", dir.join("link")).unwrap();
+    let bin = musl("rootfs");
+    let o = onering(&["run", "--rootfs", dir.to_str().unwrap(), "-w", "/sub", bin.to_str().unwrap()]);
+    assert!(!stdout(&o).contains("FAIL"), "{}", stdout(&o));
+    assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    expect_failure(&onering(&["run", "-w", "/nowhere", bin.to_str().unwrap()]), 125, "-w /nowhere: no such directory");
+    expect_failure(&onering(&["run", "--rootfs", "/no/such/dir", bin.to_str().unwrap()]), 125, "not a directory");
+    // A tree larger than guest memory is refused clearly.
+    let big = out_dir().join("rootfs-big");
+    let _ = std::fs::remove_dir_all(&big);
+    std::fs::create_dir_all(&big).unwrap();
+    std::fs::write(big.join("blob"), vec![7u8; 70 << 20]).unwrap();
+    expect_failure(
+        &onering(&["run", "--mem", "64M", "--rootfs", big.to_str().unwrap(), bin.to_str().unwrap()]),
+        125,
+        "--rootfs needs more memory",
+    );
+    std::fs::remove_dir_all(&big).unwrap();
+}
+
+#[test]
+fn stdin_is_empty_unless_forwarded_with_i() {
+    use std::io::Write;
+    let bin = musl("echo_stdin");
+    require_kvm();
+    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(["run", bin.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "0 bytes\n");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(["run", "-i", bin.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+    let mut input = child.stdin.take().unwrap();
+    let writer = {
+        let data = data.clone();
+        std::thread::spawn(move || input.write_all(&data))
+    };
+    let o = child.wait_with_output().unwrap();
+    writer.join().unwrap().unwrap();
+    assert_eq!(&o.stdout[..data.len()], &data[..]);
+    assert_eq!(&o.stdout[data.len()..], b"200000 bytes\n");
+}
+
+#[test]
+fn syscall_sites_are_rewritten_and_stats_tell() {
+    let o = onering(&["run", "--stats", musl("hello").to_str().unwrap()]);
+    let e = stderr(&o);
+    assert!(e.contains("left on the trap path; 0 system calls trapped"), "{e}");
+    let o = onering(&["run", "--stats", "--no-rewrite", musl("hello").to_str().unwrap()]);
+    assert!(stderr(&o).contains("0 syscall sites, 0 rewritten"), "{}", stderr(&o));
+    assert_eq!(status(&o), 0);
+}

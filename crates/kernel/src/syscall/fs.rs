@@ -622,6 +622,12 @@ pub fn access(f: &mut SyscallFrame) -> SysResult {
 }
 
 pub fn faccessat(f: &mut SyscallFrame) -> SysResult {
+    // The original faccessat has no flags argument (faccessat2 does).
+    let [dirfd, path, how, ..] = f.args();
+    check_access(&kernel(), dirfd, path, how, 0)
+}
+
+pub fn faccessat2(f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, how, flags, ..] = f.args();
     check_access(&kernel(), dirfd, path, how, flags)
 }

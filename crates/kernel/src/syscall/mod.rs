@@ -140,7 +140,7 @@ syscall_table! {
     316 renameat2 => fs::renameat2,
     318 getrandom => proc::getrandom,
     332 statx => fs::statx,
-    439 faccessat2 => fs::faccessat,
+    439 faccessat2 => fs::faccessat2,
 }
 
 /// Runs the handler of `frame.rax`; unknown numbers are ENOSYS, reported once.

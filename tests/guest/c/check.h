@@ -1,0 +1,22 @@
+/* Tiny checking helpers for the guest test programs: each CHECK prints one line,
+   "ok <what>" or "FAIL <what> (errno N)", so the host's and onering's outputs can be
+   compared line by line; the exit status is the number of failures. */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+static int failures;
+#define CHECK(cond, what)                                                    \
+    do {                                                                     \
+        errno = 0;                                                           \
+        int ok_ = (cond);                                                    \
+        int e_ = errno;                                                      \
+        if (ok_)                                                             \
+            printf("ok %s\n", what);                                         \
+        else {                                                               \
+            printf("FAIL %s (errno %d)\n", what, e_);                        \
+            failures++;                                                      \
+        }                                                                    \
+    } while (0)
+/* Expect a call to fail with a given errno. */
+#define CHECK_ERR(call, err, what) CHECK((call) == -1 && errno == (err), what)
