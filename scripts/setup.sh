@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # Installs what building and testing onering needs on a fresh Debian machine of our
-# kind (Rust is already there, by rustup): musl-gcc for the guest test programs, gcc
-# and glibc's static libraries (the onering binary is linked statically), and the
-# x86_64-unknown-none target for the guest kernel. Safe to run again.
+# kind (Rust and Go are already there): musl-gcc for the guest test programs, gcc and
+# glibc's static libraries (the onering binary is linked statically), busybox-static
+# (a glibc static program the rewriter is tested on), and the x86_64-unknown-none
+# target for the guest kernel. Safe to run again.
 set -euo pipefail
 need=()
 command -v musl-gcc >/dev/null || need+=(musl-tools)
 command -v cc >/dev/null || need+=(gcc)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
+[ -x /bin/busybox ] || need+=(busybox-static) # a glibc static binary for the rewriter's tests
 if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo
     $sudo apt-get update -qq
     $sudo apt-get install -y -qq "${need[@]}"
+fi
+if ! command -v go >/dev/null; then
+    if [ -x /usr/local/go/bin/go ]; then export PATH="$PATH:/usr/local/go/bin"; else
+        echo "setup: go not found; the rewriter's tests build a Go program" >&2
+        exit 1
+    fi
 fi
 if ! command -v cargo >/dev/null; then
     echo "setup: cargo not found; install Rust with rustup first" >&2

@@ -6,6 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
+command -v go >/dev/null || export PATH="$PATH:/usr/local/go/bin"
 if [ ! -e /dev/kvm ]; then
     echo "test: /dev/kvm is missing: the guest tests cannot run on this machine" >&2
 fi

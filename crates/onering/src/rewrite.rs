@@ -23,7 +23,6 @@
 use iced_x86::{
     BlockEncoder, BlockEncoderOptions, Decoder, DecoderOptions, FlowControl, Instruction, InstructionBlock, Mnemonic,
 };
-use std::collections::HashSet;
 
 /// Bytes `jmp rel32` needs.
 const JMP_LEN: usize = 5;
@@ -66,15 +65,21 @@ pub struct Code<'a> {
     pub bytes: &'a [u8],
 }
 
-fn decode(addr: u64, bytes: &[u8]) -> Vec<Instruction> {
+/// Decodes at most `max` instructions.
+fn decode_n(addr: u64, bytes: &[u8], max: usize) -> Vec<Instruction> {
     let mut d = Decoder::with_ip(64, bytes, addr, DecoderOptions::NONE);
-    let mut out = Vec::with_capacity(bytes.len() / 4);
+    let mut out = Vec::with_capacity(max.min(bytes.len()));
     let mut i = Instruction::default();
-    while d.can_decode() {
+    while d.can_decode() && out.len() < max {
         d.decode_out(&mut i);
         out.push(i);
     }
     out
+}
+
+#[cfg(test)]
+fn decode(addr: u64, bytes: &[u8]) -> Vec<Instruction> {
+    decode_n(addr, bytes, usize::MAX)
 }
 
 fn has_syscall_bytes(b: &[u8]) -> bool {
@@ -169,60 +174,70 @@ fn trampoline(pre: &[Instruction], post: &[Instruction], at: u64, back: u64, t: 
 /// (which must be within ±2 GiB of the code). `functions` are the symbol table's
 /// function ranges (loaded addresses), empty if there are none.
 pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target) -> Plan {
-    let decoded: Vec<Vec<Instruction>> = units(code, functions).iter().map(|u| decode(u.addr, u.bytes)).collect();
-    // Every direct branch target: a window may start at one but not contain one.
-    let mut targets: HashSet<u64> = HashSet::new();
-    for unit in &decoded {
-        if let Some(first) = unit.first() {
-            targets.insert(first.ip());
-        }
-        for i in unit {
-            if matches!(
-                i.flow_control(),
-                FlowControl::UnconditionalBranch | FlowControl::ConditionalBranch | FlowControl::Call
-            ) {
-                targets.insert(i.near_branch_target());
+    // Pass 1, streaming (no instruction is kept: a large binary has hundreds of
+    // thousands): every direct branch target, and for each site where decoding may
+    // restart to see the instructions just before it.
+    let units = units(code, functions);
+    let mut targets: Vec<u64> = Vec::new();
+    let mut sites: Vec<(usize, u64, u64)> = Vec::new(); // (unit, restart address, site)
+    let mut recent = [0u64; REACH];
+    let mut ins = Instruction::default();
+    for (n, unit) in units.iter().enumerate() {
+        targets.push(unit.addr);
+        let mut d = Decoder::with_ip(64, unit.bytes, unit.addr, DecoderOptions::NONE);
+        let mut seen = 0usize;
+        while d.can_decode() {
+            d.decode_out(&mut ins);
+            if ins.is_jcc_short_or_near() || ins.is_jmp_short_or_near() || ins.is_call_near() {
+                targets.push(ins.near_branch_target());
+            } else if ins.mnemonic() == Mnemonic::Syscall {
+                let back = seen.min(REACH);
+                let restart = if back == 0 { ins.ip() } else { recent[(seen - back) % REACH] };
+                sites.push((n, restart, ins.ip()));
             }
+            recent[seen % REACH] = ins.ip();
+            seen += 1;
         }
     }
+    targets.sort_unstable();
+    targets.dedup();
 
-    let mut plan = Plan::default();
-    for unit in &decoded {
-        let mut taken = 0usize; // instructions before this index are already used
-        for (idx, ins) in unit.iter().enumerate() {
-            if ins.mnemonic() != Mnemonic::Syscall {
-                continue;
-            }
-            plan.sites += 1;
-            if idx < taken {
-                continue;
-            }
-            let Some((lo, hi)) = window(unit, idx, taken, &targets) else {
-                continue;
-            };
-            let (ws, we) = (unit[lo].ip(), unit[hi].next_ip());
-            let at = base + plan.trampolines.len() as u64;
-            let Some(tramp) = trampoline(&unit[lo..idx], &unit[idx + 1..=hi], at, we, target) else {
-                continue;
-            };
-            let Some(rel) = rel32(ws + JMP_LEN as u64, at) else {
-                continue;
-            };
-            let mut bytes = vec![0xe9];
-            bytes.extend(rel);
-            bytes.resize((we - ws) as usize, 0xcc); // int3: nothing may land here
-            plan.patches.push(Patch { addr: ws, bytes });
-            plan.trampolines.extend(tramp);
-            plan.rewritten += 1;
-            taken = hi + 1;
-        }
+    // Pass 2: decode a few instructions around each site and rewrite it.
+    let mut plan = Plan { sites: sites.len(), ..Plan::default() };
+    let mut done_until = 0u64; // code below this address is already patched
+    for (n, restart, site) in sites {
+        let unit = &units[n];
+        let from = restart.max(done_until).min(site);
+        let local = decode_n(from, &unit.bytes[(from - unit.addr) as usize..], 2 * REACH + 2);
+        let Some(idx) = local.iter().position(|i| i.ip() == site) else {
+            continue; // decoding from `done_until` lost the instruction boundaries
+        };
+        let local = &local[..(idx + REACH + 1).min(local.len())];
+        let Some((lo, hi)) = window(local, idx, 0, &targets) else {
+            continue;
+        };
+        let (ws, we) = (local[lo].ip(), local[hi].next_ip());
+        let at = base + plan.trampolines.len() as u64;
+        let Some(tramp) = trampoline(&local[lo..idx], &local[idx + 1..=hi], at, we, target) else {
+            continue;
+        };
+        let Some(rel) = rel32(ws + JMP_LEN as u64, at) else {
+            continue;
+        };
+        let mut bytes = vec![0xe9];
+        bytes.extend(rel);
+        bytes.resize((we - ws) as usize, 0xcc); // int3: nothing may land here
+        plan.patches.push(Patch { addr: ws, bytes });
+        plan.trampolines.extend(tramp);
+        plan.rewritten += 1;
+        done_until = we;
     }
     plan
 }
 
 /// The smallest window of instructions `[lo, hi]` around the site `idx` that is at
 /// least 5 bytes long, movable, and holds no branch target except at its start.
-fn window(unit: &[Instruction], idx: usize, taken: usize, targets: &HashSet<u64>) -> Option<(usize, usize)> {
+fn window(unit: &[Instruction], idx: usize, taken: usize, targets: &[u64]) -> Option<(usize, usize)> {
     let mut best: Option<(usize, usize)> = None;
     for back in 0..=REACH.min(idx - taken) {
         for fwd in 0..=REACH {
@@ -235,7 +250,7 @@ fn window(unit: &[Instruction], idx: usize, taken: usize, targets: &HashSet<u64>
                 continue;
             }
             let ok = (lo..=hi).all(|k| k == idx || movable(&unit[k], k == hi))
-                && (lo + 1..=hi).all(|k| !targets.contains(&unit[k].ip()))
+                && (lo + 1..=hi).all(|k| targets.binary_search(&unit[k].ip()).is_err())
                 // A `ret` ends the window: nothing may follow it inside.
                 && (lo..hi).all(|k| unit[k].flow_control() != FlowControl::Return);
             if ok && best.is_none_or(|(l, h)| hi - lo < h - l) {
@@ -315,5 +330,131 @@ mod tests {
         let p =
             plan(&[Code { addr: 0x401000, bytes: &[0xb8, 1, 0, 0, 0, 0x0f, 0x05, 0xc3] }], &[], 0x7000_0000_0000, &T);
         assert_eq!((p.sites, p.rewritten), (1, 0));
+    }
+}
+
+/// The rewriter on real programs: a musl static binary, glibc's (Debian's
+/// busybox-static), and a Go binary. Every site must be rewritten, each patch must be
+/// a jump to a trampoline that re-executes exactly the instructions it displaced, and
+/// rewriting must be fast.
+#[cfg(test)]
+mod real_binaries {
+    use super::*;
+    use crate::elf::{self, Program};
+    use iced_x86::Code as Op;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    const T: Target = Target { entry: 0xffff_ffff_8020_0030, user_rsp: 32, kstack_top: 16 };
+
+    fn tmp() -> PathBuf {
+        let d = std::env::temp_dir().join(format!("onering-rewrite-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn musl_hello() -> PathBuf {
+        let out = tmp().join("hello-musl");
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/guest/c/hello.c");
+        let st = Command::new("musl-gcc").args(["-static", "-O2"]).arg(src).arg("-o").arg(&out).status();
+        assert!(st.expect("musl-gcc (apt-get install musl-tools)").success());
+        out
+    }
+
+    fn go_hello() -> PathBuf {
+        let dir = tmp().join("gohello");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("main.go"), "package main\n\nimport (\n\t\"fmt\"\n\t\"os\"\n)\n\nfunc main() {\n\tfmt.Println(\"hello\", len(os.Args))\n}\n").unwrap();
+        std::fs::write(dir.join("go.mod"), "module gohello\n\ngo 1.21\n").unwrap();
+        let out = dir.join("gohello");
+        let st = Command::new("go")
+            .args(["build", "-o"])
+            .arg(&out)
+            .current_dir(&dir)
+            .env("CGO_ENABLED", "0")
+            .status()
+            .expect("go (the Go toolchain must be installed)");
+        assert!(st.success());
+        out
+    }
+
+    /// Plans the rewrite of `path` as the loader would, and checks every patch.
+    fn check(path: &Path) -> Plan {
+        let file = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let prog = Program::parse(&file).unwrap();
+        let bias = if prog.pie { onering_abi::layout::PIE_BASE } else { 0 };
+        let code: Vec<Code> = prog
+            .segments
+            .iter()
+            .filter(|s| s.flags & elf::PF_X != 0)
+            .map(|s| Code { addr: s.vaddr + bias, bytes: &file[s.offset as usize..(s.offset + s.filesz) as usize] })
+            .collect();
+        let functions: Vec<(u64, u64)> = elf::functions(&file).into_iter().map(|(a, s)| (a + bias, s)).collect();
+        let base = (prog.span().1 + bias).next_multiple_of(64);
+        let start = std::time::Instant::now();
+        let plan = plan(&code, &functions, base, &T);
+        let took = start.elapsed();
+        let text: usize = code.iter().map(|c| c.bytes.len()).sum();
+        eprintln!(
+            "{}: {} KiB of code, {} sites, {} rewritten, in {:?}",
+            path.display(),
+            text / 1024,
+            plan.sites,
+            plan.rewritten,
+            took
+        );
+        assert!(plan.sites > 0);
+        assert_eq!(plan.rewritten, plan.sites, "every site rewritten");
+        assert!(took.as_millis() < 200, "rewriting took {took:?}");
+
+        let bytes_at = |addr: u64, len: usize| -> &[u8] {
+            let c = code
+                .iter()
+                .find(|c| addr >= c.addr && addr + len as u64 <= c.addr + c.bytes.len() as u64)
+                .expect("in code");
+            &c.bytes[(addr - c.addr) as usize..(addr - c.addr) as usize + len]
+        };
+        let mut last_end = 0;
+        for p in &plan.patches {
+            assert!(p.addr >= last_end, "patches overlap");
+            last_end = p.addr + p.bytes.len() as u64;
+            assert_eq!(p.bytes[0], 0xe9);
+            let rel = i32::from_le_bytes(p.bytes[1..5].try_into().unwrap());
+            let tramp = (p.addr + 5).wrapping_add(rel as i64 as u64);
+            assert!(tramp >= base && tramp < base + plan.trampolines.len() as u64);
+            // The displaced instructions, and what the trampoline runs.
+            let original = decode(p.addr, bytes_at(p.addr, p.bytes.len()));
+            let sys = original.iter().position(|i| i.mnemonic() == Mnemonic::Syscall).expect("a syscall in the window");
+            let moved = decode(tramp, &plan.trampolines[(tramp - base) as usize..]);
+            let ops = |v: &[Instruction]| v.iter().map(|i| i.code()).collect::<Vec<_>>();
+            assert_eq!(ops(&moved[..sys]), ops(&original[..sys]), "instructions before the site at {:#x}", p.addr);
+            let glue = [Op::Mov_rm64_r64, Op::Mov_r64_rm64, Op::Pushfq, Op::Pop_r64, Op::Lea_r64_m, Op::Jmp_rm64];
+            assert_eq!(ops(&moved[sys..sys + glue.len()]), glue, "entry sequence at {:#x}", p.addr);
+            let post = &original[sys + 1..];
+            let after = &moved[sys + glue.len()..sys + glue.len() + post.len() + 1];
+            assert_eq!(ops(&after[..post.len()]), ops(post), "instructions after the site at {:#x}", p.addr);
+            assert!(
+                post.last().is_some_and(|i| i.flow_control() == FlowControl::Return)
+                    || after[post.len()].code() == Op::Jmp_rel32_64
+            );
+        }
+        plan
+    }
+
+    #[test]
+    fn musl_static() {
+        check(&musl_hello());
+    }
+
+    #[test]
+    fn glibc_static_busybox() {
+        let bb = Path::new("/bin/busybox");
+        assert!(bb.exists(), "/bin/busybox missing (apt-get install busybox-static)");
+        check(bb);
+    }
+
+    #[test]
+    fn go_static() {
+        check(&go_hello());
     }
 }

@@ -379,3 +379,33 @@ fn syscall_sites_are_rewritten_and_stats_tell() {
     assert!(stderr(&o).contains("0 syscall sites, 0 rewritten"), "{}", stderr(&o));
     assert_eq!(status(&o), 0);
 }
+
+#[test]
+fn rewritten_sites_behave_like_native_syscalls() {
+    // Three site shapes (tests/guest/c/sites.S): registers, flags and the red zone
+    // must come out as a native `syscall` leaves them, rewritten or trapped.
+    let bin = build_many("sites", &["sites.c", "sites.S"]);
+    let host = Command::new(&bin).output().unwrap();
+    let rewritten = onering(&["run", "--stats", bin.to_str().unwrap()]);
+    let trapped = onering(&["run", "--no-rewrite", bin.to_str().unwrap()]);
+    assert!(!stdout(&host).contains("changed"), "{}", stdout(&host));
+    assert_eq!(stdout(&rewritten), stdout(&host));
+    assert_eq!(stdout(&trapped), stdout(&host));
+    assert!(stderr(&rewritten).contains("0 left on the trap path; 0 system calls trapped"), "{}", stderr(&rewritten));
+}
+
+/// A musl static build of several sources in tests/guest/c.
+fn build_many(name: &str, sources: &[&str]) -> PathBuf {
+    let dir = root().join("tests/guest/c");
+    let bin = out_dir().join(name);
+    let out = Command::new("musl-gcc")
+        .arg("-static")
+        .arg("-O2")
+        .args(sources.iter().map(|s| dir.join(s)))
+        .arg("-o")
+        .arg(&bin)
+        .output()
+        .expect("musl-gcc");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    bin
+}
