@@ -61,8 +61,9 @@ pub struct LoadSpec<'a> {
     /// Seed of the kernel's random generator.
     pub seed: [u64; 2],
     pub hwcap: u64,
-    /// Rewrite `syscall` instructions into calls (else every system call traps).
-    pub rewrite: bool,
+    /// How to rewrite the program's `syscall` instructions ([`plan_rewrite`]); None:
+    /// leave them, every system call traps.
+    pub rewrite: Option<&'a rewrite::Plan>,
     /// The `--rootfs` image (empty for none) and the working directory (`-w`).
     pub rootfs: &'a [u8],
     pub workdir: &'a [u8],
@@ -106,8 +107,19 @@ pub struct RewriteStats {
     pub rewritten: usize,
 }
 
-/// Plans the rewriting of `prog`'s system-call sites, trampolines after `vhi`.
-fn rewrite_program(prog: &Program, file: &[u8], bias: u64, vhi: u64) -> rewrite::Plan {
+/// Where the program goes: the load bias (static-pie) and the end of its image.
+fn placement(prog: &Program) -> (u64, u64) {
+    let (lo, hi) = prog.span();
+    // Addresses wrap (a hostile file may place a static-pie anywhere); the loader's
+    // range check rejects whatever does not land in user space.
+    let bias = if prog.pie { layout::PIE_BASE.wrapping_sub(align_down(lo, HUGE_PAGE_SIZE)) } else { 0 };
+    (bias, hi.wrapping_add(bias))
+}
+
+/// Plans the rewriting of `prog`'s system-call sites, trampolines after its image.
+/// Independent of guest memory, so it can run while the VM is being created.
+pub fn plan_rewrite(prog: &Program, file: &[u8]) -> rewrite::Plan {
+    let (bias, vhi) = placement(prog);
     let code: Vec<rewrite::Code> = prog
         .segments
         .iter()
@@ -151,17 +163,15 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     }
 
     // The program: its image in whole 2 MiB blocks, backed by contiguous chunks.
-    let (lo, hi) = prog.span();
-    // Addresses wrap (a hostile file may place a static-pie anywhere); the range
-    // check below rejects whatever does not land in user space.
-    let bias = if prog.pie { layout::PIE_BASE.wrapping_sub(align_down(lo, HUGE_PAGE_SIZE)) } else { 0 };
-    let (vlo, vhi) = (lo.wrapping_add(bias), hi.wrapping_add(bias));
+    let (bias, vhi) = placement(prog);
+    let vlo = prog.span().0.wrapping_add(bias);
     if vlo < 0x1_0000 || vhi > layout::MMAP_TOP || vhi < vlo {
         return Err(LoadError::BadAddress(if vlo < 0x1_0000 { vlo } else { vhi }));
     }
     // Rewrite the system-call sites; the trampolines go right after the image, inside
     // its mapping, and the program break starts after them.
-    let rewrite = if spec.rewrite { rewrite_program(prog, file, bias, vhi) } else { rewrite::Plan::default() };
+    let none = rewrite::Plan::default();
+    let rewrite = spec.rewrite.unwrap_or(&none);
     let tramp_base = align_up(vhi, 64);
     let vend = if rewrite.trampolines.is_empty() { vhi } else { tramp_base + rewrite.trampolines.len() as u64 };
     let img_virt = align_down(vlo, HUGE_PAGE_SIZE);
@@ -364,7 +374,7 @@ mod tests {
             rootfs: &[],
             workdir: &[],
             hwcap: 0,
-            rewrite: true,
+            rewrite: None,
         }
     }
 

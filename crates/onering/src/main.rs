@@ -306,19 +306,48 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
             onering_abi::layout::MAX_RAM >> 30
         )));
     }
-    let mem_size = onering_abi::layout::align_up(args.mem, onering_abi::layout::HUGE_PAGE_SIZE);
     let path = &args.program;
     let shown = path.to_string_lossy().into_owned();
     let file = read_program(path)?;
     let prog = elf::Program::parse(&file).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))?;
 
     trace.mark("program read and validated");
-    let kvm = vm::open_kvm().map_err(|e| Failure::Onering(e.to_string()))?;
-    let mem = vm::guest_memory(mem_size).map_err(|e| Failure::Onering(e.to_string()))?;
+    // The rewriter's decoder spends ~0.6 ms building its tables on first use: plan
+    // the rewrite on a helper thread while this one creates the VM.
+    std::thread::scope(|scope| {
+        let planning = (!args.no_rewrite).then(|| scope.spawn(|| loader::plan_rewrite(&prog, &file)));
+        boot(&args, &trace, &prog, &file, &shown, planning)
+    })
+}
+
+type Planning<'s> = Option<std::thread::ScopedJoinHandle<'s, rewrite::Plan>>;
+
+fn boot(
+    args: &RunArgs,
+    trace: &Trace,
+    prog: &elf::Program,
+    file: &[u8],
+    shown: &str,
+    planning: Planning,
+) -> Result<u8, Failure> {
+    let path = &args.program;
+    let mem_size = onering_abi::layout::align_up(args.mem, onering_abi::layout::HUGE_PAGE_SIZE);
+    let onering_err = |e: vm::VmError| Failure::Onering(e.to_string());
+    let kvm = vm::open_kvm().map_err(onering_err)?;
+    let mem = vm::guest_memory(mem_size).map_err(onering_err)?;
     trace.mark("/dev/kvm opened, guest memory mapped");
+    let vmfd = vm::create_vm(&kvm).map_err(onering_err)?;
+    trace.mark("VM created");
+    vm::register_memory(&vmfd, &mem).map_err(onering_err)?;
+    trace.mark("memory registered");
+    let cpuid = vm::supported_cpuid(&kvm).map_err(onering_err)?;
+    let (entry, stack, arg) = loader::cpu_start(0);
+    let mut vcpu =
+        vm::create_vcpu(&vmfd, &cpuid, 0, entry, stack, arg, kernel_image::SYSCALL_TRAP_ENTRY).map_err(onering_err)?;
+    trace.mark("vCPU created");
 
     let argv: Vec<Vec<u8>> = std::iter::once(&args.program).chain(&args.args).map(|a| a.as_bytes().to_vec()).collect();
-    let envp = environment(&args);
+    let envp = environment(args);
     let mut flags = 0;
     if args.quiet {
         flags |= onering_abi::flags::QUIET;
@@ -339,8 +368,13 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
         Some(dir) => rootfs::build(dir).map_err(|e| Failure::Onering(e.to_string()))?,
         None => Vec::new(),
     };
-    let workdir = workdir(&args)?;
+    let workdir = workdir(args)?;
     let (uid, gid) = sys::ids();
+    let plan = match planning {
+        Some(h) => Some(h.join().map_err(|_| Failure::Onering("the rewriter panicked".into()))?),
+        None => None,
+    };
+    trace.mark("rewrite planned");
     // Only the boot CPU runs for now; more vCPUs come with threads.
     let spec = loader::LoadSpec {
         mem_size,
@@ -362,19 +396,12 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
         },
         // Linux's AT_HWCAP on x86-64: CPUID leaf 1 EDX.
         hwcap: u64::from(std::arch::x86_64::__cpuid(1).edx),
-        rewrite: !args.no_rewrite,
+        rewrite: plan.as_ref(),
         rootfs: &image,
         workdir: &workdir,
     };
 
-    let onering_err = |e: vm::VmError| Failure::Onering(e.to_string());
-    let vmfd = vm::create_vm(&kvm).map_err(onering_err)?;
-    trace.mark("VM created");
-    vm::register_memory(&vmfd, &mem).map_err(onering_err)?;
-    trace.mark("memory registered");
-    let cpuid = vm::supported_cpuid(&kvm).map_err(onering_err)?;
-    trace.mark("CPUID read");
-    let (mut bi, rewritten) = loader::load(&mem, &spec, &prog, &file).map_err(|e| {
+    let (mut bi, rewritten) = loader::load(&mem, &spec, prog, file).map_err(|e| {
         let msg = format!("{shown}: {e}");
         if e.is_program_error() {
             Failure::NotRunnable(msg)
@@ -383,10 +410,6 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
         }
     })?;
     trace.mark("guest memory laid out");
-    let (entry, stack, arg) = loader::cpu_start(0);
-    let mut vcpu =
-        vm::create_vcpu(&vmfd, &cpuid, 0, entry, stack, arg, kernel_image::SYSCALL_TRAP_ENTRY).map_err(onering_err)?;
-    trace.mark("vCPU created");
     let (tsc_hz, boot_tsc) = vm::tsc(&vcpu).map_err(onering_err)?;
     bi.tsc_hz = tsc_hz;
     bi.boot_tsc = boot_tsc;
@@ -394,7 +417,7 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     loader::write_boot_info(&mem, &bi).map_err(|e| Failure::Onering(e.to_string()))?;
     vm::advise_pool(&mem, bi.phys_free_start);
-    let outcome = run_vcpu(&mut vcpu, &mem, 0, &trace);
+    let outcome = run_vcpu(&mut vcpu, &mem, 0, trace);
     let _ = std::io::stdout().flush();
     trace.mark("VM ended");
     trace.print();

@@ -2,8 +2,11 @@
 //! kernel, so that a system call never leaves guest ring 3 (a trap costs ~7 µs here,
 //! a call a few nanoseconds).
 //!
-//! Sites are found by decoding instructions (iced-x86), function by function when the
-//! file has a symbol table, by a linear sweep of the executable segments otherwise.
+//! Sites are found by decoding instructions (yaxpeax-x86, whose tables are constant:
+//! iced-x86 spends ~0.6 ms building its tables on first use, a third of the start-up
+//! budget; iced is kept to cross-check the result in the tests), function by function
+//! when the file has a symbol table, by a linear sweep of the executable segments
+//! otherwise.
 //! A byte search would also find `0f 05` inside other instructions and data; it is
 //! used only to skip functions that cannot contain a site.
 //!
@@ -20,9 +23,8 @@
 //!
 //! A site whose neighbourhood cannot be moved safely stays as it is and traps.
 
-use iced_x86::{
-    BlockEncoder, BlockEncoderOptions, Decoder, DecoderOptions, FlowControl, Instruction, InstructionBlock, Mnemonic,
-};
+use yaxpeax_arch::{Decoder as _, LengthedInstruction, U8Reader};
+use yaxpeax_x86::long_mode::{InstDecoder, Instruction as X86, Opcode, Operand, RegSpec};
 
 /// Bytes `jmp rel32` needs.
 const JMP_LEN: usize = 5;
@@ -65,31 +67,123 @@ pub struct Code<'a> {
     pub bytes: &'a [u8],
 }
 
-/// Decodes at most `max` instructions.
-fn decode_n(addr: u64, bytes: &[u8], max: usize) -> Vec<Instruction> {
-    let mut d = Decoder::with_ip(64, bytes, addr, DecoderOptions::NONE);
-    let mut out = Vec::with_capacity(max.min(bytes.len()));
-    let mut i = Instruction::default();
-    while d.can_decode() && out.len() < max {
-        d.decode_out(&mut i);
-        out.push(i);
-    }
-    out
+/// What an instruction means to the rewriter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Syscall,
+    /// A direct jump, conditional jump, call or loop, and where it goes.
+    Branch(u64),
+    Return,
+    /// Any other control transfer (indirect, far, interrupt, ...) or undecodable
+    /// bytes: never moved.
+    Other,
+    /// Everything else: movable.
+    Plain,
 }
 
-#[cfg(test)]
-fn decode(addr: u64, bytes: &[u8]) -> Vec<Instruction> {
-    decode_n(addr, bytes, usize::MAX)
+/// One decoded instruction.
+#[derive(Clone, Copy, Debug)]
+struct Ins {
+    ip: u64,
+    len: usize,
+    kind: Kind,
+    /// For a rip-relative memory operand: the address it reaches and where its 4-byte
+    /// displacement sits in the instruction.
+    rip_rel: Option<(u64, usize)>,
+}
+
+impl Ins {
+    fn next_ip(&self) -> u64 {
+        self.ip + self.len as u64
+    }
+}
+
+fn classify(i: &X86, ip: u64) -> (Kind, Option<i32>, usize) {
+    use Opcode::*;
+    let len = i.len().to_const() as usize;
+    let next = ip + len as u64;
+    let relative = |op: Operand| match op {
+        Operand::ImmediateI8 { imm } => Some(next.wrapping_add(imm as i64 as u64)),
+        Operand::ImmediateI32 { imm } => Some(next.wrapping_add(imm as i64 as u64)),
+        _ => None,
+    };
+    let mut rip_disp = None;
+    let mut odd_rip = false;
+    for n in 0..i.operand_count() {
+        match i.operand(n) {
+            Operand::Disp { base, disp } if base == RegSpec::rip() => rip_disp = Some(disp),
+            Operand::DispMasked { base, .. } if base == RegSpec::rip() => odd_rip = true,
+            _ => {}
+        }
+    }
+    let kind = match i.opcode() {
+        SYSCALL => Kind::Syscall,
+        RETURN => Kind::Return,
+        JMP | CALL | JO | JNO | JB | JNB | JZ | JNZ | JA | JNA | JS | JNS | JP | JNP | JL | JGE | JLE | JG | LOOP
+        | LOOPZ | LOOPNZ | JRCXZ | JECXZ => match relative(i.operand(0)) {
+            Some(t) => Kind::Branch(t),
+            None => Kind::Other,
+        },
+        RETF | IRET | IRETD | IRETQ | INT | INTO | UD0 | UD1 | UD2 | HLT | SYSENTER | SYSEXIT | SYSRET | JMPF
+        | CALLF | XBEGIN | XABORT | XEND => Kind::Other,
+        _ if odd_rip => Kind::Other,
+        _ => Kind::Plain,
+    };
+    (kind, rip_disp, len)
+}
+
+/// Where the 4-byte rip-relative displacement `disp` sits in `bytes` (one
+/// instruction): after the opcode and ModRM, before any immediate (which ends the
+/// instruction and is at most 4 bytes here), so the first match from byte 2 on that
+/// leaves 0, 1, 2 or 4 bytes after it.
+fn disp_offset(bytes: &[u8], disp: i32) -> Option<usize> {
+    let want = disp.to_le_bytes();
+    (2..=bytes.len().checked_sub(4)?).find(|&p| bytes[p..p + 4] == want && matches!(bytes.len() - p - 4, 0 | 1 | 2 | 4))
+}
+
+/// Decodes one instruction of `bytes` at `ip`.
+fn decode_one(decoder: &InstDecoder, ip: u64, bytes: &[u8]) -> Ins {
+    let Ok(i) = decoder.decode(&mut U8Reader::new(bytes)) else {
+        return Ins { ip, len: 1, kind: Kind::Other, rip_rel: None };
+    };
+    let (kind, rip_disp, len) = classify(&i, ip);
+    let next = ip + len as u64;
+    let (kind, rip_rel) = match rip_disp {
+        None => (kind, None),
+        // A rip-relative operand is moved only if its displacement can be found.
+        Some(d) => match disp_offset(&bytes[..len], d) {
+            Some(at) => (kind, Some((next.wrapping_add(d as i64 as u64), at))),
+            None => (Kind::Other, None),
+        },
+    };
+    Ins { ip, len, kind, rip_rel }
+}
+
+/// Decodes `bytes` (at `addr`), calling `f` for each instruction, at most `max`.
+/// Undecodable bytes come out as one-byte `Other` instructions.
+fn decode_with(addr: u64, bytes: &[u8], max: usize, mut f: impl FnMut(Ins)) {
+    let decoder = InstDecoder::default();
+    let mut pos = 0usize;
+    let mut n = 0;
+    while pos < bytes.len() && n < max {
+        let ip = addr + pos as u64;
+        let ins = decode_one(&decoder, ip, &bytes[pos..]);
+        pos += ins.len;
+        n += 1;
+        f(ins);
+    }
+}
+
+fn decode_n(addr: u64, bytes: &[u8], max: usize) -> Vec<Ins> {
+    let mut out = Vec::new();
+    decode_with(addr, bytes, max, |i| out.push(i));
+    out
 }
 
 fn has_syscall_bytes(b: &[u8]) -> bool {
     b.windows(2).any(|w| w == [0x0f, 0x05])
 }
 
-/// Splits the code into decoding units: the functions of the symbol table, and
-/// whatever lies between them (assembly routines often have no size), swept linearly;
-/// whole segments when there are no symbols. Units without the `0f 05` byte pair
-/// are skipped.
 fn units<'a>(code: &[Code<'a>], functions: &[(u64, u64)]) -> Vec<Code<'a>> {
     let mut out = Vec::new();
     for c in code {
@@ -117,23 +211,29 @@ fn units<'a>(code: &[Code<'a>], functions: &[(u64, u64)]) -> Vec<Code<'a>> {
 }
 
 /// Whether `i` may be moved into a trampoline (as a neighbour of the site).
-fn movable(i: &Instruction, last: bool) -> bool {
-    if i.is_invalid() || i.mnemonic() == Mnemonic::Syscall {
-        return false;
-    }
-    match i.flow_control() {
-        FlowControl::Next => true,
+fn movable(i: &Ins, last: bool) -> bool {
+    match i.kind {
+        Kind::Plain => true,
         // A return ends the window: nothing after it runs.
-        FlowControl::Return => last,
+        Kind::Return => last,
         _ => false,
     }
 }
 
-fn encode(instrs: &[Instruction], rip: u64) -> Option<Vec<u8>> {
-    if instrs.is_empty() {
-        return Some(Vec::new());
+/// Re-emits the instructions `ins` (bytes from `code`) at `rip`: bytes copied,
+/// rip-relative displacements adjusted so they still reach the same address.
+fn encode(ins: &[Ins], code: &Code, mut rip: u64) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    for i in ins {
+        let start = (i.ip - code.addr) as usize;
+        let mut b = code.bytes.get(start..start + i.len)?.to_vec();
+        if let Some((target, at)) = i.rip_rel {
+            b[at..at + 4].copy_from_slice(&rel32(rip + i.len as u64, target)?);
+        }
+        rip += i.len as u64;
+        out.extend(b);
     }
-    BlockEncoder::encode(64, InstructionBlock::new(instrs, rip), BlockEncoderOptions::NONE).ok().map(|r| r.code_buffer)
+    Some(out)
 }
 
 fn rel32(from_next: u64, to: u64) -> Option<[u8; 4]> {
@@ -142,32 +242,31 @@ fn rel32(from_next: u64, to: u64) -> Option<[u8; 4]> {
 
 /// Builds the trampoline for a window (`pre`, the site, `post`) at `at`, returning
 /// to `back`.
-fn trampoline(pre: &[Instruction], post: &[Instruction], at: u64, back: u64, t: &Target) -> Option<Vec<u8>> {
-    let mut code = encode(pre, at)?;
+fn trampoline(pre: &[Ins], post: &[Ins], code: &Code, at: u64, back: u64, t: &Target) -> Option<Vec<u8>> {
+    let mut out = encode(pre, code, at)?;
     // mov %rsp, %gs:user_rsp ; mov %gs:kstack_top, %rsp
-    code.extend([0x65, 0x48, 0x89, 0x24, 0x25]);
-    code.extend(t.user_rsp.to_le_bytes());
-    code.extend([0x65, 0x48, 0x8b, 0x24, 0x25]);
-    code.extend(t.kstack_top.to_le_bytes());
+    out.extend([0x65, 0x48, 0x89, 0x24, 0x25]);
+    out.extend(t.user_rsp.to_le_bytes());
+    out.extend([0x65, 0x48, 0x8b, 0x24, 0x25]);
+    out.extend(t.kstack_top.to_le_bytes());
     // pushfq ; pop %r11 (on the kernel stack)
-    code.extend([0x9c, 0x41, 0x5b]);
+    out.extend([0x9c, 0x41, 0x5b]);
     // lea R(%rip), %rcx ; jmp *E(%rip)  -- R follows the jmp
-    let lea_at = at + code.len() as u64;
+    let lea_at = at + out.len() as u64;
     let r = lea_at + 7 + 6;
-    code.extend([0x48, 0x8d, 0x0d]);
-    code.extend(rel32(lea_at + 7, r)?);
-    let jmp_at = lea_at + 7;
-    let post_code = encode(post, r)?;
+    out.extend([0x48, 0x8d, 0x0d]);
+    out.extend(rel32(lea_at + 7, r)?);
+    let post_code = encode(post, code, r)?;
     let e = r + post_code.len() as u64 + JMP_LEN as u64;
-    code.extend([0xff, 0x25]);
-    code.extend(rel32(jmp_at + 6, e)?);
-    code.extend(&post_code);
+    out.extend([0xff, 0x25]);
+    out.extend(rel32(lea_at + 13, e)?);
+    out.extend(&post_code);
     // jmp back
-    let jmp_back_at = at + code.len() as u64;
-    code.push(0xe9);
-    code.extend(rel32(jmp_back_at + 5, back)?);
-    code.extend(t.entry.to_le_bytes());
-    Some(code)
+    let jmp_back_at = at + out.len() as u64;
+    out.push(0xe9);
+    out.extend(rel32(jmp_back_at + 5, back)?);
+    out.extend(t.entry.to_le_bytes());
+    Some(out)
 }
 
 /// Finds and rewrites the `syscall` sites of `code`; trampolines go at `base`
@@ -180,24 +279,23 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
     let units = units(code, functions);
     let mut targets: Vec<u64> = Vec::new();
     let mut sites: Vec<(usize, u64, u64)> = Vec::new(); // (unit, restart address, site)
-    let mut recent = [0u64; REACH];
-    let mut ins = Instruction::default();
     for (n, unit) in units.iter().enumerate() {
         targets.push(unit.addr);
-        let mut d = Decoder::with_ip(64, unit.bytes, unit.addr, DecoderOptions::NONE);
+        let mut recent = [0u64; REACH];
         let mut seen = 0usize;
-        while d.can_decode() {
-            d.decode_out(&mut ins);
-            if ins.is_jcc_short_or_near() || ins.is_jmp_short_or_near() || ins.is_call_near() {
-                targets.push(ins.near_branch_target());
-            } else if ins.mnemonic() == Mnemonic::Syscall {
-                let back = seen.min(REACH);
-                let restart = if back == 0 { ins.ip() } else { recent[(seen - back) % REACH] };
-                sites.push((n, restart, ins.ip()));
+        decode_with(unit.addr, unit.bytes, usize::MAX, |ins| {
+            match ins.kind {
+                Kind::Branch(t) => targets.push(t),
+                Kind::Syscall => {
+                    let back = seen.min(REACH);
+                    let restart = if back == 0 { ins.ip } else { recent[(seen - back) % REACH] };
+                    sites.push((n, restart, ins.ip));
+                }
+                _ => {}
             }
-            recent[seen % REACH] = ins.ip();
+            recent[seen % REACH] = ins.ip;
             seen += 1;
-        }
+        });
     }
     targets.sort_unstable();
     targets.dedup();
@@ -209,16 +307,16 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
         let unit = &units[n];
         let from = restart.max(done_until).min(site);
         let local = decode_n(from, &unit.bytes[(from - unit.addr) as usize..], 2 * REACH + 2);
-        let Some(idx) = local.iter().position(|i| i.ip() == site) else {
+        let Some(idx) = local.iter().position(|i| i.ip == site) else {
             continue; // decoding from `done_until` lost the instruction boundaries
         };
         let local = &local[..(idx + REACH + 1).min(local.len())];
-        let Some((lo, hi)) = window(local, idx, 0, &targets) else {
+        let Some((lo, hi)) = window(local, idx, &targets) else {
             continue;
         };
-        let (ws, we) = (local[lo].ip(), local[hi].next_ip());
+        let (ws, we) = (local[lo].ip, local[hi].next_ip());
         let at = base + plan.trampolines.len() as u64;
-        let Some(tramp) = trampoline(&local[lo..idx], &local[idx + 1..=hi], at, we, target) else {
+        let Some(tramp) = trampoline(&local[lo..idx], &local[idx + 1..=hi], unit, at, we, target) else {
             continue;
         };
         let Some(rel) = rel32(ws + JMP_LEN as u64, at) else {
@@ -237,23 +335,25 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
 
 /// The smallest window of instructions `[lo, hi]` around the site `idx` that is at
 /// least 5 bytes long, movable, and holds no branch target except at its start.
-fn window(unit: &[Instruction], idx: usize, taken: usize, targets: &[u64]) -> Option<(usize, usize)> {
+fn window(unit: &[Ins], idx: usize, targets: &[u64]) -> Option<(usize, usize)> {
     let mut best: Option<(usize, usize)> = None;
-    for back in 0..=REACH.min(idx - taken) {
+    for back in 0..=REACH.min(idx) {
         for fwd in 0..=REACH {
             let (lo, hi) = (idx - back, idx + fwd);
             if hi >= unit.len() {
                 break;
             }
-            let len = (unit[hi].next_ip() - unit[lo].ip()) as usize;
+            let len = (unit[hi].next_ip() - unit[lo].ip) as usize;
             if len < JMP_LEN {
                 continue;
             }
             let ok = (lo..=hi).all(|k| k == idx || movable(&unit[k], k == hi))
-                && (lo + 1..=hi).all(|k| targets.binary_search(&unit[k].ip()).is_err())
+                && (lo + 1..=hi).all(|k| targets.binary_search(&unit[k].ip).is_err())
                 // A `ret` ends the window: nothing may follow it inside.
-                && (lo..hi).all(|k| unit[k].flow_control() != FlowControl::Return);
-            if ok && best.is_none_or(|(l, h)| hi - lo < h - l) {
+                && (lo..hi).all(|k| unit[k].kind != Kind::Return);
+            // Fewest instructions; on a tie, fewer after the site (they may be needed by
+            // the next site).
+            if ok && best.is_none_or(|(l, h)| (hi - lo, hi - idx) < (h - l, h - idx)) {
                 best = Some((lo, hi));
             }
             break; // longer forward windows of this `back` are no better
@@ -266,7 +366,7 @@ fn window(unit: &[Instruction], idx: usize, taken: usize, targets: &[u64]) -> Op
 mod tests {
     use super::*;
 
-    const T: Target = Target { entry: 0xffff_ffff_8020_0030, user_rsp: 32, kstack_top: 16 };
+    pub(super) const T: Target = Target { entry: 0xffff_ffff_8020_0030, user_rsp: 32, kstack_top: 16 };
 
     fn run(code: &[u8]) -> Plan {
         plan(&[Code { addr: 0x401000, bytes: code }], &[], 0x500000, &T)
@@ -309,13 +409,30 @@ mod tests {
 
     #[test]
     fn rip_relative_neighbours_are_relocated() {
-        // mov 0x10(%rip),%eax (6) ; syscall
-        let code = [0x8b, 0x05, 0x10, 0, 0, 0, 0x0f, 0x05, 0xc3];
+        // mov 0x10(%rip),%eax (6) ; syscall ; and cmpl $5, 0x20(%rip) (an immediate after
+        // the displacement) ; syscall
+        let code = [0x8b, 0x05, 0x10, 0, 0, 0, 0x0f, 0x05, 0x83, 0x3d, 0x20, 0, 0, 0, 5, 0x0f, 0x05, 0xc3];
         let p = run(&code);
-        assert_eq!(p.rewritten, 1);
-        // Decode the moved instruction in the trampoline: it must read the same address.
-        let moved = decode(0x500000, &p.trampolines[..6]);
-        assert_eq!(moved[0].ip_rel_memory_address(), 0x401006 + 0x10);
+        assert_eq!(p.rewritten, 2);
+        // Decode the moved instructions with iced: they must reach the same addresses.
+        let first = iced(0x500000, &p.trampolines[..6]);
+        assert_eq!(first[0].ip_rel_memory_address(), 0x401006 + 0x10);
+        let second_at = (p.patches[1].addr + 5)
+            .wrapping_add(i32::from_le_bytes(p.patches[1].bytes[1..5].try_into().unwrap()) as i64 as u64);
+        let off = (second_at - 0x500000) as usize;
+        let second = iced(second_at, &p.trampolines[off..off + 7]);
+        assert_eq!(second[0].ip_rel_memory_address(), 0x40100f + 0x20);
+        assert_eq!(second[0].immediate8(), 5);
+    }
+
+    /// Decodes with iced-x86, as a second opinion.
+    pub(super) fn iced(addr: u64, bytes: &[u8]) -> Vec<iced_x86::Instruction> {
+        let mut d = iced_x86::Decoder::with_ip(64, bytes, addr, iced_x86::DecoderOptions::NONE);
+        let mut out = Vec::new();
+        while d.can_decode() {
+            out.push(d.decode());
+        }
+        out
     }
 
     #[test]
@@ -341,7 +458,7 @@ mod tests {
 mod real_binaries {
     use super::*;
     use crate::elf::{self, Program};
-    use iced_x86::Code as Op;
+    use iced_x86::{Code as Op, FlowControl, Instruction, Mnemonic};
     use std::path::{Path, PathBuf};
     use std::process::Command;
 
@@ -423,9 +540,9 @@ mod real_binaries {
             let tramp = (p.addr + 5).wrapping_add(rel as i64 as u64);
             assert!(tramp >= base && tramp < base + plan.trampolines.len() as u64);
             // The displaced instructions, and what the trampoline runs.
-            let original = decode(p.addr, bytes_at(p.addr, p.bytes.len()));
+            let original = super::tests::iced(p.addr, bytes_at(p.addr, p.bytes.len()));
             let sys = original.iter().position(|i| i.mnemonic() == Mnemonic::Syscall).expect("a syscall in the window");
-            let moved = decode(tramp, &plan.trampolines[(tramp - base) as usize..]);
+            let moved = super::tests::iced(tramp, &plan.trampolines[(tramp - base) as usize..]);
             let ops = |v: &[Instruction]| v.iter().map(|i| i.code()).collect::<Vec<_>>();
             assert_eq!(ops(&moved[..sys]), ops(&original[..sys]), "instructions before the site at {:#x}", p.addr);
             let glue = [Op::Mov_rm64_r64, Op::Mov_r64_rm64, Op::Pushfq, Op::Pop_r64, Op::Lea_r64_m, Op::Jmp_rm64];
