@@ -65,7 +65,7 @@ fn main() {
     }
     let status = cmd.status().expect("running cargo to build the guest kernel");
     if !status.success() {
-        panic!("building the guest kernel failed; is the target installed? (rustup target add x86_64-unknown-none)");
+        panic!("building the guest kernel failed (its errors are above; is the target installed? rustup target add x86_64-unknown-none)");
     }
 
     let elf_path = target_dir.join("x86_64-unknown-none/release/onering-kernel");

@@ -34,6 +34,8 @@ pub struct Kernel {
     /// The program's path as given (for /proc/self/exe).
     pub exe: Vec<u8>,
     pub clear_child_tid: u64,
+    /// The thread name (`prctl(PR_SET_NAME)`), NUL padded.
+    pub comm: [u8; 16],
     pub signals: Signals,
     /// Resource limits set by the program (`prlimit64`), by resource number.
     pub rlimits: BTreeMap<u32, (u64, u64)>,
@@ -61,6 +63,10 @@ impl Kernel {
                 let _ = fds.insert(Arc::new(OpenFile::new(Kind::Node(ino), flags)), false);
             }
         }
+        let mut comm = [0u8; 16];
+        let name = exe.rsplit(|b| *b == b'/').next().unwrap_or(&[]);
+        let n = name.len().min(15);
+        comm[..n].copy_from_slice(&name[..n]);
         Kernel {
             space,
             mmu: GuestMmu::default(),
@@ -77,6 +83,7 @@ impl Kernel {
             gid: bi.gid,
             exe,
             clear_child_tid: 0,
+            comm,
             signals: Signals::default(),
             rlimits: BTreeMap::new(),
             warned: BTreeSet::new(),

@@ -117,6 +117,7 @@ syscall_table! {
     108 getegid => proc::getgid,
     110 getppid => proc::getppid,
     131 sigaltstack => signal::sigaltstack,
+    157 prctl => proc::prctl,
     158 arch_prctl => proc::arch_prctl,
     186 gettid => proc::gettid,
     201 time => time::time,
@@ -134,12 +135,14 @@ syscall_table! {
     264 renameat => fs::renameat,
     267 readlinkat => fs::readlinkat,
     269 faccessat => fs::faccessat,
+    273 set_robust_list => proc::set_robust_list,
     292 dup3 => fs::dup3,
     293 pipe2 => fs::pipe2,
     302 prlimit64 => proc::prlimit64,
     316 renameat2 => fs::renameat2,
     318 getrandom => proc::getrandom,
     332 statx => fs::statx,
+    334 rseq => proc::rseq,
     439 faccessat2 => fs::faccessat2,
 }
 
