@@ -101,13 +101,14 @@ pub fn user_slice(space: &AddressSpace, addr: u64, len: u64) -> Result<&[u8], Er
 }
 
 /// Mutably borrow `[addr, addr + len)` of user memory after `space` vouched for it.
-pub fn user_slice_mut(space: &AddressSpace, addr: u64, len: u64) -> Result<&mut [u8], Errno> {
+pub fn user_slice_mut(space: &mut AddressSpace, addr: u64, len: u64) -> Result<&mut [u8], Errno> {
     space.check(addr, len, true)?;
     if len == 0 {
         return Ok(&mut []);
     }
     // SAFETY: `check` found the range inside writable, backed mappings; the borrow of
-    // `space` keeps them mapped. The kernel holds no other reference to user memory.
+    // `space` keeps them mapped, and being mutable, no other slice of user memory
+    // made through it can be alive.
     Ok(unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, len as usize) })
 }
 
