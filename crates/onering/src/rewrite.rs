@@ -180,6 +180,37 @@ fn decode_n(addr: u64, bytes: &[u8], max: usize) -> Vec<Ins> {
     out
 }
 
+/// The fast sweep of pass 1: for each instruction only its address and whether it is
+/// a site or a direct branch (and where to); one instruction buffer reused.
+fn scan(addr: u64, bytes: &[u8], mut f: impl FnMut(u64, Kind)) {
+    use Opcode::*;
+    let decoder = InstDecoder::default();
+    let mut inst = X86::default();
+    let mut pos = 0usize;
+    while pos < bytes.len() {
+        let ip = addr + pos as u64;
+        if decoder.decode_into(&mut inst, &mut U8Reader::new(&bytes[pos..])).is_err() {
+            f(ip, Kind::Other);
+            pos += 1;
+            continue;
+        }
+        let len = inst.len().to_const() as usize;
+        let next = ip + len as u64;
+        let kind = match inst.opcode() {
+            SYSCALL => Kind::Syscall,
+            JMP | CALL | JO | JNO | JB | JNB | JZ | JNZ | JA | JNA | JS | JNS | JP | JNP | JL | JGE | JLE | JG | LOOP
+            | LOOPZ | LOOPNZ | JRCXZ | JECXZ => match inst.operand(0) {
+                Operand::ImmediateI8 { imm } => Kind::Branch(next.wrapping_add(imm as i64 as u64)),
+                Operand::ImmediateI32 { imm } => Kind::Branch(next.wrapping_add(imm as i64 as u64)),
+                _ => Kind::Other,
+            },
+            _ => Kind::Plain,
+        };
+        f(ip, kind);
+        pos += len;
+    }
+}
+
 fn has_syscall_bytes(b: &[u8]) -> bool {
     b.windows(2).any(|w| w == [0x0f, 0x05])
 }
@@ -283,17 +314,17 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
         targets.push(unit.addr);
         let mut recent = [0u64; REACH];
         let mut seen = 0usize;
-        decode_with(unit.addr, unit.bytes, usize::MAX, |ins| {
-            match ins.kind {
+        scan(unit.addr, unit.bytes, |ip, kind| {
+            match kind {
                 Kind::Branch(t) => targets.push(t),
                 Kind::Syscall => {
                     let back = seen.min(REACH);
-                    let restart = if back == 0 { ins.ip } else { recent[(seen - back) % REACH] };
-                    sites.push((n, restart, ins.ip));
+                    let restart = if back == 0 { ip } else { recent[(seen - back) % REACH] };
+                    sites.push((n, restart, ip));
                 }
                 _ => {}
             }
-            recent[seen % REACH] = ins.ip;
+            recent[seen % REACH] = ip;
             seen += 1;
         });
     }
