@@ -7,6 +7,7 @@ use thiserror::Error;
 pub const PT_LOAD: u32 = 1;
 pub const PT_INTERP: u32 = 3;
 pub const PT_PHDR: u32 = 6;
+pub const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
 const ET_REL: u16 = 1;
 const ET_EXEC: u16 = 2;
 const ET_DYN: u16 = 3;
@@ -56,6 +57,8 @@ pub struct Program {
     pub phnum: u64,
     /// Virtual address of the program headers if a PT_PHDR says so.
     pub phdr_vaddr: Option<u64>,
+    /// The `.eh_frame_hdr` (PT_GNU_EH_FRAME): (file offset, size, virtual address).
+    pub eh_frame_hdr: Option<(u64, u64, u64)>,
     pub segments: Vec<Segment>,
 }
 
@@ -131,6 +134,7 @@ impl Program {
             .ok_or(ElfError::Malformed("program headers past the end of the file"))?;
         let mut segments = Vec::new();
         let mut phdr_vaddr = None;
+        let mut eh_frame_hdr = None;
         for i in 0..phnum {
             let p = &file[phoff as usize + i * PHDR_SIZE..][..PHDR_SIZE];
             let kind = u32_at(p, 0);
@@ -147,6 +151,7 @@ impl Program {
                     return Err(ElfError::Dynamic(name));
                 }
                 PT_PHDR => phdr_vaddr = Some(vaddr),
+                PT_GNU_EH_FRAME => eh_frame_hdr = Some((offset, filesz, vaddr)),
                 PT_LOAD => {
                     if memsz == 0 {
                         continue;
@@ -174,7 +179,7 @@ impl Program {
                 return Err(ElfError::Malformed("overlapping segments"));
             }
         }
-        Ok(Program { pie, entry, phoff, phnum: phnum as u64, phdr_vaddr, segments })
+        Ok(Program { pie, entry, phoff, phnum: phnum as u64, phdr_vaddr, eh_frame_hdr, segments })
     }
 
     /// Lowest and highest (exclusive) virtual address of the loaded image, unbiased.
@@ -194,6 +199,35 @@ impl Program {
                 .map(|s| s.vaddr + (self.phoff - s.offset))
         })
     }
+}
+
+/// Function start addresses from the unwind table's search index (`.eh_frame_hdr`),
+/// sorted, unbiased: present even in stripped files, so code can still be decoded
+/// function by function. Empty when absent or in an encoding not handled (only the
+/// usual 4-byte ones are).
+pub fn unwind_function_starts(file: &[u8], prog: &Program) -> Vec<u64> {
+    const SDATA4_DATAREL: u8 = 0x3b;
+    const UDATA4: u8 = 0x03;
+    let Some((off, size, vaddr)) = prog.eh_frame_hdr else {
+        return Vec::new();
+    };
+    let Some(hdr) = file.get(off as usize..(off as usize).saturating_add(size as usize)) else {
+        return Vec::new();
+    };
+    // version, eh_frame_ptr encoding, fde_count encoding, table encoding
+    if hdr.len() < 12 || hdr[0] != 1 || hdr[2] != UDATA4 || hdr[3] != SDATA4_DATAREL || hdr[1] & 0x0f != 0x0b {
+        return Vec::new();
+    }
+    let count = u32_at(hdr, 8) as usize;
+    let mut out = Vec::with_capacity(count.min(1 << 20));
+    for i in 0..count {
+        let Some(e) = hdr.get(12 + i * 8..12 + i * 8 + 4) else { break };
+        let rel = i32::from_le_bytes([e[0], e[1], e[2], e[3]]);
+        out.push(vaddr.wrapping_add(rel as i64 as u64));
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// Executable segments have this flag.

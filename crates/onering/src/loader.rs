@@ -116,6 +116,29 @@ fn placement(prog: &Program) -> (u64, u64) {
     (bias, hi.wrapping_add(bias))
 }
 
+/// Function ranges (loaded addresses) for decoding: the symbol table's, or in a
+/// stripped file the unwind table's function starts, each running to the next.
+pub(crate) fn function_ranges(prog: &Program, file: &[u8], bias: u64) -> Vec<(u64, u64)> {
+    let symbols = crate::elf::functions(file);
+    if !symbols.is_empty() {
+        return symbols.into_iter().map(|(a, s)| (a.wrapping_add(bias), s)).collect();
+    }
+    let starts = crate::elf::unwind_function_starts(file, prog);
+    let end_of = |a: u64| {
+        prog.segments.iter().find(|s| a >= s.vaddr && a < s.vaddr + s.filesz).map(|s| s.vaddr + s.filesz).unwrap_or(a)
+    };
+    starts
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| {
+            let seg_end = end_of(a);
+            let end = starts.get(i + 1).map_or(seg_end, |&n| n.min(seg_end));
+            (a.wrapping_add(bias), end.saturating_sub(a))
+        })
+        .filter(|(_, s)| *s > 0)
+        .collect()
+}
+
 /// Plans the rewriting of `prog`'s system-call sites, trampolines after its image.
 /// Independent of guest memory, so it can run while the VM is being created.
 pub fn plan_rewrite(prog: &Program, file: &[u8]) -> rewrite::Plan {
@@ -129,8 +152,7 @@ pub fn plan_rewrite(prog: &Program, file: &[u8]) -> rewrite::Plan {
             bytes: &file[s.offset as usize..(s.offset + s.filesz) as usize],
         })
         .collect();
-    let functions: Vec<(u64, u64)> =
-        crate::elf::functions(file).into_iter().map(|(a, s)| (a.wrapping_add(bias), s)).collect();
+    let functions = function_ranges(prog, file, bias);
     let target = rewrite::Target {
         entry: kernel_image::SYSCALL_ENTRY,
         user_rsp: onering_abi::percpu_offsets::USER_RSP as u32,

@@ -198,8 +198,8 @@ fn scan(addr: u64, bytes: &[u8], mut f: impl FnMut(u64, Kind)) {
         let next = ip + len as u64;
         let kind = match inst.opcode() {
             SYSCALL => Kind::Syscall,
-            JMP | CALL | JO | JNO | JB | JNB | JZ | JNZ | JA | JNA | JS | JNS | JP | JNP | JL | JGE | JLE | JG | LOOP
-            | LOOPZ | LOOPNZ | JRCXZ | JECXZ => match inst.operand(0) {
+            JMP | CALL | JO | JNO | JB | JNB | JZ | JNZ | JA | JNA | JS | JNS | JP | JNP | JL | JGE | JLE | JG
+            | LOOP | LOOPZ | LOOPNZ | JRCXZ | JECXZ => match inst.operand(0) {
                 Operand::ImmediateI8 { imm } => Kind::Branch(next.wrapping_add(imm as i64 as u64)),
                 Operand::ImmediateI32 { imm } => Kind::Branch(next.wrapping_add(imm as i64 as u64)),
                 _ => Kind::Other,
@@ -537,7 +537,7 @@ mod real_binaries {
             .filter(|s| s.flags & elf::PF_X != 0)
             .map(|s| Code { addr: s.vaddr + bias, bytes: &file[s.offset as usize..(s.offset + s.filesz) as usize] })
             .collect();
-        let functions: Vec<(u64, u64)> = elf::functions(&file).into_iter().map(|(a, s)| (a + bias, s)).collect();
+        let functions = crate::loader::function_ranges(&prog, &file, bias);
         let base = (prog.span().1 + bias).next_multiple_of(64);
         let start = std::time::Instant::now();
         let plan = plan(&code, &functions, base, &T);
