@@ -14,7 +14,7 @@ fn main() {
     let root = manifest.join("../..");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     for dep in
-        ["crates/kernel/src", "crates/kernel/link.ld", "crates/kernel/Cargo.toml", "crates/abi/src", "Cargo.lock"]
+        ["crates/kernel/src", "crates/kernel/link.ld", "crates/kernel/Cargo.toml", "crates/abi/src", "Cargo.lock", "Cargo.toml"]
     {
         println!("cargo:rerun-if-changed={}", root.join(dep).display());
     }

@@ -312,15 +312,10 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
     let prog = elf::Program::parse(&file).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))?;
 
     trace.mark("program read and validated");
-    // The rewriter's decoder spends ~0.6 ms building its tables on first use: plan
-    // the rewrite on a helper thread while this one creates the VM.
-    std::thread::scope(|scope| {
-        let planning = (!args.no_rewrite).then(|| scope.spawn(|| loader::plan_rewrite(&prog, &file)));
-        boot(&args, &trace, &prog, &file, &shown, planning)
-    })
+    let plan = (!args.no_rewrite).then(|| loader::plan_rewrite(&prog, &file));
+    trace.mark("rewrite planned");
+    boot(&args, &trace, &prog, &file, &shown, plan)
 }
-
-type Planning<'s> = Option<std::thread::ScopedJoinHandle<'s, rewrite::Plan>>;
 
 fn boot(
     args: &RunArgs,
@@ -328,7 +323,7 @@ fn boot(
     prog: &elf::Program,
     file: &[u8],
     shown: &str,
-    planning: Planning,
+    plan: Option<rewrite::Plan>,
 ) -> Result<u8, Failure> {
     let path = &args.program;
     let mem_size = onering_abi::layout::align_up(args.mem, onering_abi::layout::HUGE_PAGE_SIZE);
@@ -370,11 +365,6 @@ fn boot(
     };
     let workdir = workdir(args)?;
     let (uid, gid) = sys::ids();
-    let plan = match planning {
-        Some(h) => Some(h.join().map_err(|_| Failure::Onering("the rewriter panicked".into()))?),
-        None => None,
-    };
-    trace.mark("rewrite planned");
     // Only the boot CPU runs for now; more vCPUs come with threads.
     let spec = loader::LoadSpec {
         mem_size,
