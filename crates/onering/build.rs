@@ -13,9 +13,14 @@ fn main() {
     let manifest = PathBuf::from(std::env::var_os("CARGO_MANIFEST_DIR").unwrap());
     let root = manifest.join("../..");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
-    for dep in
-        ["crates/kernel/src", "crates/kernel/link.ld", "crates/kernel/Cargo.toml", "crates/abi/src", "Cargo.lock", "Cargo.toml"]
-    {
+    for dep in [
+        "crates/kernel/src",
+        "crates/kernel/link.ld",
+        "crates/kernel/Cargo.toml",
+        "crates/abi/src",
+        "Cargo.lock",
+        "Cargo.toml",
+    ] {
         println!("cargo:rerun-if-changed={}", root.join(dep).display());
     }
 
