@@ -27,6 +27,10 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
     arch::supervisor::init(bi.flags);
     let space = address_space(bi);
     let mut vfs = Vfs::new();
+    // The writable tree and the pipes live in the kernel heap: give them a share, so
+    // that running out is ENOSPC or EAGAIN for the program, never a kernel panic.
+    vfs.set_limit(bi.heap_size as usize / 2);
+    crate::fs::file::set_pipe_budget(bi.heap_size as usize / 4);
     if bi.rootfs_size > 0 {
         rootfs::load(&mut vfs, arch::static_bytes(bi.rootfs_phys, bi.rootfs_size));
     }

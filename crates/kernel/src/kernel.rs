@@ -5,7 +5,7 @@ use crate::arch::{self, GuestMmu};
 use crate::console::{Console, Sink};
 use crate::errno::Errno;
 use crate::fs::file::{oflag, FdTable, Kind, OpenFile};
-use crate::fs::vfs::{Ino, Vfs, ROOT};
+use crate::fs::vfs::{Hold, Ino, Vfs, ROOT};
 use crate::mm::space::AddressSpace;
 use crate::rng::Rng;
 use crate::time::Clock;
@@ -23,6 +23,8 @@ pub struct Kernel {
     pub vfs: Vfs,
     pub fds: FdTable,
     pub cwd: Ino,
+    /// Keeps the working directory's node alive even if it is removed.
+    pub cwd_hold: Hold,
     pub umask: u32,
     pub rng: Rng,
     pub clock: Clock,
@@ -63,6 +65,7 @@ impl Kernel {
                 let _ = fds.insert(Arc::new(OpenFile::new(Kind::Node(ino), flags)), false);
             }
         }
+        let cwd_hold = vfs.hold(cwd);
         let mut comm = [0u8; 16];
         let name = exe.rsplit(|b| *b == b'/').next().unwrap_or(&[]);
         let n = name.len().min(15);
@@ -73,6 +76,7 @@ impl Kernel {
             console: Console::new(),
             vfs,
             fds,
+            cwd_hold,
             cwd,
             umask: 0o022,
             rng: Rng::new(bi.seed),

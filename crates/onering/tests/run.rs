@@ -409,3 +409,10 @@ fn build_many(name: &str, sources: &[&str]) -> PathBuf {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     bin
 }
+
+#[test]
+fn exhausting_kernel_memory_gives_errors_not_panics() {
+    let o = onering(&["run", "--mem", "64M", musl("exhaust").to_str().unwrap()]);
+    assert!(stdout(&o).ends_with("exhaust ok\n"), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(status(&o), 0);
+}

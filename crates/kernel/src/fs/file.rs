@@ -9,7 +9,7 @@ use crate::errno::Errno;
 use alloc::collections::VecDeque;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use spin::Mutex;
 
 /// `open` flags.
@@ -34,6 +34,21 @@ pub mod oflag {
 
 /// Capacity of a pipe, as Linux's default.
 pub const PIPE_CAPACITY: usize = 64 * 1024;
+
+/// Heap bytes all pipe buffers together may use, and use now.
+static PIPE_BUDGET: AtomicUsize = AtomicUsize::new(usize::MAX);
+static PIPE_BYTES: AtomicUsize = AtomicUsize::new(0);
+
+/// Caps the heap all pipe buffers may use (a full pipe's writer gets EAGAIN).
+pub fn set_pipe_budget(bytes: usize) {
+    PIPE_BUDGET.store(bytes, Ordering::Relaxed);
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        PIPE_BYTES.fetch_sub(self.buf.capacity(), Ordering::Relaxed);
+    }
+}
 
 #[derive(Debug, Default)]
 pub struct Pipe {
@@ -69,6 +84,26 @@ impl Pipe {
         if n == 0 && !data.is_empty() {
             return Err(Errno::EAGAIN);
         }
+        // All pipes together may hold PIPE_BUDGET bytes of the kernel heap.
+        let want = (self.buf.len() + n).saturating_sub(self.buf.capacity());
+        if want > 0 {
+            if PIPE_BYTES.fetch_add(want, Ordering::Relaxed) + want > PIPE_BUDGET.load(Ordering::Relaxed) {
+                PIPE_BYTES.fetch_sub(want, Ordering::Relaxed);
+                return Err(Errno::EAGAIN);
+            }
+            let before = self.buf.capacity();
+            if self.buf.try_reserve_exact(n).is_err() {
+                PIPE_BYTES.fetch_sub(want, Ordering::Relaxed);
+                return Err(Errno::EAGAIN);
+            }
+            // Account for what the allocator really gave.
+            let got = self.buf.capacity() - before;
+            if got > want {
+                PIPE_BYTES.fetch_add(got - want, Ordering::Relaxed);
+            } else {
+                PIPE_BYTES.fetch_sub(want - got, Ordering::Relaxed);
+            }
+        }
         self.buf.extend(&data[..n]);
         Ok(n)
     }
@@ -88,6 +123,8 @@ pub enum Kind {
 #[derive(Debug)]
 pub struct OpenFile {
     pub kind: Kind,
+    /// Keeps the node (if any) from being freed while open.
+    _hold: Option<super::vfs::Hold>,
     /// Access mode and status flags (`O_APPEND`, `O_NONBLOCK`, ...).
     flags: AtomicU32,
     offset: AtomicU64,
@@ -95,7 +132,13 @@ pub struct OpenFile {
 
 impl OpenFile {
     pub fn new(kind: Kind, flags: u32) -> Self {
-        OpenFile { kind, flags: AtomicU32::new(flags), offset: AtomicU64::new(0) }
+        OpenFile { kind, _hold: None, flags: AtomicU32::new(flags), offset: AtomicU64::new(0) }
+    }
+
+    /// The same, keeping its node alive.
+    pub fn holding(mut self, hold: super::vfs::Hold) -> Self {
+        self._hold = Some(hold);
+        self
     }
 
     pub fn flags(&self) -> u32 {
@@ -166,6 +209,8 @@ impl FdTable {
     }
 
     pub fn get(&self, fd: u64) -> Result<&FileRef, Errno> {
+        // Descriptors are C ints: the upper 32 bits of the register do not count.
+        let fd = fd as u32;
         self.slots.get(fd as usize).and_then(|s| s.as_ref()).map(|s| &s.file).ok_or(Errno::EBADF)
     }
 
@@ -200,6 +245,7 @@ impl FdTable {
     }
 
     pub fn close(&mut self, fd: u64) -> Result<(), Errno> {
+        let fd = fd as u32;
         let slot = self.slots.get_mut(fd as usize).ok_or(Errno::EBADF)?;
         slot.take().map(|_| ()).ok_or(Errno::EBADF)
     }

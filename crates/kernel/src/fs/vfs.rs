@@ -6,7 +6,9 @@
 use crate::errno::Errno;
 use alloc::collections::BTreeMap;
 use alloc::string::String;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
+use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Index of a node.
 pub type Ino = usize;
@@ -48,7 +50,25 @@ pub struct Node {
     pub parent: Ino,
     /// Modification time, ns since the epoch.
     pub mtime: u64,
+    /// Taken out of the tree (unlinked, replaced, removed): still usable by open
+    /// files, freed when the last one closes.
+    pub removed: bool,
+    /// Open files referring to this node.
+    opens: Arc<AtomicUsize>,
 }
+
+/// Keeps a node alive while an open file refers to it.
+#[derive(Debug)]
+pub struct Hold(Arc<AtomicUsize>);
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What one node costs the budget besides its data and name.
+const NODE_COST: usize = 160;
 
 /// File type bits of `st_mode`.
 pub mod mode {
@@ -89,6 +109,13 @@ impl Node {
 pub struct Vfs {
     nodes: Vec<Option<Node>>,
     free: Vec<Ino>,
+    /// Removed nodes still open somewhere.
+    removed: Vec<Ino>,
+    /// Heap bytes the writable tree (nodes, names, file data) uses, and may use: past
+    /// the limit, creating and growing fail with ENOSPC instead of exhausting the
+    /// kernel heap.
+    used: usize,
+    limit: usize,
 }
 
 impl Default for Vfs {
@@ -101,13 +128,15 @@ impl Vfs {
     /// A tree with `/`, `/dev` (null, zero, random, urandom, stdin, stdout, stderr)
     /// and a writable `/tmp`.
     pub fn new() -> Vfs {
-        let mut v = Vfs { nodes: Vec::new(), free: Vec::new() };
+        let mut v = Vfs { nodes: Vec::new(), free: Vec::new(), removed: Vec::new(), used: 0, limit: usize::MAX };
         v.nodes.push(Some(Node {
             data: Data::Dir(BTreeMap::new()),
             mode: 0o755,
             readonly: true,
             parent: ROOT,
             mtime: 0,
+            removed: false,
+            opens: Arc::new(AtomicUsize::new(0)),
         }));
         let dev = v.add(ROOT, b"dev", Data::Dir(BTreeMap::new()), 0o755, true);
         for (name, d) in [
@@ -125,6 +154,52 @@ impl Vfs {
         v
     }
 
+    /// Caps the heap the writable tree may use.
+    pub fn set_limit(&mut self, bytes: usize) {
+        self.limit = bytes;
+    }
+
+    fn charge(&mut self, bytes: usize) -> Result<(), Errno> {
+        let after = self.used.checked_add(bytes).filter(|u| *u <= self.limit).ok_or(Errno::ENOSPC)?;
+        self.used = after;
+        Ok(())
+    }
+
+    /// Marks `ino` open (for as long as the returned hold lives).
+    pub fn hold(&self, ino: Ino) -> Hold {
+        let c = self.node(ino).opens.clone();
+        c.fetch_add(1, Ordering::Relaxed);
+        Hold(c)
+    }
+
+    /// Takes `ino` out of the tree; frees it now or when its last open file closes.
+    fn detach(&mut self, ino: Ino) {
+        self.node_mut(ino).removed = true;
+        self.removed.push(ino);
+        self.reap();
+    }
+
+    /// Frees removed nodes nobody has open any more.
+    fn reap(&mut self) {
+        let mut i = 0;
+        while i < self.removed.len() {
+            let ino = self.removed[i];
+            if self.node(ino).opens.load(Ordering::Relaxed) == 0 {
+                self.removed.swap_remove(i);
+                if let Some(n) = self.nodes[ino].take() {
+                    let data = match &n.data {
+                        Data::File(v) => v.capacity(),
+                        _ => 0,
+                    };
+                    self.used = self.used.saturating_sub(NODE_COST + data);
+                }
+                self.free.push(ino);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
     pub fn node(&self, ino: Ino) -> &Node {
         self.nodes[ino].as_ref().expect("live inode")
     }
@@ -135,7 +210,8 @@ impl Vfs {
 
     /// Adds `name` under the directory `dir` (replacing nothing: the caller checked).
     fn add(&mut self, dir: Ino, name: &[u8], data: Data, mode: u32, readonly: bool) -> Ino {
-        let node = Node { data, mode, readonly, parent: dir, mtime: 0 };
+        let node =
+            Node { data, mode, readonly, parent: dir, mtime: 0, removed: false, opens: Arc::new(AtomicUsize::new(0)) };
         let ino = match self.free.pop() {
             Some(i) => {
                 self.nodes[i] = Some(node);
@@ -247,10 +323,15 @@ impl Vfs {
         if name.is_empty() || name == b"." || name == b".." {
             return Err(Errno::EEXIST);
         }
+        if self.node(dir).removed {
+            return Err(Errno::ENOENT);
+        }
         if self.entries(dir)?.contains_key(name) {
             return Err(Errno::EEXIST);
         }
         self.writable_dir(dir)?;
+        self.reap();
+        self.charge(NODE_COST + name.len())?;
         let data = if directory { Data::Dir(BTreeMap::new()) } else { Data::File(Vec::new()) };
         let ino = self.add(dir, name, data, mode & 0o7777, false);
         self.node_mut(ino).mtime = now;
@@ -290,8 +371,7 @@ impl Vfs {
         if let Data::Dir(e) = &mut self.node_mut(dir).data {
             e.remove(name);
         }
-        // Open files keep using the node until closed; it is reclaimed never (the
-        // tree is small and a program's lifetime short), only detached.
+        self.detach(ino);
         Ok(())
     }
 
@@ -299,8 +379,14 @@ impl Vfs {
     pub fn rename(&mut self, from_dir: Ino, from: &[u8], to_dir: Ino, to: &[u8]) -> Result<(), Errno> {
         let ino = *self.entries(from_dir)?.get(from).ok_or(Errno::ENOENT)?;
         self.entries(to_dir)?;
+        if self.node(to_dir).removed {
+            return Err(Errno::ENOENT);
+        }
         self.writable_dir(from_dir)?;
         self.writable_dir(to_dir)?;
+        if self.node(ino).readonly {
+            return Err(Errno::EROFS);
+        }
         if to.is_empty() || to == b"." || to == b".." {
             return Err(Errno::EINVAL);
         }
@@ -315,7 +401,8 @@ impl Vfs {
             }
             p = self.node(p).parent;
         }
-        if let Some(&old) = self.entries(to_dir)?.get(to) {
+        let replaced = self.entries(to_dir)?.get(to).copied();
+        if let Some(old) = replaced {
             if old == ino {
                 return Ok(());
             }
@@ -334,6 +421,9 @@ impl Vfs {
             e.insert(to.to_vec(), ino);
         }
         self.node_mut(ino).parent = to_dir;
+        if let Some(old) = replaced {
+            self.detach(old);
+        }
         Ok(())
     }
 
@@ -353,46 +443,76 @@ impl Vfs {
 
     /// Writes `data` at `offset`, growing the file (holes read as zeros).
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8], now: u64) -> Result<usize, Errno> {
-        let node = self.node_mut(ino);
-        let Data::File(v) = &mut node.data else {
-            return Err(match node.data {
-                Data::Dir(_) => Errno::EISDIR,
-                Data::Static(_) => Errno::EROFS,
-                _ => Errno::EINVAL,
-            });
-        };
         let end = offset.checked_add(data.len() as u64).filter(|e| *e <= MAX_FILE).ok_or(Errno::EFBIG)? as usize;
-        if v.len() < end {
-            v.try_reserve(end - v.len()).map_err(|_| Errno::ENOSPC)?;
-            v.resize(end, 0);
+        self.resize(ino, end, true, now)?;
+        let node = self.node_mut(ino);
+        if let Data::File(v) = &mut node.data {
+            v[offset as usize..end].copy_from_slice(data);
         }
-        v[offset as usize..end].copy_from_slice(data);
-        node.mtime = now;
         Ok(data.len())
     }
 
     /// Sets a file's length.
     pub fn truncate(&mut self, ino: Ino, len: u64, now: u64) -> Result<(), Errno> {
-        let node = self.node_mut(ino);
-        match &mut node.data {
-            Data::File(v) => {
-                if len > MAX_FILE {
-                    return Err(Errno::EFBIG);
-                }
-                if len as usize > v.len() {
-                    v.try_reserve(len as usize - v.len()).map_err(|_| Errno::ENOSPC)?;
-                }
-                v.resize(len as usize, 0);
-                node.mtime = now;
-                Ok(())
-            }
-            Data::Dir(_) => Err(Errno::EISDIR),
-            Data::Static(_) => Err(Errno::EROFS),
-            _ => Err(Errno::EINVAL),
+        if len > MAX_FILE {
+            return Err(Errno::EFBIG);
         }
+        self.resize(ino, len as usize, false, now)
+    }
+
+    /// Makes a writable file `len` bytes long (only ever longer when `grow_only`),
+    /// within the tree's budget; memory given up goes back to the heap.
+    fn resize(&mut self, ino: Ino, len: usize, grow_only: bool, now: u64) -> Result<(), Errno> {
+        let (cap, cur) = match &self.node(ino).data {
+            Data::File(v) => (v.capacity(), v.len()),
+            Data::Dir(_) => return Err(Errno::EISDIR),
+            Data::Static(_) => return Err(Errno::EROFS),
+            _ => return Err(Errno::EINVAL),
+        };
+        if grow_only && len <= cur {
+            self.node_mut(ino).mtime = now;
+            return Ok(());
+        }
+        if len > cap {
+            self.charge(len - cap)?;
+            let node = self.node_mut(ino);
+            if let Data::File(v) = &mut node.data {
+                if v.try_reserve_exact(len - v.len()).is_err() {
+                    self.used -= len - cap;
+                    return Err(Errno::ENOSPC);
+                }
+            }
+        }
+        let node = self.node_mut(ino);
+        let mut freed = 0;
+        if let Data::File(v) = &mut node.data {
+            let before = v.capacity();
+            v.resize(len, 0);
+            if len < cur {
+                v.shrink_to_fit();
+            }
+            freed = before.saturating_sub(v.capacity());
+            // Growth beyond what was charged (the allocator may round up) is charged now.
+            let grown = v.capacity().saturating_sub(before.max(len.max(cap)));
+            self.used = self.used.saturating_add(grown);
+        }
+        self.used = self.used.saturating_sub(freed);
+        self.node_mut(ino).mtime = now;
+        Ok(())
+    }
+
+    /// Entry number `pos` of directory `dir` ("." and ".." first), without copying.
+    pub fn entry_at(&self, dir: Ino, pos: usize) -> Result<Option<(&[u8], Ino)>, Errno> {
+        let e = self.entries(dir)?;
+        Ok(match pos {
+            0 => Some((&b"."[..], dir)),
+            1 => Some((&b".."[..], self.node(dir).parent)),
+            n => e.iter().nth(n - 2).map(|(name, ino)| (name.as_slice(), *ino)),
+        })
     }
 
     /// The directory entries of `dir`, "." and ".." first: (name, inode).
+    #[cfg(test)]
     pub fn list(&self, dir: Ino) -> Result<Vec<(Vec<u8>, Ino)>, Errno> {
         let e = self.entries(dir)?;
         let mut out = Vec::with_capacity(e.len() + 2);
@@ -402,28 +522,28 @@ impl Vfs {
         Ok(out)
     }
 
-    /// The absolute path of directory `ino`.
-    pub fn path_of(&self, mut ino: Ino) -> Vec<u8> {
+    /// The absolute path of directory `ino`; ENOENT if it (or a parent) was removed.
+    pub fn path_of(&self, mut ino: Ino) -> Result<Vec<u8>, Errno> {
         let mut parts: Vec<Vec<u8>> = Vec::new();
         while ino != ROOT {
             let parent = self.node(ino).parent;
             let name =
                 self.entries(parent).ok().and_then(|e| e.iter().find(|(_, i)| **i == ino).map(|(n, _)| n.clone()));
             match name {
-                Some(n) => parts.push(n),
-                None => break, // detached (removed while in use)
+                Some(n) if !self.node(ino).removed => parts.push(n),
+                _ => return Err(Errno::ENOENT), // removed while in use
             }
             ino = parent;
         }
         if parts.is_empty() {
-            return b"/".to_vec();
+            return Ok(b"/".to_vec());
         }
         let mut out = Vec::new();
         for p in parts.iter().rev() {
             out.push(b'/');
             out.extend_from_slice(p);
         }
-        out
+        Ok(out)
     }
 
     pub fn device(&self, ino: Ino) -> Option<Device> {
@@ -480,7 +600,7 @@ mod tests {
         v.truncate(f, 1, 3).unwrap();
         assert_eq!(v.node(f).size(), 1);
         let d = v.create(tmp, b"d", 0o755, true, 1).unwrap();
-        assert_eq!(v.path_of(d), b"/tmp/d");
+        assert_eq!(v.path_of(d).unwrap(), b"/tmp/d");
         v.rename(tmp, b"a", d, b"b").unwrap();
         assert_eq!(v.lookup(ROOT, b"/tmp/d/b", true), Ok(f));
         assert_eq!(v.remove(tmp, b"d", true), Err(Errno::ENOTEMPTY));
@@ -489,6 +609,41 @@ mod tests {
         v.remove(d, b"b", false).unwrap();
         v.remove(tmp, b"d", true).unwrap();
         assert_eq!(v.lookup(ROOT, b"/tmp/d", true), Err(Errno::ENOENT));
+    }
+
+    #[test]
+    fn removed_files_are_freed_when_closed_and_the_budget_holds() {
+        let mut v = Vfs::new();
+        v.set_limit(64 * 1024);
+        let tmp = v.lookup(ROOT, b"/tmp", true).unwrap();
+        let big = alloc::vec![1u8; 40 * 1024];
+        for round in 0..10 {
+            let f = v.create(tmp, b"f", 0o644, false, 0).unwrap();
+            let open = v.hold(f);
+            v.write(f, 0, &big, 0).unwrap();
+            v.remove(tmp, b"f", false).unwrap();
+            // Still open: still readable, and still counted.
+            let mut b = [0u8; 4];
+            assert_eq!(v.read(f, 0, &mut b), Ok(4), "round {round}");
+            assert_eq!(v.create(tmp, b"g", 0o644, false, 0).map(|g| v.write(g, 0, &big, 0)), Ok(Err(Errno::ENOSPC)));
+            v.remove(tmp, b"g", false).unwrap();
+            drop(open);
+        }
+        let f = v.create(tmp, b"h", 0o644, false, 0).unwrap();
+        assert_eq!(v.write(f, 1 << 20, b"x", 0), Err(Errno::ENOSPC));
+        v.truncate(f, 0, 0).unwrap();
+    }
+
+    #[test]
+    fn a_removed_directory_takes_nothing_new() {
+        let mut v = Vfs::new();
+        let tmp = v.lookup(ROOT, b"/tmp", true).unwrap();
+        let d = v.create(tmp, b"d", 0o755, true, 0).unwrap();
+        let _cwd = v.hold(d);
+        v.remove(tmp, b"d", true).unwrap();
+        assert_eq!(v.create(d, b"x", 0o644, false, 0), Err(Errno::ENOENT));
+        assert_eq!(v.path_of(d), Err(Errno::ENOENT));
+        assert_eq!(v.path_of(tmp).unwrap(), b"/tmp");
     }
 
     #[test]

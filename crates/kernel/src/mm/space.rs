@@ -341,7 +341,7 @@ impl AddressSpace {
         mmu: &mut impl Mmu,
         copy: impl FnOnce(u64, u64, u64),
     ) -> Result<u64, Errno> {
-        if !old.is_multiple_of(PAGE_SIZE) || new_len == 0 {
+        if !old.is_multiple_of(PAGE_SIZE) || new_len == 0 || old_len == 0 || old_len >= USER_END {
             return Err(Errno::EINVAL);
         }
         let old_len = align_up(old_len, PAGE_SIZE);

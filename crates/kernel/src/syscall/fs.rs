@@ -63,10 +63,6 @@ fn base_dir(k: &Kernel, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
     Ok(ino)
 }
 
-fn new_file(kind: Kind, flags: u32) -> FileRef {
-    Arc::new(OpenFile::new(kind, flags))
-}
-
 // ---- reading and writing ----------------------------------------------------------
 
 /// Reads into user memory at `addr` from descriptor `fd` at `offset` (None: the
@@ -183,24 +179,24 @@ pub fn write(f: &mut SyscallFrame) -> SysResult {
     write_file(k, fd, addr, len, None)
 }
 
-fn check_offset(off: u64) -> Result<u64, Errno> {
-    if (off as i64) < 0 {
-        Err(Errno::EINVAL)
-    } else {
-        Ok(off)
+/// A pread/pwrite offset: EINVAL if negative, or if offset + count overflows.
+fn check_offset(off: u64, len: u64) -> Result<u64, Errno> {
+    match (off as i64).checked_add(len.min(MAX_RW_COUNT) as i64) {
+        Some(_) if (off as i64) >= 0 => Ok(off),
+        _ => Err(Errno::EINVAL),
     }
 }
 
 pub fn pread64(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, off, ..] = f.args();
     let k = &mut *kernel();
-    read_file(k, fd, addr, len, Some(check_offset(off)?))
+    read_file(k, fd, addr, len, Some(check_offset(off, len)?))
 }
 
 pub fn pwrite64(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, off, ..] = f.args();
     let k = &mut *kernel();
-    write_file(k, fd, addr, len, Some(check_offset(off)?))
+    write_file(k, fd, addr, len, Some(check_offset(off, len)?))
 }
 
 /// The iovec array at `iov`: read and checked as a whole first, as Linux does (a bad
@@ -302,7 +298,8 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
         }
     }
     let keep = oflag::O_ACCMODE | oflag::O_APPEND | oflag::O_NONBLOCK | oflag::O_PATH | oflag::O_DIRECTORY;
-    k.fds.insert(new_file(Kind::Node(ino), flags & keep), flags & oflag::O_CLOEXEC != 0)
+    let file = Arc::new(OpenFile::new(Kind::Node(ino), flags & keep).holding(k.vfs.hold(ino)));
+    k.fds.insert(file, flags & oflag::O_CLOEXEC != 0)
 }
 
 pub fn open(f: &mut SyscallFrame) -> SysResult {
@@ -637,7 +634,7 @@ pub fn faccessat2(f: &mut SyscallFrame) -> SysResult {
 pub fn getcwd(f: &mut SyscallFrame) -> SysResult {
     let [buf, size, ..] = f.args();
     let k = kernel();
-    let mut path = k.vfs.path_of(k.cwd);
+    let mut path = k.vfs.path_of(k.cwd)?;
     path.push(0);
     if (path.len() as u64) > size {
         return Err(Errno::ERANGE);
@@ -653,6 +650,7 @@ pub fn chdir(f: &mut SyscallFrame) -> SysResult {
     if !k.vfs.node(ino).is_dir() {
         return Err(Errno::ENOTDIR);
     }
+    k.cwd_hold = k.vfs.hold(ino);
     k.cwd = ino;
     Ok(0)
 }
@@ -665,10 +663,13 @@ pub fn getdents64(f: &mut SyscallFrame) -> SysResult {
     let Kind::Node(dir) = of.kind else {
         return Err(Errno::ENOTDIR);
     };
-    let entries = k.vfs.list(dir)?;
+    if !of.readable() {
+        return Err(Errno::EBADF);
+    }
+    let count = count.min(u64::from(u32::MAX));
     let mut out: Vec<u8> = Vec::new();
     let mut pos = of.offset() as usize;
-    while let Some((name, ino)) = entries.get(pos) {
+    while let Some((name, ino)) = k.vfs.entry_at(dir, pos)? {
         let reclen = (19 + name.len() + 1).next_multiple_of(8);
         if (out.len() + reclen) as u64 > count {
             if out.is_empty() {
@@ -676,7 +677,7 @@ pub fn getdents64(f: &mut SyscallFrame) -> SysResult {
             }
             break;
         }
-        let d_type: u8 = match k.vfs.node(*ino).st_mode() & 0o170000 {
+        let d_type: u8 = match k.vfs.node(ino).st_mode() & 0o170000 {
             mode::S_IFDIR => 4,
             mode::S_IFREG => 8,
             mode::S_IFLNK => 10,
@@ -685,7 +686,7 @@ pub fn getdents64(f: &mut SyscallFrame) -> SysResult {
         };
         let start = out.len();
         out.resize(start + reclen, 0);
-        out[start..start + 8].copy_from_slice(&(*ino as u64 + 1).to_le_bytes());
+        out[start..start + 8].copy_from_slice(&(ino as u64 + 1).to_le_bytes());
         out[start + 8..start + 16].copy_from_slice(&(pos as u64 + 1).to_le_bytes());
         out[start + 16..start + 18].copy_from_slice(&(reclen as u16).to_le_bytes());
         out[start + 18] = d_type;

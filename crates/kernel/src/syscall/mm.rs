@@ -67,7 +67,15 @@ pub fn madvise(f: &mut SyscallFrame) -> SysResult {
         // NORMAL, RANDOM, SEQUENTIAL, WILLNEED, FREE, MERGEABLE, UNMERGEABLE,
         // HUGEPAGE, NOHUGEPAGE, DONTDUMP, DODUMP, COLD, PAGEOUT, POPULATE_*, COLLAPSE:
         // hints; memory is already there, in 2 MiB pages.
-        0..=3 | 8 | 10..=17 | 20..=25 => Ok(0),
+        0..=3 | 8 | 10..=25 => {
+            // Hints, but the range must be mapped, as on Linux.
+            let end = addr.checked_add(len).ok_or(Errno::EINVAL)?;
+            let end = (end + onering_abi::layout::PAGE_SIZE - 1) & !(onering_abi::layout::PAGE_SIZE - 1);
+            if len != 0 && !space.vmas.covers(addr, end) {
+                return Err(Errno::ENOMEM);
+            }
+            Ok(0)
+        }
         _ => Err(Errno::EINVAL),
     }
 }

@@ -84,7 +84,9 @@ pub fn sigaltstack(f: &mut SyscallFrame) -> SysResult {
         let sp = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
         let flags = u32::from_le_bytes(b[8..12].try_into().unwrap_or_default());
         let size = u64::from_le_bytes(b[16..24].try_into().unwrap_or_default());
-        if flags & !(SS_DISABLE | SS_ONSTACK | (1 << 31)) != 0 {
+        if flags & !(SS_DISABLE | SS_ONSTACK | (1 << 31)) != 0
+            || flags & (SS_DISABLE | SS_ONSTACK) == SS_DISABLE | SS_ONSTACK
+        {
             return Err(Errno::EINVAL);
         }
         k.signals.altstack = if flags & SS_DISABLE != 0 {
