@@ -86,6 +86,8 @@ int main(void) {
     CHECK_ERR(access("nope", F_OK), ENOENT, "access missing: ENOENT");
     CHECK(faccessat(AT_FDCWD, "a.txt", R_OK, 0) == 0, "faccessat");
 
+    CHECK_ERR(rename("a.txt/", "z"), ENOTDIR, "rename file/: ENOTDIR");
+    CHECK_ERR(open("newdir/", O_CREAT | O_WRONLY, 0644), EISDIR, "O_CREAT name/: EISDIR");
     CHECK(rename("a.txt", "b.txt") == 0 && access("a.txt", F_OK) == -1 && access("b.txt", F_OK) == 0, "rename");
     CHECK(mkdir("sub", 0755) == 0 && rename("b.txt", "sub/c.txt") == 0, "rename into a directory");
     CHECK(count_entries("sub") == 3, "getdents64 lists . .. and the file");

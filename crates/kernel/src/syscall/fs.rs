@@ -265,6 +265,10 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
     }
     let now = k.now_real();
     let ino = if flags & oflag::O_CREAT != 0 {
+        // "name/" with O_CREAT names a directory, which open cannot create or open.
+        if path.ends_with(b"/") {
+            return Err(Errno::EISDIR);
+        }
         let (dir, name) = k.vfs.parent_of(base, &path)?;
         match k.vfs.lookup(dir, name, flags & oflag::O_NOFOLLOW == 0) {
             Ok(_) if flags & oflag::O_EXCL != 0 => return Err(Errno::EEXIST),
@@ -775,6 +779,12 @@ fn rename_at(olddir: u64, old: u64, newdir: u64, new: u64, flags: u64) -> SysRes
     let (fbase, tbase) = (base_dir(k, olddir, &from)?, base_dir(k, newdir, &to)?);
     let (fdir, fname) = k.vfs.parent_of(fbase, &from)?;
     let (tdir, tname) = k.vfs.parent_of(tbase, &to)?;
+    // A trailing slash on either side requires a directory.
+    if (from.ends_with(b"/") || to.ends_with(b"/"))
+        && !k.vfs.lookup(fdir, fname, false).is_ok_and(|i| k.vfs.node(i).is_dir())
+    {
+        return Err(Errno::ENOTDIR);
+    }
     k.vfs.rename(fdir, fname, tdir, tname).map(|_| 0)
 }
 
