@@ -116,12 +116,17 @@ fn placement(prog: &Program) -> (u64, u64) {
     (bias, hi.wrapping_add(bias))
 }
 
-/// Function ranges (loaded addresses) for decoding: the symbol table's, or in a
-/// stripped file the unwind table's function starts, each running to the next.
+/// Function ranges (loaded addresses) for decoding: the symbol table's; in a stripped
+/// file the unwind information's (.eh_frame FDEs, else the .eh_frame_hdr index's
+/// function starts, each running to the next).
 pub(crate) fn function_ranges(prog: &Program, file: &[u8], bias: u64) -> Vec<(u64, u64)> {
     let symbols = crate::elf::functions(file);
     if !symbols.is_empty() {
         return symbols.into_iter().map(|(a, s)| (a.wrapping_add(bias), s)).collect();
+    }
+    let fdes = crate::elf::eh_frame_functions(file);
+    if !fdes.is_empty() {
+        return fdes.into_iter().map(|(a, s)| (a.wrapping_add(bias), s)).collect();
     }
     let starts = crate::elf::unwind_function_starts(file, prog);
     let end_of = |a: u64| {
