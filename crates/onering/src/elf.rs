@@ -269,115 +269,6 @@ pub fn functions(file: &[u8]) -> Vec<(u64, u64)> {
     out
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-
-    /// A minimal valid static executable: one PT_LOAD of `code` at 0x401000.
-    pub(crate) fn tiny_elf(code: &[u8]) -> Vec<u8> {
-        let mut f = vec![0u8; 0x1000];
-        f[..4].copy_from_slice(b"\x7fELF");
-        f[4] = 2;
-        f[5] = 1;
-        f[6] = 1;
-        f[16..18].copy_from_slice(&ET_EXEC.to_le_bytes());
-        f[18..20].copy_from_slice(&EM_X86_64.to_le_bytes());
-        f[24..32].copy_from_slice(&0x401000u64.to_le_bytes());
-        f[32..40].copy_from_slice(&64u64.to_le_bytes());
-        f[52..54].copy_from_slice(&64u16.to_le_bytes());
-        f[54..56].copy_from_slice(&56u16.to_le_bytes());
-        f[56..58].copy_from_slice(&1u16.to_le_bytes());
-        let p = 64;
-        f[p..p + 4].copy_from_slice(&PT_LOAD.to_le_bytes());
-        f[p + 4..p + 8].copy_from_slice(&5u32.to_le_bytes());
-        f[p + 8..p + 16].copy_from_slice(&0x1000u64.to_le_bytes());
-        f[p + 16..p + 24].copy_from_slice(&0x401000u64.to_le_bytes());
-        f[p + 32..p + 40].copy_from_slice(&(code.len() as u64).to_le_bytes());
-        f[p + 40..p + 48].copy_from_slice(&(code.len() as u64 + 0x100).to_le_bytes());
-        f.extend_from_slice(code);
-        f
-    }
-
-    fn set_phdr(f: &mut [u8], i: usize, kind: u32, offset: u64, filesz: u64) {
-        let p = 64 + i * 56;
-        f[p..p + 4].copy_from_slice(&kind.to_le_bytes());
-        f[p + 8..p + 16].copy_from_slice(&offset.to_le_bytes());
-        f[p + 32..p + 40].copy_from_slice(&filesz.to_le_bytes());
-    }
-
-    #[test]
-    fn parses_a_static_executable() {
-        let p = Program::parse(&tiny_elf(&[0xcc; 16])).unwrap();
-        assert!(!p.pie);
-        assert_eq!(p.entry, 0x401000);
-        assert_eq!(p.segments.len(), 1);
-        assert_eq!(p.span(), (0x401000, 0x401110));
-        assert_eq!(p.phdr_addr(), None, "headers are not inside the loaded segment");
-    }
-
-    #[test]
-    fn rejects_what_it_cannot_run() {
-        let good = tiny_elf(&[0x90]);
-        assert_eq!(Program::parse(b"#!/bin/sh\necho hi\n"), Err(ElfError::NotElf));
-        assert_eq!(Program::parse(b""), Err(ElfError::NotElf));
-        let mut f = good.clone();
-        f[4] = 1;
-        assert_eq!(Program::parse(&f), Err(ElfError::Class32));
-        let mut f = good.clone();
-        f[5] = 2;
-        assert_eq!(Program::parse(&f), Err(ElfError::BigEndian));
-        let mut f = good.clone();
-        f[18] = 183;
-        assert_eq!(Program::parse(&f), Err(ElfError::Machine("64-bit ARM (aarch64)")));
-        let mut f = good.clone();
-        f[16] = 1;
-        assert!(matches!(Program::parse(&f), Err(ElfError::NotExecutable(_))));
-        let mut f = good.clone();
-        f.extend_from_slice(b"/lib/ld-musl-x86_64.so.1\0");
-        let off = f.len() as u64 - 25;
-        set_phdr(&mut f, 0, PT_INTERP, off, 25);
-        assert_eq!(Program::parse(&f), Err(ElfError::Dynamic("/lib/ld-musl-x86_64.so.1".into())));
-        let mut f = good.clone();
-        set_phdr(&mut f, 0, 4, 0, 0); // PT_NOTE only
-        assert_eq!(Program::parse(&f), Err(ElfError::NoLoad));
-    }
-
-    #[test]
-    fn truncated_and_garbage_inputs_never_panic() {
-        let good = tiny_elf(&[0x90; 64]);
-        for len in 0..good.len() {
-            let _ = Program::parse(&good[..len]);
-        }
-        // Every single-byte corruption of the header and program header.
-        for i in 0..120 {
-            for v in [0u8, 1, 0x7f, 0xff] {
-                let mut f = good.clone();
-                f[i] = v;
-                let _ = Program::parse(&f);
-            }
-        }
-        let mut f = good.clone();
-        f[56..58].copy_from_slice(&0xffffu16.to_le_bytes());
-        assert!(matches!(Program::parse(&f), Err(ElfError::Malformed(_))));
-        let mut f = good.clone();
-        set_phdr(&mut f, 0, PT_LOAD, 0x1000, 1 << 40);
-        assert!(matches!(Program::parse(&f), Err(ElfError::Malformed(_))));
-        // A pseudo-random byte soup.
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        for _ in 0..2000 {
-            let mut f = good.clone();
-            for _ in 0..8 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                let i = (x % 128) as usize;
-                f[i] = (x >> 32) as u8;
-            }
-            let _ = Program::parse(&f);
-        }
-    }
-}
-
 /// Function ranges `(start, size)` (unbiased) from the `.eh_frame` section's FDEs:
 /// the unwind information is in nearly every x86-64 binary, stripped or not, and
 /// tells where each function starts and ends. Empty when absent or unparsable (only
@@ -519,4 +410,113 @@ fn cie_fde_encoding(cie: &[u8]) -> Option<u8> {
         }
     }
     Some(0)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A minimal valid static executable: one PT_LOAD of `code` at 0x401000.
+    pub(crate) fn tiny_elf(code: &[u8]) -> Vec<u8> {
+        let mut f = vec![0u8; 0x1000];
+        f[..4].copy_from_slice(b"\x7fELF");
+        f[4] = 2;
+        f[5] = 1;
+        f[6] = 1;
+        f[16..18].copy_from_slice(&ET_EXEC.to_le_bytes());
+        f[18..20].copy_from_slice(&EM_X86_64.to_le_bytes());
+        f[24..32].copy_from_slice(&0x401000u64.to_le_bytes());
+        f[32..40].copy_from_slice(&64u64.to_le_bytes());
+        f[52..54].copy_from_slice(&64u16.to_le_bytes());
+        f[54..56].copy_from_slice(&56u16.to_le_bytes());
+        f[56..58].copy_from_slice(&1u16.to_le_bytes());
+        let p = 64;
+        f[p..p + 4].copy_from_slice(&PT_LOAD.to_le_bytes());
+        f[p + 4..p + 8].copy_from_slice(&5u32.to_le_bytes());
+        f[p + 8..p + 16].copy_from_slice(&0x1000u64.to_le_bytes());
+        f[p + 16..p + 24].copy_from_slice(&0x401000u64.to_le_bytes());
+        f[p + 32..p + 40].copy_from_slice(&(code.len() as u64).to_le_bytes());
+        f[p + 40..p + 48].copy_from_slice(&(code.len() as u64 + 0x100).to_le_bytes());
+        f.extend_from_slice(code);
+        f
+    }
+
+    fn set_phdr(f: &mut [u8], i: usize, kind: u32, offset: u64, filesz: u64) {
+        let p = 64 + i * 56;
+        f[p..p + 4].copy_from_slice(&kind.to_le_bytes());
+        f[p + 8..p + 16].copy_from_slice(&offset.to_le_bytes());
+        f[p + 32..p + 40].copy_from_slice(&filesz.to_le_bytes());
+    }
+
+    #[test]
+    fn parses_a_static_executable() {
+        let p = Program::parse(&tiny_elf(&[0xcc; 16])).unwrap();
+        assert!(!p.pie);
+        assert_eq!(p.entry, 0x401000);
+        assert_eq!(p.segments.len(), 1);
+        assert_eq!(p.span(), (0x401000, 0x401110));
+        assert_eq!(p.phdr_addr(), None, "headers are not inside the loaded segment");
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_run() {
+        let good = tiny_elf(&[0x90]);
+        assert_eq!(Program::parse(b"#!/bin/sh\necho hi\n"), Err(ElfError::NotElf));
+        assert_eq!(Program::parse(b""), Err(ElfError::NotElf));
+        let mut f = good.clone();
+        f[4] = 1;
+        assert_eq!(Program::parse(&f), Err(ElfError::Class32));
+        let mut f = good.clone();
+        f[5] = 2;
+        assert_eq!(Program::parse(&f), Err(ElfError::BigEndian));
+        let mut f = good.clone();
+        f[18] = 183;
+        assert_eq!(Program::parse(&f), Err(ElfError::Machine("64-bit ARM (aarch64)")));
+        let mut f = good.clone();
+        f[16] = 1;
+        assert!(matches!(Program::parse(&f), Err(ElfError::NotExecutable(_))));
+        let mut f = good.clone();
+        f.extend_from_slice(b"/lib/ld-musl-x86_64.so.1\0");
+        let off = f.len() as u64 - 25;
+        set_phdr(&mut f, 0, PT_INTERP, off, 25);
+        assert_eq!(Program::parse(&f), Err(ElfError::Dynamic("/lib/ld-musl-x86_64.so.1".into())));
+        let mut f = good.clone();
+        set_phdr(&mut f, 0, 4, 0, 0); // PT_NOTE only
+        assert_eq!(Program::parse(&f), Err(ElfError::NoLoad));
+    }
+
+    #[test]
+    fn truncated_and_garbage_inputs_never_panic() {
+        let good = tiny_elf(&[0x90; 64]);
+        for len in 0..good.len() {
+            let _ = Program::parse(&good[..len]);
+        }
+        // Every single-byte corruption of the header and program header.
+        for i in 0..120 {
+            for v in [0u8, 1, 0x7f, 0xff] {
+                let mut f = good.clone();
+                f[i] = v;
+                let _ = Program::parse(&f);
+            }
+        }
+        let mut f = good.clone();
+        f[56..58].copy_from_slice(&0xffffu16.to_le_bytes());
+        assert!(matches!(Program::parse(&f), Err(ElfError::Malformed(_))));
+        let mut f = good.clone();
+        set_phdr(&mut f, 0, PT_LOAD, 0x1000, 1 << 40);
+        assert!(matches!(Program::parse(&f), Err(ElfError::Malformed(_))));
+        // A pseudo-random byte soup.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..2000 {
+            let mut f = good.clone();
+            for _ in 0..8 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x % 128) as usize;
+                f[i] = (x >> 32) as u8;
+            }
+            let _ = Program::parse(&f);
+        }
+    }
 }
