@@ -98,6 +98,14 @@ int main(void) {
     CHECK(mkdirat(AT_FDCWD, "d2", 0700) == 0 && unlinkat(AT_FDCWD, "d2", AT_REMOVEDIR) == 0, "mkdirat/unlinkat");
     CHECK(readlink("/proc/self/exe", buf, sizeof buf) > 0, "readlink /proc/self/exe");
     CHECK_ERR(readlink(dir, buf, sizeof buf), EINVAL, "readlink of a directory: EINVAL");
+    CHECK(symlink("target.txt", "link") == 0, "symlink");
+    CHECK(readlink("link", buf, sizeof buf) == 10 && !memcmp(buf, "target.txt", 10), "readlink of a new link");
+    fd = open("link", O_CREAT | O_WRONLY, 0644);
+    CHECK(fd >= 0 && access("target.txt", F_OK) == 0, "O_CREAT through a dangling link creates its target");
+    close(fd);
+    CHECK_ERR(open("link", O_CREAT | O_EXCL | O_WRONLY, 0644), EEXIST, "O_EXCL on a link: EEXIST");
+    CHECK_ERR(symlink("x", "link"), EEXIST, "symlink over an existing name: EEXIST");
+    CHECK(unlink("link") == 0 && unlink("target.txt") == 0, "unlink the link and its target");
     mode_t old = umask(077);
     CHECK(umask(old) == 077, "umask");
     CHECK(chdir("/") == 0 && rmdir(dir) == 0, "clean up");

@@ -338,6 +338,20 @@ impl Vfs {
         Ok(ino)
     }
 
+    /// Creates a symbolic link `name` in `dir` pointing at `target`.
+    pub fn symlink(&mut self, dir: Ino, name: &[u8], target: &[u8], now: u64) -> Result<Ino, Errno> {
+        if target.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        let ino = self.create(dir, name, 0o777, false, now)?;
+        if let Err(e) = self.charge(target.len()) {
+            let _ = self.remove(dir, name, false);
+            return Err(e);
+        }
+        self.node_mut(ino).data = Data::Symlink(target.to_vec());
+        Ok(ino)
+    }
+
     /// Adds a read-only node while building the tree from the rootfs image.
     pub fn add_readonly(&mut self, dir: Ino, name: &[u8], data: Data, mode: u32, mtime: u64) -> Ino {
         if let Ok(e) = self.entries(dir) {

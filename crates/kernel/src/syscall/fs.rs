@@ -275,7 +275,17 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
             Ok(ino) => ino,
             Err(Errno::ENOENT) if !name.is_empty() && name != b"." && name != b".." => {
                 let m = (mode_arg as u32) & !k.umask;
-                k.vfs.create(dir, name, m, false, now)?
+                // A dangling symbolic link: create what it points at, as Linux does.
+                let (dir, name) = match k.vfs.lookup(dir, name, false) {
+                    Ok(link) if flags & oflag::O_EXCL == 0 => {
+                        let target = k.vfs.link_target(link)?.to_vec();
+                        let (d, n) = k.vfs.parent_of(dir, &target)?;
+                        (d, n.to_vec())
+                    }
+                    Ok(_) => return Err(Errno::EEXIST),
+                    Err(_) => (dir, name.to_vec()),
+                };
+                k.vfs.create(dir, &name, m, false, now)?
             }
             Err(e) => return Err(e),
         }
@@ -738,6 +748,24 @@ fn remove_at(dirfd: u64, path_addr: u64, flags: u64) -> SysResult {
     let base = base_dir(k, dirfd, &path)?;
     let (dir, name) = k.vfs.parent_of(base, &path)?;
     k.vfs.remove(dir, name, flags & AT_REMOVEDIR != 0).map(|_| 0)
+}
+
+fn make_link(target_addr: u64, dirfd: u64, path_addr: u64) -> SysResult {
+    let k = &mut *kernel();
+    let target = path_arg(k, target_addr)?;
+    let path = path_arg(k, path_addr)?;
+    let base = base_dir(k, dirfd, &path)?;
+    let (dir, name) = k.vfs.parent_of(base, &path)?;
+    let now = k.now_real();
+    k.vfs.symlink(dir, name, &target, now).map(|_| 0)
+}
+
+pub fn symlink(f: &mut SyscallFrame) -> SysResult {
+    make_link(f.rdi, AT_FDCWD, f.rsi)
+}
+
+pub fn symlinkat(f: &mut SyscallFrame) -> SysResult {
+    make_link(f.rdi, f.rsi, f.rdx)
 }
 
 pub fn unlink(f: &mut SyscallFrame) -> SysResult {
