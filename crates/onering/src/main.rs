@@ -10,6 +10,22 @@
 // /proc/self/maps, a signal stack, handlers) costs ~0.1 ms of a 2 ms start.
 #![cfg_attr(not(test), no_main)]
 
+/// A message of onering's own on stderr. Never panics: a closed stderr must not
+/// turn the program's exit status into an abort.
+macro_rules! say {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($t)*);
+    }};
+}
+
+macro_rules! say_raw {
+    ($($t:tt)*) => {{
+        use std::io::Write as _;
+        let _ = write!(std::io::stderr(), $($t)*);
+    }};
+}
+
 mod elf;
 mod exit;
 mod loader;
@@ -176,7 +192,7 @@ fn onering_main() -> u8 {
         }
         Err(e) => {
             let text = e.render().to_string();
-            eprint!("onering: {}", text.strip_prefix("error: ").unwrap_or(&text));
+            say_raw!("onering: {}", text.strip_prefix("error: ").unwrap_or(&text));
             return 125;
         }
     };
@@ -187,7 +203,7 @@ fn onering_main() -> u8 {
                 sys::exit_leaving_teardown(code)
             }
             Err(f) => {
-                eprintln!("onering: {}", f.message());
+                say!("onering: {}", f.message());
                 f.status()
             }
         },
@@ -288,7 +304,7 @@ impl Trace {
     fn print(&self) {
         let mut prev = self.start;
         for (what, t) in self.marks.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            eprintln!(
+            say!(
                 "onering: trace {:>8.1} us  +{:>7.1} us  {what}",
                 (*t - self.start).as_secs_f64() * 1e6,
                 (*t - prev).as_secs_f64() * 1e6
@@ -503,7 +519,7 @@ fn print_stats(mem: &GuestMemoryMmap, r: loader::RewriteStats) {
     use vm_memory::Bytes;
     let at = onering_abi::layout::PERCPU_PHYS + onering_abi::percpu_offsets::TRAPS as u64;
     let traps: u64 = mem.read_obj(vm_memory::GuestAddress(at)).unwrap_or(0);
-    eprintln!(
+    say!(
         "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped",
         r.sites,
         r.rewritten,
@@ -518,19 +534,19 @@ fn report(outcome: Outcome) -> u8 {
         Outcome::Exited(s) => s,
         Outcome::Killed { signal, rip, addr } => {
             let at = if signal == 11 || signal == 7 { format!(" (fault address {addr:#x})") } else { String::new() };
-            eprintln!("onering: program killed by {} at {rip:#x}{at}", signal_name(signal));
+            say!("onering: program killed by {} at {rip:#x}{at}", signal_name(signal));
             128 + (signal as u8 & 0x7f)
         }
         Outcome::KernelPanic(msg) => {
-            eprintln!("onering: kernel panic: {msg}");
+            say!("onering: kernel panic: {msg}");
             125
         }
         Outcome::Fatal { vector, rip, error } => {
-            eprintln!("onering: unrecoverable exception {vector} at {rip:#x} (error code {error:#x})");
+            say!("onering: unrecoverable exception {vector} at {rip:#x} (error code {error:#x})");
             125
         }
         Outcome::GuestError(msg) => {
-            eprintln!("onering: the VM stopped: {msg}");
+            say!("onering: the VM stopped: {msg}");
             125
         }
     }
