@@ -416,3 +416,9 @@ fn exhausting_kernel_memory_gives_errors_not_panics() {
     assert!(stdout(&o).ends_with("exhaust ok\n"), "{}{}", stdout(&o), stderr(&o));
     assert_eq!(status(&o), 0);
 }
+
+#[test]
+fn a_program_that_wrecks_its_vm_gets_a_clear_message() {
+    let o = run(&musl("wreck"), &[]);
+    expect_failure(&o, 125, "the VM stopped: triple fault");
+}
