@@ -422,3 +422,10 @@ fn a_program_that_wrecks_its_vm_gets_a_clear_message() {
     let o = run(&musl("wreck"), &[]);
     expect_failure(&o, 125, "the VM stopped: triple fault");
 }
+
+#[test]
+fn a_broken_gs_base_is_an_unrecoverable_exception() {
+    let bin = musl("badgs");
+    expect_failure(&onering(&["run", "--no-rewrite", bin.to_str().unwrap()]), 125, "unrecoverable exception");
+    expect_failure(&run(&bin, &[]), 125, "unrecoverable exception");
+}
