@@ -14,8 +14,9 @@ pub fn advise_hugepages(host: *mut u8, len: usize) {
     if end <= start {
         return;
     }
-    // SAFETY: madvise on page-aligned bounds inside a mapping this process owns;
+    // madvise on page-aligned bounds inside a mapping this process owns;
     // MADV_HUGEPAGE changes only how the host backs it. Failure is harmless.
+    // SAFETY: as explained above.
     unsafe {
         libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
     }
@@ -23,9 +24,10 @@ pub fn advise_hugepages(host: *mut u8, len: usize) {
 
 /// Registers guest memory with KVM.
 pub fn register_memory(vm: &VmFd, r: kvm_userspace_memory_region) -> Result<(), kvm_ioctls::Error> {
-    // SAFETY: `r` describes a region of a GuestMemoryMmap that the caller keeps alive
+    // `r` describes a region of a GuestMemoryMmap that the caller keeps alive
     // (and mapped) for as long as the VM exists: main holds both until the process
     // exits. Slots come from distinct, non-overlapping regions.
+    // SAFETY: as explained above.
     unsafe { vm.set_user_memory_region(r) }
 }
 

@@ -189,8 +189,7 @@ fault_entry:
 /// Jumps to the program: `rsp = sp`, `rip = entry`, every other register zero
 /// (rdx = 0 means "no function for atexit", as the System V ABI says).
 pub fn enter_user(entry: u64, sp: u64) -> ! {
-    // SAFETY: the VMM mapped the program at `entry` and built its initial stack at
-    // `sp`; control never comes back here.
+    // SAFETY: the VMM mapped the program at `entry` and built its initial stack at `sp`; control never comes back here.
     unsafe {
         core::arch::asm!(
             "mov rsp, {sp}",

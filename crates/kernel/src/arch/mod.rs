@@ -23,8 +23,9 @@ static HEAP: linked_list_allocator::LockedHeap = linked_list_allocator::LockedHe
 
 /// Gives the kernel heap its memory (the range the VMM reserved in the boot info).
 pub fn init_heap(bi: &BootInfo) {
-    // SAFETY: the VMM reserved [heap_phys, heap_phys + heap_size) for the heap alone;
+    // the VMM reserved [heap_phys, heap_phys + heap_size) for the heap alone;
     // it is mapped through the direct map; called once, before any allocation.
+    // SAFETY: as explained above.
     unsafe {
         HEAP.lock().init(direct(bi.heap_phys) as *mut u8, bi.heap_size as usize);
     }
@@ -32,8 +33,7 @@ pub fn init_heap(bi: &BootInfo) {
 
 /// The boot info the VMM wrote.
 pub fn boot_info(ptr: u64) -> &'static BootInfo {
-    // SAFETY: the VMM passes the address of a BootInfo it wrote in the boot area,
-    // which nothing writes afterwards.
+    // SAFETY: the VMM passes the address of a BootInfo it wrote in the boot area, which nothing writes afterwards.
     unsafe { &*(ptr as *const BootInfo) }
 }
 
@@ -53,8 +53,9 @@ pub fn cpu_id() -> u64 {
 /// Makes a hostcall (see `onering_abi::hostcall`) and returns its result.
 pub fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
     let pc = percpu_ptr();
-    // SAFETY: the block lies in this CPU's header (GS base); the doorbell is an MMIO
+    // the block lies in this CPU's header (GS base); the doorbell is an MMIO
     // page mapped in the direct map. Volatile accesses keep the order the VMM sees.
+    // SAFETY: as explained above.
     unsafe {
         let blk = addr_of_mut!((*pc).hostcall);
         for (i, a) in args.iter().take(6).enumerate() {
@@ -95,8 +96,9 @@ pub fn user_slice(space: &AddressSpace, addr: u64, len: u64) -> Result<&[u8], Er
     if len == 0 {
         return Ok(&[]);
     }
-    // SAFETY: `check` found the whole range inside readable mappings, which are backed
+    // `check` found the whole range inside readable mappings, which are backed
     // by mapped memory; the borrow of `space` keeps them from being unmapped.
+    // SAFETY: as explained above.
     Ok(unsafe { core::slice::from_raw_parts(addr as *const u8, len as usize) })
 }
 
@@ -106,9 +108,10 @@ pub fn user_slice_mut(space: &mut AddressSpace, addr: u64, len: u64) -> Result<&
     if len == 0 {
         return Ok(&mut []);
     }
-    // SAFETY: `check` found the range inside writable, backed mappings; the borrow of
+    // `check` found the range inside writable, backed mappings; the borrow of
     // `space` keeps them mapped, and being mutable, no other slice of user memory
     // made through it can be alive.
+    // SAFETY: as explained above.
     Ok(unsafe { core::slice::from_raw_parts_mut(addr as *mut u8, len as usize) })
 }
 
@@ -138,8 +141,9 @@ pub fn static_bytes(phys: u64, len: u64) -> &'static [u8] {
     if len == 0 {
         return &[];
     }
-    // SAFETY: the VMM reserved [phys, phys + len) in RAM below phys_free_start for
+    // the VMM reserved [phys, phys + len) in RAM below phys_free_start for
     // this data, which nothing writes after boot.
+    // SAFETY: as explained above.
     unsafe { core::slice::from_raw_parts(direct(phys) as *const u8, len as usize) }
 }
 
@@ -160,8 +164,9 @@ pub fn copy_to_user(space: &AddressSpace, addr: u64, data: &[u8]) -> Result<(), 
 /// Copies `len` bytes of user memory from `from` to `to` (ranges the address space
 /// has just vouched for, as in `mremap`).
 pub fn copy_user_within(from: u64, to: u64, len: u64) {
-    // SAFETY: the caller (AddressSpace::mremap) passes two mapped, backed ranges of
+    // the caller (AddressSpace::mremap) passes two mapped, backed ranges of
     // `len` bytes that do not overlap (the new one was free a moment ago).
+    // SAFETY: as explained above.
     unsafe { core::ptr::copy_nonoverlapping(from as *const u8, to as *mut u8, len as usize) }
 }
 
@@ -199,9 +204,10 @@ impl GuestMmu {
         }
         let t = self.pool_next;
         self.pool_next += PAGE_SIZE;
-        // SAFETY: a page of a chunk this pool owns, reached through the direct map.
+        // a page of a chunk this pool owns, reached through the direct map.
         // Free chunks should be zero, but a stray non-zero byte here would become a
         // page-table entry: clear it whatever happened before.
+        // SAFETY: as explained above.
         unsafe { core::ptr::write_bytes(direct(t) as *mut u8, 0, PAGE_SIZE as usize) };
         Ok(t)
     }
@@ -209,8 +215,9 @@ impl GuestMmu {
     /// The table the entry `index` of `table` points at, created when absent.
     fn next_level(&mut self, table: u64, index: u64, chunks: &mut ChunkAllocator) -> Result<u64, Errno> {
         let e = entry_ptr(table, index);
-        // SAFETY: `table` is a page-table page in RAM (the root, or read from a present
+        // `table` is a page-table page in RAM (the root, or read from a present
         // entry written by the VMM or by us), reached through the direct map.
+        // SAFETY: as explained above.
         let v = unsafe { read_volatile(e) };
         if v & PTE_PRESENT != 0 {
             return Ok(v & PTE_ADDR);

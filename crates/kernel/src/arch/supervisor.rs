@@ -20,8 +20,9 @@ pub fn init(flags: u64) {
 /// Drops any cached translation of `virt` after its page-table entry changed.
 pub fn flush_tlb(_virt: u64) {
     if PRIVILEGED.load(Ordering::Relaxed) {
-        // SAFETY: vector 0x81 is the TLB-flush stub (a DPL-3 gate the VMM installs);
+        // vector 0x81 is the TLB-flush stub (a DPL-3 gate the VMM installs);
         // it changes no register and returns with iretq.
+        // SAFETY: as explained above.
         unsafe { core::arch::asm!("int 0x81", options(nostack)) };
     }
 }
