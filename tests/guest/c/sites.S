@@ -1,7 +1,7 @@
 /* System-call sites of several shapes, for the rewriter. Each function takes a
-   pointer to 16 input words and 16 output words (rdi, rsi), loads registers from the
-   inputs, makes a getpid system call in its own way, and stores every register (and
-   the flags, and a red-zone word) to the outputs. Callee-saved registers are saved
+   pointer to 16 input words and 16 output words (rdi, rsi), loads registers and the
+   flags (in[14]) from the inputs, makes a getpid system call in its own way, and
+   stores every register (and the flags, and a red-zone word) to the outputs. Callee-saved registers are saved
    on the stack first and restored after. */
     .section .note.GNU-stack,"",@progbits
     .text
@@ -28,6 +28,8 @@
     mov 80(%rdi), %rbp
     mov 88(%rdi), %rsi
     movq 96(%rdi), %xmm0
+    push 112(%rdi)              /* the flags to carry across the system call */
+    popfq
     movq $0x5ed20e, -8(%rsp)    /* a red-zone word below the stack pointer */
     mov 104(%rdi), %rdi
 .endm
@@ -66,7 +68,6 @@
     .globl site_mov_imm
 site_mov_imm:                   /* mov $nr, %eax ; syscall */
     PROLOGUE
-    stc                         /* CF set: must survive */
     mov $39, %eax
     syscall
     EPILOGUE
@@ -75,7 +76,6 @@ site_mov_imm:                   /* mov $nr, %eax ; syscall */
 site_syscall_first:             /* syscall followed by code (nr loaded earlier) */
     PROLOGUE
     mov $39, %eax
-    clc
     jmp 1f
 1:  syscall
     cmp $-4095, %rax
