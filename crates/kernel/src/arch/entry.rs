@@ -75,15 +75,25 @@ syscall_entry:
     pop %rdx
     pop %rsi
     pop %rdi
+    // Restore the user's arithmetic flags and DF from the saved rflags without popfq
+    // (microcoded: ~4 ns of a ~15 ns call): DF with std, OF by an 8-bit add that
+    // overflows exactly when it was set, the other five with sahf. Then rax, rcx and
+    // r11 (as sysret leaves them), the stack, and the jump: none of those changes the
+    // flags, and nothing is written to the user stack. TF and AC are not restored.
+    mov 16(%rsp), %r11
+    bt $10, %r11
+    jnc 1f
+    std
+1:  mov %r11, %rax
+    mov %al, %ah
+    bt $11, %r11
+    sbb %al, %al
+    and $0x7f, %al
+    add $1, %al
+    sahf
     pop %rax
     pop %rcx
     pop %r11
-    // Restore the flags, then the stack, then jump: none of these three instructions
-    // changes the flags, and nothing is written to the user stack. TF is left clear:
-    // set, it would trap on the next (kernel) instruction.
-    push %r11
-    andq $~0x100, (%rsp)
-    popfq
     pop %rsp
     jmp *%rcx
 
