@@ -203,3 +203,18 @@ pub mod rootfs {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::rootfs::Header;
+
+    #[test]
+    fn rootfs_header_round_trip() {
+        let h = Header { kind: 2, mode: 0o644, mtime_ns: 1 << 40, path_len: 3, data_len: 9 };
+        assert_eq!(Header::from_bytes(&h.to_bytes()), Some(h));
+        assert_eq!(h.record_len(), Some(48)); // 32 + 3 + 9 = 44, padded to 8
+        assert_eq!(Header::from_bytes(&[0; 31]), None);
+        let huge = Header { data_len: u64::MAX, ..h };
+        assert_eq!(huge.record_len(), None);
+    }
+}

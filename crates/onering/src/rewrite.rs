@@ -595,6 +595,19 @@ mod real_binaries {
     }
 
     #[test]
+    fn unwind_ranges_agree_with_symbols() {
+        // In a binary with both, every function the unwind information names starts
+        // where a symbol does: the stripped-binary path finds real boundaries.
+        let file = std::fs::read(musl_hello()).unwrap();
+        let symbols: std::collections::HashSet<u64> = elf::functions(&file).into_iter().map(|f| f.0).collect();
+        let fdes = elf::eh_frame_functions(&file);
+        assert!(!fdes.is_empty(), "no .eh_frame FDEs found");
+        for (start, size) in &fdes {
+            assert!(symbols.contains(start), "FDE at {start:#x} (+{size:#x}) has no symbol");
+        }
+    }
+
+    #[test]
     fn glibc_static_busybox() {
         let bb = Path::new("/bin/busybox");
         assert!(bb.exists(), "/bin/busybox missing (apt-get install busybox-static)");
