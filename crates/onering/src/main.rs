@@ -190,6 +190,11 @@ fn onering_main() -> u8 {
             let _ = e.print();
             return 0;
         }
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // Plain `onering`: the help, as a usage error.
+            let _ = e.print();
+            return 125;
+        }
         Err(e) => {
             let text = e.render().to_string();
             say_raw!("onering: {}", text.strip_prefix("error: ").unwrap_or(&text));
