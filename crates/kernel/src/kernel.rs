@@ -166,6 +166,17 @@ impl Kernel {
     }
 }
 
+/// SIGPIPE after a write got EPIPE: ends the program unless SIGPIPE is blocked or
+/// has a disposition other than the default.
+pub fn sigpipe(rip: u64) {
+    const SIGPIPE: usize = 13;
+    let mut k = kernel();
+    let blocked = k.signals.mask & (1 << (SIGPIPE - 1)) != 0;
+    if !blocked && k.signals.actions[SIGPIPE - 1][0] == 0 {
+        k.killed(SIGPIPE as u64, rip, 0);
+    }
+}
+
 /// Most distinct unsupported system calls reported.
 const MAX_WARNED: usize = 1024;
 

@@ -537,6 +537,8 @@ fn print_stats(mem: &GuestMemoryMmap, r: loader::RewriteStats) {
 fn report(outcome: Outcome) -> u8 {
     match outcome {
         Outcome::Exited(s) => s,
+        // A broken pipe is routine at the end of a pipeline: no message, as a shell.
+        Outcome::Killed { signal: 13, .. } => 128 + 13,
         Outcome::Killed { signal, rip, addr } => {
             let at = if signal == 11 || signal == 7 { format!(" (fault address {addr:#x})") } else { String::new() };
             say!("onering: program killed by {} at {rip:#x}{at}", signal_name(signal));

@@ -429,3 +429,22 @@ fn a_broken_gs_base_is_an_unrecoverable_exception() {
     expect_failure(&onering(&["run", "--no-rewrite", bin.to_str().unwrap()]), 125, "unrecoverable exception");
     expect_failure(&run(&bin, &[]), 125, "unrecoverable exception");
 }
+
+#[test]
+fn a_closed_pipe_ends_the_program_with_sigpipe_as_on_linux() {
+    let bin = musl("bigout");
+    require_kvm();
+    // onering's stdout is a pipe whose reader goes away after 100 bytes.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(["run", bin.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 100];
+    std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(141), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(String::from_utf8_lossy(&o.stderr), "", "no message for a broken pipe");
+}

@@ -159,6 +159,12 @@ pub fn dispatch(frame: &mut SyscallFrame) -> u64 {
             Err(crate::errno::Errno::ENOSYS)
         }
     };
+    if result == Err(crate::errno::Errno::EPIPE) {
+        // Writing to a pipe nobody reads raises SIGPIPE, which by default ends the
+        // program (`prog | head -1`). Handlers come with signal delivery; a program
+        // that ignores or blocks SIGPIPE gets EPIPE.
+        crate::kernel::sigpipe(frame.rip);
+    }
     crate::errno::to_ret(result)
 }
 
