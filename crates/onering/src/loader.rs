@@ -173,10 +173,9 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     let low_end = ram[0].0 .0 + ram[0].1 as u64;
 
     // Fixed costs: boot area, kernel, per-CPU stacks, heap, the program's stack.
-    let kernel_end = kernel_image::MEM_END - layout::KERNEL_VBASE;
-    let kernel_span = align_up(kernel_end, HUGE_PAGE_SIZE);
+    // The kernel's mapping ends where the per-CPU stacks start.
     let stacks = stacks_base();
-    debug_assert_eq!(stacks, kernel_span);
+    let kernel_span = stacks;
     let stacks_size = align_up(spec.ncpus * layout::CPU_STACKS_SIZE, HUGE_PAGE_SIZE);
     let heap = stacks + stacks_size;
     let heap_size = heap_size(spec.mem_size);

@@ -98,15 +98,25 @@ impl Ins {
     }
 }
 
+/// The kind of the instructions both passes care about: a site, or a direct
+/// branch and where it goes (an indirect one is `Other`). None for the rest.
+fn site_or_branch(i: &X86, next: u64) -> Option<Kind> {
+    use Opcode::*;
+    Some(match i.opcode() {
+        SYSCALL => Kind::Syscall,
+        JMP | CALL | JO | JNO | JB | JNB | JZ | JNZ | JA | JNA | JS | JNS | JP | JNP | JL | JGE | JLE | JG | LOOP
+        | LOOPZ | LOOPNZ | JRCXZ | JECXZ => match i.operand(0) {
+            Operand::ImmediateI8 { imm } => Kind::Branch(next.wrapping_add(imm as i64 as u64)),
+            Operand::ImmediateI32 { imm } => Kind::Branch(next.wrapping_add(imm as i64 as u64)),
+            _ => Kind::Other,
+        },
+        _ => return None,
+    })
+}
+
 fn classify(i: &X86, ip: u64) -> (Kind, Option<i32>, usize) {
     use Opcode::*;
     let len = i.len().to_const() as usize;
-    let next = ip + len as u64;
-    let relative = |op: Operand| match op {
-        Operand::ImmediateI8 { imm } => Some(next.wrapping_add(imm as i64 as u64)),
-        Operand::ImmediateI32 { imm } => Some(next.wrapping_add(imm as i64 as u64)),
-        _ => None,
-    };
     let mut rip_disp = None;
     let mut odd_rip = false;
     for n in 0..i.operand_count() {
@@ -116,18 +126,15 @@ fn classify(i: &X86, ip: u64) -> (Kind, Option<i32>, usize) {
             _ => {}
         }
     }
-    let kind = match i.opcode() {
-        SYSCALL => Kind::Syscall,
-        RETURN => Kind::Return,
-        JMP | CALL | JO | JNO | JB | JNB | JZ | JNZ | JA | JNA | JS | JNS | JP | JNP | JL | JGE | JLE | JG | LOOP
-        | LOOPZ | LOOPNZ | JRCXZ | JECXZ => match relative(i.operand(0)) {
-            Some(t) => Kind::Branch(t),
-            None => Kind::Other,
+    let kind = match site_or_branch(i, ip + len as u64) {
+        Some(k) => k,
+        None => match i.opcode() {
+            RETURN => Kind::Return,
+            RETF | IRET | IRETD | IRETQ | INT | INTO | UD0 | UD1 | UD2 | HLT | SYSENTER | SYSEXIT | SYSRET | JMPF
+            | CALLF | XBEGIN | XABORT | XEND => Kind::Other,
+            _ if odd_rip => Kind::Other,
+            _ => Kind::Plain,
         },
-        RETF | IRET | IRETD | IRETQ | INT | INTO | UD0 | UD1 | UD2 | HLT | SYSENTER | SYSEXIT | SYSRET | JMPF
-        | CALLF | XBEGIN | XABORT | XEND => Kind::Other,
-        _ if odd_rip => Kind::Other,
-        _ => Kind::Plain,
     };
     (kind, rip_disp, len)
 }
@@ -159,31 +166,23 @@ fn decode_one(decoder: &InstDecoder, ip: u64, bytes: &[u8]) -> Ins {
     Ins { ip, len, kind, rip_rel }
 }
 
-/// Decodes `bytes` (at `addr`), calling `f` for each instruction, at most `max`.
-/// Undecodable bytes come out as one-byte `Other` instructions.
-fn decode_with(addr: u64, bytes: &[u8], max: usize, mut f: impl FnMut(Ins)) {
-    let decoder = InstDecoder::default();
-    let mut pos = 0usize;
-    let mut n = 0;
-    while pos < bytes.len() && n < max {
-        let ip = addr + pos as u64;
-        let ins = decode_one(&decoder, ip, &bytes[pos..]);
-        pos += ins.len;
-        n += 1;
-        f(ins);
-    }
-}
-
+/// Decodes at most `max` instructions of `bytes` (at `addr`). Undecodable bytes
+/// come out as one-byte `Other` instructions.
 fn decode_n(addr: u64, bytes: &[u8], max: usize) -> Vec<Ins> {
+    let decoder = InstDecoder::default();
     let mut out = Vec::new();
-    decode_with(addr, bytes, max, |i| out.push(i));
+    let mut pos = 0usize;
+    while pos < bytes.len() && out.len() < max {
+        let ins = decode_one(&decoder, addr + pos as u64, &bytes[pos..]);
+        pos += ins.len;
+        out.push(ins);
+    }
     out
 }
 
 /// The fast sweep of pass 1: for each instruction only its address and whether it is
 /// a site or a direct branch (and where to); one instruction buffer reused.
 fn scan(addr: u64, bytes: &[u8], mut f: impl FnMut(u64, Kind)) {
-    use Opcode::*;
     let decoder = InstDecoder::default();
     let mut inst = X86::default();
     let mut pos = 0usize;
@@ -195,18 +194,7 @@ fn scan(addr: u64, bytes: &[u8], mut f: impl FnMut(u64, Kind)) {
             continue;
         }
         let len = inst.len().to_const() as usize;
-        let next = ip + len as u64;
-        let kind = match inst.opcode() {
-            SYSCALL => Kind::Syscall,
-            JMP | CALL | JO | JNO | JB | JNB | JZ | JNZ | JA | JNA | JS | JNS | JP | JNP | JL | JGE | JLE | JG
-            | LOOP | LOOPZ | LOOPNZ | JRCXZ | JECXZ => match inst.operand(0) {
-                Operand::ImmediateI8 { imm } => Kind::Branch(next.wrapping_add(imm as i64 as u64)),
-                Operand::ImmediateI32 { imm } => Kind::Branch(next.wrapping_add(imm as i64 as u64)),
-                _ => Kind::Other,
-            },
-            _ => Kind::Plain,
-        };
-        f(ip, kind);
+        f(ip, site_or_branch(&inst, ip + len as u64).unwrap_or(Kind::Plain));
         pos += len;
     }
 }

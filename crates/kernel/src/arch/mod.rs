@@ -44,12 +44,6 @@ fn percpu_ptr() -> *mut PerCpuHeader {
     base as *mut PerCpuHeader
 }
 
-/// This vCPU's number.
-pub fn cpu_id() -> u64 {
-    // SAFETY: GS base points at this CPU's header for the VM's whole life.
-    unsafe { read_volatile(addr_of!((*percpu_ptr()).cpu)) }
-}
-
 /// Makes a hostcall (see `onering_abi::hostcall`) and returns its result.
 pub fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
     let pc = percpu_ptr();
@@ -64,12 +58,6 @@ pub fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
         write_volatile(direct(layout::HOSTCALL_DOORBELL_PHYS) as *mut u64, nr as u64);
         read_volatile(addr_of!((*blk).ret))
     }
-}
-
-/// Ends the exception that is being handled, so another can be handed to ring 3.
-pub fn fault_done() {
-    // SAFETY: a field of this CPU's header.
-    unsafe { write_volatile(addr_of_mut!((*percpu_ptr()).in_fault), 0) }
 }
 
 /// Sets the FS base (thread pointer) of the running thread.

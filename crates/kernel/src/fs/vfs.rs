@@ -5,7 +5,6 @@
 
 use crate::errno::Errno;
 use alloc::collections::BTreeMap;
-use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
@@ -573,10 +572,6 @@ impl Vfs {
             Data::Symlink(t) => Ok(t),
             _ => Err(Errno::EINVAL),
         }
-    }
-
-    pub fn name_string(name: &[u8]) -> String {
-        String::from_utf8_lossy(name).into_owned()
     }
 }
 

@@ -95,10 +95,6 @@ impl AddressSpace {
         self.vmas.insert(vma);
     }
 
-    pub fn is_backed(&self, block: u64) -> bool {
-        self.blocks.contains_key(&block)
-    }
-
     /// Backs every block of `[start, end)`; on failure nothing new stays backed.
     /// Work is bounded by memory, not by the size of the range: a range with more
     /// unbacked blocks than there are free chunks fails at once.

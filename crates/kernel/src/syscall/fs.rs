@@ -20,7 +20,6 @@ const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
 const AT_REMOVEDIR: u64 = 0x200;
 const AT_EMPTY_PATH: u64 = 0x1000;
 const AT_EACCESS: u64 = 0x200;
-const TCGETS: u64 = 0x5401;
 const TIOCGWINSZ: u64 = 0x5413;
 const FIONREAD: u64 = 0x541b;
 const FIONBIO: u64 = 0x5421;
@@ -47,9 +46,14 @@ fn path_arg(k: &Kernel, addr: u64) -> Result<Vec<u8>, Errno> {
     Ok(p.to_vec())
 }
 
+/// Whether `dirfd` is AT_FDCWD (an int: the upper half of the register does not count).
+fn is_cwd(dirfd: u64) -> bool {
+    dirfd as i32 == AT_FDCWD as i32
+}
+
 /// Where a relative path starts for `*at` calls: the cwd, or the directory `dirfd`.
 fn base_dir(k: &Kernel, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
-    if path.first() == Some(&b'/') || dirfd == AT_FDCWD || dirfd as i32 == AT_FDCWD as i32 {
+    if path.first() == Some(&b'/') || is_cwd(dirfd) {
         return Ok(k.cwd);
     }
     let f = file(k, dirfd)?;
@@ -237,20 +241,21 @@ fn vectored(iov: Vec<(u64, u64)>, mut op: impl FnMut(u64, u64) -> SysResult) -> 
     Ok(total)
 }
 
-pub fn readv(f: &mut SyscallFrame) -> SysResult {
+/// readv/writev: `op` is read_file or write_file.
+fn vectored_io(f: &SyscallFrame, op: fn(&mut Kernel, u64, u64, u64, Option<u64>) -> SysResult) -> SysResult {
     let [fd, iov, count, ..] = f.args();
     let k = &mut *kernel();
     k.fds.get(fd)?;
     let v = iovecs(k, iov, count)?;
-    vectored(v, |b, l| read_file(k, fd, b, l, None))
+    vectored(v, |b, l| op(k, fd, b, l, None))
+}
+
+pub fn readv(f: &mut SyscallFrame) -> SysResult {
+    vectored_io(f, read_file)
 }
 
 pub fn writev(f: &mut SyscallFrame) -> SysResult {
-    let [fd, iov, count, ..] = f.args();
-    let k = &mut *kernel();
-    k.fds.get(fd)?;
-    let v = iovecs(k, iov, count)?;
-    vectored(v, |b, l| write_file(k, fd, b, l, None))
+    vectored_io(f, write_file)
 }
 
 // ---- opening and closing ----------------------------------------------------------
@@ -416,11 +421,9 @@ pub fn ioctl(f: &mut SyscallFrame) -> SysResult {
             Ok(0)
         }
         FIONBIO => {
-            let on = arch::read_user_u64(&k.space, arg).map(|v| v as u32 != 0).or_else(|_| {
-                let mut b = [0u8; 4];
-                arch::copy_from_user(&k.space, arg, &mut b).map(|_| u32::from_le_bytes(b) != 0)
-            })?;
-            if on {
+            let mut b = [0u8; 4]; // an int
+            arch::copy_from_user(&k.space, arg, &mut b)?;
+            if u32::from_le_bytes(b) != 0 {
                 of.set_flags(of.flags() | oflag::O_NONBLOCK);
             } else {
                 of.set_flags(of.flags() & !oflag::O_NONBLOCK);
@@ -438,7 +441,6 @@ pub fn ioctl(f: &mut SyscallFrame) -> SysResult {
             copy_to_user(&k.space, arg, &(n as u32).to_le_bytes())?;
             Ok(0)
         }
-        TCGETS => Err(Errno::ENOTTY),
         _ => Err(Errno::ENOTTY),
     }
 }
@@ -544,7 +546,7 @@ fn write_stat(k: &Kernel, addr: u64, m: &Meta) -> SysResult {
 /// Resolves a path argument for the stat family (with AT_EMPTY_PATH: `dirfd` itself).
 fn stat_target(k: &Kernel, dirfd: u64, path_addr: u64, flags: u64) -> Result<Meta, Errno> {
     if flags & AT_EMPTY_PATH != 0 && user_cstr(&k.space, path_addr, PATH_MAX - 1)?.is_empty() {
-        if dirfd == AT_FDCWD || dirfd as i32 == AT_FDCWD as i32 {
+        if is_cwd(dirfd) {
             return Ok(meta_of_node(k, k.cwd));
         }
         return Ok(meta_of_file(k, &file(k, dirfd)?));
