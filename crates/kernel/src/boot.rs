@@ -38,7 +38,21 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
     let cwd = if workdir.is_empty() { ROOT } else { vfs.lookup(ROOT, workdir, true).unwrap_or(ROOT) };
     let exe = arch::user_slice(&space, bi.execfn, bi.execfn_len).map(|s| s.to_vec()).unwrap_or_default();
     kernel::init(Kernel::new(space, vfs, cwd, bi, exe));
-    arch::enter_user(bi.entry, bi.user_sp)
+    crate::fs::file::ON_PIPE_CLOSE.call_once(|| crate::sched::wake_all);
+    crate::sched::init();
+    crate::sched::set_ncpus(bi.ncpus as usize);
+    // The program's first thread: it "returns" to the entry point with the initial
+    // stack and every other register zero (rdx = 0: no function for atexit).
+    let mut frame = [0u64; 16];
+    frame[13] = bi.entry; // rip
+    frame[14] = 0x202; // rflags
+    frame[15] = bi.user_sp; // rsp
+    let spawn = crate::sched::Spawn { pid: 1, proc_slot: 0, frame, fs_base: 0, sigmask: 0, leader: true };
+    match crate::sched::spawn(spawn, &mut kernel().space.chunks, true) {
+        Ok(t) if t.tid() == 1 => {}
+        _ => panic!("cannot create the first thread"),
+    }
+    crate::sched::idle_loop()
 }
 
 fn address_space(bi: &BootInfo) -> AddressSpace {
@@ -67,9 +81,17 @@ fn address_space(bi: &BootInfo) -> AddressSpace {
     space
 }
 
-/// Called by `syscall_entry` with the frame it built; leaves the result in `rax`.
+/// Called by `syscall_entry` with the frame it built; leaves the result in `rax`,
+/// or returns into a signal handler if one is due.
 pub extern "C" fn syscall_dispatch(frame: &mut SyscallFrame) {
     frame.rax = syscall::dispatch(frame);
+    let t = crate::sched::current();
+    if t.deliverable() != 0 {
+        crate::syscall::signal::on_syscall_return(frame);
+    }
+    if t.doomed.load(core::sync::atomic::Ordering::Relaxed) {
+        crate::sched::exit_current();
+    }
 }
 
 /// Registers at an exception, as `exception_common` lays them out.
@@ -100,8 +122,8 @@ pub struct FaultFrame {
     pub ss: u64,
 }
 
-/// Called on the fault stack for every exception raised in ring 3. Signal handlers
-/// come later; for now a fault ends the program as an unhandled signal does.
+/// Called on the fault stack for every exception raised in ring 3: the program's
+/// handler for the signal runs, or the program ends as killed by it.
 pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
     // The top 2 GiB hold only the kernel image: a fault there is the kernel's. A
     // program jumping to any other wild address gets SIGSEGV like on Linux.
@@ -113,7 +135,39 @@ pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
     }
     let addr =
         if frame.vector == crate::fault::vector::PAGE_FAULT { arch::hostcall(Hostcall::FaultAddr, &[]) } else { 0 };
-    kernel().killed(signal_for(frame.vector), frame.rip, addr)
+    let s = signal_for(frame.vector);
+    if s == crate::signal::sig::SIGKILL {
+        kernel().killed(s, frame.rip, addr);
+    }
+    let regs = crate::signal::Regs {
+        r8: frame.r8,
+        r9: frame.r9,
+        r10: frame.r10,
+        r11: frame.r11,
+        r12: frame.r12,
+        r13: frame.r13,
+        r14: frame.r14,
+        r15: frame.r15,
+        rdi: frame.rdi,
+        rsi: frame.rsi,
+        rbp: frame.rbp,
+        rbx: frame.rbx,
+        rdx: frame.rdx,
+        rax: frame.rax,
+        rcx: frame.rcx,
+        rsp: frame.rsp,
+        rip: frame.rip,
+        rflags: frame.rflags,
+    };
+    let info = crate::signal::Info {
+        signo: s,
+        code: crate::fault::si_code(frame.vector),
+        addr: if frame.vector == crate::fault::vector::PAGE_FAULT { addr } else { frame.rip },
+        trapno: frame.vector,
+        err: frame.error,
+        ..Default::default()
+    };
+    crate::syscall::signal::fault(regs, s, info)
 }
 
 #[panic_handler]

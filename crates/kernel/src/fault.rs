@@ -28,6 +28,21 @@ pub mod vector {
     pub const SIMD: u64 = 19;
 }
 
+/// The `si_code` Linux reports with the signal for exception `vector`.
+pub fn si_code(vector: u64) -> i32 {
+    use crate::signal::code::*;
+    use vector::*;
+    match vector {
+        DIVIDE => FPE_INTDIV,
+        INVALID_OPCODE => ILL_ILLOPN,
+        ALIGNMENT => BUS_ADRALN,
+        DEBUG | BREAKPOINT => TRAP_BRKPT,
+        PAGE_FAULT => SEGV_MAPERR,
+        // #GP and friends: SI_KERNEL, as Linux reports a general protection fault.
+        _ => 0x80,
+    }
+}
+
 /// The signal Linux delivers for exception `vector` raised by user code.
 pub fn signal_for(vector: u64) -> u64 {
     use vector::*;

@@ -14,6 +14,7 @@ use alloc::format;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use onering_abi::{flags, Hostcall};
+use crate::sched::Thread;
 use spin::{Mutex, MutexGuard, Once};
 
 pub struct Kernel {
@@ -21,11 +22,9 @@ pub struct Kernel {
     pub mmu: GuestMmu,
     pub console: Console,
     pub vfs: Vfs,
-    pub fds: FdTable,
-    pub cwd: Ino,
-    /// Keeps the working directory's node alive even if it is removed.
-    pub cwd_hold: Hold,
-    pub umask: u32,
+    /// Processes by slot (`Thread::proc_slot`): the program, and children it made
+    /// with vfork (they share its memory).
+    pub procs: Vec<Option<Process>>,
     pub rng: Rng,
     pub clock: Clock,
     pub flags: u64,
@@ -35,14 +34,86 @@ pub struct Kernel {
     pub gid: u64,
     /// The program's path as given (for /proc/self/exe).
     pub exe: Vec<u8>,
-    pub clear_child_tid: u64,
     /// The thread name (`prctl(PR_SET_NAME)`), NUL padded.
     pub comm: [u8; 16],
-    pub signals: Signals,
-    /// Resource limits set by the program (`prlimit64`), by resource number.
-    pub rlimits: BTreeMap<u32, (u64, u64)>,
     /// Unsupported system calls already reported.
     warned: BTreeSet<u64>,
+}
+
+/// What a process owns besides the (shared) memory: descriptors, working
+/// directory, signal dispositions, children.
+pub struct Process {
+    pub pid: u64,
+    /// Parent's pid (0 for the program itself, as for a container's pid 1).
+    pub ppid: u64,
+    pub fds: FdTable,
+    pub cwd: Ino,
+    /// Keeps the working directory's node alive even if it is removed.
+    pub cwd_hold: Hold,
+    pub umask: u32,
+    /// `struct k_sigaction` of each signal 1..=64: handler, flags, restorer, mask.
+    pub actions: [[u64; 4]; 64],
+    /// Resource limits set by the program (`prlimit64`), by resource number.
+    pub rlimits: BTreeMap<u32, (u64, u64)>,
+    /// Live threads.
+    pub threads: usize,
+    /// Children that ended and were not waited for: (pid, wait status).
+    pub zombies: Vec<(u64, u64)>,
+    /// Children still running.
+    pub children: usize,
+    /// The parent thread suspended in vfork until this process exits.
+    pub vfork_parent: Option<&'static Thread>,
+}
+
+impl Process {
+    /// A child's copy of `self` (vfork: descriptors and dispositions copied).
+    pub fn child(&self, pid: u64) -> Process {
+        Process {
+            pid,
+            ppid: self.pid,
+            fds: self.fds.clone(),
+            cwd: self.cwd,
+            cwd_hold: self.cwd_hold.clone(),
+            umask: self.umask,
+            actions: self.actions,
+            rlimits: self.rlimits.clone(),
+            threads: 1,
+            zombies: Vec::new(),
+            children: 0,
+            vfork_parent: None,
+        }
+    }
+}
+
+/// The running thread's process in `procs`.
+pub fn cur_of(procs: &mut [Option<Process>]) -> &mut Process {
+    let slot = crate::sched::current().proc_slot.load(core::sync::atomic::Ordering::Relaxed);
+    match procs.get_mut(slot).and_then(Option::as_mut) {
+        Some(p) => p,
+        None => panic!("thread of a finished process"),
+    }
+}
+
+/// The running thread's process in `procs`, shared.
+pub fn cur_ref(procs: &[Option<Process>]) -> &Process {
+    let slot = crate::sched::current().proc_slot.load(core::sync::atomic::Ordering::Relaxed);
+    match procs.get(slot).and_then(Option::as_ref) {
+        Some(p) => p,
+        None => panic!("thread of a finished process"),
+    }
+}
+
+/// The clock, readable without the kernel lock.
+static CLOCK: Once<Clock> = Once::new();
+
+/// Monotonic nanoseconds since boot.
+pub fn mono_now() -> u64 {
+    CLOCK.get().map_or(0, |c| c.mono_ns(arch::rdtsc()))
+}
+
+/// Nanoseconds since the epoch.
+pub fn real_now() -> u64 {
+    CLOCK.get().map_or(0, |c| c.realtime_ns(arch::rdtsc()))
 }
 
 static KERNEL: Once<Mutex<Kernel>> = Once::new();
@@ -55,6 +126,8 @@ pub fn init(k: Kernel) {
 impl Kernel {
     /// The state at boot: standard streams on descriptors 0, 1 and 2.
     pub fn new(space: AddressSpace, vfs: Vfs, cwd: Ino, bi: &onering_abi::BootInfo, exe: Vec<u8>) -> Kernel {
+        let clock = Clock { tsc_hz: bi.tsc_hz, boot_tsc: bi.boot_tsc, boot_realtime_ns: bi.boot_realtime_ns };
+        CLOCK.call_once(|| clock);
         let mut fds = FdTable::new();
         for (path, flags) in [
             (&b"/dev/stdin"[..], oflag::O_RDONLY),
@@ -70,28 +143,46 @@ impl Kernel {
         let name = exe.rsplit(|b| *b == b'/').next().unwrap_or(&[]);
         let n = name.len().min(15);
         comm[..n].copy_from_slice(&name[..n]);
+        let init = Process {
+            pid: 1,
+            ppid: 0,
+            fds,
+            cwd,
+            cwd_hold,
+            umask: 0o022,
+            actions: [[0; 4]; 64],
+            rlimits: BTreeMap::new(),
+            threads: 1,
+            zombies: Vec::new(),
+            children: 0,
+            vfork_parent: None,
+        };
         Kernel {
             space,
             mmu: GuestMmu::default(),
             console: Console::new(),
             vfs,
-            fds,
-            cwd_hold,
-            cwd,
-            umask: 0o022,
+            procs: alloc::vec![Some(init)],
             rng: Rng::new(bi.seed),
-            clock: Clock { tsc_hz: bi.tsc_hz, boot_tsc: bi.boot_tsc, boot_realtime_ns: bi.boot_realtime_ns },
+            clock,
             flags: bi.flags,
             winsize: bi.winsize,
             uid: bi.uid,
             gid: bi.gid,
             exe,
-            clear_child_tid: 0,
             comm,
-            signals: Signals::default(),
-            rlimits: BTreeMap::new(),
             warned: BTreeSet::new(),
         }
+    }
+
+    /// The running thread's process.
+    pub fn cur(&mut self) -> &mut Process {
+        cur_of(&mut self.procs)
+    }
+
+    /// The running thread's process, shared.
+    pub fn proc(&self) -> &Process {
+        cur_ref(&self.procs)
     }
 
     /// Monotonic nanoseconds since boot.
@@ -102,22 +193,6 @@ impl Kernel {
     /// Nanoseconds since the epoch.
     pub fn now_real(&self) -> u64 {
         self.clock.realtime_ns(arch::rdtsc())
-    }
-}
-
-/// Signal dispositions and mask, recorded for the program (delivery comes later).
-#[derive(Debug, Clone)]
-pub struct Signals {
-    /// `struct k_sigaction` of each signal 1..=64: handler, flags, restorer, mask.
-    pub actions: [[u64; 4]; 64],
-    pub mask: u64,
-    /// `stack_t`: sp, flags, size.
-    pub altstack: (u64, u32, u64),
-}
-
-impl Default for Signals {
-    fn default() -> Self {
-        Signals { actions: [[0; 4]; 64], mask: 0, altstack: (0, 2, 0) }
     }
 }
 
@@ -166,15 +241,11 @@ impl Kernel {
     }
 }
 
-/// SIGPIPE after a write got EPIPE: ends the program unless SIGPIPE is blocked or
-/// has a disposition other than the default.
-pub fn sigpipe(rip: u64) {
-    const SIGPIPE: usize = 13;
-    let mut k = kernel();
-    let blocked = k.signals.mask & (1 << (SIGPIPE - 1)) != 0;
-    if !blocked && k.signals.actions[SIGPIPE - 1][0] == 0 {
-        k.killed(SIGPIPE as u64, rip, 0);
-    }
+/// SIGPIPE after a write got EPIPE: raised for the writing thread (by default it
+/// ends the program, silently: `prog | head -1`).
+pub fn sigpipe() {
+    let t = crate::sched::current();
+    crate::syscall::signal::send(t, crate::signal::sig::SIGPIPE, crate::signal::Info { signo: 13, ..Default::default() });
 }
 
 /// Most distinct unsupported system calls reported.
@@ -197,6 +268,17 @@ pub fn report_unsupported(nr: u64) {
         None => format!("onering: unsupported syscall {nr}\n"),
     };
     k.message(&msg);
+}
+
+/// Reports one of onering's own limitations on stderr, once (unless `--quiet`).
+pub fn report_message_once(msg: &'static str) {
+    let mut k = kernel();
+    let key = (1 << 63) | msg.as_ptr() as u64;
+    if k.flags & flags::QUIET != 0 || k.warned.contains(&key) {
+        return;
+    }
+    k.warned.insert(key);
+    k.message(msg);
 }
 
 /// The VMM never resumes a vCPU after Exit, Killed or Panic; if it somehow did,

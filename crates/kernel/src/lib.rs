@@ -17,8 +17,10 @@ pub mod console;
 pub mod errno;
 pub mod fault;
 pub mod fs;
+pub mod futex;
 pub mod mm;
 pub mod rng;
+pub mod signal;
 pub mod syscall;
 pub mod time;
 
@@ -29,3 +31,5 @@ pub mod arch;
 pub mod boot;
 #[cfg(target_os = "none")]
 pub mod kernel;
+#[cfg(target_os = "none")]
+pub mod sched;

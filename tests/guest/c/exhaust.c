@@ -11,7 +11,7 @@ int main(void) {
     int filled = 0, refused = 0;
     for (int i = 0; i < 500; i++) {
         int p[2];
-        if (pipe(p)) break;
+        if (pipe2(p, O_NONBLOCK)) break;
         if (write(p[1], buf, sizeof buf) > 0) filled++;
         else if (errno == EAGAIN) refused++;
     }

@@ -8,6 +8,7 @@
 
 mod entry;
 pub mod supervisor;
+pub mod thread;
 
 pub use entry::enter_user;
 

@@ -168,12 +168,34 @@ impl OpenFile {
     }
 }
 
+/// Called with a pipe's key when one of its ends closes (the kernel wakes threads
+/// blocked on the pipe; unset in host tests).
+pub static ON_PIPE_CLOSE: spin::Once<fn(u64)> = spin::Once::new();
+
+/// The key threads blocked on pipe `p` wait on.
+pub fn pipe_key(p: &Arc<Mutex<Pipe>>) -> u64 {
+    Arc::as_ptr(p) as *const u8 as u64
+}
+
+impl OpenFile {
+    /// The wait key of the pipe this end belongs to, if it is one.
+    pub fn pipe_key(&self) -> Option<u64> {
+        match &self.kind {
+            Kind::PipeRead(p) | Kind::PipeWrite(p) => Some(pipe_key(p)),
+            Kind::Node(_) => None,
+        }
+    }
+}
+
 impl Drop for OpenFile {
     fn drop(&mut self) {
         match &self.kind {
             Kind::PipeRead(p) => p.lock().readers -= 1,
             Kind::PipeWrite(p) => p.lock().writers -= 1,
-            Kind::Node(_) => {}
+            Kind::Node(_) => return,
+        }
+        if let (Some(f), Some(key)) = (ON_PIPE_CLOSE.get(), self.pipe_key()) {
+            f(key);
         }
     }
 }
@@ -198,7 +220,7 @@ struct Slot {
     cloexec: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct FdTable {
     slots: Vec<Option<Slot>>,
 }

@@ -60,6 +60,13 @@ pub struct Node {
 #[derive(Debug)]
 pub struct Hold(Arc<AtomicUsize>);
 
+impl Clone for Hold {
+    fn clone(&self) -> Self {
+        self.0.fetch_add(1, Ordering::Relaxed);
+        Hold(self.0.clone())
+    }
+}
+
 impl Drop for Hold {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::Relaxed);

@@ -34,7 +34,7 @@ const FD_CLOEXEC: u64 = 1;
 // ---- helpers ----------------------------------------------------------------------
 
 fn file(k: &Kernel, fd: u64) -> Result<FileRef, Errno> {
-    k.fds.get(fd).cloned()
+    k.proc().fds.get(fd).cloned()
 }
 
 /// The path argument at `addr`.
@@ -54,7 +54,7 @@ fn is_cwd(dirfd: u64) -> bool {
 /// Where a relative path starts for `*at` calls: the cwd, or the directory `dirfd`.
 fn base_dir(k: &Kernel, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
     if path.first() == Some(&b'/') || is_cwd(dirfd) {
-        return Ok(k.cwd);
+        return Ok(k.proc().cwd);
     }
     let f = file(k, dirfd)?;
     let ino = match f.kind {
@@ -73,7 +73,8 @@ fn base_dir(k: &Kernel, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
 /// file's offset). The hot path: no allocation, no reference counting.
 fn read_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) -> SysResult {
     let len = len.min(MAX_RW_COUNT);
-    let Kernel { fds, space, vfs, rng, flags, .. } = k;
+    let Kernel { procs, space, vfs, rng, flags, .. } = k;
+    let fds = &crate::kernel::cur_ref(procs).fds;
     let of = fds.get(fd)?;
     if !of.readable() {
         return Err(Errno::EBADF);
@@ -128,7 +129,8 @@ fn read_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) 
 /// offset).
 fn write_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) -> SysResult {
     let len = len.min(MAX_RW_COUNT);
-    let Kernel { fds, space, vfs, console, clock, .. } = k;
+    let Kernel { procs, space, vfs, console, clock, .. } = k;
+    let fds = &crate::kernel::cur_ref(procs).fds;
     let of = fds.get(fd)?;
     if !of.writable() {
         return Err(Errno::EBADF);
@@ -171,16 +173,66 @@ fn write_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>)
     }
 }
 
+/// Runs `op` on descriptor `fd`; where a pipe without O_NONBLOCK would return
+/// EAGAIN, blocks until the pipe changes and tries again (EINTR if a signal comes).
+/// A pipe operation that did something wakes the pipe's other waiters.
+fn blocking(fd: u64, mut op: impl FnMut(&mut Kernel) -> SysResult) -> SysResult {
+    loop {
+        let key = {
+            let k = &mut *kernel();
+            let r = op(k);
+            let Ok(of) = file(k, fd) else {
+                return r;
+            };
+            let Some(key) = of.pipe_key() else {
+                return r;
+            };
+            match r {
+                Err(Errno::EAGAIN) if of.flags() & oflag::O_NONBLOCK == 0 => {
+                    crate::sched::prepare_wait(key);
+                    key
+                }
+                r => {
+                    if r.is_ok() {
+                        crate::sched::wake_all(key);
+                    }
+                    return r;
+                }
+            }
+        };
+        let w = crate::sched::block(None);
+        crate::sched::finish_wait(key);
+        if w == crate::sched::Wake::Interrupted {
+            return Err(Errno::EINTR);
+        }
+    }
+}
+
 pub fn read(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, ..] = f.args();
-    let k = &mut *kernel();
-    read_file(k, fd, addr, len, None)
+    blocking(fd, |k| read_file(k, fd, addr, len, None))
 }
 
 pub fn write(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, ..] = f.args();
-    let k = &mut *kernel();
-    write_file(k, fd, addr, len, None)
+    // A blocking pipe takes everything, waiting for room as needed.
+    let mut done = 0u64;
+    loop {
+        let r = blocking(fd, |k| write_file(k, fd, addr + done, len - done, None));
+        match r {
+            Ok(n) => {
+                done += n;
+                let more = n > 0 && done < len.min(MAX_RW_COUNT) && {
+                    let k = kernel();
+                    file(&k, fd).is_ok_and(|of| of.pipe_key().is_some() && of.flags() & oflag::O_NONBLOCK == 0)
+                };
+                if !more {
+                    return Ok(done);
+                }
+            }
+            Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
+        }
+    }
 }
 
 /// A pread/pwrite offset: EINVAL if negative, or if offset + count overflows.
@@ -242,20 +294,25 @@ fn vectored(iov: Vec<(u64, u64)>, mut op: impl FnMut(u64, u64) -> SysResult) -> 
 }
 
 /// readv/writev: `op` is read_file or write_file.
-fn vectored_io(f: &SyscallFrame, op: fn(&mut Kernel, u64, u64, u64, Option<u64>) -> SysResult) -> SysResult {
+fn vectored_io(
+    k: &mut Kernel,
+    f: &SyscallFrame,
+    op: fn(&mut Kernel, u64, u64, u64, Option<u64>) -> SysResult,
+) -> SysResult {
     let [fd, iov, count, ..] = f.args();
-    let k = &mut *kernel();
-    k.fds.get(fd)?;
+    k.proc().fds.get(fd)?;
     let v = iovecs(k, iov, count)?;
     vectored(v, |b, l| op(k, fd, b, l, None))
 }
 
 pub fn readv(f: &mut SyscallFrame) -> SysResult {
-    vectored_io(f, read_file)
+    let g = *f;
+    blocking(f.rdi, |k| vectored_io(k, &g, read_file))
 }
 
 pub fn writev(f: &mut SyscallFrame) -> SysResult {
-    vectored_io(f, write_file)
+    let g = *f;
+    blocking(f.rdi, |k| vectored_io(k, &g, write_file))
 }
 
 // ---- opening and closing ----------------------------------------------------------
@@ -279,7 +336,7 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
             Ok(_) if flags & oflag::O_EXCL != 0 => return Err(Errno::EEXIST),
             Ok(ino) => ino,
             Err(Errno::ENOENT) if !name.is_empty() && name != b"." && name != b".." => {
-                let m = (mode_arg as u32) & !k.umask;
+                let m = (mode_arg as u32) & !k.proc().umask;
                 // A dangling symbolic link: create what it points at, as Linux does.
                 let (dir, name) = match k.vfs.lookup(dir, name, false) {
                     Ok(link) if flags & oflag::O_EXCL == 0 => {
@@ -318,7 +375,7 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
     }
     let keep = oflag::O_ACCMODE | oflag::O_APPEND | oflag::O_NONBLOCK | oflag::O_PATH | oflag::O_DIRECTORY;
     let file = Arc::new(OpenFile::new(Kind::Node(ino), flags & keep).holding(k.vfs.hold(ino)));
-    k.fds.insert(file, flags & oflag::O_CLOEXEC != 0)
+    k.cur().fds.insert(file, flags & oflag::O_CLOEXEC != 0)
 }
 
 pub fn open(f: &mut SyscallFrame) -> SysResult {
@@ -332,7 +389,7 @@ pub fn openat(f: &mut SyscallFrame) -> SysResult {
 }
 
 pub fn close(f: &mut SyscallFrame) -> SysResult {
-    kernel().fds.close(f.rdi).map(|_| 0)
+    kernel().cur().fds.close(f.rdi).map(|_| 0)
 }
 
 pub fn lseek(f: &mut SyscallFrame) -> SysResult {
@@ -361,7 +418,7 @@ pub fn lseek(f: &mut SyscallFrame) -> SysResult {
 pub fn dup(f: &mut SyscallFrame) -> SysResult {
     let k = &mut *kernel();
     let file = file(k, f.rdi)?;
-    k.fds.insert(file, false)
+    k.cur().fds.insert(file, false)
 }
 
 pub fn dup2(f: &mut SyscallFrame) -> SysResult {
@@ -371,7 +428,7 @@ pub fn dup2(f: &mut SyscallFrame) -> SysResult {
     if old == new {
         return Ok(new);
     }
-    k.fds.install(new, file, false)
+    k.cur().fds.install(new, file, false)
 }
 
 pub fn dup3(f: &mut SyscallFrame) -> SysResult {
@@ -381,7 +438,7 @@ pub fn dup3(f: &mut SyscallFrame) -> SysResult {
     }
     let k = &mut *kernel();
     let file = file(k, old)?;
-    k.fds.install(new, file, flags != 0)
+    k.cur().fds.install(new, file, flags != 0)
 }
 
 pub fn fcntl(f: &mut SyscallFrame) -> SysResult {
@@ -389,9 +446,9 @@ pub fn fcntl(f: &mut SyscallFrame) -> SysResult {
     let k = &mut *kernel();
     let file = file(k, fd)?;
     match cmd {
-        F_DUPFD | F_DUPFD_CLOEXEC => k.fds.insert_from(arg as usize, file, cmd == F_DUPFD_CLOEXEC),
-        F_GETFD => Ok(u64::from(k.fds.cloexec(fd)?)),
-        F_SETFD => k.fds.set_cloexec(fd, arg & FD_CLOEXEC != 0).map(|_| 0),
+        F_DUPFD | F_DUPFD_CLOEXEC => k.cur().fds.insert_from(arg as usize, file, cmd == F_DUPFD_CLOEXEC),
+        F_GETFD => Ok(u64::from(k.proc().fds.cloexec(fd)?)),
+        F_SETFD => k.cur().fds.set_cloexec(fd, arg & FD_CLOEXEC != 0).map(|_| 0),
         F_GETFL => Ok(u64::from(file.flags())),
         F_SETFL => {
             let of = &*file;
@@ -454,11 +511,11 @@ fn make_pipe(fds_addr: u64, flags: u64) -> SysResult {
     k.space.check(fds_addr, 8, true)?;
     let (r, w) = file::pipe(flags as u32);
     let cloexec = flags & oflag::O_CLOEXEC as u64 != 0;
-    let rfd = k.fds.insert(r, cloexec)?;
-    let wfd = match k.fds.insert(w, cloexec) {
+    let rfd = k.cur().fds.insert(r, cloexec)?;
+    let wfd = match k.cur().fds.insert(w, cloexec) {
         Ok(fd) => fd,
         Err(e) => {
-            let _ = k.fds.close(rfd);
+            let _ = k.cur().fds.close(rfd);
             return Err(e);
         }
     };
@@ -547,7 +604,7 @@ fn write_stat(k: &Kernel, addr: u64, m: &Meta) -> SysResult {
 fn stat_target(k: &Kernel, dirfd: u64, path_addr: u64, flags: u64) -> Result<Meta, Errno> {
     if flags & AT_EMPTY_PATH != 0 && user_cstr(&k.space, path_addr, PATH_MAX - 1)?.is_empty() {
         if is_cwd(dirfd) {
-            return Ok(meta_of_node(k, k.cwd));
+            return Ok(meta_of_node(k, k.proc().cwd));
         }
         return Ok(meta_of_file(k, &file(k, dirfd)?));
     }
@@ -650,7 +707,7 @@ pub fn faccessat2(f: &mut SyscallFrame) -> SysResult {
 pub fn getcwd(f: &mut SyscallFrame) -> SysResult {
     let [buf, size, ..] = f.args();
     let k = kernel();
-    let mut path = k.vfs.path_of(k.cwd)?;
+    let mut path = k.vfs.path_of(k.proc().cwd)?;
     path.push(0);
     if (path.len() as u64) > size {
         return Err(Errno::ERANGE);
@@ -662,12 +719,14 @@ pub fn getcwd(f: &mut SyscallFrame) -> SysResult {
 pub fn chdir(f: &mut SyscallFrame) -> SysResult {
     let k = &mut *kernel();
     let path = path_arg(k, f.rdi)?;
-    let ino = k.vfs.lookup(k.cwd, &path, true)?;
+    let ino = k.vfs.lookup(k.proc().cwd, &path, true)?;
     if !k.vfs.node(ino).is_dir() {
         return Err(Errno::ENOTDIR);
     }
-    k.cwd_hold = k.vfs.hold(ino);
-    k.cwd = ino;
+    let hold = k.vfs.hold(ino);
+    let p = k.cur();
+    p.cwd_hold = hold;
+    p.cwd = ino;
     Ok(0)
 }
 
@@ -788,7 +847,7 @@ fn make_dir(dirfd: u64, path_addr: u64, mode_arg: u64) -> SysResult {
     let base = base_dir(k, dirfd, &path)?;
     let (dir, name) = k.vfs.parent_of(base, &path)?;
     let now = k.now_real();
-    let m = mode_arg as u32 & !k.umask;
+    let m = mode_arg as u32 & !k.proc().umask;
     k.vfs.create(dir, name, m, true, now).map(|_| 0)
 }
 
@@ -850,7 +909,7 @@ pub fn ftruncate(f: &mut SyscallFrame) -> SysResult {
 
 pub fn umask(f: &mut SyscallFrame) -> SysResult {
     let k = &mut *kernel();
-    let old = k.umask;
-    k.umask = f.rdi as u32 & 0o777;
+    let old = k.proc().umask;
+    k.cur().umask = f.rdi as u32 & 0o777;
     Ok(u64::from(old))
 }

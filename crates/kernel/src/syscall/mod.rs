@@ -9,11 +9,13 @@ pub mod names;
 #[cfg(target_os = "none")]
 mod fs;
 #[cfg(target_os = "none")]
+pub mod futex;
+#[cfg(target_os = "none")]
 mod mm;
 #[cfg(target_os = "none")]
-mod proc;
+pub mod proc;
 #[cfg(target_os = "none")]
-mod signal;
+pub mod signal;
 #[cfg(target_os = "none")]
 mod time;
 
@@ -82,6 +84,7 @@ syscall_table! {
     12 brk => mm::brk,
     13 rt_sigaction => signal::rt_sigaction,
     14 rt_sigprocmask => signal::rt_sigprocmask,
+    15 rt_sigreturn => signal::rt_sigreturn,
     16 ioctl => fs::ioctl,
     17 pread64 => fs::pread64,
     18 pwrite64 => fs::pwrite64,
@@ -96,7 +99,12 @@ syscall_table! {
     33 dup2 => fs::dup2,
     35 nanosleep => time::nanosleep,
     39 getpid => proc::getpid,
+    56 clone => proc::clone,
+    57 fork => proc::fork,
+    58 vfork => proc::vfork,
     60 exit => proc::exit,
+    61 wait4 => proc::wait4,
+    62 kill => signal::kill,
     63 uname => proc::uname,
     72 fcntl => fs::fcntl,
     77 ftruncate => fs::ftruncate,
@@ -117,11 +125,14 @@ syscall_table! {
     107 geteuid => proc::getuid,
     108 getegid => proc::getgid,
     110 getppid => proc::getppid,
+    127 rt_sigpending => signal::rt_sigpending,
     131 sigaltstack => signal::sigaltstack,
     157 prctl => proc::prctl,
     158 arch_prctl => proc::arch_prctl,
     186 gettid => proc::gettid,
+    200 tkill => signal::tkill,
     201 time => time::time,
+    202 futex => futex::futex,
     204 sched_getaffinity => proc::sched_getaffinity,
     217 getdents64 => fs::getdents64,
     218 set_tid_address => proc::set_tid_address,
@@ -129,6 +140,7 @@ syscall_table! {
     229 clock_getres => time::clock_getres,
     230 clock_nanosleep => time::clock_nanosleep,
     231 exit_group => proc::exit_group,
+    234 tgkill => signal::tgkill,
     257 openat => fs::openat,
     258 mkdirat => fs::mkdirat,
     262 newfstatat => fs::newfstatat,
@@ -161,9 +173,8 @@ pub fn dispatch(frame: &mut SyscallFrame) -> u64 {
     };
     if result == Err(crate::errno::Errno::EPIPE) {
         // Writing to a pipe nobody reads raises SIGPIPE, which by default ends the
-        // program (`prog | head -1`). Handlers come with signal delivery; a program
-        // that ignores or blocks SIGPIPE gets EPIPE.
-        crate::kernel::sigpipe(frame.rip);
+        // program (`prog | head -1`); delivered on the way out.
+        crate::kernel::sigpipe();
     }
     crate::errno::to_ret(result)
 }

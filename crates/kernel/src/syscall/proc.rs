@@ -1,10 +1,15 @@
-//! Process system calls. One process, one thread (threads come later): it is pid 1 of
-//! its VM, as in a container, and its thread id equals its pid.
+//! Process and thread system calls. The program is pid 1 of its VM, as in a
+//! container; its threads share everything (clone with CLONE_THREAD); vfork (or clone
+//! with CLONE_VFORK) makes a child process that shares the memory but has its own
+//! descriptors until it exits, while the parent waits. There is no fork (the address
+//! space is never copied) and no execve (one program per VM).
 
 use super::SyscallFrame;
 use crate::arch;
 use crate::errno::{Errno, SysResult};
-use crate::kernel::kernel;
+use crate::kernel::{kernel, Process};
+use crate::sched::{self, Spawn, Thread, Wake};
+use core::sync::atomic::Ordering::Relaxed;
 use onering_abi::layout::USER_END;
 
 const ARCH_SET_GS: u64 = 0x1001;
@@ -12,15 +17,63 @@ const ARCH_SET_FS: u64 = 0x1002;
 const ARCH_GET_FS: u64 = 0x1003;
 const ARCH_GET_GS: u64 = 0x1004;
 
-pub const PID: u64 = 1;
+/// clone flags.
+const CSIGNAL: u64 = 0xff;
+const CLONE_VM: u64 = 0x100;
+const CLONE_FS: u64 = 0x200;
+const CLONE_FILES: u64 = 0x400;
+const CLONE_SIGHAND: u64 = 0x800;
+const CLONE_PIDFD: u64 = 0x1000;
+const CLONE_PTRACE: u64 = 0x2000;
+const CLONE_VFORK: u64 = 0x4000;
+const CLONE_PARENT: u64 = 0x8000;
+const CLONE_THREAD: u64 = 0x10000;
+const CLONE_NEWNS: u64 = 0x20000;
+const CLONE_SYSVSEM: u64 = 0x40000;
+const CLONE_SETTLS: u64 = 0x80000;
+const CLONE_PARENT_SETTID: u64 = 0x100000;
+const CLONE_CHILD_CLEARTID: u64 = 0x200000;
+const CLONE_DETACHED: u64 = 0x400000;
+const CLONE_UNTRACED: u64 = 0x800000;
+const CLONE_CHILD_SETTID: u64 = 0x1000000;
+const CLONE_IO: u64 = 0x8000_0000;
+/// The flags this kernel honours (namespaces and friends are refused).
+const CLONE_KNOWN: u64 = CSIGNAL
+    | CLONE_VM
+    | CLONE_FS
+    | CLONE_FILES
+    | CLONE_SIGHAND
+    | CLONE_PTRACE
+    | CLONE_VFORK
+    | CLONE_PARENT
+    | CLONE_THREAD
+    | CLONE_SYSVSEM
+    | CLONE_SETTLS
+    | CLONE_PARENT_SETTID
+    | CLONE_CHILD_CLEARTID
+    | CLONE_DETACHED
+    | CLONE_UNTRACED
+    | CLONE_CHILD_SETTID
+    | CLONE_IO;
+
+const WNOHANG: u64 = 1;
 
 pub fn getpid(_: &mut SyscallFrame) -> SysResult {
-    Ok(PID)
+    Ok(sched::current().pid())
+}
+
+pub fn gettid(_: &mut SyscallFrame) -> SysResult {
+    Ok(sched::current().tid())
+}
+
+pub fn getppid(_: &mut SyscallFrame) -> SysResult {
+    Ok(kernel().proc().ppid)
 }
 
 pub fn set_tid_address(f: &mut SyscallFrame) -> SysResult {
-    kernel().clear_child_tid = f.rdi;
-    Ok(PID)
+    let t = sched::current();
+    t.clear_child_tid.store(f.rdi, Relaxed);
+    Ok(t.tid())
 }
 
 pub fn arch_prctl(f: &mut SyscallFrame) -> SysResult {
@@ -44,21 +97,232 @@ pub fn arch_prctl(f: &mut SyscallFrame) -> SysResult {
     }
 }
 
+/// The frame a new thread or child returns to the program with: the caller's,
+/// with 0 in rax and, if given, the new stack.
+fn child_frame(f: &SyscallFrame, stack: u64) -> [u64; 16] {
+    let mut c = *f;
+    c.rax = 0;
+    if stack != 0 {
+        c.rsp = stack;
+    }
+    [c.r15, c.r14, c.r13, c.r12, c.rbp, c.rbx, c.r9, c.r8, c.r10, c.rdx, c.rsi, c.rdi, c.rax, c.rip, c.rflags, c.rsp]
+}
+
+pub fn clone(f: &mut SyscallFrame) -> SysResult {
+    let [flags, stack, ptid, ctid, tls, ..] = f.args();
+    do_clone(f, flags, stack, ptid, ctid, tls)
+}
+
+pub fn vfork(f: &mut SyscallFrame) -> SysResult {
+    do_clone(f, CLONE_VM | CLONE_VFORK | 17, 0, 0, 0, 0)
+}
+
+pub fn fork(_: &mut SyscallFrame) -> SysResult {
+    // Copying the address space is not offered: threads and vfork are.
+    crate::kernel::report_unsupported(57);
+    Err(Errno::ENOSYS)
+}
+
+fn do_clone(f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls: u64) -> SysResult {
+    if flags & !CLONE_KNOWN != 0 && flags & (CLONE_NEWNS | CLONE_PIDFD) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if flags & !CLONE_KNOWN != 0 {
+        return Err(Errno::EINVAL);
+    }
+    if flags & CLONE_THREAD != 0 && flags & CLONE_SIGHAND == 0 || flags & CLONE_SIGHAND != 0 && flags & CLONE_VM == 0 {
+        return Err(Errno::EINVAL);
+    }
+    if flags & CLONE_VM == 0 {
+        crate::kernel::report_unsupported(57);
+        return Err(Errno::ENOSYS);
+    }
+    if flags & CLONE_SETTLS != 0 && tls >= USER_END {
+        return Err(Errno::EPERM);
+    }
+    let me = sched::current();
+    let thread = flags & CLONE_THREAD != 0;
+    let child = {
+        let k = &mut *kernel();
+        let parent_pid = me.pid();
+        let proc_slot = if thread {
+            k.cur().threads += 1;
+            me.proc_slot.load(Relaxed)
+        } else {
+            // A new process: its slot now, its pid (= its first thread's tid) below.
+            let slot = match k.procs.iter().position(Option::is_none) {
+                Some(s) => s,
+                None => {
+                    k.procs.push(None);
+                    k.procs.len() - 1
+                }
+            };
+            slot
+        };
+        let spawn = Spawn {
+            pid: parent_pid,
+            proc_slot,
+            frame: child_frame(f, stack),
+            fs_base: if flags & CLONE_SETTLS != 0 { tls } else { arch::fs_base() },
+            sigmask: me.sigmask.load(Relaxed),
+            leader: !thread,
+        };
+        let t = match sched::spawn(spawn, &mut k.space.chunks, false) {
+            Ok(t) => t,
+            Err(e) => {
+                if thread {
+                    k.cur().threads -= 1;
+                }
+                return Err(e);
+            }
+        };
+        let tid = t.tid();
+        if !thread {
+            let mut p: Process = k.proc().child(tid);
+            if flags & CLONE_VFORK != 0 {
+                p.vfork_parent = Some(me);
+            }
+            k.cur().children += 1;
+            k.procs[proc_slot] = Some(p);
+        }
+        // The tid stores are best effort, as on Linux: a bad pointer is ignored.
+        if flags & CLONE_PARENT_SETTID != 0 {
+            let _ = arch::copy_to_user(&k.space, ptid, &(tid as u32).to_le_bytes());
+        }
+        if flags & CLONE_CHILD_SETTID != 0 {
+            let _ = arch::copy_to_user(&k.space, ctid, &(tid as u32).to_le_bytes());
+        }
+        if flags & CLONE_CHILD_CLEARTID != 0 {
+            t.clear_child_tid.store(ctid, Relaxed);
+        }
+        t
+    };
+    let tid = child.tid();
+    me.vfork_done.store(false, Relaxed);
+    sched::start(child);
+    if flags & CLONE_VFORK != 0 {
+        // Suspended until the child exits (no execve here: it cannot exec).
+        while !me.vfork_done.load(Relaxed) {
+            let _ = sched::block(None);
+        }
+    }
+    Ok(tid)
+}
+
+/// Ends the running thread; the last thread's exit ends its process with `status`.
 pub fn exit(f: &mut SyscallFrame) -> SysResult {
-    // With one thread, the thread's exit is the process's.
-    kernel().exit(f.rdi)
+    exit_thread(f.rdi & 0xff, false)
 }
 
 pub fn exit_group(f: &mut SyscallFrame) -> SysResult {
-    kernel().exit(f.rdi)
+    exit_thread(f.rdi & 0xff, true)
 }
 
-pub fn getppid(_: &mut SyscallFrame) -> SysResult {
-    Ok(0)
+/// Wait status of a normal exit with `code`.
+pub fn exited(code: u64) -> u64 {
+    (code & 0xff) << 8
 }
 
-pub fn gettid(_: &mut SyscallFrame) -> SysResult {
-    Ok(PID)
+fn exit_thread(code: u64, group: bool) -> ! {
+    let me = sched::current();
+    let ctid = me.clear_child_tid.swap(0, Relaxed);
+    if ctid != 0 {
+        // CHILD_CLEARTID: zero the word and wake one waiter (pthread_join).
+        let ok = arch::copy_to_user(&kernel().space, ctid, &0u32.to_le_bytes()).is_ok();
+        if ok {
+            super::futex::wake(ctid, 1, u32::MAX);
+        }
+    }
+    let last = {
+        let k = &mut *kernel();
+        let p = k.cur();
+        p.threads = p.threads.saturating_sub(1);
+        p.threads == 0 || group
+    };
+    if last {
+        end_process(me, exited(code));
+    }
+    sched::exit_current()
+}
+
+/// Ends the process of thread `t` with wait status `status`: for the program itself
+/// the VM's exit; a child becomes a zombie for its parent, whose vfork (if any)
+/// returns. Its threads other than the caller end; the caller, if it belongs to the
+/// process, must end itself.
+pub fn end_process(t: &Thread, status: u64) {
+    let pid = t.pid();
+    let k = &mut *kernel();
+    if pid == 1 {
+        if status & 0x7f != 0 {
+            k.killed(status & 0x7f, 0, 0);
+        }
+        k.exit(status >> 8);
+    }
+    let slot = t.proc_slot.load(Relaxed);
+    let Some(p) = k.procs.get_mut(slot).and_then(Option::take) else {
+        return;
+    };
+    let ppid = p.ppid;
+    if let Some(parent) = k.procs.iter_mut().flatten().find(|q| q.pid == ppid) {
+        parent.zombies.push((pid, status));
+        parent.children = parent.children.saturating_sub(1);
+    }
+    // Other threads of the process end with it (they never run again).
+    for other in sched::threads_of(pid) {
+        if !core::ptr::eq(other, sched::current()) {
+            sched::kill_thread(other);
+        }
+    }
+    if let Some(v) = p.vfork_parent {
+        v.vfork_done.store(true, Relaxed);
+        sched::wake(v);
+    }
+    sched::wake_all(wait_key(ppid));
+    drop(p);
+}
+
+/// The wait-queue key of process `pid`'s wait4 callers.
+fn wait_key(pid: u64) -> u64 {
+    0x7761_6974_0000_0000 | pid
+}
+
+pub fn wait4(f: &mut SyscallFrame) -> SysResult {
+    let [pid, status, options, rusage, ..] = f.args();
+    if options & !(WNOHANG | 0x2 | 0x8 | 0x4000_0000 | 0x8000_0000 | 0x2000_0000) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let want = pid as i64;
+    let me = sched::current();
+    loop {
+        {
+            let k = &mut *kernel();
+            let p = k.cur();
+            let found = p.zombies.iter().position(|&(z, _)| want == -1 || want == 0 || z as i64 == want);
+            if let Some(i) = found {
+                let (z, st) = p.zombies[i];
+                if status != 0 {
+                    arch::copy_to_user(&k.space, status, &(st as u32).to_le_bytes())?;
+                }
+                if rusage != 0 {
+                    arch::copy_to_user(&k.space, rusage, &[0u8; 144])?;
+                }
+                k.cur().zombies.remove(i);
+                return Ok(z);
+            }
+            if p.children == 0 {
+                return Err(Errno::ECHILD);
+            }
+            if options & WNOHANG != 0 {
+                return Ok(0);
+            }
+            sched::prepare_wait(wait_key(me.pid()));
+        }
+        let w = sched::block(None);
+        sched::finish_wait(wait_key(me.pid()));
+        if w == Wake::Interrupted {
+            return Err(Errno::EINTR);
+        }
+    }
 }
 
 pub fn getuid(_: &mut SyscallFrame) -> SysResult {
@@ -70,19 +334,22 @@ pub fn getgid(_: &mut SyscallFrame) -> SysResult {
 }
 
 pub fn sched_yield(_: &mut SyscallFrame) -> SysResult {
+    sched::yield_now();
     Ok(0)
 }
 
 pub fn sched_getaffinity(f: &mut SyscallFrame) -> SysResult {
     let [pid, len, mask, ..] = f.args();
-    if pid != 0 && pid != PID {
+    if pid != 0 && sched::thread(pid).is_none() {
         return Err(Errno::ESRCH);
     }
     if len < 8 || len % 8 != 0 {
         return Err(Errno::EINVAL);
     }
-    // One CPU runs the program for now.
-    arch::copy_to_user(&kernel().space, mask, &1u64.to_le_bytes())?;
+    // Every vCPU.
+    let n = sched::ncpus().min(64);
+    let bits = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
+    arch::copy_to_user(&kernel().space, mask, &bits.to_le_bytes())?;
     Ok(8)
 }
 
@@ -100,7 +367,7 @@ fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
 fn rlimit(resource: u64, new: u64, old: u64) -> SysResult {
     let resource = u32::try_from(resource).map_err(|_| Errno::EINVAL)?;
     let k = &mut *kernel();
-    let cur = match k.rlimits.get(&resource) {
+    let cur = match k.proc().rlimits.get(&resource) {
         Some(l) => *l,
         None => default_rlimit(resource).ok_or(Errno::EINVAL)?,
     };
@@ -123,7 +390,7 @@ fn rlimit(resource: u64, new: u64, old: u64) -> SysResult {
         arch::copy_to_user(&k.space, old, &b)?;
     }
     if let Some(l) = set {
-        k.rlimits.insert(resource, l);
+        k.cur().rlimits.insert(resource, l);
     }
     Ok(0)
 }
@@ -134,7 +401,7 @@ pub fn getrlimit(f: &mut SyscallFrame) -> SysResult {
 
 pub fn prlimit64(f: &mut SyscallFrame) -> SysResult {
     let [pid, resource, new, old, ..] = f.args();
-    if pid != 0 && pid != PID {
+    if pid != 0 && pid != sched::current().pid() {
         return Err(Errno::ESRCH);
     }
     rlimit(resource, new, old)
@@ -178,8 +445,8 @@ pub fn getrandom(f: &mut SyscallFrame) -> SysResult {
 }
 
 pub fn set_robust_list(f: &mut SyscallFrame) -> SysResult {
-    // struct robust_list_head is 24 bytes; the list matters only when a thread dies
-    // holding a lock, which needs threads (a later issue): record nothing more.
+    // struct robust_list_head is 24 bytes. The list matters only when a thread dies
+    // holding a robust mutex; such threads are not cleaned up (documented).
     if f.rsi != 24 {
         return Err(Errno::EINVAL);
     }

@@ -1,12 +1,13 @@
-//! Clocks and sleeping. Time comes from the TSC (`crate::time`); a sleep longer than
-//! a short spin is a hostcall in which the vCPU sleeps in the VMM.
+//! Clocks and sleeping. Time comes from the TSC (`crate::time`); a sleeping thread
+//! blocks in the scheduler, whose idle loop polls the deadline and halts in the VMM
+//! when it is far.
 
 use super::SyscallFrame;
 use crate::arch::{self, copy_to_user};
 use crate::errno::{Errno, SysResult};
 use crate::kernel::{kernel, Kernel};
 use crate::time::NS_PER_SEC;
-use onering_abi::Hostcall;
+use crate::sched::{self, Wake};
 
 const CLOCK_REALTIME: u64 = 0;
 const CLOCK_MONOTONIC: u64 = 1;
@@ -20,8 +21,6 @@ const CLOCK_REALTIME_ALARM: u64 = 8;
 const CLOCK_BOOTTIME_ALARM: u64 = 9;
 const CLOCK_TAI: u64 = 11;
 const TIMER_ABSTIME: u64 = 1;
-/// Sleeps shorter than this spin in the guest instead of exiting to the VMM.
-const SPIN_NS: u64 = 50_000;
 
 /// Nanoseconds on `clock` now.
 fn now(k: &Kernel, clock: u64) -> Result<u64, Errno> {
@@ -99,23 +98,33 @@ pub fn time(f: &mut SyscallFrame) -> SysResult {
     Ok(secs)
 }
 
-/// Waits until `clock` reaches `deadline` (ns).
+/// Blocks until `clock` reaches `deadline` (ns); EINTR if a signal comes first.
 fn sleep_until(clock: u64, deadline: u64) -> Result<(), Errno> {
     loop {
-        let left = {
+        // As a monotonic deadline (real time may be stepped by nobody here, but
+        // absolute real-time sleeps still count from the real clock).
+        let (now_c, now_m) = {
             let k = kernel();
-            deadline.saturating_sub(now(&k, clock)?)
+            (now(&k, clock)?, k.now_mono())
         };
-        if left == 0 {
+        if now_c >= deadline {
             return Ok(());
         }
-        if left <= SPIN_NS {
-            core::hint::spin_loop();
-        } else {
-            // Wake a little early and spin the rest: the host's timer is coarse.
-            arch::hostcall(Hostcall::Sleep, &[left - SPIN_NS / 2]);
+        match sched::block(Some(now_m + (deadline - now_c))) {
+            Wake::Interrupted => return Err(Errno::EINTR),
+            Wake::TimedOut | Wake::Woken => {}
         }
     }
+}
+
+/// Writes the time left until `deadline` on `clock` to `rem` (after EINTR).
+fn remaining(clock: u64, deadline: u64, rem: u64) -> Result<(), Errno> {
+    if rem != 0 {
+        let k = kernel();
+        let left = deadline.saturating_sub(now(&k, clock)?);
+        copy_to_user(&k.space, rem, &timespec(left))?;
+    }
+    Ok(())
 }
 
 pub fn nanosleep(f: &mut SyscallFrame) -> SysResult {
@@ -123,10 +132,10 @@ pub fn nanosleep(f: &mut SyscallFrame) -> SysResult {
         let k = kernel();
         (read_timespec(&k, f.rdi)?, k.now_mono())
     };
-    sleep_until(CLOCK_MONOTONIC, start.saturating_add(req))?;
-    if f.rsi != 0 {
-        // Nothing interrupts a sleep yet: no time remains.
-        copy_to_user(&kernel().space, f.rsi, &[0u8; 16])?;
+    let deadline = start.saturating_add(req);
+    if let Err(e) = sleep_until(CLOCK_MONOTONIC, deadline) {
+        remaining(CLOCK_MONOTONIC, deadline, f.rsi)?;
+        return Err(e);
     }
     Ok(0)
 }
@@ -144,9 +153,11 @@ pub fn clock_nanosleep(f: &mut SyscallFrame) -> SysResult {
         (read_timespec(&k, req)?, now(&k, clock)?)
     };
     let deadline = if flags & TIMER_ABSTIME != 0 { t } else { base.saturating_add(t) };
-    sleep_until(clock, deadline)?;
-    if rem != 0 && flags & TIMER_ABSTIME == 0 {
-        copy_to_user(&kernel().space, rem, &[0u8; 16])?;
+    if let Err(e) = sleep_until(clock, deadline) {
+        if flags & TIMER_ABSTIME == 0 {
+            remaining(clock, deadline, rem)?;
+        }
+        return Err(e);
     }
     Ok(0)
 }

@@ -1,0 +1,303 @@
+//! The machine side of threads: switching kernel stacks, preparing a new thread's
+//! stack, returning to the program with every register chosen (signal handlers and
+//! `rt_sigreturn`), saving and restoring the extended (FP/vector) state, and atomic
+//! access to futex words.
+//!
+//! A thread switch happens in ring 3 between two kernel stacks: `switch_context`
+//! pushes the callee-saved registers, stores the stack pointer, marks the old thread
+//! as off the CPU (another CPU may then resume it), and pops the new thread's.
+
+use core::arch::global_asm;
+use core::ptr::addr_of_mut;
+use core::sync::atomic::{AtomicBool, AtomicU64};
+
+/// Where, in each CPU's per-CPU page, the kernel keeps the registers
+/// [`full_return`] loads (past the ABI header, in the part the kernel owns).
+const FULL_REGS: usize = 0x800;
+
+/// Registers for [`full_return`], in the order the assembly reads them.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FullRegs {
+    pub r15: u64,
+    pub r14: u64,
+    pub r13: u64,
+    pub r12: u64,
+    pub rbp: u64,
+    pub rbx: u64,
+    pub r11: u64,
+    pub r10: u64,
+    pub r9: u64,
+    pub r8: u64,
+    pub rax: u64,
+    pub rcx: u64,
+    pub rdx: u64,
+    pub rsi: u64,
+    pub rdi: u64,
+    pub rip: u64,
+    pub rflags: u64,
+    pub rsp: u64,
+}
+
+global_asm!(
+    r#"
+    .section .text.entry, "ax"
+    // switch_context(save: *mut u64 (rdi), next: u64 (rsi), on_cpu: *mut u8 (rdx))
+    .global onering_switch_context
+onering_switch_context:
+    push %rbp
+    push %rbx
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    mov %rsp, (%rdi)
+    // x86 keeps stores in order: the saved rsp is visible before on_cpu drops.
+    movb $0, (%rdx)
+    mov %rsi, %rsp
+    pop %r15
+    pop %r14
+    pop %r13
+    pop %r12
+    pop %rbx
+    pop %rbp
+    ret
+
+    // Returns to the program with every register from this CPU's FullRegs block,
+    // without touching the program's stack: the flags are restored as in
+    // syscall_entry (no popfq), then the registers, then `jmp *%gs:rip`.
+    .global onering_full_return
+onering_full_return:
+    mov %gs:{fr}+128, %r11
+    cld
+    bt $10, %r11
+    jnc 1f
+    std
+1:  mov %r11, %rax
+    mov %al, %ah
+    bt $11, %r11
+    sbb %al, %al
+    and $0x7f, %al
+    add $1, %al
+    sahf
+    mov %gs:{fr}+0, %r15
+    mov %gs:{fr}+8, %r14
+    mov %gs:{fr}+16, %r13
+    mov %gs:{fr}+24, %r12
+    mov %gs:{fr}+32, %rbp
+    mov %gs:{fr}+40, %rbx
+    mov %gs:{fr}+48, %r11
+    mov %gs:{fr}+56, %r10
+    mov %gs:{fr}+64, %r9
+    mov %gs:{fr}+72, %r8
+    mov %gs:{fr}+80, %rax
+    mov %gs:{fr}+88, %rcx
+    mov %gs:{fr}+96, %rdx
+    mov %gs:{fr}+104, %rsi
+    mov %gs:{fr}+112, %rdi
+    mov %gs:{fr}+136, %rsp
+    jmp *%gs:{fr}+120
+"#,
+    fr = const FULL_REGS,
+    options(att_syntax)
+);
+
+extern "C" {
+    fn onering_switch_context(save: *mut u64, next: u64, on_cpu: *mut u8);
+    fn onering_full_return() -> !;
+}
+
+/// Saves the running context's stack pointer in `save`, clears `on_cpu` once it is
+/// saved, and continues the context whose stack pointer is `next`. Returns when
+/// something switches back to the saved context.
+pub fn switch_context(save: &AtomicU64, next: u64, on_cpu: &AtomicBool) {
+    // `next` is a stack pointer saved by this function (or prepared by
+    // `init_stack`) for a context that is not running anywhere: the scheduler
+    // waited for its on_cpu to drop. The pointers are to atomics that live as long
+    // as their thread, which never ends while it runs here.
+    // SAFETY: as explained above.
+    unsafe { onering_switch_context(save.as_ptr(), next, on_cpu.as_ptr() as *mut u8) }
+}
+
+/// Writes a new thread's first kernel-stack contents below `top`: a system-call
+/// frame (`frame`, 16 words, as `syscall_entry` pushes them), the address of the
+/// system-call return path, and six zero callee-saved registers. Returns the stack
+/// pointer to give `switch_context`.
+pub fn init_stack(top: u64, frame: &[u64; 16]) -> u64 {
+    extern "C" {
+        static syscall_return: u8;
+    }
+    let words = 16 + 1 + 6;
+    let sp = top - words * 8;
+    // [sp, top) lies in a kernel stack the scheduler owns and nobody runs on yet
+    // (fresh, or of a thread that finished and is off every CPU).
+    // SAFETY: as explained above.
+    unsafe {
+        let p = sp as *mut u64;
+        for i in 0..6 {
+            p.add(i).write(0);
+        }
+        p.add(6).write(core::ptr::addr_of!(syscall_return) as u64);
+        for (i, w) in frame.iter().enumerate() {
+            p.add(7 + i).write(*w);
+        }
+    }
+    sp
+}
+
+/// Returns to the program with exactly `regs` (never comes back).
+pub fn full_return(regs: &FullRegs) -> ! {
+    let pc = super::percpu_ptr() as *mut u8;
+    // FULL_REGS lies in this CPU's per-CPU page, which the kernel owns past the
+    // ABI header; nothing else on this CPU uses it until the jump below.
+    // SAFETY: as explained above.
+    unsafe {
+        (pc.add(FULL_REGS) as *mut FullRegs).write_volatile(*regs);
+        onering_full_return()
+    }
+}
+
+/// A 64-byte aligned piece of an XSAVE area.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+pub struct Align64(pub [u8; 64]);
+
+/// The XSAVE area size for the enabled features (CPUID 0xD), and those features.
+pub fn xsave_size() -> (u32, u64) {
+    // cpuid is unprivileged (here it exits to the hypervisor, once at boot).
+    let r = core::arch::x86_64::__cpuid_count(0xd, 0);
+    let xcr0: u64;
+    // SAFETY: xgetbv reads XCR0; the VMM set CR4.OSXSAVE.
+    unsafe {
+        let (lo, hi): (u32, u32);
+        core::arch::asm!("xgetbv", in("ecx") 0, out("eax") lo, out("edx") hi, options(nomem, nostack));
+        xcr0 = u64::from(lo) | (u64::from(hi) << 32);
+    }
+    (r.ebx, xcr0)
+}
+
+/// Saves the program's extended state into `area` (big enough: see [`xsave_size`]).
+pub fn xsave(area: &mut [Align64]) {
+    // `area` is 64-byte aligned and as large as CPUID says XSAVE writes. The
+    // kernel itself is built without SSE, so the registers hold the program's state.
+    // SAFETY: as explained above.
+    unsafe {
+        core::arch::asm!("xsave64 [{}]", in(reg) area.as_mut_ptr(), in("eax") u32::MAX, in("edx") u32::MAX, options(nostack))
+    }
+}
+
+/// Loads extended state saved by [`xsave`].
+pub fn xrstor(area: &[Align64]) {
+    // `area` holds a valid XSAVE image written by `xsave` (or zeroed: an all-zero
+    // header means every component is in its initial state).
+    // SAFETY: as explained above.
+    unsafe { core::arch::asm!("xrstor64 [{}]", in(reg) area.as_ptr(), in("eax") u32::MAX, in("edx") u32::MAX, options(nostack)) }
+}
+
+/// Saves the extended state to user memory at `addr` (64-byte aligned, `size`
+/// bytes, checked writable by the caller through the address space).
+pub fn xsave_user(space: &crate::mm::space::AddressSpace, addr: u64, size: u64) -> Result<(), crate::errno::Errno> {
+    if !addr.is_multiple_of(64) {
+        return Err(crate::errno::Errno::EFAULT);
+    }
+    space.check(addr, size, true)?;
+    // The range is mapped and writable user memory, aligned for XSAVE.
+    // SAFETY: as explained above.
+    unsafe {
+        core::arch::asm!("xsave64 [{}]", in(reg) addr, in("eax") u32::MAX, in("edx") u32::MAX, options(nostack))
+    }
+    Ok(())
+}
+
+/// Loads extended state from user memory at `addr` after checking it: an XSAVE
+/// image whose header is invalid would fault in the kernel, so the header's
+/// reserved bytes must be zero and its feature bits within `xcr0`.
+pub fn xrstor_user(
+    space: &crate::mm::space::AddressSpace,
+    addr: u64,
+    size: u64,
+    xcr0: u64,
+) -> Result<(), crate::errno::Errno> {
+    use crate::errno::Errno;
+    if !addr.is_multiple_of(64) || size < 576 {
+        return Err(Errno::EFAULT);
+    }
+    let img = super::user_slice(space, addr, size)?;
+    let word = |o: usize| u64::from_le_bytes(img[o..o + 8].try_into().unwrap_or_default());
+    // Legacy area: MXCSR (offset 24) must not set reserved bits.
+    let mxcsr = u32::from_le_bytes(img[24..28].try_into().unwrap_or_default());
+    let xstate_bv = word(512);
+    let xcomp_bv = word(520);
+    if mxcsr & 0xffff_0000 != 0 || xstate_bv & !xcr0 != 0 || xcomp_bv != 0 || (528..576).step_by(8).any(|o| word(o) != 0)
+    {
+        return Err(Errno::EFAULT);
+    }
+    // Checked above: mapped, aligned, and a header XRSTOR accepts.
+    // SAFETY: as explained above.
+    unsafe {
+        core::arch::asm!("xrstor64 [{}]", in(reg) addr, in("eax") u32::MAX, in("edx") u32::MAX, options(nostack))
+    }
+    Ok(())
+}
+
+/// Atomically reads the user word at `addr` (checked through `space`).
+pub fn user_load_u32(space: &crate::mm::space::AddressSpace, addr: u64) -> Result<u32, crate::errno::Errno> {
+    if !addr.is_multiple_of(4) {
+        return Err(crate::errno::Errno::EINVAL);
+    }
+    space.check(addr, 4, false)?;
+    // Checked: a mapped, aligned user word.
+    // SAFETY: as explained above.
+    Ok(unsafe { (*(addr as *const core::sync::atomic::AtomicU32)).load(core::sync::atomic::Ordering::SeqCst) })
+}
+
+/// Atomically replaces the user word at `addr` with `f(old)`; returns the old value.
+pub fn user_update_u32(
+    space: &crate::mm::space::AddressSpace,
+    addr: u64,
+    f: impl Fn(u32) -> u32,
+) -> Result<u32, crate::errno::Errno> {
+    if !addr.is_multiple_of(4) {
+        return Err(crate::errno::Errno::EINVAL);
+    }
+    space.check(addr, 4, true)?;
+    // Checked: a mapped, writable, aligned user word.
+    // SAFETY: as explained above.
+    let a = unsafe { &*(addr as *const core::sync::atomic::AtomicU32) };
+    let mut old = a.load(core::sync::atomic::Ordering::SeqCst);
+    loop {
+        match a.compare_exchange(old, f(old), core::sync::atomic::Ordering::SeqCst, core::sync::atomic::Ordering::SeqCst) {
+            Ok(v) => return Ok(v),
+            Err(v) => old = v,
+        }
+    }
+}
+
+/// This CPU's number (from the per-CPU header).
+pub fn cpu_id() -> usize {
+    let pc = super::percpu_ptr();
+    // The GS base points at this CPU's header, written by the VMM.
+    // SAFETY: as explained above.
+    unsafe { core::ptr::read_volatile(addr_of_mut!((*pc).cpu)) as usize }
+}
+
+/// Points this CPU's system-call entry at the kernel stack ending at `top`.
+pub fn set_kstack_top(top: u64) {
+    let pc = super::percpu_ptr();
+    // As in cpu_id; the entry stubs read this field.
+    // SAFETY: as explained above.
+    unsafe { core::ptr::write_volatile(addr_of_mut!((*pc).kstack_top), top) }
+}
+
+/// Marks this CPU's exception handling finished (the fault path is about to return
+/// to the program, e.g. into a signal handler).
+pub fn clear_in_fault() {
+    let pc = super::percpu_ptr();
+    // SAFETY: as in cpu_id.
+    unsafe { core::ptr::write_volatile(addr_of_mut!((*pc).in_fault), 0) }
+}
+
+/// Memory for kernel stacks: a 2 MiB chunk through the direct map, as an address.
+pub fn chunk_virt(phys: u64) -> u64 {
+    onering_abi::layout::direct(phys)
+}
