@@ -185,7 +185,7 @@ mod tests {
     #[test]
     fn wake_op_encoding() {
         // FUTEX_OP(FUTEX_OP_SET, 0, FUTEX_OP_CMP_GT, 1): glibc's condvar signal.
-        let set0_gt1 = 0x4000_0001;
+        let set0_gt1 = 0x0400_0001;
         assert_eq!(wake_op_new(set0_gt1, 5), Some(0));
         assert_eq!(wake_op_cmp(set0_gt1, 5), Some(true));
         assert_eq!(wake_op_cmp(set0_gt1, 1), Some(false));

@@ -8,13 +8,13 @@ use crate::fs::file::{oflag, FdTable, Kind, OpenFile};
 use crate::fs::vfs::{Hold, Ino, Vfs, ROOT};
 use crate::mm::space::AddressSpace;
 use crate::rng::Rng;
+use crate::sched::Thread;
 use crate::time::Clock;
 use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::format;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use onering_abi::{flags, Hostcall};
-use crate::sched::Thread;
 use spin::{Mutex, MutexGuard, Once};
 
 pub struct Kernel {
@@ -245,7 +245,11 @@ impl Kernel {
 /// ends the program, silently: `prog | head -1`).
 pub fn sigpipe() {
     let t = crate::sched::current();
-    crate::syscall::signal::send(t, crate::signal::sig::SIGPIPE, crate::signal::Info { signo: 13, ..Default::default() });
+    crate::syscall::signal::send(
+        t,
+        crate::signal::sig::SIGPIPE,
+        crate::signal::Info { signo: 13, ..Default::default() },
+    );
 }
 
 /// Most distinct unsupported system calls reported.

@@ -278,9 +278,27 @@ mod tests {
 
     #[test]
     fn frame_round_trip() {
-        let regs = Regs { r8: 8, r15: 15, rdi: 1, rax: 0xdead, rcx: 7, rsp: 0x7000, rip: 0x40_1000, rflags: 0x246, ..Regs::default() };
-        let info = Info { signo: sig::SIGSEGV, code: code::SEGV_MAPERR, addr: 0x10, trapno: 14, err: 4, ..Info::default() };
-        let f = Frame { regs: &regs, info: &info, restorer: 0x40_2000, old_mask: 0x5, altstack: (0x9000, 0, 0x4000), fp: 0x6000 };
+        let regs = Regs {
+            r8: 8,
+            r15: 15,
+            rdi: 1,
+            rax: 0xdead,
+            rcx: 7,
+            rsp: 0x7000,
+            rip: 0x40_1000,
+            rflags: 0x246,
+            ..Regs::default()
+        };
+        let info =
+            Info { signo: sig::SIGSEGV, code: code::SEGV_MAPERR, addr: 0x10, trapno: 14, err: 4, ..Info::default() };
+        let f = Frame {
+            regs: &regs,
+            info: &info,
+            restorer: 0x40_2000,
+            old_mask: 0x5,
+            altstack: (0x9000, 0, 0x4000),
+            fp: 0x6000,
+        };
         let b = encode(&f);
         assert_eq!(get(&b, 0), 0x40_2000);
         assert_eq!(u32::from_le_bytes(b[312..316].try_into().unwrap()), 11);

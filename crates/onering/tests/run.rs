@@ -315,6 +315,46 @@ fn clocks_limits_and_signal_state_match_the_host() {
     same_as_host("timemisc");
 }
 
+/// Runs `name` on the host and in onering, also with every system call trapping
+/// (`--no-rewrite`): the same output each time.
+fn same_as_host_both_paths(name: &str) {
+    same_as_host(name);
+    let bin = musl(name);
+    let host = Command::new(&bin).output().unwrap();
+    let o = onering(&["run", "--no-rewrite", bin.to_str().unwrap()]);
+    assert_eq!(stdout(&o), stdout(&host), "--no-rewrite: stderr: {}", stderr(&o));
+    assert_eq!(status(&o), 0);
+}
+
+#[test]
+fn threads_match_the_host() {
+    // clone onto new stacks, futexes, every pthread primitive, TLS, sleeps.
+    same_as_host_both_paths("threads");
+}
+
+#[test]
+fn signals_match_the_host() {
+    // Handlers, rt_sigreturn with every register restored, the alternate stack,
+    // masks, faults caught by handlers, EINTR.
+    same_as_host_both_paths("signals");
+}
+
+#[test]
+fn unhandled_signals_end_the_program_as_on_the_host() {
+    let bin = musl("signals");
+    let o = run(&bin, &["term"]);
+    assert_eq!(status(&o), 143, "{}", stderr(&o));
+    assert!(stderr(&o).contains("killed by SIGTERM"), "{}", stderr(&o));
+    let o = run(&bin, &["segv"]);
+    assert_eq!(status(&o), 139, "{}", stderr(&o));
+    assert!(stderr(&o).contains("killed by SIGSEGV") && stderr(&o).contains("fault address 0x10"), "{}", stderr(&o));
+}
+
+#[test]
+fn vfork_and_posix_spawn_match_the_host() {
+    same_as_host_both_paths("spawn");
+}
+
 #[test]
 fn rootfs_and_workdir() {
     let dir = out_dir().join("rootfs-tree");

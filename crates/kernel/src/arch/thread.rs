@@ -191,19 +191,24 @@ pub fn xrstor(area: &[Align64]) {
     // `area` holds a valid XSAVE image written by `xsave` (or zeroed: an all-zero
     // header means every component is in its initial state).
     // SAFETY: as explained above.
-    unsafe { core::arch::asm!("xrstor64 [{}]", in(reg) area.as_ptr(), in("eax") u32::MAX, in("edx") u32::MAX, options(nostack)) }
+    unsafe {
+        core::arch::asm!("xrstor64 [{}]", in(reg) area.as_ptr(), in("eax") u32::MAX, in("edx") u32::MAX, options(nostack))
+    }
 }
 
 /// Saves the extended state to user memory at `addr` (64-byte aligned, `size`
 /// bytes, checked writable by the caller through the address space).
 pub fn xsave_user(space: &crate::mm::space::AddressSpace, addr: u64, size: u64) -> Result<(), crate::errno::Errno> {
-    if !addr.is_multiple_of(64) {
+    if !addr.is_multiple_of(64) || size < 576 {
         return Err(crate::errno::Errno::EFAULT);
     }
     space.check(addr, size, true)?;
-    // The range is mapped and writable user memory, aligned for XSAVE.
+    // The range is mapped and writable user memory, aligned for XSAVE. XSAVE
+    // writes only XSTATE_BV of the 64-byte header: clear the rest first (XRSTOR
+    // refuses a header with anything in its reserved bytes).
     // SAFETY: as explained above.
     unsafe {
+        core::ptr::write_bytes((addr + 512) as *mut u8, 0, 64);
         core::arch::asm!("xsave64 [{}]", in(reg) addr, in("eax") u32::MAX, in("edx") u32::MAX, options(nostack))
     }
     Ok(())
@@ -228,15 +233,16 @@ pub fn xrstor_user(
     let mxcsr = u32::from_le_bytes(img[24..28].try_into().unwrap_or_default());
     let xstate_bv = word(512);
     let xcomp_bv = word(520);
-    if mxcsr & 0xffff_0000 != 0 || xstate_bv & !xcr0 != 0 || xcomp_bv != 0 || (528..576).step_by(8).any(|o| word(o) != 0)
+    if mxcsr & 0xffff_0000 != 0
+        || xstate_bv & !xcr0 != 0
+        || xcomp_bv != 0
+        || (528..576).step_by(8).any(|o| word(o) != 0)
     {
         return Err(Errno::EFAULT);
     }
     // Checked above: mapped, aligned, and a header XRSTOR accepts.
     // SAFETY: as explained above.
-    unsafe {
-        core::arch::asm!("xrstor64 [{}]", in(reg) addr, in("eax") u32::MAX, in("edx") u32::MAX, options(nostack))
-    }
+    unsafe { core::arch::asm!("xrstor64 [{}]", in(reg) addr, in("eax") u32::MAX, in("edx") u32::MAX, options(nostack)) }
     Ok(())
 }
 
@@ -266,7 +272,12 @@ pub fn user_update_u32(
     let a = unsafe { &*(addr as *const core::sync::atomic::AtomicU32) };
     let mut old = a.load(core::sync::atomic::Ordering::SeqCst);
     loop {
-        match a.compare_exchange(old, f(old), core::sync::atomic::Ordering::SeqCst, core::sync::atomic::Ordering::SeqCst) {
+        match a.compare_exchange(
+            old,
+            f(old),
+            core::sync::atomic::Ordering::SeqCst,
+            core::sync::atomic::Ordering::SeqCst,
+        ) {
             Ok(v) => return Ok(v),
             Err(v) => old = v,
         }

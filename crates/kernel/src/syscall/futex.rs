@@ -71,7 +71,8 @@ fn wait(addr: u64, val: u32, bitset: u32, until: Option<u64>) -> SysResult {
     let me = sched::current();
     {
         let mut table = TABLE.lock();
-        let cur = user_load_u32(&kernel().space, addr).map_err(|e| if e == Errno::EINVAL { e } else { Errno::EFAULT })?;
+        let cur =
+            user_load_u32(&kernel().space, addr).map_err(|e| if e == Errno::EINVAL { e } else { Errno::EFAULT })?;
         if cur != val {
             return Err(Errno::EAGAIN);
         }
@@ -115,16 +116,17 @@ fn wake_op(addr: u64, n: u64, n2: u64, addr2: u64, op: u32) -> SysResult {
     // Unknown operations or comparisons: ENOSYS, as Linux.
     wake_op_new(op, 0).ok_or(Errno::ENOSYS)?;
     wake_op_cmp(op, 0).ok_or(Errno::ENOSYS)?;
-    let woken = {
-        let mut table = TABLE.lock();
-        let old = user_update_u32(&kernel().space, addr2, |old| wake_op_new(op, old).unwrap_or(old))
-            .map_err(|e| if e == Errno::EINVAL { e } else { Errno::EFAULT })?;
-        let mut w = table.wake(addr, n as u32 as usize, u32::MAX);
-        if wake_op_cmp(op, old) == Some(true) {
-            w.extend(table.wake(addr2, n2 as u32 as usize, u32::MAX));
-        }
-        w
-    };
+    let woken =
+        {
+            let mut table = TABLE.lock();
+            let old = user_update_u32(&kernel().space, addr2, |old| wake_op_new(op, old).unwrap_or(old))
+                .map_err(|e| if e == Errno::EINVAL { e } else { Errno::EFAULT })?;
+            let mut w = table.wake(addr, n as u32 as usize, u32::MAX);
+            if wake_op_cmp(op, old) == Some(true) {
+                w.extend(table.wake(addr2, n2 as u32 as usize, u32::MAX));
+            }
+            w
+        };
     for tid in &woken {
         if let Some(t) = sched::thread(*tid) {
             sched::wake(t);
@@ -159,7 +161,11 @@ pub fn futex(f: &mut SyscallFrame) -> SysResult {
         FUTEX_REQUEUE => requeue(addr, val, timeout, addr2, None),
         FUTEX_CMP_REQUEUE => requeue(addr, val, timeout, addr2, Some(val3 as u32)),
         FUTEX_WAKE_OP => wake_op(addr, val, timeout, addr2, val3 as u32),
-        FUTEX_LOCK_PI | FUTEX_UNLOCK_PI | FUTEX_TRYLOCK_PI | FUTEX_WAIT_REQUEUE_PI | FUTEX_CMP_REQUEUE_PI
+        FUTEX_LOCK_PI
+        | FUTEX_UNLOCK_PI
+        | FUTEX_TRYLOCK_PI
+        | FUTEX_WAIT_REQUEUE_PI
+        | FUTEX_CMP_REQUEUE_PI
         | FUTEX_LOCK_PI2 => {
             crate::kernel::report_message_once(
                 "onering: priority-inheritance futexes (PTHREAD_PRIO_INHERIT mutexes) are not supported\n",

@@ -102,6 +102,7 @@ syscall_table! {
     56 clone => proc::clone,
     57 fork => proc::fork,
     58 vfork => proc::vfork,
+    59 execve => proc::execve,
     60 exit => proc::exit,
     61 wait4 => proc::wait4,
     62 kill => signal::kill,

@@ -209,6 +209,25 @@ fn do_clone(f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls:
     Ok(tid)
 }
 
+/// execve: one program per VM. The path is checked as Linux would (so a missing
+/// program is ENOENT, as a shell expects); running another program is not offered.
+pub fn execve(f: &mut SyscallFrame) -> SysResult {
+    {
+        let k = &mut *kernel();
+        let path = arch::user_cstr(&k.space, f.rdi, crate::fs::vfs::PATH_MAX - 1)?;
+        if path.is_empty() {
+            return Err(Errno::ENOENT);
+        }
+        let cwd = k.proc().cwd;
+        let ino = k.vfs.lookup(cwd, path, true)?;
+        if k.vfs.node(ino).is_dir() {
+            return Err(Errno::EACCES);
+        }
+    }
+    crate::kernel::report_message_once("onering: execve is not supported (one program per VM)\n");
+    Err(Errno::ENOSYS)
+}
+
 /// Ends the running thread; the last thread's exit ends its process with `status`.
 pub fn exit(f: &mut SyscallFrame) -> SysResult {
     exit_thread(f.rdi & 0xff, false)

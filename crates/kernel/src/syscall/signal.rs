@@ -14,7 +14,9 @@ use crate::arch::{self, copy_to_user, thread::FullRegs};
 use crate::errno::{Errno, SysResult};
 use crate::kernel::kernel;
 use crate::sched::{self, Thread};
-use crate::signal::{self as sigs, bit, code, sa, sig, Info, Regs, SIG_DFL, SIG_IGN, SS_DISABLE, SS_ONSTACK, UNBLOCKABLE};
+use crate::signal::{
+    self as sigs, bit, code, sa, sig, Info, Regs, SIG_DFL, SIG_IGN, SS_DISABLE, SS_ONSTACK, UNBLOCKABLE,
+};
 use core::sync::atomic::Ordering::Relaxed;
 
 const SIG_BLOCK: u64 = 0;
@@ -357,14 +359,7 @@ fn frame(t: &'static Thread, regs: &Regs, s: u64, info: &Info, act: &[u64; 4]) -
         arch::thread::xsave_user(&k.space, fp, fp_size)?;
         copy_to_user(&k.space, fp + sigs::SW_BYTES_OFFSET as u64, &sigs::sw_bytes(fp_size as u32, sched::xfeatures()))?;
         copy_to_user(&k.space, fp + fp_size, &sigs::end_marker())?;
-        let bytes = sigs::encode(&sigs::Frame {
-            regs,
-            info,
-            restorer: act[2],
-            old_mask,
-            altstack: uc_stack,
-            fp,
-        });
+        let bytes = sigs::encode(&sigs::Frame { regs, info, restorer: act[2], old_mask, altstack: uc_stack, fp });
         copy_to_user(&k.space, frame, &bytes)?;
     }
     let mut mask = old_mask | act[3];

@@ -6,8 +6,8 @@ use super::SyscallFrame;
 use crate::arch::{self, copy_to_user};
 use crate::errno::{Errno, SysResult};
 use crate::kernel::{kernel, Kernel};
-use crate::time::NS_PER_SEC;
 use crate::sched::{self, Wake};
+use crate::time::NS_PER_SEC;
 
 const CLOCK_REALTIME: u64 = 0;
 const CLOCK_MONOTONIC: u64 = 1;
