@@ -47,7 +47,7 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
     frame[13] = bi.entry; // rip
     frame[14] = 0x202; // rflags
     frame[15] = bi.user_sp; // rsp
-    let spawn = crate::sched::Spawn { pid: 1, proc_slot: 0, frame, fs_base: 0, sigmask: 0, leader: true };
+    let spawn = crate::sched::Spawn { pid: 1, ppid: 0, proc_slot: 0, frame, fs_base: 0, sigmask: 0, leader: true };
     match crate::sched::spawn(spawn, &mut kernel().space.chunks, true) {
         Ok(t) if t.tid() == 1 => {}
         _ => panic!("cannot create the first thread"),
@@ -85,12 +85,16 @@ fn address_space(bi: &BootInfo) -> AddressSpace {
 /// or returns into a signal handler if one is due.
 pub extern "C" fn syscall_dispatch(frame: &mut SyscallFrame) {
     frame.rax = syscall::dispatch(frame);
+    // One load on the way out: anything pending (a signal, or the end of the
+    // thread's process, which also marks SIGKILL pending)?
     let t = crate::sched::current();
-    if t.deliverable() != 0 {
-        crate::syscall::signal::on_syscall_return(frame);
-    }
-    if t.doomed.load(core::sync::atomic::Ordering::Relaxed) {
-        crate::sched::exit_current();
+    if t.pending.load(core::sync::atomic::Ordering::Relaxed) != 0 {
+        if t.doomed.load(core::sync::atomic::Ordering::Relaxed) {
+            crate::sched::exit_current();
+        }
+        if t.deliverable() != 0 {
+            crate::syscall::signal::on_syscall_return(frame);
+        }
     }
 }
 

@@ -39,6 +39,8 @@ pub struct Thread {
     pub tid: AtomicU64,
     /// Process id (thread-group id) and the process's slot in the kernel's table.
     pub pid: AtomicU64,
+    /// The process's parent (0 for the program itself).
+    pub ppid: AtomicU64,
     pub proc_slot: AtomicUsize,
     /// Saved kernel stack pointer while switched out.
     ctx: AtomicU64,
@@ -79,8 +81,6 @@ impl Thread {
 
 static THREADS: [Once<&'static Thread>; MAX_THREADS] = [const { Once::new() }; MAX_THREADS];
 const NONE: usize = usize::MAX;
-/// The thread each CPU runs (NONE: its idle loop).
-static CURRENT: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(NONE) }; MAX_CPUS];
 /// The idle loop's saved stack pointer, per CPU.
 static IDLE_CTX: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 static IDLE_ON_CPU: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(true) }; MAX_CPUS];
@@ -118,9 +118,9 @@ static SCHED: Mutex<Sched> = Mutex::new(Sched {
 });
 
 /// The thread running on this CPU.
+#[inline]
 pub fn current() -> &'static Thread {
-    let slot = CURRENT[arch::thread::cpu_id() % MAX_CPUS].load(Relaxed);
-    match THREADS.get(slot).and_then(Once::get) {
+    match mach::current() {
         Some(t) => t,
         None => panic!("no current thread on cpu {}", arch::thread::cpu_id()),
     }
@@ -147,6 +147,7 @@ pub fn xfeatures() -> u64 {
 /// What the thread being created starts with.
 pub struct Spawn {
     pub pid: u64,
+    pub ppid: u64,
     pub proc_slot: usize,
     /// The system-call frame it returns to the program with.
     pub frame: [u64; 16],
@@ -179,6 +180,7 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
                 slot,
                 tid: AtomicU64::new(0),
                 pid: AtomicU64::new(0),
+                ppid: AtomicU64::new(0),
                 proc_slot: AtomicUsize::new(0),
                 ctx: AtomicU64::new(0),
                 on_cpu: AtomicBool::new(false),
@@ -207,6 +209,7 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
     t.tid.store(tid, Relaxed);
     t.pid.store(if sp.leader { tid } else { sp.pid }, Relaxed);
     t.proc_slot.store(sp.proc_slot, Relaxed);
+    t.ppid.store(sp.ppid, Relaxed);
     t.fs_base.store(sp.fs_base, Relaxed);
     t.sigmask.store(sp.sigmask, Relaxed);
     t.pending.store(0, Relaxed);
@@ -263,7 +266,7 @@ fn switch(me: Option<&'static Thread>, next: Option<&'static Thread>) {
             }
             n.on_cpu.store(true, Relaxed);
             n.state.store(RUNNING, Relaxed);
-            CURRENT[cpu].store(n.slot, Relaxed);
+            mach::set_current(Some(n));
             mach::set_kstack_top(n.kstack_top);
             arch::set_fs_base(n.fs_base.load(Relaxed));
             if FPU_OWNER[cpu].load(Relaxed) != n.slot {
@@ -273,7 +276,7 @@ fn switch(me: Option<&'static Thread>, next: Option<&'static Thread>) {
             mach::switch_context(save, n.ctx.load(Relaxed), off);
         }
         None => {
-            CURRENT[cpu].store(NONE, Relaxed);
+            mach::set_current(None);
             IDLE_ON_CPU[cpu].store(true, Relaxed);
             mach::switch_context(save, IDLE_CTX[cpu].load(Relaxed), off);
         }
@@ -410,6 +413,7 @@ pub fn has_waiters(key: u64) -> bool {
 /// about to enter the kernel).
 pub fn kill_thread(t: &'static Thread) {
     t.doomed.store(true, Relaxed);
+    t.pending.fetch_or(signal::bit(signal::sig::SIGKILL), Relaxed);
     interrupt(t);
 }
 

@@ -124,6 +124,17 @@ static void *sleeper(void *arg) {
     return (void *)(intptr_t)(ns >= 20 * 1000 * 1000 && ns < 2000L * 1000 * 1000);
 }
 
+/* A reader that drains a pipe until end of file. */
+static int pfd[2];
+static long piped;
+static void *drain(void *arg) {
+    (void)arg;
+    char b[4096];
+    ssize_t n;
+    while ((n = read(pfd[0], b, sizeof b)) > 0) piped += n;
+    return NULL;
+}
+
 int main(void) {
     pthread_t t[NT];
     for (long i = 0; i < NT; i++) pthread_create(&t[i], NULL, adder, (void *)i);
@@ -194,6 +205,17 @@ int main(void) {
         slept += (int)(intptr_t)ok;
     }
     CHECK(slept == 4, "four threads sleep 20 ms together");
+
+    /* Blocking pipes: the reader waits for data, the writer for room. */
+    CHECK(pipe(pfd) == 0, "pipe");
+    pthread_t dr;
+    pthread_create(&dr, NULL, drain, NULL);
+    nanosleep(&ms, NULL);
+    static char big[300000];
+    CHECK(write(pfd[1], big, sizeof big) == sizeof big, "a write larger than the pipe completes");
+    close(pfd[1]);
+    pthread_join(dr, NULL);
+    CHECK(piped == sizeof big, "the reader got every byte, then end of file");
 
     printf(failures ? "threads failed\n" : "threads ok\n");
     return failures;

@@ -63,11 +63,8 @@ syscall_entry:
     cld
     mov %rsp, %rdi
     call {dispatch}
-    // Non-zero: return with every register from the CPU's FullRegs block
-    // (signal handler entry, rt_sigreturn).
-    test %rax, %rax
-    jnz onering_full_return
     // A new thread's first return to the program starts here (see init_stack).
+    // (Signal handler entry and rt_sigreturn leave through full_return instead.)
     .global syscall_return
 syscall_return:
     pop %r15

@@ -15,6 +15,31 @@ use core::sync::atomic::{AtomicBool, AtomicU64};
 /// [`full_return`] loads (past the ABI header, in the part the kernel owns).
 const FULL_REGS: usize = 0x800;
 
+/// Where, in each CPU's per-CPU page, the kernel keeps the running thread's address.
+const CURRENT_THREAD: usize = 0x900;
+
+/// Records `t` as the thread this CPU runs (None: its idle loop).
+pub fn set_current(t: Option<&'static crate::sched::Thread>) {
+    let p = t.map_or(0, |t| t as *const crate::sched::Thread as u64);
+    let pc = super::percpu_ptr() as *mut u8;
+    // The slot lies in this CPU's per-CPU page, past the ABI header.
+    // SAFETY: as explained above.
+    unsafe { (pc.add(CURRENT_THREAD) as *mut u64).write_volatile(p) }
+}
+
+/// The thread this CPU runs, in one load through the GS base.
+#[inline(always)]
+pub fn current() -> Option<&'static crate::sched::Thread> {
+    let p: u64;
+    // Reads this CPU's slot, which only `set_current` writes, always with the
+    // address of a thread structure; those are leaked (`sched`), never freed.
+    // SAFETY: as explained above.
+    unsafe {
+        core::arch::asm!("mov {}, gs:[{}]", out(reg) p, const CURRENT_THREAD, options(nostack, readonly, preserves_flags));
+        (p as *const crate::sched::Thread).as_ref()
+    }
+}
+
 /// Registers for [`full_return`], in the order the assembly reads them.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

@@ -85,7 +85,11 @@ fn read_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) 
                 return Err(Errno::ESPIPE);
             }
             let buf = user_slice_mut(space, addr, len)?;
-            return p.lock().read(buf).map(|n| n as u64);
+            let n = p.lock().read(buf)?;
+            if n > 0 {
+                crate::sched::wake_all(file::pipe_key(p)); // writers waiting for room
+            }
+            return Ok(n as u64);
         }
         Kind::PipeWrite(_) => return Err(Errno::EBADF),
         Kind::Node(ino) => match vfs.device(*ino) {
@@ -141,7 +145,11 @@ fn write_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>)
                 return Err(Errno::ESPIPE);
             }
             let data = user_slice(space, addr, len)?;
-            p.lock().write(data).map(|n| n as u64)
+            let n = p.lock().write(data)?;
+            if n > 0 {
+                crate::sched::wake_all(file::pipe_key(p)); // readers waiting for data
+            }
+            Ok(n as u64)
         }
         Kind::PipeRead(_) => Err(Errno::EBADF),
         Kind::Node(ino) => match vfs.device(*ino) {
@@ -175,30 +183,24 @@ fn write_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>)
 
 /// Runs `op` on descriptor `fd`; where a pipe without O_NONBLOCK would return
 /// EAGAIN, blocks until the pipe changes and tries again (EINTR if a signal comes).
-/// A pipe operation that did something wakes the pipe's other waiters.
 fn blocking(fd: u64, mut op: impl FnMut(&mut Kernel) -> SysResult) -> SysResult {
     loop {
         let key = {
             let k = &mut *kernel();
             let r = op(k);
-            let Ok(of) = file(k, fd) else {
+            if r != Err(Errno::EAGAIN) {
                 return r;
-            };
-            let Some(key) = of.pipe_key() else {
-                return r;
-            };
-            match r {
-                Err(Errno::EAGAIN) if of.flags() & oflag::O_NONBLOCK == 0 => {
-                    crate::sched::prepare_wait(key);
-                    key
-                }
-                r => {
-                    if r.is_ok() {
-                        crate::sched::wake_all(key);
-                    }
-                    return r;
-                }
             }
+            // Only pipes without O_NONBLOCK block.
+            let key = match k.proc().fds.get(fd) {
+                Ok(of) if of.flags() & oflag::O_NONBLOCK == 0 => of.pipe_key(),
+                _ => None,
+            };
+            let Some(key) = key else {
+                return r;
+            };
+            crate::sched::prepare_wait(key);
+            key
         };
         let w = crate::sched::block(None);
         crate::sched::finish_wait(key);
@@ -210,23 +212,35 @@ fn blocking(fd: u64, mut op: impl FnMut(&mut Kernel) -> SysResult) -> SysResult 
 
 pub fn read(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, ..] = f.args();
-    blocking(fd, |k| read_file(k, fd, addr, len, None))
+    // (The lock is released before the slow path takes it again.)
+    let r = read_file(&mut kernel(), fd, addr, len, None);
+    match r {
+        Err(Errno::EAGAIN) => blocking(fd, |k| read_file(k, fd, addr, len, None)),
+        r => r,
+    }
 }
 
 pub fn write(f: &mut SyscallFrame) -> SysResult {
     let [fd, addr, len, ..] = f.args();
+    let r = write_file(&mut kernel(), fd, addr, len, None);
+    let mut done = match r {
+        Err(Errno::EAGAIN) => 0,
+        Ok(n) if n < len.min(MAX_RW_COUNT) && n > 0 => n,
+        r => return r,
+    };
     // A blocking pipe takes everything, waiting for room as needed.
-    let mut done = 0u64;
     loop {
-        let r = blocking(fd, |k| write_file(k, fd, addr + done, len - done, None));
-        match r {
+        let is_blocking_pipe = {
+            let k = kernel();
+            file(&k, fd).is_ok_and(|of| of.pipe_key().is_some() && of.flags() & oflag::O_NONBLOCK == 0)
+        };
+        if !is_blocking_pipe {
+            return if done > 0 { Ok(done) } else { Err(Errno::EAGAIN) };
+        }
+        match blocking(fd, |k| write_file(k, fd, addr + done, len - done, None)) {
             Ok(n) => {
                 done += n;
-                let more = n > 0 && done < len.min(MAX_RW_COUNT) && {
-                    let k = kernel();
-                    file(&k, fd).is_ok_and(|of| of.pipe_key().is_some() && of.flags() & oflag::O_NONBLOCK == 0)
-                };
-                if !more {
+                if n == 0 || done >= len.min(MAX_RW_COUNT) {
                     return Ok(done);
                 }
             }

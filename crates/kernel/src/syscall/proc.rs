@@ -67,7 +67,7 @@ pub fn gettid(_: &mut SyscallFrame) -> SysResult {
 }
 
 pub fn getppid(_: &mut SyscallFrame) -> SysResult {
-    Ok(kernel().proc().ppid)
+    Ok(sched::current().ppid.load(Relaxed))
 }
 
 pub fn set_tid_address(f: &mut SyscallFrame) -> SysResult {
@@ -161,6 +161,7 @@ fn do_clone(f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls:
         };
         let spawn = Spawn {
             pid: parent_pid,
+            ppid: if thread { me.ppid.load(Relaxed) } else { parent_pid },
             proc_slot,
             frame: child_frame(f, stack),
             fs_base: if flags & CLONE_SETTLS != 0 { tls } else { arch::fs_base() },
