@@ -34,8 +34,8 @@ pub enum Hostcall {
     /// Reads the host's stdin (`-i`): `args[0]` guest-virtual address, `args[1]`
     /// length. Returns the bytes read (0 at end of file) or a negative errno.
     Read = 7,
-    /// Sleeps in the host for `args[0]` nanoseconds (single vCPU; threads will bring
-    /// halt and wake-up instead).
+    /// Sleeps in the host for `args[0]` nanoseconds: how an idle vCPU halts (the
+    /// guest cannot `hlt` on PVM). A wake-up from another vCPU comes with SMP.
     Sleep = 8,
 }
 

@@ -43,10 +43,7 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
     crate::sched::set_ncpus(bi.ncpus as usize);
     // The program's first thread: it "returns" to the entry point with the initial
     // stack and every other register zero (rdx = 0: no function for atexit).
-    let mut frame = [0u64; 16];
-    frame[13] = bi.entry; // rip
-    frame[14] = 0x202; // rflags
-    frame[15] = bi.user_sp; // rsp
+    let frame = SyscallFrame { rip: bi.entry, rflags: 0x202, rsp: bi.user_sp, ..SyscallFrame::default() };
     let spawn = crate::sched::Spawn { pid: 1, ppid: 0, proc_slot: 0, frame, fs_base: 0, sigmask: 0, leader: true };
     match crate::sched::spawn(spawn, &mut kernel().space.chunks, true) {
         Ok(t) if t.tid() == 1 => {}

@@ -1,14 +1,6 @@
 //! What a CPU exception in the program means: the signal Linux would send.
 
-/// Signal numbers (x86-64 Linux).
-pub mod sig {
-    pub const SIGILL: u64 = 4;
-    pub const SIGTRAP: u64 = 5;
-    pub const SIGBUS: u64 = 7;
-    pub const SIGFPE: u64 = 8;
-    pub const SIGKILL: u64 = 9;
-    pub const SIGSEGV: u64 = 11;
-}
+use crate::signal::sig;
 
 /// Exception vectors.
 pub mod vector {

@@ -26,7 +26,6 @@ pub struct Kernel {
     /// with vfork (they share its memory).
     pub procs: Vec<Option<Process>>,
     pub rng: Rng,
-    pub clock: Clock,
     pub flags: u64,
     /// Host terminal size (rows << 16 | cols), 0 when stdout is not a terminal.
     pub winsize: u64,
@@ -164,7 +163,6 @@ impl Kernel {
             vfs,
             procs: alloc::vec![Some(init)],
             rng: Rng::new(bi.seed),
-            clock,
             flags: bi.flags,
             winsize: bi.winsize,
             uid: bi.uid,
@@ -187,12 +185,12 @@ impl Kernel {
 
     /// Monotonic nanoseconds since boot.
     pub fn now_mono(&self) -> u64 {
-        self.clock.mono_ns(arch::rdtsc())
+        mono_now()
     }
 
     /// Nanoseconds since the epoch.
     pub fn now_real(&self) -> u64 {
-        self.clock.realtime_ns(arch::rdtsc())
+        real_now()
     }
 }
 

@@ -34,7 +34,8 @@ const SLEEPING: u8 = 2;
 const DEAD: u8 = 3;
 
 pub struct Thread {
-    /// Index in the thread table (fixed for the structure's life).
+    /// Allocation number (fixed for the structure's life): a small id for timers
+    /// and per-CPU bookkeeping.
     slot: usize,
     pub tid: AtomicU64,
     /// Process id (thread-group id) and the process's slot in the kernel's table.
@@ -79,11 +80,11 @@ impl Thread {
     }
 }
 
-static THREADS: [Once<&'static Thread>; MAX_THREADS] = [const { Once::new() }; MAX_THREADS];
 const NONE: usize = usize::MAX;
-/// The idle loop's saved stack pointer, per CPU.
+/// The idle loop's saved stack pointer, per CPU, and the flag `switch_context`
+/// clears when it leaves (nobody waits on it: only this CPU resumes its idle loop).
 static IDLE_CTX: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
-static IDLE_ON_CPU: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(true) }; MAX_CPUS];
+static IDLE_ON_CPU: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 /// Whose extended state each CPU's registers hold (NONE: nobody's in particular).
 static FPU_OWNER: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(NONE) }; MAX_CPUS];
 /// XSAVE area size and features (from CPUID at boot).
@@ -150,7 +151,7 @@ pub struct Spawn {
     pub ppid: u64,
     pub proc_slot: usize,
     /// The system-call frame it returns to the program with.
-    pub frame: [u64; 16],
+    pub frame: crate::syscall::SyscallFrame,
     pub fs_base: u64,
     pub sigmask: u64,
     /// Take the tid as the pid (a new process's first thread).
@@ -169,7 +170,7 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
             }
             if s.stack_next == s.stack_end {
                 let c = chunks.alloc().ok_or(Errno::EAGAIN)?;
-                s.stack_next = mach::chunk_virt(c);
+                s.stack_next = onering_abi::layout::direct(c);
                 s.stack_end = s.stack_next + onering_abi::layout::HUGE_PAGE_SIZE;
             }
             let top = s.stack_next + KSTACK_SIZE;
@@ -199,7 +200,6 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
                 vfork_done: AtomicBool::new(false),
                 doomed: AtomicBool::new(false),
             }));
-            THREADS[slot].call_once(|| t);
             s.allocated += 1;
             t
         }
@@ -404,11 +404,6 @@ pub fn wake_all(key: u64) {
     }
 }
 
-/// Whether anybody waits on `key` (lets wakers skip the lock-heavy path).
-pub fn has_waiters(key: u64) -> bool {
-    SCHED.lock().waitq.contains_key(&key)
-}
-
 /// Ends thread `t` of a finished process at its next chance (it is blocked or
 /// about to enter the kernel).
 pub fn kill_thread(t: &'static Thread) {
@@ -465,15 +460,8 @@ pub fn exit_current() -> ! {
     panic!("a finished thread was resumed");
 }
 
-/// Number of live threads in process `pid`.
-pub fn count(pid: u64) -> usize {
-    SCHED.lock().live.values().filter(|t| t.pid() == pid).count()
-}
-
 /// Boots CPU `cpu`'s scheduling: runs threads forever, idling in between.
 pub fn idle_loop() -> ! {
-    let cpu = arch::thread::cpu_id() % MAX_CPUS;
-    IDLE_ON_CPU[cpu].store(true, Relaxed);
     let mut idle_since: Option<u64> = None;
     loop {
         let now = crate::kernel::mono_now();

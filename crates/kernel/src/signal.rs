@@ -7,12 +7,8 @@
 
 /// Signal numbers used by the kernel.
 pub mod sig {
-    pub const SIGHUP: u64 = 1;
-    pub const SIGINT: u64 = 2;
-    pub const SIGQUIT: u64 = 3;
     pub const SIGILL: u64 = 4;
     pub const SIGTRAP: u64 = 5;
-    pub const SIGABRT: u64 = 6;
     pub const SIGBUS: u64 = 7;
     pub const SIGFPE: u64 = 8;
     pub const SIGKILL: u64 = 9;
@@ -28,12 +24,10 @@ pub mod sig {
     pub const SIGWINCH: u64 = 28;
 }
 
-/// `sa_flags` bits.
+/// `sa_flags` bits the kernel acts on (the handler is always called with siginfo
+/// and returns through `sa_restorer`; SA_RESTART is not honoured).
 pub mod sa {
-    pub const SIGINFO: u64 = 0x4;
-    pub const RESTORER: u64 = 0x0400_0000;
     pub const ONSTACK: u64 = 0x0800_0000;
-    pub const RESTART: u64 = 0x1000_0000;
     pub const NODEFER: u64 = 0x4000_0000;
     pub const RESETHAND: u64 = 0x8000_0000;
 }

@@ -239,17 +239,7 @@ pub fn decode(b: &[u8], ip: u64) -> Option<(usize, Flow)> {
                     let len = p + modrm_len(b.get(p..)?)? + 2;
                     finish(len, Flow::Other)
                 }
-                _ => {
-                    let e = TWO[op2 as usize];
-                    if e == BAD {
-                        return None;
-                    }
-                    let mut len = p;
-                    if e & M != 0 {
-                        len += modrm_len(b.get(p..)?)?;
-                    }
-                    finish(len + imm_len(e, opsize16), Flow::Other)
-                }
+                _ => finish(p + operands_len(TWO[op2 as usize], b.get(p..)?, opsize16)?, Flow::Other),
             }
         }
         0xc4 | 0xc5 | 0x62 | 0x8f => vex(b, p - 1, op),
@@ -270,18 +260,18 @@ pub fn decode(b: &[u8], ip: u64) -> Option<(usize, Flow)> {
             }
             finish(len, Flow::Other)
         }
-        _ => {
-            let e = ONE[op as usize];
-            if e == BAD {
-                return None;
-            }
-            let mut len = p;
-            if e & M != 0 {
-                len += modrm_len(b.get(p..)?)?;
-            }
-            finish(len + imm_len(e, opsize16), Flow::Other)
-        }
+        _ => finish(p + operands_len(ONE[op as usize], b.get(p..)?, opsize16)?, Flow::Other),
     }
+}
+
+/// Bytes after the opcode for an opcode-map entry `e`: ModRM and what follows it
+/// (from `rest`), then the immediate; None for an invalid opcode.
+fn operands_len(e: u8, rest: &[u8], opsize16: bool) -> Option<usize> {
+    if e == BAD {
+        return None;
+    }
+    let modrm = if e & M != 0 { modrm_len(rest)? } else { 0 };
+    Some(modrm + imm_len(e, opsize16))
 }
 
 /// VEX (c4, c5), EVEX (62) and XOP (8f) encoded instructions, starting at `b[at]`.

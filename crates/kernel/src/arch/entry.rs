@@ -6,7 +6,9 @@
 //! VMM set to the CPU's [`PerCpuHeader`](onering_abi::PerCpuHeader), switch to a
 //! known stack without a scratch register, and leave ring 0 at once.
 
+use crate::signal::Regs;
 use core::arch::global_asm;
+use core::mem::offset_of;
 use onering_abi::layout::{USER_CS, USER_DS};
 use onering_abi::percpu_offsets as pc;
 
@@ -15,6 +17,25 @@ global_asm!(
     // All entry code stays in .text.entry, which the linker script keeps: nothing in
     // the kernel refers to the stubs (the VMM puts their addresses in LSTAR and the IDT).
     .section .text.entry, "ax"
+
+    // Loads the user's arithmetic flags and DF from the rflags value in r11, without
+    // popfq (microcoded: ~4 ns of a ~15 ns call): DF with std (the kernel runs with
+    // DF clear), OF by an 8-bit add that overflows exactly when it was set, the other
+    // five with sahf. Clobbers rax. TF and AC are not restored. Everything after it
+    // on the way out must leave the flags alone (mov, pop, jmp).
+    .macro RESTORE_USER_FLAGS
+    bt $10, %r11
+    jnc 1f
+    std
+1:  mov %r11, %rax
+    mov %al, %ah
+    bt $11, %r11
+    sbb %al, %al
+    and $0x7f, %al
+    add $1, %al
+    sahf
+    .endm
+
     .global _start
     // The VMM starts CPU 0 here in ring 3: rdi = &BootInfo, rsp = its kernel stack.
 _start:
@@ -79,27 +100,41 @@ syscall_return:
     pop %rdx
     pop %rsi
     pop %rdi
-    // Restore the user's arithmetic flags and DF from the saved rflags without popfq
-    // (microcoded: ~4 ns of a ~15 ns call): DF with std, OF by an 8-bit add that
-    // overflows exactly when it was set, the other five with sahf. Then rax, rcx and
-    // r11 (as sysret leaves them), the stack, and the jump: none of those changes the
-    // flags, and nothing is written to the user stack. TF and AC are not restored.
+    // Then rax, rcx and r11 (as sysret leaves them), the stack and the jump;
+    // nothing is written to the user stack.
     mov 16(%rsp), %r11
-    bt $10, %r11
-    jnc 1f
-    std
-1:  mov %r11, %rax
-    mov %al, %ah
-    bt $11, %r11
-    sbb %al, %al
-    and $0x7f, %al
-    add $1, %al
-    sahf
+    RESTORE_USER_FLAGS
     pop %rax
     pop %rcx
     pop %r11
     pop %rsp
     jmp *%rcx
+
+    // ---- Ring 3: return with every register chosen (signal handler entry, --------
+    // rt_sigreturn), from the signal::Regs block in this CPU's per-CPU page, without
+    // touching the program's stack: flags first, then the registers, then
+    // `jmp *%gs:rip`.
+    .global onering_full_return
+onering_full_return:
+    mov %gs:{fr}+{r_rflags}, %r11
+    RESTORE_USER_FLAGS
+    mov %gs:{fr}+{r_r8}, %r8
+    mov %gs:{fr}+{r_r9}, %r9
+    mov %gs:{fr}+{r_r10}, %r10
+    mov %gs:{fr}+{r_r11}, %r11
+    mov %gs:{fr}+{r_r12}, %r12
+    mov %gs:{fr}+{r_r13}, %r13
+    mov %gs:{fr}+{r_r14}, %r14
+    mov %gs:{fr}+{r_r15}, %r15
+    mov %gs:{fr}+{r_rdi}, %rdi
+    mov %gs:{fr}+{r_rsi}, %rsi
+    mov %gs:{fr}+{r_rbp}, %rbp
+    mov %gs:{fr}+{r_rbx}, %rbx
+    mov %gs:{fr}+{r_rdx}, %rdx
+    mov %gs:{fr}+{r_rax}, %rax
+    mov %gs:{fr}+{r_rcx}, %rcx
+    mov %gs:{fr}+{r_rsp}, %rsp
+    jmp *%gs:{fr}+{r_rip}
 
     // ---- Ring 0: exceptions (every IDT gate uses IST1). ----------------------------
     // Each stub is 16 bytes long, so the VMM finds stub n at exception_stubs + 16 * n.
@@ -197,6 +232,25 @@ fault_entry:
     user_ds = const USER_DS as u64,
     user_cs = const USER_CS as u64,
     doorbell = const onering_abi::layout::direct(onering_abi::layout::HOSTCALL_DOORBELL_PHYS),
+    fr = const super::thread::FULL_REGS,
+    r_r8 = const offset_of!(Regs, r8),
+    r_r9 = const offset_of!(Regs, r9),
+    r_r10 = const offset_of!(Regs, r10),
+    r_r11 = const offset_of!(Regs, r11),
+    r_r12 = const offset_of!(Regs, r12),
+    r_r13 = const offset_of!(Regs, r13),
+    r_r14 = const offset_of!(Regs, r14),
+    r_r15 = const offset_of!(Regs, r15),
+    r_rdi = const offset_of!(Regs, rdi),
+    r_rsi = const offset_of!(Regs, rsi),
+    r_rbp = const offset_of!(Regs, rbp),
+    r_rbx = const offset_of!(Regs, rbx),
+    r_rdx = const offset_of!(Regs, rdx),
+    r_rax = const offset_of!(Regs, rax),
+    r_rcx = const offset_of!(Regs, rcx),
+    r_rsp = const offset_of!(Regs, rsp),
+    r_rip = const offset_of!(Regs, rip),
+    r_rflags = const offset_of!(Regs, rflags),
     options(att_syntax)
 );
 

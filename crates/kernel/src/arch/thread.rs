@@ -1,22 +1,27 @@
 //! The machine side of threads: switching kernel stacks, preparing a new thread's
 //! stack, returning to the program with every register chosen (signal handlers and
-//! `rt_sigreturn`), saving and restoring the extended (FP/vector) state, and atomic
+//! `rt_sigreturn`; the assembly is in entry.rs), saving and restoring the extended (FP/vector) state, and atomic
 //! access to futex words.
 //!
 //! A thread switch happens in ring 3 between two kernel stacks: `switch_context`
 //! pushes the callee-saved registers, stores the stack pointer, marks the old thread
 //! as off the CPU (another CPU may then resume it), and pops the new thread's.
 
+use crate::signal::Regs;
+use crate::syscall::SyscallFrame;
 use core::arch::global_asm;
 use core::ptr::addr_of_mut;
 use core::sync::atomic::{AtomicBool, AtomicU64};
 
 /// Where, in each CPU's per-CPU page, the kernel keeps the registers
-/// [`full_return`] loads (past the ABI header, in the part the kernel owns).
-const FULL_REGS: usize = 0x800;
+/// `onering_full_return` (entry.rs) loads: past the ABI header, in the part the
+/// kernel owns.
+pub(super) const FULL_REGS: usize = 0x800;
 
 /// Where, in each CPU's per-CPU page, the kernel keeps the running thread's address.
 const CURRENT_THREAD: usize = 0x900;
+
+const _: () = assert!(FULL_REGS + core::mem::size_of::<Regs>() <= CURRENT_THREAD);
 
 /// Records `t` as the thread this CPU runs (None: its idle loop).
 pub fn set_current(t: Option<&'static crate::sched::Thread>) {
@@ -38,30 +43,6 @@ pub fn current() -> Option<&'static crate::sched::Thread> {
         core::arch::asm!("mov {}, gs:[{}]", out(reg) p, const CURRENT_THREAD, options(nostack, readonly, preserves_flags));
         (p as *const crate::sched::Thread).as_ref()
     }
-}
-
-/// Registers for [`full_return`], in the order the assembly reads them.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct FullRegs {
-    pub r15: u64,
-    pub r14: u64,
-    pub r13: u64,
-    pub r12: u64,
-    pub rbp: u64,
-    pub rbx: u64,
-    pub r11: u64,
-    pub r10: u64,
-    pub r9: u64,
-    pub r8: u64,
-    pub rax: u64,
-    pub rcx: u64,
-    pub rdx: u64,
-    pub rsi: u64,
-    pub rdi: u64,
-    pub rip: u64,
-    pub rflags: u64,
-    pub rsp: u64,
 }
 
 global_asm!(
@@ -88,45 +69,12 @@ onering_switch_context:
     pop %rbp
     ret
 
-    // Returns to the program with every register from this CPU's FullRegs block,
-    // without touching the program's stack: the flags are restored as in
-    // syscall_entry (no popfq), then the registers, then `jmp *%gs:rip`.
-    .global onering_full_return
-onering_full_return:
-    mov %gs:{fr}+128, %r11
-    cld
-    bt $10, %r11
-    jnc 1f
-    std
-1:  mov %r11, %rax
-    mov %al, %ah
-    bt $11, %r11
-    sbb %al, %al
-    and $0x7f, %al
-    add $1, %al
-    sahf
-    mov %gs:{fr}+0, %r15
-    mov %gs:{fr}+8, %r14
-    mov %gs:{fr}+16, %r13
-    mov %gs:{fr}+24, %r12
-    mov %gs:{fr}+32, %rbp
-    mov %gs:{fr}+40, %rbx
-    mov %gs:{fr}+48, %r11
-    mov %gs:{fr}+56, %r10
-    mov %gs:{fr}+64, %r9
-    mov %gs:{fr}+72, %r8
-    mov %gs:{fr}+80, %rax
-    mov %gs:{fr}+88, %rcx
-    mov %gs:{fr}+96, %rdx
-    mov %gs:{fr}+104, %rsi
-    mov %gs:{fr}+112, %rdi
-    mov %gs:{fr}+136, %rsp
-    jmp *%gs:{fr}+120
 "#,
-    fr = const FULL_REGS,
     options(att_syntax)
 );
 
+// SAFETY: the assembly above and in entry.rs defines both symbols with these
+// signatures (System V arguments; onering_full_return never returns).
 extern "C" {
     fn onering_switch_context(save: *mut u64, next: u64, on_cpu: *mut u8);
     fn onering_full_return() -> !;
@@ -144,40 +92,42 @@ pub fn switch_context(save: &AtomicU64, next: u64, on_cpu: &AtomicBool) {
     unsafe { onering_switch_context(save.as_ptr(), next, on_cpu.as_ptr() as *mut u8) }
 }
 
-/// Writes a new thread's first kernel-stack contents below `top`: a system-call
-/// frame (`frame`, 16 words, as `syscall_entry` pushes them), the address of the
-/// system-call return path, and six zero callee-saved registers. Returns the stack
-/// pointer to give `switch_context`.
-pub fn init_stack(top: u64, frame: &[u64; 16]) -> u64 {
+/// Writes a new thread's first kernel-stack contents below `top`: the system-call
+/// frame it returns to the program with (as `syscall_entry` pushes it), the address
+/// of the system-call return path, and six zero callee-saved registers for
+/// `switch_context` to pop. Returns the stack pointer to give `switch_context`.
+pub fn init_stack(top: u64, frame: &SyscallFrame) -> u64 {
+    // SAFETY: entry.rs defines this label (the system-call exit path); only its
+    // address is taken.
     extern "C" {
         static syscall_return: u8;
     }
-    let words = 16 + 1 + 6;
-    let sp = top - words * 8;
+    const CALLEE_SAVED: u64 = 6;
+    let frame_at = top - core::mem::size_of::<SyscallFrame>() as u64;
+    let sp = frame_at - (CALLEE_SAVED + 1) * 8;
     // [sp, top) lies in a kernel stack the scheduler owns and nobody runs on yet
     // (fresh, or of a thread that finished and is off every CPU).
     // SAFETY: as explained above.
     unsafe {
         let p = sp as *mut u64;
-        for i in 0..6 {
+        for i in 0..CALLEE_SAVED as usize {
             p.add(i).write(0);
         }
-        p.add(6).write(core::ptr::addr_of!(syscall_return) as u64);
-        for (i, w) in frame.iter().enumerate() {
-            p.add(7 + i).write(*w);
-        }
+        p.add(CALLEE_SAVED as usize).write(core::ptr::addr_of!(syscall_return) as u64);
+        (frame_at as *mut SyscallFrame).write(*frame);
     }
     sp
 }
 
 /// Returns to the program with exactly `regs` (never comes back).
-pub fn full_return(regs: &FullRegs) -> ! {
+pub fn full_return(regs: &Regs) -> ! {
     let pc = super::percpu_ptr() as *mut u8;
     // FULL_REGS lies in this CPU's per-CPU page, which the kernel owns past the
-    // ABI header; nothing else on this CPU uses it until the jump below.
+    // ABI header (room for Regs before CURRENT_THREAD); nothing else on this CPU
+    // uses it until the jump below.
     // SAFETY: as explained above.
     unsafe {
-        (pc.add(FULL_REGS) as *mut FullRegs).write_volatile(*regs);
+        (pc.add(FULL_REGS) as *mut Regs).write_volatile(*regs);
         onering_full_return()
     }
 }
@@ -331,9 +281,4 @@ pub fn clear_in_fault() {
     let pc = super::percpu_ptr();
     // SAFETY: as in cpu_id.
     unsafe { core::ptr::write_volatile(addr_of_mut!((*pc).in_fault), 0) }
-}
-
-/// Memory for kernel stacks: a 2 MiB chunk through the direct map, as an address.
-pub fn chunk_virt(phys: u64) -> u64 {
-    onering_abi::layout::direct(phys)
 }

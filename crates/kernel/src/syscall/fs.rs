@@ -133,7 +133,7 @@ fn read_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) 
 /// offset).
 fn write_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) -> SysResult {
     let len = len.min(MAX_RW_COUNT);
-    let Kernel { procs, space, vfs, console, clock, .. } = k;
+    let Kernel { procs, space, vfs, console, .. } = k;
     let fds = &crate::kernel::cur_ref(procs).fds;
     let of = fds.get(fd)?;
     if !of.writable() {
@@ -171,7 +171,7 @@ fn write_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>)
                     None if of.flags() & oflag::O_APPEND != 0 => vfs.node(*ino).size(),
                     None => of.offset(),
                 };
-                let n = vfs.write(*ino, at, data, clock.realtime_ns(arch::rdtsc()))?;
+                let n = vfs.write(*ino, at, data, crate::kernel::real_now())?;
                 if offset.is_none() {
                     of.set_offset(at + n as u64);
                 }

@@ -28,15 +28,20 @@ const FUTEX_LOCK_PI2: u64 = 13;
 const FUTEX_PRIVATE: u64 = 128;
 const FUTEX_CLOCK_REALTIME: u64 = 256;
 
-/// Wakes up to `n` waiters of `addr` whose bitset meets `bitset`; returns how many.
-pub fn wake(addr: u64, n: usize, bitset: u32) -> usize {
-    let woken = TABLE.lock().wake(addr, n, bitset);
-    for tid in &woken {
+/// Wakes the threads the table dequeued (after its lock is released); returns how many.
+fn wake_threads(tids: &[u64]) -> usize {
+    for tid in tids {
         if let Some(t) = sched::thread(*tid) {
             sched::wake(t);
         }
     }
-    woken.len()
+    tids.len()
+}
+
+/// Wakes up to `n` waiters of `addr` whose bitset meets `bitset`; returns how many.
+pub fn wake(addr: u64, n: usize, bitset: u32) -> usize {
+    let woken = TABLE.lock().wake(addr, n, bitset);
+    wake_threads(&woken)
 }
 
 /// A timeout argument: relative (FUTEX_WAIT) or absolute on the chosen clock
@@ -93,23 +98,18 @@ fn requeue(addr: u64, nwake: u64, nmove: u64, addr2: u64, cmp: Option<u32>) -> S
     if nwake < 0 || nmove < 0 {
         return Err(Errno::EINVAL);
     }
-    let woken = {
+    let (woken, moved) = {
         let mut table = TABLE.lock();
         if let Some(v) = cmp {
             if user_load_u32(&kernel().space, addr)? != v {
                 return Err(Errno::EAGAIN);
             }
         }
-        let (woken, moved) = table.requeue(addr, addr2, nwake as usize, nmove as usize);
-        (woken, moved)
+        table.requeue(addr, addr2, nwake as usize, nmove as usize)
     };
-    for tid in &woken.0 {
-        if let Some(t) = sched::thread(*tid) {
-            sched::wake(t);
-        }
-    }
+    let n = wake_threads(&woken);
     // CMP_REQUEUE counts woken and requeued threads.
-    Ok((woken.0.len() + if cmp.is_some() { woken.1 } else { 0 }) as u64)
+    Ok((n + if cmp.is_some() { moved } else { 0 }) as u64)
 }
 
 fn wake_op(addr: u64, n: u64, n2: u64, addr2: u64, op: u32) -> SysResult {

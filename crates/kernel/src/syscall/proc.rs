@@ -23,12 +23,10 @@ const CLONE_VM: u64 = 0x100;
 const CLONE_FS: u64 = 0x200;
 const CLONE_FILES: u64 = 0x400;
 const CLONE_SIGHAND: u64 = 0x800;
-const CLONE_PIDFD: u64 = 0x1000;
 const CLONE_PTRACE: u64 = 0x2000;
 const CLONE_VFORK: u64 = 0x4000;
 const CLONE_PARENT: u64 = 0x8000;
 const CLONE_THREAD: u64 = 0x10000;
-const CLONE_NEWNS: u64 = 0x20000;
 const CLONE_SYSVSEM: u64 = 0x40000;
 const CLONE_SETTLS: u64 = 0x80000;
 const CLONE_PARENT_SETTID: u64 = 0x100000;
@@ -99,13 +97,13 @@ pub fn arch_prctl(f: &mut SyscallFrame) -> SysResult {
 
 /// The frame a new thread or child returns to the program with: the caller's,
 /// with 0 in rax and, if given, the new stack.
-fn child_frame(f: &SyscallFrame, stack: u64) -> [u64; 16] {
+fn child_frame(f: &SyscallFrame, stack: u64) -> SyscallFrame {
     let mut c = *f;
     c.rax = 0;
     if stack != 0 {
         c.rsp = stack;
     }
-    [c.r15, c.r14, c.r13, c.r12, c.rbp, c.rbx, c.r9, c.r8, c.r10, c.rdx, c.rsi, c.rdi, c.rax, c.rip, c.rflags, c.rsp]
+    c
 }
 
 pub fn clone(f: &mut SyscallFrame) -> SysResult {
@@ -124,9 +122,7 @@ pub fn fork(_: &mut SyscallFrame) -> SysResult {
 }
 
 fn do_clone(f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls: u64) -> SysResult {
-    if flags & !CLONE_KNOWN != 0 && flags & (CLONE_NEWNS | CLONE_PIDFD) != 0 {
-        return Err(Errno::EINVAL);
-    }
+    // Namespaces, pidfds and the rest are refused.
     if flags & !CLONE_KNOWN != 0 {
         return Err(Errno::EINVAL);
     }
@@ -150,14 +146,13 @@ fn do_clone(f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls:
             me.proc_slot.load(Relaxed)
         } else {
             // A new process: its slot now, its pid (= its first thread's tid) below.
-            let slot = match k.procs.iter().position(Option::is_none) {
+            match k.procs.iter().position(Option::is_none) {
                 Some(s) => s,
                 None => {
                     k.procs.push(None);
                     k.procs.len() - 1
                 }
-            };
-            slot
+            }
         };
         let spawn = Spawn {
             pid: parent_pid,
@@ -199,7 +194,10 @@ fn do_clone(f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls:
         t
     };
     let tid = child.tid();
-    me.vfork_done.store(false, Relaxed);
+    if flags & CLONE_VFORK != 0 {
+        // Reset before the child can run (and, on another vCPU, exit).
+        me.vfork_done.store(false, Relaxed);
+    }
     sched::start(child);
     if flags & CLONE_VFORK != 0 {
         // Suspended until the child exits (no execve here: it cannot exec).
@@ -239,7 +237,7 @@ pub fn exit_group(f: &mut SyscallFrame) -> SysResult {
 }
 
 /// Wait status of a normal exit with `code`.
-pub fn exited(code: u64) -> u64 {
+fn exited(code: u64) -> u64 {
     (code & 0xff) << 8
 }
 

@@ -10,7 +10,7 @@
 //! Signals for a thread running on another vCPU wait for its next system call.
 
 use super::SyscallFrame;
-use crate::arch::{self, copy_to_user, thread::FullRegs};
+use crate::arch::{self, copy_to_user};
 use crate::errno::{Errno, SysResult};
 use crate::kernel::kernel;
 use crate::sched::{self, Thread};
@@ -271,29 +271,6 @@ pub fn regs_of(f: &SyscallFrame) -> Regs {
     }
 }
 
-fn full(r: &Regs) -> FullRegs {
-    FullRegs {
-        r15: r.r15,
-        r14: r.r14,
-        r13: r.r13,
-        r12: r.r12,
-        rbp: r.rbp,
-        rbx: r.rbx,
-        r11: r.r11,
-        r10: r.r10,
-        r9: r.r9,
-        r8: r.r8,
-        rax: r.rax,
-        rcx: r.rcx,
-        rdx: r.rdx,
-        rsi: r.rsi,
-        rdi: r.rdi,
-        rip: r.rip,
-        rflags: r.rflags,
-        rsp: r.rsp,
-    }
-}
-
 /// Ends the program as killed by `s` (its default action), or its child process.
 fn terminate(t: &'static Thread, s: u64, rip: u64, addr: u64) -> ! {
     if t.pid() == 1 {
@@ -384,7 +361,7 @@ pub fn on_syscall_return(f: &SyscallFrame) {
     let r = regs_of(f);
     let n = deliver(r);
     if n != r {
-        arch::thread::full_return(&full(&n));
+        arch::thread::full_return(&n);
     }
 }
 
@@ -419,7 +396,7 @@ pub fn rt_sigreturn(f: &mut SyscallFrame) -> SysResult {
     }
     regs.rflags = (regs.rflags & 0xcd5) | 0x202;
     let regs = deliver(regs);
-    arch::thread::full_return(&full(&regs))
+    arch::thread::full_return(&regs)
 }
 
 /// An exception in the program: delivered to its handler if it has one and does
@@ -437,5 +414,5 @@ pub fn fault(regs: Regs, s: u64, info: Info) -> ! {
     let n = deliver(regs);
     t.pending.fetch_or(bits & !bit(s), Relaxed);
     arch::thread::clear_in_fault();
-    arch::thread::full_return(&full(&n))
+    arch::thread::full_return(&n)
 }

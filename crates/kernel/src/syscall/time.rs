@@ -26,8 +26,8 @@ const TIMER_ABSTIME: u64 = 1;
 fn now(k: &Kernel, clock: u64) -> Result<u64, Errno> {
     Ok(match clock {
         CLOCK_REALTIME | CLOCK_REALTIME_COARSE | CLOCK_REALTIME_ALARM | CLOCK_TAI => k.now_real(),
-        // One process, one thread, never descheduled by this kernel: CPU time is
-        // time since boot.
+        // CPU-time clocks are approximated by time since boot (no per-thread
+        // accounting yet).
         CLOCK_MONOTONIC
         | CLOCK_MONOTONIC_RAW
         | CLOCK_MONOTONIC_COARSE
