@@ -34,9 +34,14 @@ pub enum Hostcall {
     /// Reads the host's stdin (`-i`): `args[0]` guest-virtual address, `args[1]`
     /// length. Returns the bytes read (0 at end of file) or a negative errno.
     Read = 7,
-    /// Sleeps in the host for `args[0]` nanoseconds: how an idle vCPU halts (the
-    /// guest cannot `hlt` on PVM). A wake-up from another vCPU comes with SMP.
-    Sleep = 8,
+    /// Halts this vCPU for at most `args[0]` nanoseconds: its thread sleeps in the
+    /// VMM until then or until another vCPU kicks it (the guest cannot `hlt` on
+    /// PVM). A kick that came before the halt makes it return at once.
+    Halt = 8,
+    /// Kicks vCPU `args[0]` out of `Halt` (or makes its next `Halt` return at once);
+    /// starts it at the kernel's entry if it has not run yet. Returns 0, or a
+    /// negative errno for a vCPU number the VM does not have.
+    Kick = 9,
 }
 
 impl Hostcall {
@@ -49,7 +54,8 @@ impl Hostcall {
             5 => Self::FaultAddr,
             6 => Self::Fatal,
             7 => Self::Read,
-            8 => Self::Sleep,
+            8 => Self::Halt,
+            9 => Self::Kick,
             _ => return None,
         })
     }
@@ -82,7 +88,8 @@ mod tests {
             Hostcall::FaultAddr,
             Hostcall::Fatal,
             Hostcall::Read,
-            Hostcall::Sleep,
+            Hostcall::Halt,
+            Hostcall::Kick,
         ] {
             assert_eq!(Hostcall::from_u64(h as u64), Some(h));
         }

@@ -16,7 +16,7 @@ pub mod layout;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 4;
+pub const ABI_VERSION: u64 = 5;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -43,6 +43,38 @@ pub struct UserMapping {
     pub virt: u64,
     pub size: u64,
     pub phys: u64,
+}
+
+/// Interrupt vectors the VMM routes to the kernel (see `x86::write_idt`).
+pub mod vectors {
+    /// The local APIC's one-shot timer (preemption tick, timer deadlines).
+    pub const TIMER: u8 = 0x40;
+    /// The inter-processor interrupt one vCPU sends another to make it look at
+    /// its run queue or at a signal for the thread it runs.
+    pub const RESCHEDULE: u8 = 0x41;
+    /// The supervisor's TLB flush (`int $0x81` from ring 3, hardware KVM only).
+    pub const TLB_FLUSH: u8 = 0x81;
+}
+
+/// How the VMM programs each vCPU's local APIC before it starts, so that the kernel
+/// only writes the timer's initial count to arm it (one MMIO write) and the EOI.
+pub mod lapic {
+    /// Register offsets in the APIC's MMIO page.
+    pub const ID: u64 = 0x20;
+    pub const EOI: u64 = 0xb0;
+    pub const SPURIOUS: u64 = 0xf0;
+    pub const ICR_LOW: u64 = 0x300;
+    pub const ICR_HIGH: u64 = 0x310;
+    pub const LVT_TIMER: u64 = 0x320;
+    pub const TIMER_INITIAL: u64 = 0x380;
+    pub const TIMER_DIVIDE: u64 = 0x3e0;
+    /// Spurious-vector register value: APIC enabled, spurious vector 0xff.
+    pub const SPURIOUS_ENABLE: u32 = 0x1ff;
+    /// Divide configuration "divide by 1": with KVM's 1 GHz APIC bus, one count
+    /// per nanosecond.
+    pub const DIVIDE_BY_1: u32 = 0xb;
+    /// ICR low for a fixed, physical-destination, asserted IPI (or the vector in).
+    pub const ICR_FIXED: u32 = 1 << 14;
 }
 
 /// Bits of [`BootInfo::flags`].

@@ -12,13 +12,19 @@ use crate::mm::space::AddressSpace;
 use crate::mm::vma::{Vma, VmaKind, PROT_EXEC, PROT_READ, PROT_WRITE};
 use crate::syscall::{self, SyscallFrame};
 use onering_abi::layout::{self, PAGE_SIZE};
+use core::sync::atomic::Ordering::Relaxed;
 use onering_abi::{BootInfo, Hostcall, ABI_VERSION, BOOT_MAGIC};
 
 /// Lowest address `mmap` hands out without MAP_FIXED (Linux's mmap_min_addr).
 const MMAP_BOTTOM: u64 = 0x1_0000;
 
-/// First Rust code, in ring 3 on CPU 0's kernel stack.
+/// First Rust code, in ring 3 on the CPU's boot stack. CPU 0 sets the kernel up;
+/// the others start later (when the scheduler first kicks them) and go straight to
+/// their idle loop.
 pub extern "C" fn kmain(boot_info: u64) -> ! {
+    if arch::thread::cpu_id() != 0 {
+        crate::sched::idle_loop()
+    }
     let bi = arch::boot_info(boot_info);
     if bi.magic != BOOT_MAGIC || bi.abi_version != ABI_VERSION {
         panic!("boot info of ABI version {} (kernel speaks {ABI_VERSION})", bi.abi_version);
@@ -44,7 +50,16 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
     // The program's first thread: it "returns" to the entry point with the initial
     // stack and every other register zero (rdx = 0: no function for atexit).
     let frame = SyscallFrame { rip: bi.entry, rflags: 0x202, rsp: bi.user_sp, ..SyscallFrame::default() };
-    let spawn = crate::sched::Spawn { pid: 1, ppid: 0, proc_slot: 0, frame, fs_base: 0, sigmask: 0, leader: true };
+    let spawn = crate::sched::Spawn {
+        pid: 1,
+        ppid: 0,
+        proc_slot: 0,
+        frame,
+        fs_base: 0,
+        sigmask: 0,
+        leader: true,
+        affinity: u64::MAX,
+    };
     match crate::sched::spawn(spawn, &mut kernel().space.chunks, true) {
         Ok(t) if t.tid() == 1 => {}
         _ => panic!("cannot create the first thread"),
@@ -82,11 +97,23 @@ fn address_space(bi: &BootInfo) -> AddressSpace {
 /// or returns into a signal handler if one is due.
 pub extern "C" fn syscall_dispatch(frame: &mut SyscallFrame) {
     frame.rax = syscall::dispatch(frame);
-    // One load on the way out: anything pending (a signal, or the end of the
-    // thread's process, which also marks SIGKILL pending)?
+    // Two loads on the way out: anything pending for the thread (a signal, or the
+    // end of its process, which also marks SIGKILL pending), or a reschedule request
+    // for the CPU?
     let t = crate::sched::current();
-    if t.pending.load(core::sync::atomic::Ordering::Relaxed) != 0 {
-        if t.doomed.load(core::sync::atomic::Ordering::Relaxed) {
+    if t.pending.load(Relaxed) != 0 || arch::thread::resched_pending() {
+        on_the_way_out(frame);
+    }
+}
+
+#[cold]
+fn on_the_way_out(frame: &mut SyscallFrame) {
+    if arch::thread::take_resched() {
+        crate::sched::preempt_point();
+    }
+    let t = crate::sched::current();
+    if t.pending.load(Relaxed) != 0 {
+        if t.doomed.load(Relaxed) {
             crate::sched::exit_current();
         }
         if t.deliverable() != 0 {
@@ -140,7 +167,39 @@ pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
     if s == crate::signal::sig::SIGKILL {
         kernel().killed(s, frame.rip, addr);
     }
-    let regs = crate::signal::Regs {
+    let regs = regs_of(frame);
+    let info = crate::signal::Info {
+        signo: s,
+        code: crate::fault::si_code(frame.vector),
+        addr: if frame.vector == crate::fault::vector::PAGE_FAULT { addr } else { frame.rip },
+        trapno: frame.vector,
+        err: frame.error,
+        ..Default::default()
+    };
+    crate::syscall::signal::fault(regs, s, info)
+}
+
+/// Called on the running thread's kernel stack when the APIC timer or a
+/// reschedule IPI interrupted the program (`preempt_stub`): other threads may run
+/// first, pending signals are delivered, then the program continues exactly where
+/// it was.
+pub extern "C" fn interrupt_dispatch(frame: &FaultFrame) -> ! {
+    let regs = regs_of(frame);
+    arch::thread::take_resched();
+    crate::sched::preempt_point();
+    let t = crate::sched::current();
+    let mut regs = regs;
+    if t.pending.load(Relaxed) != 0 {
+        if t.doomed.load(Relaxed) {
+            crate::sched::exit_current();
+        }
+        regs = crate::syscall::signal::deliver(regs);
+    }
+    arch::thread::full_return(&regs)
+}
+
+fn regs_of(frame: &FaultFrame) -> crate::signal::Regs {
+    crate::signal::Regs {
         r8: frame.r8,
         r9: frame.r9,
         r10: frame.r10,
@@ -159,16 +218,7 @@ pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
         rsp: frame.rsp,
         rip: frame.rip,
         rflags: frame.rflags,
-    };
-    let info = crate::signal::Info {
-        signo: s,
-        code: crate::fault::si_code(frame.vector),
-        addr: if frame.vector == crate::fault::vector::PAGE_FAULT { addr } else { frame.rip },
-        trapno: frame.vector,
-        err: frame.error,
-        ..Default::default()
-    };
-    crate::syscall::signal::fault(regs, s, info)
+    }
 }
 
 #[panic_handler]

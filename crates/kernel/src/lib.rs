@@ -19,6 +19,7 @@ pub mod fault;
 pub mod fs;
 pub mod futex;
 pub mod mm;
+pub mod placement;
 pub mod rng;
 pub mod signal;
 pub mod syscall;

@@ -14,13 +14,14 @@
 //! the VMM to halt the vCPU until the next deadline (PLATFORM.md: the guest cannot
 //! `hlt`).
 
-use crate::arch::{self, thread as mach};
+use crate::arch::{self, supervisor, thread as mach};
+use crate::placement::{self, CpuState, CpuView, SpinBudget};
 use crate::errno::Errno;
 use crate::signal;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
-use onering_abi::{Hostcall, MAX_CPUS};
+use onering_abi::MAX_CPUS;
 use spin::{Mutex, Once};
 
 /// Most threads alive at once.
@@ -45,6 +46,10 @@ pub struct Thread {
     pub proc_slot: AtomicUsize,
     /// Saved kernel stack pointer while switched out.
     ctx: AtomicU64,
+    /// The CPU it runs on, or last ran on (NONE: never ran).
+    cpu: AtomicUsize,
+    /// CPUs it may run on (`sched_setaffinity`), bit n for CPU n.
+    affinity: AtomicU64,
     on_cpu: AtomicBool,
     kstack_top: u64,
     state: AtomicU8,
@@ -78,6 +83,10 @@ impl Thread {
     pub fn deliverable(&self) -> u64 {
         self.pending.load(Relaxed) & !self.sigmask.load(Relaxed)
     }
+    /// CPUs it may run on.
+    pub fn affinity(&self) -> u64 {
+        self.affinity.load(Relaxed) & online()
+    }
 }
 
 const NONE: usize = usize::MAX;
@@ -90,8 +99,24 @@ static FPU_OWNER: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(NONE) }; M
 /// XSAVE area size and features (from CPUID at boot).
 static XSAVE: Once<(u32, u64)> = Once::new();
 
+/// What each CPU does (`placement::CpuState`) and how many threads wait in its run
+/// queue: published for wakers and idle CPUs, which read them without the lock.
+static CPU_STATE: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(CpuState::Offline as u8) }; MAX_CPUS];
+static QUEUED: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(0) }; MAX_CPUS];
+/// The earliest timer deadline (monotonic ns; u64::MAX when there is none).
+static NEXT_DEADLINE: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// A preempting tick, when threads wait for a busy CPU.
+const TICK_NS: u64 = 10_000_000;
+/// An idle CPU halts only if its next deadline is further away than this, and
+/// wakes this much before it to poll the rest of the way: it covers the host's
+/// wake-up latency and the exit, so that timers fire on time.
+const HALT_EARLY_NS: u64 = 80_000;
+/// Longest single halt (the loop re-checks after it).
+const MAX_HALT_NS: u64 = 1_000_000_000;
+
 struct Sched {
-    runq: VecDeque<&'static Thread>,
+    runq: [VecDeque<&'static Thread>; MAX_CPUS],
     /// Wait queues by key (pipes, wait4): threads to wake when the key changes.
     waitq: BTreeMap<u64, Vec<&'static Thread>>,
     timers: BTreeMap<(u64, usize), &'static Thread>,
@@ -107,7 +132,7 @@ struct Sched {
 }
 
 static SCHED: Mutex<Sched> = Mutex::new(Sched {
-    runq: VecDeque::new(),
+    runq: [const { VecDeque::new() }; MAX_CPUS],
     waitq: BTreeMap::new(),
     timers: BTreeMap::new(),
     live: BTreeMap::new(),
@@ -117,6 +142,160 @@ static SCHED: Mutex<Sched> = Mutex::new(Sched {
     stack_next: 0,
     stack_end: 0,
 });
+
+/// CPUs to notify once the lock is dropped (bit n for CPU n).
+type CpuSet = u64;
+
+/// This CPU's number.
+fn this_cpu() -> usize {
+    mach::cpu_id() % MAX_CPUS
+}
+
+/// The CPUs the VM has.
+pub fn online() -> u64 {
+    match ncpus() {
+        MAX_CPUS => u64::MAX,
+        n => (1 << n) - 1,
+    }
+}
+
+fn state(cpu: usize) -> CpuState {
+    CpuState::from_u8(CPU_STATE[cpu].load(SeqCst))
+}
+
+fn set_state(cpu: usize, st: CpuState) {
+    CPU_STATE[cpu].store(st as u8, SeqCst);
+}
+
+impl Sched {
+    fn push(&mut self, cpu: usize, t: &'static Thread) {
+        t.state.store(RUNNABLE, Relaxed);
+        self.runq[cpu].push_back(t);
+        QUEUED[cpu].store(self.runq[cpu].len(), SeqCst);
+    }
+
+    fn pop(&mut self, cpu: usize) -> Option<&'static Thread> {
+        let t = self.runq[cpu].pop_front();
+        QUEUED[cpu].store(self.runq[cpu].len(), SeqCst);
+        t
+    }
+
+    /// A thread from a busy or halted CPU's queue that may run on `cpu`.
+    fn steal(&mut self, cpu: usize) -> Option<&'static Thread> {
+        for c in (0..ncpus()).filter(|&c| c != cpu && state(c) != CpuState::Polling) {
+            if let Some(i) = self.runq[c].iter().position(|t| t.affinity() & (1 << cpu) != 0) {
+                let t = self.runq[c].remove(i);
+                QUEUED[c].store(self.runq[c].len(), SeqCst);
+                return t;
+            }
+        }
+        None
+    }
+
+    /// Queues runnable thread `t` on the CPU `placement::choose` picks; returns it.
+    fn place(&mut self, t: &'static Thread) -> usize {
+        let mut view = [CpuView { state: CpuState::Offline, queued: 0 }; MAX_CPUS];
+        let n = ncpus();
+        for (c, v) in view.iter_mut().enumerate().take(n) {
+            *v = CpuView { state: state(c), queued: self.runq[c].len() };
+        }
+        let last = Some(t.cpu.load(Relaxed)).filter(|&c| c != NONE);
+        let cpu = placement::choose(last, t.affinity(), this_cpu(), &view[..n]);
+        self.push(cpu, t);
+        cpu
+    }
+
+    /// Makes sleeping thread `t` runnable; the CPU to notify, if any.
+    fn make_runnable(&mut self, t: &'static Thread) -> CpuSet {
+        if t.state.load(Relaxed) != SLEEPING {
+            return 0;
+        }
+        let d = t.deadline.swap(0, Relaxed);
+        if d != 0 {
+            self.timers.remove(&(d, t.slot));
+            self.publish_deadline();
+        }
+        1 << self.place(t)
+    }
+
+    fn publish_deadline(&self) {
+        NEXT_DEADLINE.store(self.timers.first_key_value().map_or(u64::MAX, |(k, _)| k.0), SeqCst);
+    }
+
+    /// Moves expired timers' threads to run queues; the CPUs to notify.
+    fn expire(&mut self, now: u64) -> CpuSet {
+        if NEXT_DEADLINE.load(Relaxed) > now {
+            return 0;
+        }
+        let mut notify = 0;
+        while let Some((&(d, slot), &t)) = self.timers.first_key_value() {
+            if d > now {
+                break;
+            }
+            self.timers.remove(&(d, slot));
+            t.deadline.store(0, Relaxed);
+            if t.state.load(Relaxed) == SLEEPING {
+                t.timed_out.store(true, Relaxed);
+                notify |= 1 << self.place(t);
+            }
+        }
+        self.publish_deadline();
+        notify
+    }
+}
+
+/// Tells the CPUs in `cpus` that their run queues grew: a polling CPU sees it by
+/// itself, a halted one is kicked, a busy one is interrupted (or, for this CPU,
+/// gets a preemption tick).
+fn notify(cpus: CpuSet) {
+    if cpus == 0 {
+        return;
+    }
+    let me = this_cpu();
+    for c in (0..ncpus()).filter(|c| cpus & (1 << c) != 0) {
+        match state(c) {
+            CpuState::Polling => {}
+            CpuState::Offline => {
+                if CPU_STATE[c]
+                    .compare_exchange(CpuState::Offline as u8, CpuState::Halted as u8, SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    supervisor::kick(c);
+                }
+            }
+            CpuState::Halted => supervisor::kick(c),
+            CpuState::Running if c == me => arm_timer(crate::kernel::mono_now() + TICK_NS),
+            CpuState::Running => supervisor::reschedule(c),
+        }
+    }
+}
+
+/// Makes sure this CPU's APIC timer fires by `at` (monotonic ns).
+fn arm_timer(at: u64) {
+    let armed = mach::timer_armed();
+    if armed != 0 && armed <= at {
+        return;
+    }
+    mach::set_timer_armed(at);
+    supervisor::arm_timer(at.saturating_sub(crate::kernel::mono_now()));
+}
+
+/// When a thread starts on this CPU: threads waiting here need a preemption tick,
+/// and the earliest timer needs a watcher if no CPU polls.
+fn watch(cpu: usize) {
+    let queued = QUEUED[cpu].load(Relaxed) > 0;
+    let deadline = NEXT_DEADLINE.load(Relaxed);
+    if !queued && deadline == u64::MAX {
+        return;
+    }
+    let mut at = if queued { crate::kernel::mono_now() + TICK_NS } else { u64::MAX };
+    if deadline != u64::MAX && !(0..ncpus()).any(|c| state(c) == CpuState::Polling) {
+        at = at.min(deadline);
+    }
+    if at != u64::MAX {
+        arm_timer(at);
+    }
+}
 
 /// The thread running on this CPU.
 #[inline]
@@ -156,6 +335,8 @@ pub struct Spawn {
     pub sigmask: u64,
     /// Take the tid as the pid (a new process's first thread).
     pub leader: bool,
+    /// CPUs it may run on (the creator's).
+    pub affinity: u64,
 }
 
 /// Creates a thread (runnable at once unless `start` is false); returns it. Its
@@ -184,6 +365,8 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
                 ppid: AtomicU64::new(0),
                 proc_slot: AtomicUsize::new(0),
                 ctx: AtomicU64::new(0),
+                cpu: AtomicUsize::new(NONE),
+                affinity: AtomicU64::new(u64::MAX),
                 on_cpu: AtomicBool::new(false),
                 kstack_top: top,
                 state: AtomicU8::new(DEAD),
@@ -213,6 +396,10 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
     t.fs_base.store(sp.fs_base, Relaxed);
     t.sigmask.store(sp.sigmask, Relaxed);
     t.pending.store(0, Relaxed);
+    // Never ran: no CPU's registers hold its extended state (the slot may be a
+    // finished thread's).
+    t.cpu.store(NONE, Relaxed);
+    t.affinity.store(sp.affinity, Relaxed);
     *t.altstack.lock() = (0, signal::SS_DISABLE, 0);
     t.clear_child_tid.store(0, Relaxed);
     t.vfork_done.store(false, Relaxed);
@@ -222,37 +409,36 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
     mach::xsave(&mut t.xstate.lock());
     t.ctx.store(mach::init_stack(t.kstack_top, &sp.frame), Relaxed);
     s.live.insert(tid, t);
-    if start {
-        t.state.store(RUNNABLE, Relaxed);
-        s.runq.push_back(t);
-    } else {
-        t.state.store(SLEEPING, Relaxed);
-    }
+    t.state.store(SLEEPING, Relaxed);
+    let cpus = if start { s.make_runnable(t) } else { 0 };
+    drop(s);
+    notify(cpus);
     Ok(t)
 }
 
 /// Makes a thread created with `start == false` runnable.
 pub fn start(t: &'static Thread) {
-    let mut s = SCHED.lock();
-    if t.state.load(Relaxed) == SLEEPING {
-        t.state.store(RUNNABLE, Relaxed);
-        s.runq.push_back(t);
-    }
+    let cpus = SCHED.lock().make_runnable(t);
+    notify(cpus);
 }
 
-/// Boot: the XSAVE size, and the first thread (which `run` then enters).
+/// Boot: the XSAVE size.
 pub fn init() {
     XSAVE.call_once(mach::xsave_size);
 }
 
 /// Switches from the running context (thread `me`, or the idle loop when None) to
-/// `next`, which the caller took off the run queue.
+/// `next`, which the caller took off a run queue.
 fn switch(me: Option<&'static Thread>, next: Option<&'static Thread>) {
-    let cpu = arch::thread::cpu_id() % MAX_CPUS;
+    let cpu = this_cpu();
     if let Some(m) = me {
-        m.fs_base.store(arch::fs_base(), Relaxed);
-        mach::xsave(&mut m.xstate.lock());
-        FPU_OWNER[cpu].store(m.slot, Relaxed);
+        if m.state.load(Relaxed) == DEAD {
+            FPU_OWNER[cpu].store(NONE, Relaxed);
+        } else {
+            m.fs_base.store(arch::fs_base(), Relaxed);
+            mach::xsave(&mut m.xstate.lock());
+            FPU_OWNER[cpu].store(m.slot, Relaxed);
+        }
     }
     let (save, off) = match me {
         Some(m) => (&m.ctx, &m.on_cpu),
@@ -266,34 +452,25 @@ fn switch(me: Option<&'static Thread>, next: Option<&'static Thread>) {
             }
             n.on_cpu.store(true, Relaxed);
             n.state.store(RUNNING, Relaxed);
+            set_state(cpu, CpuState::Running);
             mach::set_current(Some(n));
             mach::set_kstack_top(n.kstack_top);
             arch::set_fs_base(n.fs_base.load(Relaxed));
-            if FPU_OWNER[cpu].load(Relaxed) != n.slot {
+            // The registers hold its state only if it was the last to use them
+            // here and has not run anywhere else since.
+            if FPU_OWNER[cpu].load(Relaxed) != n.slot || n.cpu.load(Relaxed) != cpu {
                 mach::xrstor(&n.xstate.lock());
                 FPU_OWNER[cpu].store(n.slot, Relaxed);
             }
+            n.cpu.store(cpu, Relaxed);
+            watch(cpu);
             mach::switch_context(save, n.ctx.load(Relaxed), off);
         }
         None => {
             mach::set_current(None);
+            set_state(cpu, CpuState::Polling);
             IDLE_ON_CPU[cpu].store(true, Relaxed);
             mach::switch_context(save, IDLE_CTX[cpu].load(Relaxed), off);
-        }
-    }
-}
-
-/// Moves expired timers' threads to the run queue.
-fn expire(s: &mut Sched, now: u64) {
-    while let Some((&(d, slot), &t)) = s.timers.first_key_value() {
-        if d > now {
-            break;
-        }
-        s.timers.remove(&(d, slot));
-        if t.state.load(Relaxed) == SLEEPING {
-            t.timed_out.store(true, Relaxed);
-            t.state.store(RUNNABLE, Relaxed);
-            s.runq.push_back(t);
         }
     }
 }
@@ -312,7 +489,8 @@ pub enum Wake {
 /// but before this call is not lost.
 pub fn block(deadline: Option<u64>) -> Wake {
     let me = current();
-    let next = {
+    let cpu = this_cpu();
+    let (next, cpus) = {
         let mut s = SCHED.lock();
         if me.wakeup.swap(false, Relaxed) {
             return Wake::Woken;
@@ -327,12 +505,14 @@ pub fn block(deadline: Option<u64>) -> Wake {
             }
             s.timers.insert((d, me.slot), me);
             me.deadline.store(d, Relaxed);
+            s.publish_deadline();
         }
         me.timed_out.store(false, Relaxed);
         me.state.store(SLEEPING, Relaxed);
-        expire(&mut s, now);
-        s.runq.pop_front()
+        let cpus = s.expire(now);
+        (s.pop(cpu), cpus)
     };
+    notify(cpus & !(1 << cpu));
     switch(Some(me), next);
     if me.doomed.load(Relaxed) {
         exit_current();
@@ -346,28 +526,32 @@ pub fn block(deadline: Option<u64>) -> Wake {
     }
 }
 
-fn make_runnable(s: &mut Sched, t: &'static Thread) {
-    if t.state.load(Relaxed) == SLEEPING {
-        let d = t.deadline.swap(0, Relaxed);
-        if d != 0 {
-            s.timers.remove(&(d, t.slot));
-        }
-        t.state.store(RUNNABLE, Relaxed);
-        s.runq.push_back(t);
-    }
-}
-
 /// Wakes `t` from `block` (or makes its next `block` return at once).
 pub fn wake(t: &'static Thread) {
-    let mut s = SCHED.lock();
-    t.wakeup.store(true, Relaxed);
-    make_runnable(&mut s, t);
+    let cpus = {
+        let mut s = SCHED.lock();
+        t.wakeup.store(true, Relaxed);
+        s.make_runnable(t)
+    };
+    notify(cpus);
 }
 
-/// Interrupts `t`'s `block` because a signal is now pending for it.
+/// Interrupts `t` because a signal is now pending for it: its `block` returns, or,
+/// if it runs on another CPU, that CPU is interrupted so that it sees the signal.
 pub fn interrupt(t: &'static Thread) {
-    let mut s = SCHED.lock();
-    make_runnable(&mut s, t);
+    let (cpus, elsewhere) = {
+        let mut s = SCHED.lock();
+        let c = t.cpu.load(Relaxed);
+        if t.state.load(Relaxed) == RUNNING && c != this_cpu() && c < MAX_CPUS {
+            (0, Some(c))
+        } else {
+            (s.make_runnable(t), None)
+        }
+    };
+    if let Some(c) = elsewhere {
+        supervisor::reschedule(c);
+    }
+    notify(cpus);
 }
 
 /// Registers the running thread on wait queue `key` (before checking, under the
@@ -395,17 +579,22 @@ pub fn finish_wait(key: u64) {
 
 /// Wakes every thread on wait queue `key`.
 pub fn wake_all(key: u64) {
-    let mut s = SCHED.lock();
-    if let Some(q) = s.waitq.remove(&key) {
-        for t in q {
-            t.wakeup.store(true, Relaxed);
-            make_runnable(&mut s, t);
+    let cpus = {
+        let mut s = SCHED.lock();
+        let mut cpus = 0;
+        if let Some(q) = s.waitq.remove(&key) {
+            for t in q {
+                t.wakeup.store(true, Relaxed);
+                cpus |= s.make_runnable(t);
+            }
         }
-    }
+        cpus
+    };
+    notify(cpus);
 }
 
-/// Ends thread `t` of a finished process at its next chance (it is blocked or
-/// about to enter the kernel).
+/// Ends thread `t` of a finished process at its next chance (it is blocked, runs
+/// elsewhere, or is about to enter the kernel).
 pub fn kill_thread(t: &'static Thread) {
     t.doomed.store(true, Relaxed);
     t.pending.fetch_or(signal::bit(signal::sig::SIGKILL), Relaxed);
@@ -423,30 +612,63 @@ pub fn set_ncpus(n: usize) {
     NCPUS.store(n.clamp(1, MAX_CPUS), Relaxed);
 }
 
+/// Restricts the running thread to the CPUs in `mask` (already checked to hold
+/// one that exists); moves it if its CPU is not among them.
+pub fn set_affinity(t: &'static Thread, mask: u64) {
+    t.affinity.store(mask, Relaxed);
+    if core::ptr::eq(t, current()) && mask & (1 << this_cpu()) == 0 {
+        let me = t;
+        let cpu = this_cpu();
+        let (next, cpus) = {
+            let mut s = SCHED.lock();
+            let target = s.place(me);
+            (s.pop(cpu), 1 << target)
+        };
+        notify(cpus);
+        switch(Some(me), next);
+    }
+}
+
+/// A point where the running thread may give way: expired timers are handled, and
+/// if threads wait for this CPU the running one goes to the back of the queue.
+/// Called for `sched_yield`, on preemption interrupts, and when the kernel finds a
+/// reschedule request on its way back to the program.
+pub fn preempt_point() {
+    let me = current();
+    let cpu = this_cpu();
+    let (next, cpus) = {
+        let mut s = SCHED.lock();
+        let cpus = s.expire(crate::kernel::mono_now());
+        if s.runq[cpu].is_empty() {
+            (None, cpus)
+        } else {
+            let next = s.pop(cpu);
+            s.push(cpu, me);
+            (next, cpus)
+        }
+    };
+    notify(cpus & !(1 << cpu));
+    match next {
+        Some(n) => switch(Some(me), Some(n)),
+        None => watch(cpu),
+    }
+}
+
 /// Lets other runnable threads run first.
 pub fn yield_now() {
-    let me = current();
-    let next = {
-        let mut s = SCHED.lock();
-        expire(&mut s, crate::kernel::mono_now());
-        let Some(n) = s.runq.pop_front() else {
-            return;
-        };
-        me.state.store(RUNNABLE, Relaxed);
-        s.runq.push_back(me);
-        n
-    };
-    switch(Some(me), Some(next));
+    preempt_point();
 }
 
 /// Ends the running thread (never returns). The caller handled the process side.
 pub fn exit_current() -> ! {
     let me = current();
+    let cpu = this_cpu();
     let next = {
         let mut s = SCHED.lock();
         let d = me.deadline.swap(0, Relaxed);
         if d != 0 {
             s.timers.remove(&(d, me.slot));
+            s.publish_deadline();
         }
         for q in s.waitq.values_mut() {
             q.retain(|t| !core::ptr::eq(*t, me));
@@ -454,41 +676,67 @@ pub fn exit_current() -> ! {
         me.state.store(DEAD, Relaxed);
         s.live.remove(&me.tid());
         s.free.push(me);
-        s.runq.pop_front()
+        s.pop(cpu)
     };
     switch(Some(me), next);
     panic!("a finished thread was resumed");
 }
 
-/// Boots CPU `cpu`'s scheduling: runs threads forever, idling in between.
+/// Whether this CPU has something to do now: its queue, or an expired timer.
+fn has_work(cpu: usize, now: u64) -> bool {
+    QUEUED[cpu].load(SeqCst) > 0 || NEXT_DEADLINE.load(SeqCst) <= now
+}
+
+/// Whether a busy or halted CPU has threads waiting that this one could run.
+fn stealable(cpu: usize) -> bool {
+    (0..ncpus()).any(|c| c != cpu && QUEUED[c].load(Relaxed) > 0 && state(c) != CpuState::Polling)
+}
+
+/// CPU `cpu`'s scheduling: runs threads forever, idling in between. The idle CPU
+/// polls its queue, the timers and other CPUs' queues for an adaptive while
+/// (`placement::SpinBudget`), then halts in the VMM until shortly before the next
+/// deadline or until kicked, and polls the rest of the way.
 pub fn idle_loop() -> ! {
-    let mut idle_since: Option<u64> = None;
+    let cpu = this_cpu();
+    let mut budget = SpinBudget::new();
+    let mut idle_since = crate::kernel::mono_now();
+    set_state(cpu, CpuState::Polling);
     loop {
         let now = crate::kernel::mono_now();
-        let (next, deadline) = {
-            let mut s = SCHED.lock();
-            expire(&mut s, now);
-            (s.runq.pop_front(), s.timers.first_key_value().map(|(k, _)| k.0))
-        };
-        if let Some(n) = next {
-            idle_since = None;
-            switch(None, Some(n));
-            continue;
+        if has_work(cpu, now) || stealable(cpu) {
+            let (next, cpus) = {
+                let mut s = SCHED.lock();
+                let cpus = s.expire(now);
+                let next = s.pop(cpu).or_else(|| s.steal(cpu));
+                (next, cpus)
+            };
+            notify(cpus & !(1 << cpu));
+            if let Some(n) = next {
+                switch(None, Some(n));
+                idle_since = crate::kernel::mono_now();
+                continue;
+            }
         }
-        // Nothing to run. Poll for a while (a wake-up from another CPU or a timer
-        // about to expire then costs no exit), then halt in the VMM until shortly
-        // before the next deadline, and poll the rest of the way.
-        let since = *idle_since.get_or_insert(now);
-        let left = deadline.map_or(u64::MAX, |d| d.saturating_sub(now));
-        if now - since < SPIN_NS || left <= SPIN_NS {
+        let deadline = NEXT_DEADLINE.load(Relaxed);
+        let left = deadline.saturating_sub(now);
+        if now - idle_since < budget.ns || left <= 2 * HALT_EARLY_NS {
             core::hint::spin_loop();
             continue;
         }
-        arch::hostcall(Hostcall::Sleep, &[(left - SPIN_NS / 2).min(MAX_HALT_NS)]);
+        // Halting: publish it, then look once more (a waker that queued work
+        // before seeing the state kicks; one that queued it before this look is
+        // seen here), then halt until shortly before the deadline.
+        budget.spun_out();
+        set_state(cpu, CpuState::Halted);
+        if !has_work(cpu, now) {
+            let start = crate::kernel::mono_now();
+            supervisor::halt((left - HALT_EARLY_NS).min(MAX_HALT_NS));
+            let end = crate::kernel::mono_now();
+            if QUEUED[cpu].load(SeqCst) > 0 {
+                budget.woken_after(end - start);
+            }
+        }
+        set_state(cpu, CpuState::Polling);
+        idle_since = crate::kernel::mono_now();
     }
 }
-
-/// How long an idle CPU polls before halting.
-const SPIN_NS: u64 = 50_000;
-/// Longest single halt (the loop re-checks after it).
-const MAX_HALT_NS: u64 = 1_000_000_000;

@@ -13,13 +13,14 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 /// Largest single write, as Linux's MAX_RW_COUNT.
 const MAX_WRITE: u64 = 0x7fff_f000;
 const MAX_PANIC_MESSAGE: u64 = 4096;
-/// Longest single `Sleep` (the guest asks again if it needs more).
-const MAX_SLEEP_NS: u64 = 1_000_000_000;
+/// Longest single `Halt` (the guest asks again if it needs more).
+const MAX_HALT_NS: u64 = 1_000_000_000;
 /// Bytes copied out of the guest at a time by `Write`.
 const WRITE_CHUNK: u64 = 64 * 1024;
 const EBADF: i64 = 9;
 const EFAULT: i64 = 14;
 const EIO: i64 = 5;
+const EINVAL: i64 = 22;
 const EPIPE: i64 = 32;
 
 /// A vCPU exit, detached from KVM's borrowed run structure.
@@ -96,8 +97,13 @@ pub trait Env {
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()>;
     /// Reads the host's stdin into `buf` (`-i`).
     fn input(&mut self, buf: &mut [u8]) -> std::io::Result<usize>;
-    /// Sleeps (the vCPU thread).
-    fn sleep(&mut self, d: std::time::Duration);
+    /// Halts the exiting vCPU for at most `d`, or until it is kicked (at once if it
+    /// was kicked since its last halt).
+    fn halt(&mut self, d: std::time::Duration);
+    /// The number of vCPUs.
+    fn ncpus(&self) -> u64;
+    /// Kicks vCPU `cpu` (< `ncpus`) out of its halt, starting it if it never ran.
+    fn kick(&mut self, cpu: u64) -> Result<(), String>;
 }
 
 pub fn handle(exit: VmExit, env: &mut impl Env) -> Action {
@@ -139,10 +145,15 @@ fn hostcall(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::Write) => write(args, env),
         Some(Hostcall::FaultAddr) => env.cr2() as i64,
         Some(Hostcall::Read) => read(args, env),
-        Some(Hostcall::Sleep) => {
-            env.sleep(std::time::Duration::from_nanos(args[0].min(MAX_SLEEP_NS)));
+        Some(Hostcall::Halt) => {
+            env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
             0
         }
+        Some(Hostcall::Kick) if args[0] >= env.ncpus() => -EINVAL,
+        Some(Hostcall::Kick) => match env.kick(args[0]) {
+            Ok(()) => 0,
+            Err(e) => return Action::Stop(Outcome::GuestError(e)),
+        },
         Some(Hostcall::Exit) => return Action::Stop(Outcome::Exited(args[0] as u8)),
         Some(Hostcall::Killed) => {
             return Action::Stop(Outcome::Killed { signal: args[0], rip: args[1], addr: args[2] })
@@ -244,6 +255,8 @@ mod tests {
         mem: GuestMemoryMmap,
         out: Vec<(u32, Vec<u8>)>,
         fail: Option<std::io::ErrorKind>,
+        halts: u32,
+        kicks: Vec<u64>,
     }
 
     impl Env for TestEnv {
@@ -268,14 +281,23 @@ mod tests {
             buf[..n].copy_from_slice(&b"input"[..n]);
             Ok(n)
         }
-        fn sleep(&mut self, _: std::time::Duration) {}
+        fn halt(&mut self, _: std::time::Duration) {
+            self.halts += 1;
+        }
+        fn ncpus(&self) -> u64 {
+            2
+        }
+        fn kick(&mut self, cpu: u64) -> Result<(), String> {
+            self.kicks.push(cpu);
+            Ok(())
+        }
     }
 
     /// 8 MiB of guest memory with [0x40_0000, 0x60_0000) mapped to [0x40_0000, ...).
     fn env() -> TestEnv {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap();
         PageTables::new(&mem).map_2m(0x40_0000, 0x40_0000, 0).unwrap();
-        TestEnv { mem, out: vec![], fail: None }
+        TestEnv { mem, out: vec![], fail: None, halts: 0, kicks: vec![] }
     }
 
     fn call(e: &mut TestEnv, nr: Hostcall, args: &[u64]) -> Action {
@@ -331,7 +353,20 @@ mod tests {
         assert_eq!(&b, b"input");
         call(&mut e, Hostcall::Read, &[0x10, 100]);
         assert_eq!(ret(&e), -EFAULT);
-        assert_eq!(call(&mut e, Hostcall::Sleep, &[u64::MAX]), Action::Resume);
+    }
+
+    #[test]
+    fn halt_and_kick() {
+        let mut e = env();
+        assert_eq!(call(&mut e, Hostcall::Halt, &[u64::MAX]), Action::Resume);
+        assert_eq!(e.halts, 1);
+        assert_eq!(call(&mut e, Hostcall::Kick, &[1]), Action::Resume);
+        assert_eq!(ret(&e), 0);
+        for bad in [2, u64::MAX] {
+            assert_eq!(call(&mut e, Hostcall::Kick, &[bad]), Action::Resume);
+            assert_eq!(ret(&e), -EINVAL);
+        }
+        assert_eq!(e.kicks, [1]);
     }
 
     #[test]

@@ -278,6 +278,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         exceptions: kernel_image::EXCEPTION_STUBS,
         interrupt: kernel_image::INTERRUPT_STUB,
         tlb_flush: kernel_image::TLB_FLUSH_STUB,
+        preempt: kernel_image::PREEMPT_STUB,
     };
     x86::write_idt(mem, &stubs)?;
     for cpu in 0..spec.ncpus {

@@ -26,6 +26,7 @@ macro_rules! say_raw {
     }};
 }
 
+mod cpus;
 mod elf;
 mod exit;
 mod loader;
@@ -44,8 +45,7 @@ mod kernel_image {
 }
 
 use clap::{Args, Parser, Subcommand};
-use exit::{Action, Env, Outcome, VmExit};
-use kvm_ioctls::VcpuFd;
+use exit::Outcome;
 use std::ffi::OsString;
 use std::io::{IsTerminal, Read, Write};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -321,9 +321,17 @@ impl Trace {
 }
 
 fn run(args: RunArgs) -> Result<u8, Failure> {
-    let trace = Trace::new();
+    let trace: &'static Trace = Box::leak(Box::new(Trace::new()));
     if args.smp == 0 || args.smp > onering_abi::MAX_CPUS as u64 {
         return Err(Failure::Onering(format!("--smp {} is out of range (1 to {})", args.smp, onering_abi::MAX_CPUS)));
+    }
+    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    if args.smp > host_cpus {
+        say!(
+            "onering: warning: --smp {} is more than this host's {host_cpus} CPUs: vCPUs will take turns, and \
+             threads that spin waiting for each other get slow",
+            args.smp
+        );
     }
     if args.mem > onering_abi::layout::MAX_RAM {
         return Err(Failure::Onering(format!(
@@ -345,7 +353,7 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
 
 fn boot(
     args: &RunArgs,
-    trace: &Trace,
+    trace: &'static Trace,
     prog: &elf::Program,
     file: &[u8],
     shown: &str,
@@ -363,7 +371,7 @@ fn boot(
     trace.mark("memory registered");
     let cpuid = vm::supported_cpuid(&kvm).map_err(onering_err)?;
     let (entry, stack, arg) = loader::cpu_start(0);
-    let mut vcpu =
+    let vcpu =
         vm::create_vcpu(&vmfd, &cpuid, 0, entry, stack, arg, kernel_image::SYSCALL_TRAP_ENTRY).map_err(onering_err)?;
     trace.mark("vCPU created");
 
@@ -391,10 +399,9 @@ fn boot(
     };
     let workdir = workdir(args)?;
     let (uid, gid) = sys::ids();
-    // Only the boot CPU runs for now; more vCPUs come with threads.
     let spec = loader::LoadSpec {
         mem_size,
-        ncpus: 1,
+        ncpus: args.smp,
         argv: &argv,
         envp: &envp,
         execfn: path.as_bytes(),
@@ -433,72 +440,19 @@ fn boot(
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     loader::write_boot_info(&mem, &bi).map_err(|e| Failure::Onering(e.to_string()))?;
     vm::advise_pool(&mem, bi.phys_free_start);
-    let outcome = run_vcpu(&mut vcpu, &mem, 0, trace);
-    let _ = std::io::stdout().flush();
-    trace.mark("VM ended");
-    trace.print();
-    // Keep the VM: its teardown (~0.6 ms here) happens after onering has exited,
-    // see sys::exit_leaving_teardown.
-    std::mem::forget(vcpu);
-    std::mem::forget(vmfd);
-    if args.stats {
-        print_stats(&mem, rewritten);
-    }
-    Ok(report(outcome))
-}
-
-struct VcpuEnv<'a> {
-    mem: &'a GuestMemoryMmap,
-    vcpu: &'a VcpuFd,
-    cpu: u64,
-}
-
-impl Env for VcpuEnv<'_> {
-    fn mem(&self) -> &GuestMemoryMmap {
-        self.mem
-    }
-    fn cpu(&self) -> u64 {
-        self.cpu
-    }
-    fn cr2(&mut self) -> u64 {
-        self.vcpu.get_sregs().map_or(0, |s| s.cr2)
-    }
-    fn input(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        std::io::stdin().lock().read(buf)
-    }
-    fn sleep(&mut self, d: std::time::Duration) {
-        std::thread::sleep(d)
-    }
-    fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
-        if fd == 2 {
-            std::io::stderr().lock().write_all(data)
-        } else {
-            let mut out = std::io::stdout().lock();
-            out.write_all(data)?;
-            out.flush()
+    let stats = args.stats;
+    let finish: cpus::Finish = Box::new(move |mem, outcome| {
+        trace.mark("VM ended");
+        trace.print();
+        if stats {
+            print_stats(mem, rewritten);
         }
-    }
-}
-
-fn run_vcpu(vcpu: &mut VcpuFd, mem: &GuestMemoryMmap, cpu: u64, trace: &Trace) -> Outcome {
-    let mut first = true;
-    loop {
-        let exit = match vcpu.run() {
-            Ok(e) => {
-                if first {
-                    first = false;
-                    trace.mark("first exit from the guest");
-                }
-                VmExit::from_kvm(e)
-            }
-            Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => continue,
-            Err(e) => return Outcome::GuestError(format!("KVM_RUN failed: {e}")),
-        };
-        let mut env = VcpuEnv { mem, vcpu, cpu };
-        if let Action::Stop(o) = exit::handle(exit, &mut env) {
-            return o;
-        }
-    }
+        report(outcome)
+    });
+    // The VM (and its memory) stays until the process exits: its teardown (~0.6 ms
+    // here) happens after onering has exited, see sys::exit_leaving_teardown.
+    let machine = cpus::Machine::new(mem, vmfd, cpuid, args.smp, finish);
+    machine.run_boot_cpu(vcpu, &|| trace.mark("first exit from the guest"))
 }
 
 fn signal_name(sig: u64) -> String {

@@ -43,6 +43,16 @@ pub fn winsize(fd: i32) -> u64 {
     }
 }
 
+/// Asks the host to wake the calling thread's timed sleeps on time: the default
+/// 50 µs timer slack would make every halt of a vCPU that long late.
+pub fn precise_timers() {
+    // PR_SET_TIMERSLACK takes an integer and changes only this thread's slack.
+    // SAFETY: as explained above.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+    }
+}
+
 /// The host user and group ids.
 pub fn ids() -> (u64, u64) {
     // SAFETY: getuid and getgid cannot fail and touch no memory.

@@ -152,8 +152,10 @@ pub fn write_tss(mem: &GuestMemoryMmap, cpu: u64, ist_top: u64) -> Result<()> {
     // no I/O bitmap
 }
 
-/// Vector of the supervisor's TLB flush (`int $0x81`, hardware KVM only).
-pub const TLB_FLUSH_VECTOR: u64 = 0x81;
+use onering_abi::vectors;
+const TLB_FLUSH_VECTOR: u64 = vectors::TLB_FLUSH as u64;
+const TIMER_VECTOR: u64 = vectors::TIMER as u64;
+const RESCHEDULE_VECTOR: u64 = vectors::RESCHEDULE as u64;
 
 /// The kernel's ring-0 entry points the IDT points at.
 pub struct Stubs {
@@ -163,16 +165,20 @@ pub struct Stubs {
     pub interrupt: u64,
     /// Flushes the TLB.
     pub tlb_flush: u64,
+    /// The local APIC timer and the reschedule IPI: preempts the program.
+    pub preempt: u64,
 }
 
-/// IDT: vectors 0-31 go to the kernel's exception stubs, `TLB_FLUSH_VECTOR` to the
-/// flush stub, the rest to a stub that ignores them. All use IST1; `int3`, `into`
+/// IDT: vectors 0-31 go to the kernel's exception stubs, the APIC timer and the
+/// reschedule IPI to the preemption stub, `TLB_FLUSH_VECTOR` to the flush stub, the
+/// rest to a stub that ignores them. All use IST1; `int3`, `into`
 /// and the flush may be raised from ring 3.
 pub fn write_idt(mem: &GuestMemoryMmap, stubs: &Stubs) -> Result<()> {
     for v in 0..256u64 {
         let handler = match v {
             0..32 => stubs.exceptions + 16 * v,
             TLB_FLUSH_VECTOR => stubs.tlb_flush,
+            TIMER_VECTOR | RESCHEDULE_VECTOR => stubs.preempt,
             _ => stubs.interrupt,
         };
         let dpl: u64 = if v == 3 || v == 4 || v == TLB_FLUSH_VECTOR { 3 } else { 0 };
@@ -263,9 +269,11 @@ pub fn sregs(mut base: kvm_sregs, cpu: u64) -> kvm_sregs {
     base
 }
 
-/// General registers: ring 3 at `entry` on `stack_top`, `rdi` = `arg`, interrupts off.
+/// General registers: ring 3 at `entry` on `stack_top`, `rdi` = `arg`, interrupts
+/// on (ring 3 cannot change IF later, and the kernel defers an interrupt that lands
+/// in its own code).
 pub fn regs(entry: u64, stack_top: u64, arg: u64) -> kvm_regs {
-    kvm_regs { rip: entry, rsp: stack_top, rdi: arg, rflags: 0x2, ..Default::default() }
+    kvm_regs { rip: entry, rsp: stack_top, rdi: arg, rflags: 0x202, ..Default::default() }
 }
 
 /// XCR0 to enable: what the CPU supports among x87, SSE, AVX and AVX-512 state.
@@ -314,8 +322,17 @@ mod tests {
             exceptions: 0xffff_ffff_8020_1000,
             interrupt: 0xffff_ffff_8020_2000,
             tlb_flush: 0xffff_ffff_8020_3000,
+            preempt: 0xffff_ffff_8020_4000,
         };
         write_idt(&m, &stubs).unwrap();
+        let gate = |v: u64| {
+            let lo: u64 = m.read_obj(GuestAddress(layout::IDT_PHYS + v * 16)).unwrap();
+            let hi: u64 = m.read_obj(GuestAddress(layout::IDT_PHYS + v * 16 + 8)).unwrap();
+            (lo & 0xffff) | ((lo >> 32) & 0xffff_0000) | (hi << 32)
+        };
+        assert_eq!(gate(TIMER_VECTOR), stubs.preempt);
+        assert_eq!(gate(RESCHEDULE_VECTOR), stubs.preempt);
+        assert_eq!(gate(0xff), stubs.interrupt);
         let lo: u64 = m.read_obj(GuestAddress(layout::IDT_PHYS + 14 * 16)).unwrap();
         let hi: u64 = m.read_obj(GuestAddress(layout::IDT_PHYS + 14 * 16 + 8)).unwrap();
         let handler = (lo & 0xffff) | ((lo >> 32) & 0xffff_0000) | (hi << 32);

@@ -12,6 +12,11 @@ use core::mem::offset_of;
 use onering_abi::layout::{USER_CS, USER_DS};
 use onering_abi::percpu_offsets as pc;
 
+/// When the timer or an IPI interrupts the kernel's own code, the kernel is asked
+/// again this much later (ns), in case it went back to the program just before it
+/// looked at the request.
+const RETRY_NS: u32 = 1_000_000;
+
 global_asm!(
     r#"
     // All entry code stays in .text.entry, which the linker script keeps: nothing in
@@ -54,7 +59,7 @@ syscall_trap_entry:
     mov %gs:{kstack_top}, %rsp
     pushq ${user_ds}
     pushq %gs:{kstack_top}
-    pushq $0x2
+    pushq $0x202
     pushq ${user_cs}
     pushq $syscall_entry
     iretq
@@ -169,6 +174,73 @@ tlb_flush_stub:
 interrupt_stub:
     iretq
 
+    // ---- Ring 0: the APIC timer and the reschedule IPI. -------------------------
+    // IST stack: rip, cs, rflags, rsp, ss. Ring 3 runs with IF set, ring 0 never
+    // does, so ring 3 was interrupted: either the program, or the kernel's own code
+    // (which runs in ring 3 too, in the top 2 GiB). The kernel is never preempted: it
+    // finds the request flag on its way back to the program (and, should it miss it,
+    // a short retry timer comes back). The program's state goes, as an exception's
+    // does, to ring 3, but on the running thread's own kernel stack (empty while
+    // the program runs), where the thread may switch away.
+    .balign 16
+    .global preempt_stub
+preempt_stub:
+    push %rax
+    movabs ${lapic_eoi}, %rax
+    movl $0, (%rax)
+    movq $0, %gs:{timer_armed}
+    movabs ${kernel_vbase}, %rax
+    cmp %rax, 8(%rsp)
+    jae 1f
+    cmpq $0, %gs:{in_fault}
+    jne 1f
+    cmpq $0, %gs:{current}
+    je 1f
+    pop %rax
+    pushq $0
+    pushq ${timer_vector}
+    push %rax
+    push %rbx
+    push %rcx
+    push %rdx
+    push %rsi
+    push %rdi
+    push %rbp
+    push %r8
+    push %r9
+    push %r10
+    push %r11
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    cld
+    mov %gs:{kstack_top}, %rdi
+    sub $(22 * 8), %rdi
+    mov %rdi, %rax
+    mov %rsp, %rsi
+    mov $22, %ecx
+    rep movsq
+    pushq ${user_ds}
+    push %rax
+    pushq $0x202
+    pushq ${user_cs}
+    pushq $interrupt_entry
+    iretq
+1:  movq $1, %gs:{resched}
+    cmpq $0, %gs:{current}
+    je 2f
+    movabs ${lapic_timer}, %rax
+    movl ${retry_ns}, (%rax)
+2:  pop %rax
+    iretq
+
+    // ---- Ring 3: a preempted program continues here on its kernel stack. --------
+interrupt_entry:
+    mov %rsp, %rdi
+    call {interrupt}
+    ud2
+
 exception_common:
     // IST stack: vector, error, rip, cs, rflags, rsp, ss. A fault in ring 0 or while
     // ring 3 still handles the previous one cannot be handed on: report and stop.
@@ -202,7 +274,7 @@ exception_common:
     rep movsq
     pushq ${user_ds}
     push %rax
-    pushq $0x2
+    pushq $0x202
     pushq ${user_cs}
     pushq $fault_entry
     iretq
@@ -224,6 +296,15 @@ fault_entry:
     kmain = sym crate::boot::kmain,
     dispatch = sym crate::boot::syscall_dispatch,
     fault = sym crate::boot::fault_dispatch,
+    interrupt = sym crate::boot::interrupt_dispatch,
+    lapic_eoi = const onering_abi::layout::direct(onering_abi::layout::LAPIC_PHYS + onering_abi::lapic::EOI),
+    lapic_timer = const onering_abi::layout::direct(onering_abi::layout::LAPIC_PHYS + onering_abi::lapic::TIMER_INITIAL),
+    kernel_vbase = const onering_abi::layout::KERNEL_VBASE,
+    timer_vector = const onering_abi::vectors::TIMER as u64,
+    retry_ns = const RETRY_NS,
+    timer_armed = const super::thread::TIMER_ARMED,
+    resched = const super::thread::RESCHED,
+    current = const super::thread::CURRENT_THREAD,
     user_rsp = const pc::USER_RSP,
     traps = const pc::TRAPS,
     kstack_top = const pc::KSTACK_TOP,

@@ -61,6 +61,15 @@ pub fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
     }
 }
 
+/// Stores `v` into local-APIC register `reg` (an offset in `onering_abi::lapic`).
+pub(crate) fn lapic_write(reg: u64, v: u32) {
+    // the APIC's page is mapped uncached in the direct map (the VMM maps the
+    // 2 MiB MMIO page holding it); KVM's APIC emulation handles the store, and
+    // each vCPU reaches its own APIC at the same address.
+    // SAFETY: as explained above.
+    unsafe { write_volatile((direct(layout::LAPIC_PHYS) + (reg & 0xff0)) as *mut u32, v) }
+}
+
 /// Sets the FS base (thread pointer) of the running thread.
 pub fn set_fs_base(v: u64) {
     // SAFETY: wrfsbase only changes the FS base, which the kernel does not use.

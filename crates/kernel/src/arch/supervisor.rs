@@ -1,14 +1,26 @@
-//! The few operations only ring 0 can do, behind one interface.
+//! The few operations that need ring 0 or the hypervisor, behind one interface:
+//! TLB flushes, halting an idle vCPU, kicking a halted one, interrupting a running
+//! one, and arming this vCPU's timer.
 //!
-//! On PVM (our machines) ring 0 cannot execute `invlpg`, `mov cr3`, `hlt` or `wrmsr`:
-//! they raise #GP once ring 3 has run. The defaults work there: the hypervisor
-//! write-protects the page tables it shadows, so a page-table store already drops the
-//! stale translation, and halting (a later issue) is a hostcall. On hardware KVM
-//! (`flags::PRIVILEGED_RING0`, set by the VMM when the host CPU has VMX or SVM), the
-//! TLB is the guest's own: a flush traps into ring 0 through `int $0x81`, whose stub
-//! reloads CR3.
+//! On PVM (our machines) ring 0 cannot execute `invlpg`, `mov cr3`, `hlt`, `sti` or
+//! `wrmsr`: they raise #GP once ring 3 has run. The defaults work there:
+//! - TLB: the hypervisor write-protects the page tables it shadows, so a page-table
+//!   store already drops the stale translation on every vCPU.
+//! - Halt and kick: hostcalls (`Halt`, `Kick`); the vCPU thread sleeps in the VMM.
+//!   An exit costs ~18 µs, which is why the scheduler spins before it halts and
+//!   kicks only vCPUs that really halted.
+//! - Interrupting a running vCPU (reschedule IPI) and the one-shot timer: stores to
+//!   the local APIC's MMIO page, which KVM's in-kernel APIC handles (the VMM set the
+//!   APIC up: timer vector, one-shot, 1 count per ns), one exit each.
+//!
+//! On hardware KVM (`flags::PRIVILEGED_RING0`, set by the VMM when the host CPU has
+//! VMX or SVM) the TLB is the guest's own: a flush traps into ring 0 through
+//! `int $0x81`, whose stub reloads CR3. Halting there could use `hlt` and the APIC
+//! (no exit to the VMM); it uses the hostcalls, which work on both, until we can
+//! measure that variant on such a machine.
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use onering_abi::{lapic, vectors, Hostcall, MAX_CPUS};
 
 static PRIVILEGED: AtomicBool = AtomicBool::new(false);
 
@@ -25,4 +37,35 @@ pub fn flush_tlb(_virt: u64) {
         // SAFETY: as explained above.
         unsafe { core::arch::asm!("int 0x81", options(nostack)) };
     }
+}
+
+/// Halts this vCPU for at most `ns` nanoseconds or until [`kick`]ed (a kick sent
+/// since the last halt makes it return at once).
+pub fn halt(ns: u64) {
+    super::hostcall(Hostcall::Halt, &[ns]);
+}
+
+/// Wakes vCPU `cpu` from [`halt`], starting it if it never ran.
+pub fn kick(cpu: usize) {
+    super::hostcall(Hostcall::Kick, &[cpu as u64]);
+}
+
+/// The destination last written to each vCPU's ICR high half (+1; 0 = none).
+static ICR_DEST: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+
+/// Interrupts vCPU `cpu` (not this one) with the reschedule vector: it looks at
+/// its run queue and at its thread's pending signals.
+pub fn reschedule(cpu: usize) {
+    let me = super::thread::cpu_id() % MAX_CPUS;
+    // The APIC ID is the vCPU number (KVM's default). The high half keeps its
+    // value, so it is written only when the destination changes.
+    if ICR_DEST[me].swap(cpu as u32 + 1, Ordering::Relaxed) != cpu as u32 + 1 {
+        super::lapic_write(lapic::ICR_HIGH, (cpu as u32) << 24);
+    }
+    super::lapic_write(lapic::ICR_LOW, lapic::ICR_FIXED | u32::from(vectors::RESCHEDULE));
+}
+
+/// Arms this vCPU's one-shot timer to fire in `ns` nanoseconds (1 ns to ~4.3 s).
+pub fn arm_timer(ns: u64) {
+    super::lapic_write(lapic::TIMER_INITIAL, ns.clamp(1, u64::from(u32::MAX)) as u32);
 }

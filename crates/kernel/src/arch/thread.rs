@@ -19,9 +19,49 @@ use core::sync::atomic::{AtomicBool, AtomicU64};
 pub(super) const FULL_REGS: usize = 0x800;
 
 /// Where, in each CPU's per-CPU page, the kernel keeps the running thread's address.
-const CURRENT_THREAD: usize = 0x900;
+pub(super) const CURRENT_THREAD: usize = 0x900;
+/// Set by the preemption stub when an interrupt landed in the kernel's own code:
+/// the kernel looks at its run queue on its way back to the program.
+pub(super) const RESCHED: usize = 0x908;
+/// When (monotonic ns) this CPU's APIC timer is armed to fire; 0 when it is not.
+/// The preemption stub clears it.
+pub(super) const TIMER_ARMED: usize = 0x910;
+
+fn percpu_word(offset: usize) -> *mut u64 {
+    (super::percpu_ptr() as u64 + offset as u64) as *mut u64
+}
+
+/// Whether an interrupt asked this CPU to look at its run queue.
+#[inline(always)]
+pub fn resched_pending() -> bool {
+    let v: u64;
+    // Reads a word of this CPU's per-CPU page (kernel-owned part).
+    // SAFETY: as explained above.
+    unsafe { core::arch::asm!("mov {}, gs:[{}]", out(reg) v, const RESCHED, options(nostack, readonly, preserves_flags)) };
+    v != 0
+}
+
+/// Clears the request [`resched_pending`] reports; returns whether it was set.
+pub fn take_resched() -> bool {
+    // A word of this CPU's per-CPU page; an interrupt on this CPU may set it
+    // concurrently, which the swap does not lose.
+    // SAFETY: as explained above.
+    unsafe { (*(percpu_word(RESCHED) as *const AtomicU64)).swap(0, core::sync::atomic::Ordering::Relaxed) != 0 }
+}
+
+/// When this CPU's timer fires (0: not armed).
+pub fn timer_armed() -> u64 {
+    // SAFETY: a word of this CPU's per-CPU page.
+    unsafe { percpu_word(TIMER_ARMED).read_volatile() }
+}
+
+pub fn set_timer_armed(at: u64) {
+    // SAFETY: a word of this CPU's per-CPU page.
+    unsafe { percpu_word(TIMER_ARMED).write_volatile(at) }
+}
 
 const _: () = assert!(FULL_REGS + core::mem::size_of::<Regs>() <= CURRENT_THREAD);
+const _: () = assert!(TIMER_ARMED + 8 <= onering_abi::layout::PERCPU_STRIDE as usize);
 
 /// Records `t` as the thread this CPU runs (None: its idle loop).
 pub fn set_current(t: Option<&'static crate::sched::Thread>) {

@@ -134,6 +134,7 @@ syscall_table! {
     200 tkill => signal::tkill,
     201 time => time::time,
     202 futex => futex::futex,
+    203 sched_setaffinity => proc::sched_setaffinity,
     204 sched_getaffinity => proc::sched_getaffinity,
     217 getdents64 => fs::getdents64,
     218 set_tid_address => proc::set_tid_address,

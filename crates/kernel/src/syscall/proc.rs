@@ -162,6 +162,7 @@ fn do_clone(f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls:
             fs_base: if flags & CLONE_SETTLS != 0 { tls } else { arch::fs_base() },
             sigmask: me.sigmask.load(Relaxed),
             leader: !thread,
+            affinity: me.affinity(),
         };
         let t = match sched::spawn(spawn, &mut k.space.chunks, false) {
             Ok(t) => t,
@@ -356,19 +357,38 @@ pub fn sched_yield(_: &mut SyscallFrame) -> SysResult {
     Ok(0)
 }
 
+/// The thread `sched_[gs]etaffinity` name: the caller for 0.
+fn affinity_target(pid: u64) -> Result<&'static sched::Thread, Errno> {
+    match pid as i32 {
+        0 => Ok(sched::current()),
+        p if p > 0 => sched::thread(p as u64).ok_or(Errno::ESRCH),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
 pub fn sched_getaffinity(f: &mut SyscallFrame) -> SysResult {
     let [pid, len, mask, ..] = f.args();
-    if pid != 0 && sched::thread(pid).is_none() {
-        return Err(Errno::ESRCH);
-    }
+    let t = affinity_target(pid)?;
     if len < 8 || len % 8 != 0 {
         return Err(Errno::EINVAL);
     }
-    // Every vCPU.
-    let n = sched::ncpus().min(64);
-    let bits = if n == 64 { u64::MAX } else { (1u64 << n) - 1 };
-    arch::copy_to_user(&kernel().space, mask, &bits.to_le_bytes())?;
+    arch::copy_to_user(&kernel().space, mask, &t.affinity().to_le_bytes())?;
     Ok(8)
+}
+
+pub fn sched_setaffinity(f: &mut SyscallFrame) -> SysResult {
+    let [pid, len, mask, ..] = f.args();
+    let t = affinity_target(pid)?;
+    // As Linux: a shorter mask is zero-extended, bits beyond the CPUs ignored.
+    let mut b = [0u8; 8];
+    let n = len.min(8) as usize;
+    arch::copy_from_user(&kernel().space, mask, &mut b[..n])?;
+    let want = u64::from_le_bytes(b) & sched::online();
+    if want == 0 {
+        return Err(Errno::EINVAL);
+    }
+    sched::set_affinity(t, want);
+    Ok(0)
 }
 
 /// Resource limits: (soft, hard); RLIM_INFINITY is u64::MAX.

@@ -1,0 +1,171 @@
+//! The scheduler's pure decisions, tested on the host: which CPU a thread that
+//! becomes runnable goes to, and how long an idle CPU spins before it halts.
+//!
+//! Costs behind the choices (PLATFORM.md): a polling idle CPU picks a thread up in
+//! well under a microsecond; waking a halted one is an exit on the waker (~18 µs)
+//! plus the host waking the vCPU thread; interrupting a busy one is an APIC exit
+//! plus an interrupt (~25-60 µs). So a thread goes where it is cheapest to start.
+
+/// What a CPU is doing, as the scheduler publishes it for the others.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CpuState {
+    /// Runs a thread.
+    Running = 0,
+    /// In its idle loop, polling its run queue and the timers.
+    Polling = 1,
+    /// Halted in the VMM (or about to): needs a kick.
+    Halted = 2,
+    /// Never started: a kick starts it.
+    Offline = 3,
+}
+
+impl CpuState {
+    pub fn from_u8(v: u8) -> CpuState {
+        match v {
+            0 => CpuState::Running,
+            1 => CpuState::Polling,
+            2 => CpuState::Halted,
+            _ => CpuState::Offline,
+        }
+    }
+
+    pub fn idle(self) -> bool {
+        self != CpuState::Running
+    }
+}
+
+/// One CPU as seen by a waker (read without locks, so possibly a moment old).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuView {
+    pub state: CpuState,
+    /// Threads waiting in its run queue.
+    pub queued: usize,
+}
+
+/// The CPU for a thread that last ran on `last` (None if it never ran) and may run
+/// on the CPUs in `allowed` (bit n for CPU n; bits for CPUs that do not exist are
+/// ignored), made runnable by CPU `me`:
+/// 1. its last CPU, if idle with nothing queued (warm caches, nothing to move);
+/// 2. a polling CPU with nothing queued (it starts the thread at once, no exit);
+/// 3. a halted or never started CPU with nothing queued (one kick);
+/// 4. all busy: the least loaded, preferring `last`, then `me`.
+///
+/// Candidates are tried from `me + 1` on, so wake-ups spread over the CPUs.
+pub fn choose(last: Option<usize>, allowed: u64, me: usize, cpus: &[CpuView]) -> usize {
+    let n = cpus.len().min(64);
+    let ok = |c: usize| c < n && allowed & (1 << c) != 0;
+    let free = |c: usize| cpus[c].state.idle() && cpus[c].queued == 0;
+    if let Some(l) = last.filter(|&l| ok(l) && free(l)) {
+        return l;
+    }
+    let order = (1..=n).map(|i| (me + i) % n.max(1)).filter(|&c| ok(c));
+    if let Some(c) = order.clone().find(|&c| free(c) && cpus[c].state == CpuState::Polling) {
+        return c;
+    }
+    if let Some(c) = order.clone().find(|&c| free(c)) {
+        return c;
+    }
+    let load = |c: usize| (cpus[c].queued, last != Some(c), c != me);
+    order.min_by_key(|&c| load(c)).unwrap_or(if ok(me) { me } else { 0 })
+}
+
+/// How long an idle CPU polls before it halts: adapted to how soon work comes.
+/// Work that arrives shortly after a halt means the halt cost an exit and a kick
+/// for nothing, so the budget doubles; a spin that runs out with no work shrinks
+/// it a little. Bounded so that an idle program costs next to nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpinBudget {
+    pub ns: u64,
+}
+
+impl SpinBudget {
+    pub const MIN_NS: u64 = 20_000;
+    pub const START_NS: u64 = 50_000;
+    pub const MAX_NS: u64 = 500_000;
+
+    pub const fn new() -> SpinBudget {
+        SpinBudget { ns: Self::START_NS }
+    }
+
+    /// The CPU spun its whole budget without work (and halts now).
+    pub fn spun_out(&mut self) {
+        self.ns = (self.ns - self.ns / 8).max(Self::MIN_NS);
+    }
+
+    /// A halt of `halted_ns` ended because work arrived (not at its deadline).
+    pub fn woken_after(&mut self, halted_ns: u64) {
+        if halted_ns < 4 * self.ns {
+            self.ns = (2 * self.ns).min(Self::MAX_NS);
+        }
+    }
+}
+
+impl Default for SpinBudget {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use CpuState::*;
+
+    fn v(list: &[(CpuState, usize)]) -> Vec<CpuView> {
+        list.iter().map(|&(state, queued)| CpuView { state, queued }).collect()
+    }
+
+    #[test]
+    fn the_last_cpu_when_it_is_free() {
+        let cpus = v(&[(Running, 0), (Halted, 0), (Polling, 0)]);
+        assert_eq!(choose(Some(1), !0, 0, &cpus), 1, "warm and free, even if halted");
+        assert_eq!(choose(Some(0), !0, 0, &cpus), 2, "last is busy: a polling CPU");
+        assert_eq!(choose(None, !0, 0, &cpus), 2);
+    }
+
+    #[test]
+    fn polling_before_halted_before_busy() {
+        let cpus = v(&[(Running, 0), (Offline, 0), (Halted, 0), (Running, 0)]);
+        assert_eq!(choose(Some(3), !0, 0, &cpus), 1, "first free from me + 1");
+        assert_eq!(choose(Some(3), !0, 1, &cpus), 2);
+        let cpus = v(&[(Polling, 1), (Halted, 0)]);
+        assert_eq!(choose(None, !0, 0, &cpus), 1, "a polling CPU with work queued is not free");
+    }
+
+    #[test]
+    fn all_busy_least_loaded() {
+        let cpus = v(&[(Running, 2), (Running, 1), (Running, 1)]);
+        assert_eq!(choose(Some(2), !0, 0, &cpus), 2, "ties go to the last CPU");
+        assert_eq!(choose(None, !0, 1, &cpus), 1, "then to the waker's");
+        assert_eq!(choose(None, !0, 0, &cpus), 1);
+        let one = v(&[(Running, 0)]);
+        assert_eq!(choose(Some(0), !0, 0, &one), 0);
+    }
+
+    #[test]
+    fn affinity_is_obeyed() {
+        let cpus = v(&[(Polling, 0), (Running, 3), (Running, 5)]);
+        assert_eq!(choose(Some(0), 0b110, 0, &cpus), 1);
+        assert_eq!(choose(None, 0b100, 0, &cpus), 2);
+        // Bits beyond the CPUs that exist mean nothing; an empty set falls back.
+        assert_eq!(choose(None, 1 << 40, 1, &cpus), 0);
+    }
+
+    #[test]
+    fn spin_budget_adapts_within_bounds() {
+        let mut b = SpinBudget::new();
+        b.woken_after(10_000);
+        assert_eq!(b.ns, 2 * SpinBudget::START_NS);
+        for _ in 0..20 {
+            b.woken_after(0);
+        }
+        assert_eq!(b.ns, SpinBudget::MAX_NS);
+        b.woken_after(SpinBudget::MAX_NS * 4);
+        assert_eq!(b.ns, SpinBudget::MAX_NS, "a long halt says nothing");
+        for _ in 0..100 {
+            b.spun_out();
+        }
+        assert_eq!(b.ns, SpinBudget::MIN_NS);
+    }
+}

@@ -1,0 +1,194 @@
+//! The running VM's vCPUs. Each vCPU is a host thread running KVM_RUN in a loop;
+//! vCPU 0 runs on the main thread, the others start when the guest first kicks
+//! them (a program that never has two runnable threads pays nothing for `--smp`).
+//!
+//! Halting: the guest cannot `hlt` here (PLATFORM.md), so an idle vCPU makes the
+//! `Halt` hostcall and its thread sleeps on a condition variable until its deadline
+//! or a `Kick` from another vCPU. A kick is sticky: one that arrives before the halt
+//! makes that halt return at once, so the guest's "check, then halt" cannot lose a
+//! wake-up.
+//!
+//! Ending: the first vCPU whose exit stops the VM (the program exited, was killed,
+//! the guest broke) reports the outcome and ends the whole process, whatever the
+//! other vCPUs are doing, so no guest can keep the VMM alive after that.
+
+use crate::exit::{self, Action, Env, Outcome, VmExit};
+use kvm_bindings::CpuId;
+use kvm_ioctls::{VcpuFd, VmFd};
+use std::io::{Read, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+use vm_memory::GuestMemoryMmap;
+
+/// What happens once the VM ended: reports the outcome, returns the exit status.
+pub type Finish = Box<dyn Fn(&GuestMemoryMmap, Outcome) -> u8 + Send + Sync>;
+
+struct Cpu {
+    started: AtomicBool,
+    kicked: Mutex<bool>,
+    wake: Condvar,
+}
+
+pub struct Machine {
+    pub mem: GuestMemoryMmap,
+    vm: VmFd,
+    cpuid: CpuId,
+    cpus: Vec<Cpu>,
+    /// Serializes starting vCPUs.
+    starting: Mutex<()>,
+    /// Held by the vCPU that ends the VM, until the process is gone.
+    ending: Mutex<()>,
+    finish: Finish,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Machine {
+    /// A machine of `ncpus` vCPUs (vCPU 0 already created by the caller). It lives
+    /// until the process exits.
+    pub fn new(mem: GuestMemoryMmap, vm: VmFd, cpuid: CpuId, ncpus: u64, finish: Finish) -> &'static Machine {
+        let cpus = (0..ncpus)
+            .map(|i| Cpu { started: AtomicBool::new(i == 0), kicked: Mutex::new(false), wake: Condvar::new() })
+            .collect();
+        Box::leak(Box::new(Machine {
+            mem,
+            vm,
+            cpuid,
+            cpus,
+            starting: Mutex::new(()),
+            ending: Mutex::new(()),
+            finish,
+        }))
+    }
+
+    /// Runs vCPU 0 on the calling thread; ends the process when the VM ends.
+    pub fn run_boot_cpu(&'static self, mut vcpu: VcpuFd, first_exit: &dyn Fn()) -> ! {
+        crate::sys::precise_timers();
+        let outcome = self.run(&mut vcpu, 0, first_exit);
+        self.end(outcome)
+    }
+
+    fn run(&'static self, vcpu: &mut VcpuFd, cpu: u64, first_exit: &dyn Fn()) -> Outcome {
+        let mut first = true;
+        loop {
+            let exit = match vcpu.run() {
+                Ok(e) => {
+                    if first {
+                        first = false;
+                        first_exit();
+                    }
+                    VmExit::from_kvm(e)
+                }
+                Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => continue,
+                Err(e) => return Outcome::GuestError(format!("KVM_RUN failed on vCPU {cpu}: {e}")),
+            };
+            let mut env = VcpuEnv { m: self, vcpu, cpu };
+            if let Action::Stop(o) = exit::handle(exit, &mut env) {
+                return o;
+            }
+        }
+    }
+
+    /// Reports `outcome` and ends the process (the first caller does; any other
+    /// waits here for the end).
+    fn end(&self, outcome: Outcome) -> ! {
+        let _only_one = lock(&self.ending);
+        let _ = std::io::stdout().flush();
+        let code = (self.finish)(&self.mem, outcome);
+        let _ = std::io::stdout().flush();
+        crate::sys::exit_leaving_teardown(code)
+    }
+
+    fn halt(&self, cpu: u64, d: Duration) {
+        let c = &self.cpus[cpu as usize];
+        let mut kicked = lock(&c.kicked);
+        if !*kicked {
+            kicked = c.wake.wait_timeout(kicked, d).map_or_else(|e| e.into_inner().0, |r| r.0);
+        }
+        *kicked = false;
+    }
+
+    fn kick(&'static self, cpu: u64) -> Result<(), String> {
+        let c = &self.cpus[cpu as usize];
+        if !c.started.load(Ordering::Acquire) {
+            return self.start(cpu);
+        }
+        *lock(&c.kicked) = true;
+        c.wake.notify_one();
+        Ok(())
+    }
+
+    /// Creates vCPU `cpu` and its thread, which enters the kernel's entry.
+    fn start(&'static self, cpu: u64) -> Result<(), String> {
+        let _g = lock(&self.starting);
+        let c = &self.cpus[cpu as usize];
+        if c.started.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let (entry, stack, arg) = crate::loader::cpu_start(cpu);
+        let vcpu = crate::vm::create_vcpu(
+            &self.vm,
+            &self.cpuid,
+            cpu,
+            entry,
+            stack,
+            arg,
+            crate::kernel_image::SYSCALL_TRAP_ENTRY,
+        )
+        .map_err(|e| format!("cannot start vCPU {cpu}: {e}"))?;
+        std::thread::Builder::new()
+            .name(format!("vcpu{cpu}"))
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let mut vcpu = vcpu;
+                crate::sys::precise_timers();
+                let outcome = self.run(&mut vcpu, cpu, &|| {});
+                self.end(outcome)
+            })
+            .map_err(|e| format!("cannot start vCPU {cpu}: {e}"))?;
+        c.started.store(true, Ordering::Release);
+        Ok(())
+    }
+}
+
+struct VcpuEnv<'a> {
+    m: &'static Machine,
+    vcpu: &'a VcpuFd,
+    cpu: u64,
+}
+
+impl Env for VcpuEnv<'_> {
+    fn mem(&self) -> &GuestMemoryMmap {
+        &self.m.mem
+    }
+    fn cpu(&self) -> u64 {
+        self.cpu
+    }
+    fn cr2(&mut self) -> u64 {
+        self.vcpu.get_sregs().map_or(0, |s| s.cr2)
+    }
+    fn input(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        std::io::stdin().lock().read(buf)
+    }
+    fn halt(&mut self, d: Duration) {
+        self.m.halt(self.cpu, d)
+    }
+    fn ncpus(&self) -> u64 {
+        self.m.cpus.len() as u64
+    }
+    fn kick(&mut self, cpu: u64) -> Result<(), String> {
+        self.m.kick(cpu)
+    }
+    fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
+        if fd == 2 {
+            std::io::stderr().lock().write_all(data)
+        } else {
+            let mut out = std::io::stdout().lock();
+            out.write_all(data)?;
+            out.flush()
+        }
+    }
+}
