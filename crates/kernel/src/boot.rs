@@ -11,8 +11,8 @@ use crate::mm::chunks::ChunkAllocator;
 use crate::mm::space::AddressSpace;
 use crate::mm::vma::{Vma, VmaKind, PROT_EXEC, PROT_READ, PROT_WRITE};
 use crate::syscall::{self, SyscallFrame};
-use onering_abi::layout::{self, PAGE_SIZE};
 use core::sync::atomic::Ordering::Relaxed;
+use onering_abi::layout::{self, PAGE_SIZE};
 use onering_abi::{BootInfo, Hostcall, ABI_VERSION, BOOT_MAGIC};
 
 /// Lowest address `mmap` hands out without MAP_FIXED (Linux's mmap_min_addr).
@@ -109,6 +109,9 @@ pub extern "C" fn syscall_dispatch(frame: &mut SyscallFrame) {
 #[cold]
 fn on_the_way_out(frame: &mut SyscallFrame) {
     if arch::thread::take_resched() {
+        if option_env!("DBG1").is_some() {
+            panic!("deferred {:x?} cpu {}", frame, arch::thread::cpu_id());
+        }
         crate::sched::preempt_point();
     }
     let t = crate::sched::current();
@@ -185,6 +188,9 @@ pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
 /// it was.
 pub extern "C" fn interrupt_dispatch(frame: &FaultFrame) -> ! {
     let regs = regs_of(frame);
+    if option_env!("DBG1").is_some() {
+        panic!("interrupt {:x?} cpu {} tid {}", frame, arch::thread::cpu_id(), crate::sched::current().tid());
+    }
     arch::thread::take_resched();
     crate::sched::preempt_point();
     let t = crate::sched::current();

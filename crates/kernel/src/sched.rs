@@ -15,8 +15,8 @@
 //! `hlt`).
 
 use crate::arch::{self, supervisor, thread as mach};
-use crate::placement::{self, CpuState, CpuView, SpinBudget};
 use crate::errno::Errno;
+use crate::placement::{self, CpuState, CpuView, SpinBudget};
 use crate::signal;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
@@ -27,7 +27,7 @@ use spin::{Mutex, Once};
 /// Most threads alive at once.
 pub const MAX_THREADS: usize = 4096;
 /// Each thread's kernel stack.
-const KSTACK_SIZE: u64 = 32 * 1024;
+pub const KSTACK_SIZE: u64 = 32 * 1024;
 
 const RUNNING: u8 = 0;
 const RUNNABLE: u8 = 1;

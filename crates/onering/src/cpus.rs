@@ -53,15 +53,7 @@ impl Machine {
         let cpus = (0..ncpus)
             .map(|i| Cpu { started: AtomicBool::new(i == 0), kicked: Mutex::new(false), wake: Condvar::new() })
             .collect();
-        Box::leak(Box::new(Machine {
-            mem,
-            vm,
-            cpuid,
-            cpus,
-            starting: Mutex::new(()),
-            ending: Mutex::new(()),
-            finish,
-        }))
+        Box::leak(Box::new(Machine { mem, vm, cpuid, cpus, starting: Mutex::new(()), ending: Mutex::new(()), finish }))
     }
 
     /// Runs vCPU 0 on the calling thread; ends the process when the VM ends.

@@ -16,7 +16,9 @@
 //! neighbouring instructions (enough for 5 bytes, none of them a branch target) are
 //! replaced by a `jmp rel32` to a per-site trampoline. The trampoline runs the moved
 //! instructions before the call (copied, rip-relative displacements adjusted), switches to the
-//! kernel stack without touching the program's stack (its red zone stays intact),
+//! kernel stack without touching the program's stack (its red zone stays intact;
+//! the user stack pointer goes to its per-CPU slot only once on the kernel stack,
+//! where the kernel never preempts a thread, so the slot cannot be another CPU's),
 //! puts the flags in R11 and the return address in RCX (which `syscall` clobbers
 //! anyway), jumps to the kernel's ring-3 `syscall_entry`, and on return runs the moved
 //! instructions after the call and jumps back. zpoline's `call *%rax` was rejected
@@ -273,11 +275,15 @@ fn rel32(from_next: u64, to: u64) -> Option<[u8; 4]> {
 /// to `back`.
 fn trampoline(pre: &[Ins], post: &[Ins], code: &Code, at: u64, back: u64, t: &Target) -> Option<Vec<u8>> {
     let mut out = encode(pre, code, at)?;
-    // mov %rsp, %gs:user_rsp ; mov %gs:kstack_top, %rsp
-    out.extend([0x65, 0x48, 0x89, 0x24, 0x25]);
-    out.extend(t.user_rsp.to_le_bytes());
+    // mov %rsp, %r11 ; mov %gs:kstack_top, %rsp ; mov %r11, %gs:user_rsp
+    // (R11 is scratch: `syscall` clobbers it. The per-CPU slot is written only once
+    // on the kernel stack, where an interrupt cannot move the thread to another
+    // CPU: the kernel defers preemption while a thread is on its kernel stack.)
+    out.extend([0x49, 0x89, 0xe3]);
     out.extend([0x65, 0x48, 0x8b, 0x24, 0x25]);
     out.extend(t.kstack_top.to_le_bytes());
+    out.extend([0x65, 0x4c, 0x89, 0x1c, 0x25]);
+    out.extend(t.user_rsp.to_le_bytes());
     // pushfq ; pop %r11 (on the kernel stack)
     out.extend([0x9c, 0x41, 0x5b]);
     // lea R(%rip), %rcx ; jmp *E(%rip)  -- R follows the jmp
@@ -574,7 +580,15 @@ mod real_binaries {
             let moved = super::tests::iced(tramp, &plan.trampolines[(tramp - base) as usize..]);
             let ops = |v: &[Instruction]| v.iter().map(|i| i.code()).collect::<Vec<_>>();
             assert_eq!(ops(&moved[..sys]), ops(&original[..sys]), "instructions before the site at {:#x}", p.addr);
-            let glue = [Op::Mov_rm64_r64, Op::Mov_r64_rm64, Op::Pushfq, Op::Pop_r64, Op::Lea_r64_m, Op::Jmp_rm64];
+            let glue = [
+                Op::Mov_rm64_r64,
+                Op::Mov_r64_rm64,
+                Op::Mov_rm64_r64,
+                Op::Pushfq,
+                Op::Pop_r64,
+                Op::Lea_r64_m,
+                Op::Jmp_rm64,
+            ];
             assert_eq!(ops(&moved[sys..sys + glue.len()]), glue, "entry sequence at {:#x}", p.addr);
             let post = &original[sys + 1..];
             let after = &moved[sys + glue.len()..sys + glue.len() + post.len() + 1];

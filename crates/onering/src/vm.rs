@@ -161,6 +161,12 @@ pub fn create_vcpu(vm: &VmFd, cpuid: &CpuId, id: u64, entry: u64, stack: u64, ar
     }
     ioctl("KVM_SET_REGS", vcpu.set_regs(&x86::regs(entry, stack, arg)))?;
     setup_lapic(&vcpu)?;
+    if id != 0 {
+        // With the in-kernel APIC, KVM keeps application processors waiting for a
+        // startup IPI; ours start at the kernel's entry like the boot processor.
+        let runnable = kvm_bindings::kvm_mp_state { mp_state: kvm_bindings::KVM_MP_STATE_RUNNABLE };
+        ioctl("KVM_SET_MP_STATE", vcpu.set_mp_state(runnable))?;
+    }
     Ok(vcpu)
 }
 

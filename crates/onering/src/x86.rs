@@ -216,8 +216,12 @@ pub const MSR_STAR: u32 = 0xc000_0081;
 pub const MSR_LSTAR: u32 = 0xc000_0082;
 pub const MSR_SFMASK: u32 = 0xc000_0084;
 pub const MSR_TSC: u32 = 0x10;
-/// Flags `syscall` clears: TF, DF, IF, IOPL, NT, AC.
-pub const SFMASK: u64 = 0x4_7700;
+/// Flags `syscall` clears: TF, DF, IOPL, NT, AC. Not IF: on PVM, a `syscall` that
+/// clears IF leaves the vCPU unable to take interrupts even after the stub's
+/// `iretq` sets it again (measured: no APIC timer interrupt ever arrives after the
+/// first trapped call). The stub is safe with interrupts on: an interrupt there
+/// lands on its own IST stack and is deferred, as in any kernel code.
+pub const SFMASK: u64 = 0x4_7500;
 
 /// STAR: kernel CS for `syscall`, user code32 selector base for `sysret`.
 pub fn star() -> u64 {

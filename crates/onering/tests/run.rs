@@ -332,6 +332,62 @@ fn threads_match_the_host() {
     same_as_host_both_paths("threads");
 }
 
+/// The host's output for `name`, and onering's with `--smp N` for N = 1, 2, 4,
+/// rewritten and trapped.
+fn same_as_host_on_1_2_4_vcpus(name: &str) {
+    let bin = musl(name);
+    let host = Command::new(&bin).output().unwrap();
+    assert!(host.status.success(), "{name} fails on the host: {}", stdout(&host));
+    for smp in ["1", "2", "4"] {
+        for rewrite in [true, false] {
+            let mut a = vec!["run", "--smp", smp];
+            if !rewrite {
+                a.push("--no-rewrite");
+            }
+            a.push(bin.to_str().unwrap());
+            let o = onering(&a);
+            assert_eq!(stdout(&o), stdout(&host), "--smp {smp}, rewrite {rewrite}: stderr: {}", stderr(&o));
+            assert_eq!(status(&o), 0, "--smp {smp}, rewrite {rewrite}");
+        }
+    }
+}
+
+#[test]
+fn threads_match_the_host_on_1_2_4_vcpus() {
+    same_as_host_on_1_2_4_vcpus("threads");
+}
+
+#[test]
+fn thread_stress_matches_the_host_on_1_2_4_vcpus() {
+    // Many more threads than vCPUs on every primitive, busy loops that must not
+    // starve the others (the APIC preemption tick), a signal for a spinning thread
+    // (the reschedule IPI), sleeps on time, CPU affinity.
+    same_as_host_on_1_2_4_vcpus("stress");
+}
+
+#[test]
+fn exit_from_a_thread_ends_the_program_on_any_vcpu_count() {
+    let bin = musl("stress");
+    for smp in ["1", "2", "4"] {
+        let o = onering(&["run", "--smp", smp, bin.to_str().unwrap(), "exit"]);
+        assert_eq!(stdout(&o), "thread calls exit(7)\n", "--smp {smp}: {}", stderr(&o));
+        assert_eq!(status(&o), 7, "--smp {smp}");
+    }
+}
+
+#[test]
+fn smp_out_of_range_is_refused() {
+    let hello = musl("hello");
+    for bad in ["0", "65"] {
+        let o = onering(&["run", "--smp", bad, hello.to_str().unwrap()]);
+        assert_eq!(status(&o), 125);
+        assert!(stderr(&o).contains("out of range"), "{}", stderr(&o));
+    }
+    let o = onering(&["run", "--smp", "64", hello.to_str().unwrap()]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("warning: --smp 64"), "{}", stderr(&o));
+}
+
 #[test]
 fn signals_match_the_host() {
     // Handlers, rt_sigreturn with every register restored, the alternate stack,

@@ -181,7 +181,8 @@ interrupt_stub:
     // finds the request flag on its way back to the program (and, should it miss it,
     // a short retry timer comes back). The program's state goes, as an exception's
     // does, to ring 3, but on the running thread's own kernel stack (empty while
-    // the program runs), where the thread may switch away.
+    // the program runs), where the thread may switch away. "The kernel" is its code
+    // or anything running on the thread's kernel stack.
     .balign 16
     .global preempt_stub
 preempt_stub:
@@ -192,6 +193,12 @@ preempt_stub:
     movabs ${kernel_vbase}, %rax
     cmp %rax, 8(%rsp)
     jae 1f
+    // A rewritten site's trampoline (program code) has already moved to the
+    // thread's kernel stack on its way into the kernel: that is the kernel's too.
+    mov %gs:{kstack_top}, %rax
+    sub 32(%rsp), %rax
+    cmp ${kstack_size}, %rax
+    jb 1f
     cmpq $0, %gs:{in_fault}
     jne 1f
     cmpq $0, %gs:{current}
@@ -302,6 +309,7 @@ fault_entry:
     kernel_vbase = const onering_abi::layout::KERNEL_VBASE,
     timer_vector = const onering_abi::vectors::TIMER as u64,
     retry_ns = const RETRY_NS,
+    kstack_size = const crate::sched::KSTACK_SIZE,
     timer_armed = const super::thread::TIMER_ARMED,
     resched = const super::thread::RESCHED,
     current = const super::thread::CURRENT_THREAD,

@@ -37,7 +37,9 @@ pub fn resched_pending() -> bool {
     let v: u64;
     // Reads a word of this CPU's per-CPU page (kernel-owned part).
     // SAFETY: as explained above.
-    unsafe { core::arch::asm!("mov {}, gs:[{}]", out(reg) v, const RESCHED, options(nostack, readonly, preserves_flags)) };
+    unsafe {
+        core::arch::asm!("mov {}, gs:[{}]", out(reg) v, const RESCHED, options(nostack, readonly, preserves_flags))
+    };
     v != 0
 }
 
