@@ -720,7 +720,11 @@ pub fn idle_loop() -> ! {
         let deadline = NEXT_DEADLINE.load(Relaxed);
         let left = deadline.saturating_sub(now);
         if now - idle_since < budget.ns || left <= 2 * HALT_EARLY_NS {
-            core::hint::spin_loop();
+            // A few pauses between looks: lighter on the core (and on the
+            // run-queue counters other CPUs write) than looking all the time.
+            for _ in 0..8 {
+                core::hint::spin_loop();
+            }
             continue;
         }
         // Halting: publish it, then look once more (a waker that queued work

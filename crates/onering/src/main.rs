@@ -348,7 +348,7 @@ fn run(args: RunArgs) -> Result<u8, Failure> {
     trace.mark("program read and validated");
     let plan = (!args.no_rewrite).then(|| loader::plan_rewrite(&prog, &file));
     trace.mark("rewrite planned");
-    boot(&args, &trace, &prog, &file, &shown, plan)
+    boot(&args, trace, &prog, &file, &shown, plan)
 }
 
 fn boot(

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Benchmarks of issue 4, host and onering side by side in one run:
+#  (a) the seed's producer/consumer: two threads hand one item at a time through
+#      two POSIX semaphores, the producer spinning BURN iterations per item
+#      (onering with --smp 2; target: at least 2x faster than the host);
+#  (b) cyclictest-style timer latency: N absolute sleeps of 200 us, median, p99 and
+#      maximum lateness (target: median and p99 no worse than the host under
+#      SCHED_FIFO);
+#  (c) idle cost: host CPU time onering uses while its program sleeps 5 s
+#      (target: under 2% of one core).
+# usage: bench/threads.sh [items] [burn] [sleeps]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ITEMS=${1:-50000}
+BURN=${2:-5000}
+SLEEPS=${3:-100000}
+out=target/bench
+mkdir -p "$out"
+cargo build --release -q
+musl-gcc -static -O2 bench/prodcons.c -o "$out/prodcons" -lpthread
+musl-gcc -static -O2 bench/timerlat.c -o "$out/timerlat"
+printf '#include <unistd.h>\nint main(void){sleep(5);return 0;}\n' >"$out/sleep5.c"
+musl-gcc -static -O2 "$out/sleep5.c" -o "$out/sleep5"
+onering=./target/release/onering
+ratio() { awk -v h="$1" -v r="$2" 'BEGIN{printf "%.2fx", h/r}'; }
+
+echo "(a) producer/consumer, $ITEMS items (ns/item; host/onering)"
+for burn in "$BURN" 20000; do
+    h=$("$out/prodcons" "$ITEMS" "$burn")
+    r=$("$onering" run --smp 2 "$out/prodcons" "$ITEMS" "$burn")
+    printf '  burn %-6s host %10s  onering --smp 2 %10s  %s\n' "$burn" "$h" "$r" "$(ratio "$h" "$r")"
+    [ "$burn" = "$BURN" ] && a_ratio=$(awk -v h="$h" -v r="$r" 'BEGIN{printf "%.2f", h/r}')
+done
+
+echo "(b) timer latency, $SLEEPS sleeps of 200 us (lateness in us: median p99 max)"
+host=$("$out/timerlat" "$SLEEPS" 200)
+echo "  host (default timer slack)   $host"
+if fifo=$(chrt -f 50 "$out/timerlat" "$SLEEPS" 200 2>/dev/null); then
+    echo "  host SCHED_FIFO              $fifo"
+else
+    fifo=""
+    echo "  host SCHED_FIFO              (chrt -f not permitted here)"
+fi
+ring=$("$onering" run "$out/timerlat" "$SLEEPS" 200)
+echo "  onering                      $ring"
+
+echo "(c) idle cost: host CPU time while the program sleeps 5 s"
+TIMEFORMAT='%R %U %S'
+t=$( { time "$onering" run "$out/sleep5" >/dev/null; } 2>&1 | tail -1)
+idle=$(awk -v t="$t" 'BEGIN{split(t, a, " "); printf "%.3f", (a[2] + a[3]) / a[1] * 100}')
+echo "  onering: wall, user, sys (s): $t -> ${idle}% of one core"
+
+echo "targets:"
+awk -v r="$a_ratio" 'BEGIN{printf "  (a) at least 2x the host: %s (%.2fx)\n", (r >= 2 ? "met" : "NOT met"), r}'
+if [ -n "$fifo" ]; then
+    awk -v f="$fifo" -v o="$ring" 'BEGIN{split(f, F, " "); split(o, O, " ");
+        printf "  (b) median and p99 no worse than host SCHED_FIFO: %s\n", (O[1] <= F[1] && O[2] <= F[2] ? "met" : "NOT met")}'
+fi
+awk -v i="$idle" 'BEGIN{printf "  (c) under 2%% of a core: %s\n", (i < 2 ? "met" : "NOT met")}'
