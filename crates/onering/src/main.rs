@@ -369,6 +369,8 @@ fn boot(
     trace.mark("VM created");
     vm::register_memory(&vmfd, &mem).map_err(onering_err)?;
     trace.mark("memory registered");
+    vm::create_irqchip(&vmfd).map_err(onering_err)?;
+    trace.mark("interrupt controller created");
     let cpuid = vm::supported_cpuid(&kvm).map_err(onering_err)?;
     let (entry, stack, arg) = loader::cpu_start(0);
     let vcpu =

@@ -74,13 +74,17 @@ pub fn open_kvm() -> Result<Kvm> {
     })
 }
 
-/// Creates the VM (the slowest step here, ~0.25 ms) with KVM's in-kernel interrupt
-/// controller, so each vCPU has a local APIC (one-shot timer, IPIs) that KVM
-/// emulates without a trip to the VMM.
+/// Creates the VM (the slowest step here, ~0.25 ms).
 pub fn create_vm(kvm: &Kvm) -> Result<VmFd> {
-    let vm = ioctl("KVM_CREATE_VM", kvm.create_vm())?;
-    ioctl("KVM_CREATE_IRQCHIP", vm.create_irq_chip())?;
-    Ok(vm)
+    ioctl("KVM_CREATE_VM", kvm.create_vm())
+}
+
+/// Gives the VM KVM's in-kernel interrupt controller, so each vCPU has a local APIC
+/// (one-shot timer, IPIs) that KVM emulates without a trip to the VMM. After the
+/// memory is registered: with the controller present, registering costs ~7 ms
+/// here instead of ~0.1 ms.
+pub fn create_irqchip(vm: &VmFd) -> Result<()> {
+    ioctl("KVM_CREATE_IRQCHIP", vm.create_irq_chip())
 }
 
 /// Programs a vCPU's local APIC as the kernel expects it (`onering_abi::lapic`):
