@@ -107,22 +107,11 @@ pub extern "C" fn syscall_dispatch(frame: &mut SyscallFrame) {
 }
 
 #[cold]
-fn on_the_way_out(frame: &mut SyscallFrame) {
+fn on_the_way_out(frame: &SyscallFrame) {
     if arch::thread::take_resched() {
-        if option_env!("DBG1").is_some() {
-            panic!("deferred {:x?} cpu {}", frame, arch::thread::cpu_id());
-        }
         crate::sched::preempt_point();
     }
-    let t = crate::sched::current();
-    if t.pending.load(Relaxed) != 0 {
-        if t.doomed.load(Relaxed) {
-            crate::sched::exit_current();
-        }
-        if t.deliverable() != 0 {
-            crate::syscall::signal::on_syscall_return(frame);
-        }
-    }
+    crate::syscall::signal::on_syscall_return(frame);
 }
 
 /// Registers at an exception, as `exception_common` lays them out.
@@ -170,7 +159,7 @@ pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
     if s == crate::signal::sig::SIGKILL {
         kernel().killed(s, frame.rip, addr);
     }
-    let regs = regs_of(frame);
+    let regs = fault_regs(frame);
     let info = crate::signal::Info {
         signo: s,
         code: crate::fault::si_code(frame.vector),
@@ -187,24 +176,13 @@ pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
 /// first, pending signals are delivered, then the program continues exactly where
 /// it was.
 pub extern "C" fn interrupt_dispatch(frame: &FaultFrame) -> ! {
-    let regs = regs_of(frame);
-    if option_env!("DBG1").is_some() {
-        panic!("interrupt {:x?} cpu {} tid {}", frame, arch::thread::cpu_id(), crate::sched::current().tid());
-    }
+    let regs = fault_regs(frame);
     arch::thread::take_resched();
     crate::sched::preempt_point();
-    let t = crate::sched::current();
-    let mut regs = regs;
-    if t.pending.load(Relaxed) != 0 {
-        if t.doomed.load(Relaxed) {
-            crate::sched::exit_current();
-        }
-        regs = crate::syscall::signal::deliver(regs);
-    }
-    arch::thread::full_return(&regs)
+    arch::thread::full_return(&crate::syscall::signal::on_return(regs))
 }
 
-fn regs_of(frame: &FaultFrame) -> crate::signal::Regs {
+fn fault_regs(frame: &FaultFrame) -> crate::signal::Regs {
     crate::signal::Regs {
         r8: frame.r8,
         r9: frame.r9,

@@ -270,6 +270,11 @@ fn notify(cpus: CpuSet) {
     }
 }
 
+/// `notify` for the other CPUs only: this one is about to pick its queue up itself.
+fn notify_others(cpus: CpuSet) {
+    notify(cpus & !(1 << this_cpu()));
+}
+
 /// Makes sure this CPU's APIC timer fires by `at` (monotonic ns).
 fn arm_timer(at: u64) {
     let armed = mach::timer_armed();
@@ -512,7 +517,7 @@ pub fn block(deadline: Option<u64>) -> Wake {
         let cpus = s.expire(now);
         (s.pop(cpu), cpus)
     };
-    notify(cpus & !(1 << cpu));
+    notify_others(cpus);
     switch(Some(me), next);
     if me.doomed.load(Relaxed) {
         exit_current();
@@ -616,16 +621,15 @@ pub fn set_ncpus(n: usize) {
 /// one that exists); moves it if its CPU is not among them.
 pub fn set_affinity(t: &'static Thread, mask: u64) {
     t.affinity.store(mask, Relaxed);
-    if core::ptr::eq(t, current()) && mask & (1 << this_cpu()) == 0 {
-        let me = t;
-        let cpu = this_cpu();
-        let (next, cpus) = {
+    let cpu = this_cpu();
+    if core::ptr::eq(t, current()) && mask & (1 << cpu) == 0 {
+        let (next, target) = {
             let mut s = SCHED.lock();
-            let target = s.place(me);
-            (s.pop(cpu), 1 << target)
+            let target = s.place(t);
+            (s.pop(cpu), target)
         };
-        notify(cpus);
-        switch(Some(me), next);
+        notify(1 << target);
+        switch(Some(t), next);
     }
 }
 
@@ -647,16 +651,11 @@ pub fn preempt_point() {
             (next, cpus)
         }
     };
-    notify(cpus & !(1 << cpu));
+    notify_others(cpus);
     match next {
         Some(n) => switch(Some(me), Some(n)),
         None => watch(cpu),
     }
-}
-
-/// Lets other runnable threads run first.
-pub fn yield_now() {
-    preempt_point();
 }
 
 /// Ends the running thread (never returns). The caller handled the process side.
@@ -710,7 +709,7 @@ pub fn idle_loop() -> ! {
                 let next = s.pop(cpu).or_else(|| s.steal(cpu));
                 (next, cpus)
             };
-            notify(cpus & !(1 << cpu));
+            notify_others(cpus);
             if let Some(n) = next {
                 switch(None, Some(n));
                 idle_since = crate::kernel::mono_now();

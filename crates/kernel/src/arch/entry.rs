@@ -41,6 +41,42 @@ global_asm!(
     sahf
     .endm
 
+    // Hands an event taken from ring 3 on to ring 3: pushes the general registers
+    // below the vector, error code and iret frame already on the IST stack, copies
+    // those 22 words (a boot::FaultFrame) below the stack top kept at %gs:\stack,
+    // and continues at \target in ring 3, interrupts on, on that stack.
+    .macro TO_RING3 stack, target
+    push %rax
+    push %rbx
+    push %rcx
+    push %rdx
+    push %rsi
+    push %rdi
+    push %rbp
+    push %r8
+    push %r9
+    push %r10
+    push %r11
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    cld
+    mov %gs:\stack, %rdi
+    sub $(22 * 8), %rdi
+    mov %rdi, %rax
+    mov %rsp, %rsi
+    mov $22, %ecx
+    rep movsq
+    pushq ${user_ds}
+    push %rax
+    pushq $0x202
+    pushq ${user_cs}
+    pushq $\target
+    iretq
+    .endm
+
+
     .global _start
     // The VMM starts CPU 0 here in ring 3: rdi = &BootInfo, rsp = its kernel stack.
 _start:
@@ -206,34 +242,7 @@ preempt_stub:
     pop %rax
     pushq $0
     pushq ${timer_vector}
-    push %rax
-    push %rbx
-    push %rcx
-    push %rdx
-    push %rsi
-    push %rdi
-    push %rbp
-    push %r8
-    push %r9
-    push %r10
-    push %r11
-    push %r12
-    push %r13
-    push %r14
-    push %r15
-    cld
-    mov %gs:{kstack_top}, %rdi
-    sub $(22 * 8), %rdi
-    mov %rdi, %rax
-    mov %rsp, %rsi
-    mov $22, %ecx
-    rep movsq
-    pushq ${user_ds}
-    push %rax
-    pushq $0x202
-    pushq ${user_cs}
-    pushq $interrupt_entry
-    iretq
+    TO_RING3 {kstack_top}, interrupt_entry
 1:  movq $1, %gs:{resched}
     cmpq $0, %gs:{current}
     je 2f
@@ -256,35 +265,7 @@ exception_common:
     cmpq $0, %gs:{in_fault}
     jne 2f
     movq $1, %gs:{in_fault}
-    push %rax
-    push %rbx
-    push %rcx
-    push %rdx
-    push %rsi
-    push %rdi
-    push %rbp
-    push %r8
-    push %r9
-    push %r10
-    push %r11
-    push %r12
-    push %r13
-    push %r14
-    push %r15
-    // Copy the 22-word frame to the fault stack and continue there in ring 3.
-    cld
-    mov %gs:{fault_stack_top}, %rdi
-    sub $(22 * 8), %rdi
-    mov %rdi, %rax
-    mov %rsp, %rsi
-    mov $22, %ecx
-    rep movsq
-    pushq ${user_ds}
-    push %rax
-    pushq $0x202
-    pushq ${user_cs}
-    pushq $fault_entry
-    iretq
+    TO_RING3 {fault_stack_top}, fault_entry
 2:
     // Fatal: tell the VMM, which reads vector, error code and the interrupted
     // state from the top of this CPU's IST stack (where the frame is now). GS is not

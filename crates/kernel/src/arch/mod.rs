@@ -83,13 +83,6 @@ pub fn fs_base() -> u64 {
     v
 }
 
-pub fn rflags() -> u64 {
-    let v: u64;
-    // SAFETY: reads the flags.
-    unsafe { core::arch::asm!("pushfq; pop {}", out(reg) v) };
-    v
-}
-
 pub fn rdtsc() -> u64 {
     // SAFETY: rdtsc has no side effects.
     unsafe { core::arch::x86_64::_rdtsc() }

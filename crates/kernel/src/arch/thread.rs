@@ -27,6 +27,9 @@ pub(super) const RESCHED: usize = 0x908;
 /// The preemption stub clears it.
 pub(super) const TIMER_ARMED: usize = 0x910;
 
+/// A word of this CPU's per-CPU page at `offset` (past the ABI header, in the part
+/// the kernel owns): the GS base points at the page, which the VMM mapped for the
+/// kernel's whole life, and only this CPU (and its interrupt stubs) touch it.
 fn percpu_word(offset: usize) -> *mut u64 {
     (super::percpu_ptr() as u64 + offset as u64) as *mut u64
 }
@@ -35,7 +38,8 @@ fn percpu_word(offset: usize) -> *mut u64 {
 #[inline(always)]
 pub fn resched_pending() -> bool {
     let v: u64;
-    // Reads a word of this CPU's per-CPU page (kernel-owned part).
+    // An aligned load through the GS base of a word of this CPU's page (see
+    // `percpu_word`); it changes nothing.
     // SAFETY: as explained above.
     unsafe {
         core::arch::asm!("mov {}, gs:[{}]", out(reg) v, const RESCHED, options(nostack, readonly, preserves_flags))
@@ -45,20 +49,25 @@ pub fn resched_pending() -> bool {
 
 /// Clears the request [`resched_pending`] reports; returns whether it was set.
 pub fn take_resched() -> bool {
-    // A word of this CPU's per-CPU page; an interrupt on this CPU may set it
-    // concurrently, which the swap does not lose.
+    // An aligned word of this CPU's mapped page (see `percpu_word`), used only as
+    // an atomic; an interrupt on this CPU may set it concurrently, which the swap
+    // does not lose.
     // SAFETY: as explained above.
     unsafe { (*(percpu_word(RESCHED) as *const AtomicU64)).swap(0, core::sync::atomic::Ordering::Relaxed) != 0 }
 }
 
 /// When this CPU's timer fires (0: not armed).
 pub fn timer_armed() -> u64 {
-    // SAFETY: a word of this CPU's per-CPU page.
+    // An aligned, mapped word that only this CPU touches (see `percpu_word`).
+    // SAFETY: as explained above.
     unsafe { percpu_word(TIMER_ARMED).read_volatile() }
 }
 
+/// Records when this CPU's timer fires (0: not armed).
 pub fn set_timer_armed(at: u64) {
-    // SAFETY: a word of this CPU's per-CPU page.
+    // An aligned, mapped word that only this CPU and its preemption stub touch
+    // (see `percpu_word`); a plain store cannot break anything else.
+    // SAFETY: as explained above.
     unsafe { percpu_word(TIMER_ARMED).write_volatile(at) }
 }
 

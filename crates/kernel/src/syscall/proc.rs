@@ -353,7 +353,7 @@ pub fn getgid(_: &mut SyscallFrame) -> SysResult {
 }
 
 pub fn sched_yield(_: &mut SyscallFrame) -> SysResult {
-    sched::yield_now();
+    sched::preempt_point();
     Ok(0)
 }
 

@@ -355,14 +355,28 @@ fn frame(t: &'static Thread, regs: &Regs, s: u64, info: &Info, act: &[u64; 4]) -
     Ok(r)
 }
 
-/// After a system call: delivers pending signals, if any, by returning straight
-/// into the handler (does not return then).
+/// After a system call: ends the thread if its process ended, or delivers pending
+/// signals by returning straight into the handler (does not return then).
 pub fn on_syscall_return(f: &SyscallFrame) {
     let r = regs_of(f);
-    let n = deliver(r);
+    let n = on_return(r);
     if n != r {
         arch::thread::full_return(&n);
     }
+}
+
+/// What the running thread goes back to the program with (after a system call or
+/// an interrupt): it ends here if its process ended; pending signals enter their
+/// handlers (the handler's registers are returned); otherwise `regs` unchanged.
+pub fn on_return(regs: Regs) -> Regs {
+    let t = sched::current();
+    if t.pending.load(Relaxed) == 0 {
+        return regs;
+    }
+    if t.doomed.load(Relaxed) {
+        sched::exit_current();
+    }
+    deliver(regs)
 }
 
 pub fn rt_sigreturn(f: &mut SyscallFrame) -> SysResult {
