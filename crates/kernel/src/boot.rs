@@ -3,6 +3,7 @@
 //! program raises). Guest only.
 
 use crate::arch;
+use crate::arch::UserSpace;
 use crate::fault::signal_for;
 use crate::fs::rootfs;
 use crate::fs::vfs::{Vfs, ROOT};
@@ -42,7 +43,8 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
     }
     let workdir = arch::static_bytes(bi.workdir_phys, bi.workdir_len);
     let cwd = if workdir.is_empty() { ROOT } else { vfs.lookup(ROOT, workdir, true).unwrap_or(ROOT) };
-    let exe = arch::user_slice(&space, bi.execfn, bi.execfn_len).map(|s| s.to_vec()).unwrap_or_default();
+    let execfn = arch::user_slice(&space, bi.execfn, bi.execfn_len).map(|s| s.to_vec()).unwrap_or_default();
+    let exe = crate::fs::absolute(&vfs.path_of(cwd).unwrap_or_else(|_| b"/".to_vec()), &execfn);
     kernel::init(Kernel::new(space, vfs, cwd, bi, exe));
     crate::fs::file::ON_PIPE_CLOSE.call_once(|| crate::sched::wake_all);
     crate::sched::init();
@@ -60,20 +62,20 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
         leader: true,
         affinity: u64::MAX,
     };
-    match crate::sched::spawn(spawn, &mut kernel().space.chunks, true) {
+    match crate::sched::spawn(spawn, kernel().space.chunks(), true) {
         Ok(t) if t.tid() == 1 => {}
         _ => panic!("cannot create the first thread"),
     }
     crate::sched::idle_loop()
 }
 
-fn address_space(bi: &BootInfo) -> AddressSpace {
+fn address_space(bi: &BootInfo) -> UserSpace {
     let mut chunks = ChunkAllocator::new();
     for (i, r) in bi.mem.iter().take(bi.nmem as usize).enumerate() {
         let start = if i == 0 { bi.phys_free_start } else { r.start };
         chunks.add_range(start, r.start + r.size);
     }
-    let mut space = AddressSpace::new(chunks, bi.brk_start, MMAP_BOTTOM, layout::MMAP_TOP);
+    let mut space = AddressSpace::new(chunks, arch::GuestMmu::default(), bi.brk_start, MMAP_BOTTOM, layout::MMAP_TOP);
     let [image, stack] = bi.user_maps;
     let image_start = layout::align_down(bi.image_start, PAGE_SIZE);
     let image_end = layout::align_up(bi.brk_start, PAGE_SIZE);
@@ -82,13 +84,19 @@ fn address_space(bi: &BootInfo) -> AddressSpace {
         image.virt,
         image.size,
         image.phys,
-        Vma { start: image_start, end: image_end, prot: rwx, kind: VmaKind::Image },
+        Vma { start: image_start, end: image_end, prot: rwx, kind: VmaKind::Image, lazy: false },
     );
     space.adopt(
         stack.virt,
         stack.size,
         stack.phys,
-        Vma { start: stack.virt, end: stack.virt + stack.size, prot: PROT_READ | PROT_WRITE, kind: VmaKind::Stack },
+        Vma {
+            start: stack.virt,
+            end: stack.virt + stack.size,
+            prot: PROT_READ | PROT_WRITE,
+            kind: VmaKind::Stack,
+            lazy: false,
+        },
     );
     space
 }
@@ -155,6 +163,9 @@ pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
     }
     let addr =
         if frame.vector == crate::fault::vector::PAGE_FAULT { arch::hostcall(Hostcall::FaultAddr, &[]) } else { 0 };
+    if frame.vector == crate::fault::vector::PAGE_FAULT {
+        first_touch(frame, addr);
+    }
     let s = signal_for(frame.vector);
     if s == crate::signal::sig::SIGKILL {
         kernel().killed(s, frame.rip, addr);
@@ -169,6 +180,28 @@ pub extern "C" fn fault_dispatch(frame: &FaultFrame) -> ! {
         ..Default::default()
     };
     crate::syscall::signal::fault(regs, s, info)
+}
+
+/// A page fault that may be the first touch of a block backed on demand: backs it
+/// and runs the instruction again; returns only if the fault is the program's.
+fn first_touch(frame: &FaultFrame, addr: u64) {
+    use crate::mm::space::Fault;
+    let t = crate::sched::current();
+    let outcome = kernel().space.fault_in(addr);
+    match outcome {
+        Fault::Retry => t.last_fault.store(u64::MAX, Relaxed),
+        Fault::Backed if t.last_fault.swap(addr, Relaxed) != addr => {}
+        Fault::Backed | Fault::Segv => return,
+        Fault::OutOfMemory => {
+            crate::kernel::report_message_once(
+                "onering: out of memory: the program touched more memory than the VM has (raise --mem); \
+                 killed, as Linux's OOM killer would\n",
+            );
+            kernel().killed(crate::signal::sig::SIGKILL, frame.rip, addr)
+        }
+    }
+    arch::thread::clear_in_fault();
+    arch::thread::full_return(&fault_regs(frame))
 }
 
 /// Called on the running thread's kernel stack when the APIC timer or a

@@ -1,12 +1,11 @@
 //! The kernel's state, one instance per VM, and the ways out of it (exit, kill,
 //! panic). Guest only: it talks to the VMM through `arch::hostcall`.
 
-use crate::arch::{self, GuestMmu};
+use crate::arch::{self, UserSpace};
 use crate::console::{Console, Sink};
 use crate::errno::Errno;
 use crate::fs::file::{oflag, FdTable, Kind, OpenFile};
 use crate::fs::vfs::{Hold, Ino, Vfs, ROOT};
-use crate::mm::space::AddressSpace;
 use crate::rng::Rng;
 use crate::sched::Thread;
 use crate::time::Clock;
@@ -18,8 +17,7 @@ use onering_abi::{flags, Hostcall};
 use spin::{Mutex, MutexGuard, Once};
 
 pub struct Kernel {
-    pub space: AddressSpace,
-    pub mmu: GuestMmu,
+    pub space: UserSpace,
     pub console: Console,
     pub vfs: Vfs,
     /// Processes by slot (`Thread::proc_slot`): the program, and children it made
@@ -31,7 +29,7 @@ pub struct Kernel {
     pub winsize: u64,
     pub uid: u64,
     pub gid: u64,
-    /// The program's path as given (for /proc/self/exe).
+    /// The program's path made absolute (for /proc/self/exe).
     pub exe: Vec<u8>,
     /// The thread name (`prctl(PR_SET_NAME)`), NUL padded.
     pub comm: [u8; 16],
@@ -124,7 +122,7 @@ pub fn init(k: Kernel) {
 
 impl Kernel {
     /// The state at boot: standard streams on descriptors 0, 1 and 2.
-    pub fn new(space: AddressSpace, vfs: Vfs, cwd: Ino, bi: &onering_abi::BootInfo, exe: Vec<u8>) -> Kernel {
+    pub fn new(space: UserSpace, vfs: Vfs, cwd: Ino, bi: &onering_abi::BootInfo, exe: Vec<u8>) -> Kernel {
         let clock = Clock { tsc_hz: bi.tsc_hz, boot_tsc: bi.boot_tsc, boot_realtime_ns: bi.boot_realtime_ns };
         CLOCK.call_once(|| clock);
         let mut fds = FdTable::new();
@@ -158,7 +156,6 @@ impl Kernel {
         };
         Kernel {
             space,
-            mmu: GuestMmu::default(),
             console: Console::new(),
             vfs,
             procs: alloc::vec![Some(init)],

@@ -70,6 +70,9 @@ pub struct Thread {
     pub vfork_done: AtomicBool,
     /// Its process ended: the thread ends at its next chance.
     pub doomed: AtomicBool,
+    /// The address of its last page fault that found the block already backed
+    /// (a second such fault there is SIGSEGV, not another retry).
+    pub last_fault: AtomicU64,
 }
 
 impl Thread {
@@ -387,6 +390,7 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
                 clear_child_tid: AtomicU64::new(0),
                 vfork_done: AtomicBool::new(false),
                 doomed: AtomicBool::new(false),
+                last_fault: AtomicU64::new(u64::MAX),
             }));
             s.allocated += 1;
             t
@@ -409,6 +413,7 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
     t.clear_child_tid.store(0, Relaxed);
     t.vfork_done.store(false, Relaxed);
     t.doomed.store(false, Relaxed);
+    t.last_fault.store(u64::MAX, Relaxed);
     t.wakeup.store(false, Relaxed);
     t.timed_out.store(false, Relaxed);
     mach::xsave(&mut t.xstate.lock());

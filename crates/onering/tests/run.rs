@@ -194,9 +194,21 @@ fn unsupported_syscalls_fail_with_enosys_and_are_reported_once() {
 
 #[test]
 fn memory_brk_mmap_munmap_mprotect() {
-    let o = run(&musl("memory"), &[]);
-    assert_eq!(stdout(&o), "memory ok\n", "{}", stderr(&o));
-    assert_eq!(status(&o), 0);
+    // Also large mappings backed on first touch: more address space than memory,
+    // 48 threads with 8 MiB stacks in a 256 MiB VM.
+    for smp in ["1", "2"] {
+        let o = onering(&["run", "--smp", smp, musl("memory").to_str().unwrap()]);
+        assert_eq!(stdout(&o), "memory ok\n", "--smp {smp}: {}", stderr(&o));
+        assert_eq!(status(&o), 0);
+    }
+}
+
+#[test]
+fn touching_more_memory_than_the_vm_has_is_an_oom_kill() {
+    let o = onering(&["run", "--mem", "64M", musl("memory").to_str().unwrap(), "oom"]);
+    assert_eq!(stdout(&o), "");
+    assert!(stderr(&o).contains("onering: out of memory"), "{}", stderr(&o));
+    assert_eq!(status(&o), 137, "{}", stderr(&o));
 }
 
 #[test]
@@ -332,11 +344,17 @@ fn threads_match_the_host() {
     same_as_host_both_paths("threads");
 }
 
-/// The host's output for `name`, and onering's with `--smp N` for N = 1, 2, 4,
+/// A glibc static build of a test program (glibc makes threads with clone3, 8 MiB
+/// stacks, futexes without spinning).
+fn glibc(name: &str) -> PathBuf {
+    build(name, "gcc", &["-static", "-pthread"], "-glibc")
+}
+
+/// The host's output for `bin`, and onering's with `--smp N` for N = 1, 2, 4,
 /// rewritten and trapped.
-fn same_as_host_on_1_2_4_vcpus(name: &str) {
-    let bin = musl(name);
-    let host = Command::new(&bin).output().unwrap();
+fn same_as_host_on_1_2_4_vcpus(bin: &Path) {
+    let name = bin.display();
+    let host = Command::new(bin).output().unwrap();
     assert!(host.status.success(), "{name} fails on the host: {}", stdout(&host));
     for smp in ["1", "2", "4"] {
         for rewrite in [true, false] {
@@ -354,7 +372,8 @@ fn same_as_host_on_1_2_4_vcpus(name: &str) {
 
 #[test]
 fn threads_match_the_host_on_1_2_4_vcpus() {
-    same_as_host_on_1_2_4_vcpus("threads");
+    same_as_host_on_1_2_4_vcpus(&musl("threads"));
+    same_as_host_on_1_2_4_vcpus(&glibc("threads"));
 }
 
 #[test]
@@ -362,7 +381,8 @@ fn thread_stress_matches_the_host_on_1_2_4_vcpus() {
     // Many more threads than vCPUs on every primitive, busy loops that must not
     // starve the others (the APIC preemption tick), a signal for a spinning thread
     // (the reschedule IPI), sleeps on time, CPU affinity.
-    same_as_host_on_1_2_4_vcpus("stress");
+    same_as_host_on_1_2_4_vcpus(&musl("stress"));
+    same_as_host_on_1_2_4_vcpus(&glibc("stress"));
 }
 
 #[test]
@@ -373,6 +393,19 @@ fn exit_from_a_thread_ends_the_program_on_any_vcpu_count() {
         assert_eq!(stdout(&o), "thread calls exit(7)\n", "--smp {smp}: {}", stderr(&o));
         assert_eq!(status(&o), 7, "--smp {smp}");
     }
+}
+
+#[test]
+fn a_glibc_program_started_by_a_relative_path() {
+    // glibc's start-up asserts that /proc/self/exe is absolute.
+    let bin = glibc("threads");
+    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(["run", "--smp", "2", "./threads-glibc"])
+        .current_dir(bin.parent().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("ok "), "{}", stdout(&o));
 }
 
 #[test]

@@ -1,5 +1,10 @@
 /* Exercises brk and anonymous mmap/munmap through malloc and directly, and checks
-   that fresh memory is zeroed. Prints "memory ok" on success, exits 1 otherwise. */
+   that fresh memory is zeroed; large mappings backed on first touch (more address
+   space than the VM has memory; the kernel writing into untouched parts; 8 MiB
+   thread stacks). Prints "memory ok" on success, exits 1 otherwise.
+   `memory oom` touches more than the VM has: onering kills it (SIGKILL, as the
+   OOM killer would). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +18,23 @@ static int fail(const char *what) {
     return 1;
 }
 
-int main(void) {
+static void *on_big_stack(void *arg) {
+    volatile char buf[64 * 1024];
+    buf[0] = 1;
+    return (void *)(long)(buf[0] + (long)arg);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) {
+        /* Touch one byte per 2 MiB of 32 mappings of 32 MiB: more than --mem. */
+        for (int m = 0; m < 32; m++) {
+            char *p = mmap(0, 32 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED) return fail("32 MiB mapping");
+            for (size_t i = 0; i < (32 << 20); i += 2 << 20) p[i] = 1;
+        }
+        printf("not killed\n");
+        return 0;
+    }
     /* musl's sbrk refuses to move the break: use the system call. */
     char *b0 = (char *)syscall(SYS_brk, 0);
     if ((char *)syscall(SYS_brk, b0 + (1 << 20)) != b0 + (1 << 20)) return fail("brk grow");
@@ -54,6 +75,35 @@ int main(void) {
     if (mprotect((char *)r + (4 << 20), 4096, PROT_READ)) return fail("mprotect");
     if (mprotect((void *)0x1000, 4096, PROT_READ) == 0 || errno != ENOMEM) return fail("mprotect of unmapped memory must fail with ENOMEM");
     if (write(1, (void *)8, 10) != -1 || errno != EFAULT) return fail("write from a bad pointer must fail with EFAULT");
+
+    /* Three 200 MiB mappings (more than the VM's 256 MiB): blocks are backed
+       when touched, by the program or by the kernel writing into them. */
+    char *big[3];
+    for (int i = 0; i < 3; i++) {
+        big[i] = mmap(0, 200 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (big[i] == MAP_FAILED) return fail("200 MiB mapping");
+        for (size_t off = 0; off < (20 << 20); off += 4096)
+            if (big[i][off] != 0) return fail("lazily backed memory not zero");
+        memset(big[i] + (100 << 20), 0x33, 3 << 20);
+        if (syscall(SYS_getrandom, big[i] + (150 << 20) - 8, 4096, 0) != 4096)
+            return fail("the kernel writing into an untouched part");
+    }
+    for (int i = 0; i < 3; i++)
+        if (big[i][(100 << 20) + (3 << 20) - 1] != 0x33 || munmap(big[i], 200 << 20)) return fail("big mapping");
+    if (mmap(0, 64ul << 30, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED || errno != ENOMEM)
+        return fail("a mapping larger than all memory must fail with ENOMEM");
+    /* 48 threads with 8 MiB stacks (glibc's default size): 384 MiB of stacks. */
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 8 << 20);
+    pthread_t th[48];
+    for (long i = 0; i < 48; i++)
+        if (pthread_create(&th[i], &attr, on_big_stack, (void *)i)) return fail("thread with an 8 MiB stack");
+    for (long i = 0; i < 48; i++) {
+        void *ret;
+        pthread_join(th[i], &ret);
+        if ((long)ret != i + 1) return fail("thread result");
+    }
     printf("memory ok\n");
     return 0;
 }

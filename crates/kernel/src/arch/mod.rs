@@ -15,6 +15,9 @@ pub use entry::enter_user;
 use crate::errno::Errno;
 use crate::mm::chunks::ChunkAllocator;
 use crate::mm::space::{AddressSpace, Mmu};
+
+/// The program's address space, with the live page tables.
+pub type UserSpace = AddressSpace<GuestMmu>;
 use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
 use onering_abi::layout::{self, direct, HUGE_PAGE_SIZE, PAGE_SIZE};
 use onering_abi::{BootInfo, Hostcall, PerCpuHeader};
@@ -89,24 +92,24 @@ pub fn rdtsc() -> u64 {
 }
 
 /// Borrow `[addr, addr + len)` of user memory after `space` vouched for it.
-pub fn user_slice(space: &AddressSpace, addr: u64, len: u64) -> Result<&[u8], Errno> {
+pub fn user_slice(space: &UserSpace, addr: u64, len: u64) -> Result<&[u8], Errno> {
     space.check(addr, len, false)?;
     if len == 0 {
         return Ok(&[]);
     }
-    // `check` found the whole range inside readable mappings, which are backed
-    // by mapped memory; the borrow of `space` keeps them from being unmapped.
+    // `check` found the whole range inside readable mappings and backed every
+    // block of it; the borrow of `space` keeps them from being unmapped.
     // SAFETY: as explained above.
     Ok(unsafe { core::slice::from_raw_parts(addr as *const u8, len as usize) })
 }
 
 /// Mutably borrow `[addr, addr + len)` of user memory after `space` vouched for it.
-pub fn user_slice_mut(space: &mut AddressSpace, addr: u64, len: u64) -> Result<&mut [u8], Errno> {
+pub fn user_slice_mut(space: &mut UserSpace, addr: u64, len: u64) -> Result<&mut [u8], Errno> {
     space.check(addr, len, true)?;
     if len == 0 {
         return Ok(&mut []);
     }
-    // `check` found the range inside writable, backed mappings; the borrow of
+    // `check` found the range inside writable mappings and backed it; the borrow of
     // `space` keeps them mapped, and being mutable, no other slice of user memory
     // made through it can be alive.
     // SAFETY: as explained above.
@@ -115,7 +118,7 @@ pub fn user_slice_mut(space: &mut AddressSpace, addr: u64, len: u64) -> Result<&
 
 /// The NUL-terminated string at `addr` (without the NUL), at most `max` bytes:
 /// `ENAMETOOLONG` if longer, `EFAULT` if it runs into unmapped memory.
-pub fn user_cstr(space: &AddressSpace, addr: u64, max: usize) -> Result<&[u8], Errno> {
+pub fn user_cstr(space: &UserSpace, addr: u64, max: usize) -> Result<&[u8], Errno> {
     let mut len = 0u64;
     loop {
         // Scan what the mapping at `addr + len` allows, one piece at a time.
@@ -146,13 +149,13 @@ pub fn static_bytes(phys: u64, len: u64) -> &'static [u8] {
 }
 
 /// Copies `buf.len()` bytes of user memory at `addr` into `buf`.
-pub fn copy_from_user(space: &AddressSpace, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
+pub fn copy_from_user(space: &UserSpace, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
     buf.copy_from_slice(user_slice(space, addr, buf.len() as u64)?);
     Ok(())
 }
 
 /// Copies `data` to user memory at `addr`.
-pub fn copy_to_user(space: &AddressSpace, addr: u64, data: &[u8]) -> Result<(), Errno> {
+pub fn copy_to_user(space: &UserSpace, addr: u64, data: &[u8]) -> Result<(), Errno> {
     space.check(addr, data.len() as u64, true)?;
     // SAFETY: `check` found the range inside writable, backed mappings.
     unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
@@ -169,7 +172,7 @@ pub fn copy_user_within(from: u64, to: u64, len: u64) {
 }
 
 /// Reads a `u64` from user memory.
-pub fn read_user_u64(space: &AddressSpace, addr: u64) -> Result<u64, Errno> {
+pub fn read_user_u64(space: &UserSpace, addr: u64) -> Result<u64, Errno> {
     let mut b = [0u8; 8];
     copy_from_user(space, addr, &mut b)?;
     Ok(u64::from_le_bytes(b))

@@ -224,7 +224,7 @@ pub fn xrstor(area: &[Align64]) {
 
 /// Saves the extended state to user memory at `addr` (64-byte aligned, `size`
 /// bytes, checked writable by the caller through the address space).
-pub fn xsave_user(space: &crate::mm::space::AddressSpace, addr: u64, size: u64) -> Result<(), crate::errno::Errno> {
+pub fn xsave_user(space: &super::UserSpace, addr: u64, size: u64) -> Result<(), crate::errno::Errno> {
     if !addr.is_multiple_of(64) || size < 576 {
         return Err(crate::errno::Errno::EFAULT);
     }
@@ -243,12 +243,7 @@ pub fn xsave_user(space: &crate::mm::space::AddressSpace, addr: u64, size: u64) 
 /// Loads extended state from user memory at `addr` after checking it: an XSAVE
 /// image whose header is invalid would fault in the kernel, so the header's
 /// reserved bytes must be zero and its feature bits within `xcr0`.
-pub fn xrstor_user(
-    space: &crate::mm::space::AddressSpace,
-    addr: u64,
-    size: u64,
-    xcr0: u64,
-) -> Result<(), crate::errno::Errno> {
+pub fn xrstor_user(space: &super::UserSpace, addr: u64, size: u64, xcr0: u64) -> Result<(), crate::errno::Errno> {
     use crate::errno::Errno;
     if !addr.is_multiple_of(64) || size < 576 {
         return Err(Errno::EFAULT);
@@ -273,7 +268,7 @@ pub fn xrstor_user(
 }
 
 /// Atomically reads the user word at `addr` (checked through `space`).
-pub fn user_load_u32(space: &crate::mm::space::AddressSpace, addr: u64) -> Result<u32, crate::errno::Errno> {
+pub fn user_load_u32(space: &super::UserSpace, addr: u64) -> Result<u32, crate::errno::Errno> {
     if !addr.is_multiple_of(4) {
         return Err(crate::errno::Errno::EINVAL);
     }
@@ -285,7 +280,7 @@ pub fn user_load_u32(space: &crate::mm::space::AddressSpace, addr: u64) -> Resul
 
 /// Atomically replaces the user word at `addr` with `f(old)`; returns the old value.
 pub fn user_update_u32(
-    space: &crate::mm::space::AddressSpace,
+    space: &super::UserSpace,
     addr: u64,
     f: impl Fn(u32) -> u32,
 ) -> Result<u32, crate::errno::Errno> {

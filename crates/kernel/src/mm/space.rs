@@ -1,19 +1,31 @@
 //! The program's address space: VMAs, their backing by 2 MiB chunks, `brk`, `mmap`
 //! and `munmap`, and the checks behind every user-memory access.
 //!
-//! Memory is mapped eagerly when a mapping is made, in whole 2 MiB blocks: the first
-//! mapping that touches a block backs it with a zeroed chunk and one page-directory
-//! entry; later mappings inside the block cost nothing; the block is released when the
-//! last mapping in it goes. No page faults and no 4 KiB page tables, which are what
-//! cost microseconds on our hypervisor. `PROT_NONE` mappings (reservations) get no
-//! backing, so touching them faults as on Linux. Page-table writes go through the
-//! [`Mmu`] trait, so this logic runs in host unit tests with a fake.
+//! Memory is backed in whole 2 MiB blocks: a block gets a zeroed chunk and one
+//! page-directory entry; other mappings inside the block cost nothing more; the block
+//! is released when the last mapping in it goes. No 4 KiB page tables, which are what
+//! cost microseconds on our hypervisor. Small mappings (under [`LAZY_MIN`]) are backed
+//! when they are made, so touching them never faults. Large ones (thread stacks of
+//! 8 MiB, Go's 64 MiB heap arenas, big buffers) are backed block by block on first
+//! touch: by the page-fault handler when the program touches them, by [`check`] when
+//! the kernel is about to, so that a program may map far more than it uses, as on
+//! Linux. A mapping larger than all of memory is refused at once (Linux's heuristic
+//! overcommit); running out later kills the program, as Linux's OOM killer would.
+//! `PROT_NONE` mappings (reservations) get no backing, so touching them faults.
+//!
+//! Page-table writes go through the [`Mmu`] trait, so this logic runs in host unit
+//! tests with a fake. The backing state sits in a `RefCell` so that `check`, which
+//! only has `&self` (the kernel holds user-memory borrows through it), can back what
+//! it vouches for; the whole address space lives under the kernel lock.
+//!
+//! [`check`]: AddressSpace::check
 
 use super::chunks::ChunkAllocator;
 use super::vma::{Vma, VmaKind, VmaSet, PROT_EXEC, PROT_READ, PROT_WRITE};
 use crate::errno::Errno;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
+use core::cell::RefCell;
 use onering_abi::layout::{align_down, align_up, HUGE_PAGE_SIZE, PAGE_SIZE, USER_END};
 
 /// Page-table operations on the live address space.
@@ -26,6 +38,10 @@ pub trait Mmu {
     /// Zeroes the mapped user range `[virt, virt + len)`.
     fn zero(&mut self, virt: u64, len: u64);
 }
+
+/// Mappings (or mprotect/mremap ranges) of at least this size are backed on first
+/// touch rather than at once.
+pub const LAZY_MIN: u64 = 2 * HUGE_PAGE_SIZE;
 
 /// `mmap` flags this kernel understands.
 pub mod map_flags {
@@ -68,37 +84,20 @@ pub mod map_flags {
 /// heap, which stores them).
 pub const MAX_MAP_COUNT: usize = 16384;
 
+/// Which blocks are backed, by which chunks, and the page tables that say so.
 #[derive(Debug)]
-pub struct AddressSpace {
-    pub vmas: VmaSet,
+struct Backing<M> {
     /// Backed 2 MiB blocks: virtual block address -> chunk.
     blocks: BTreeMap<u64, u64>,
-    pub chunks: ChunkAllocator,
-    brk_start: u64,
-    brk: u64,
-    mmap_bottom: u64,
-    mmap_top: u64,
+    chunks: ChunkAllocator,
+    mmu: M,
 }
 
-impl AddressSpace {
-    pub fn new(chunks: ChunkAllocator, brk_start: u64, mmap_bottom: u64, mmap_top: u64) -> Self {
-        let brk_start = align_up(brk_start, PAGE_SIZE);
-        Self { vmas: VmaSet::new(), blocks: BTreeMap::new(), chunks, brk_start, brk: brk_start, mmap_bottom, mmap_top }
-    }
-
-    /// Records a range the VMM mapped before boot: `size` bytes at `virt` backed by
-    /// contiguous chunks at `phys` (all 2 MiB aligned), holding VMA `vma`.
-    pub fn adopt(&mut self, virt: u64, size: u64, phys: u64, vma: Vma) {
-        for off in (0..size).step_by(HUGE_PAGE_SIZE as usize) {
-            self.blocks.insert(virt + off, phys + off);
-        }
-        self.vmas.insert(vma);
-    }
-
+impl<M: Mmu> Backing<M> {
     /// Backs every block of `[start, end)`; on failure nothing new stays backed.
     /// Work is bounded by memory, not by the size of the range: a range with more
     /// unbacked blocks than there are free chunks fails at once.
-    fn back(&mut self, start: u64, end: u64, mmu: &mut impl Mmu) -> Result<(), Errno> {
+    fn back(&mut self, start: u64, end: u64) -> Result<(), Errno> {
         let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
         let have = self.blocks.range(lo..hi).count() as u64;
         if (hi - lo) / HUGE_PAGE_SIZE - have > self.chunks.free_chunks() as u64 {
@@ -111,7 +110,7 @@ impl AddressSpace {
             }
             let mapped = match self.chunks.alloc() {
                 Some(phys) => {
-                    mmu.map_block(b, phys, &mut self.chunks).map(|_| phys).inspect_err(|_| self.chunks.free(phys))
+                    self.mmu.map_block(b, phys, &mut self.chunks).map(|_| phys).inspect_err(|_| self.chunks.free(phys))
                 }
                 None => Err(Errno::ENOMEM),
             };
@@ -124,7 +123,7 @@ impl AddressSpace {
                     // Page-table pages may have used up the chunks: undo this call.
                     for b in added {
                         if let Some(phys) = self.blocks.remove(&b) {
-                            mmu.unmap_block(b);
+                            self.mmu.unmap_block(b);
                             self.chunks.free(phys); // untouched: still zero
                         }
                     }
@@ -136,38 +135,126 @@ impl AddressSpace {
     }
 
     /// Releases the backed blocks of `[start, end)` that no VMA uses any more.
-    fn release_unused(&mut self, start: u64, end: u64, mmu: &mut impl Mmu) {
+    fn release_unused(&mut self, vmas: &VmaSet, start: u64, end: u64) {
         let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
         let candidates: Vec<u64> = self.blocks.range(lo..hi).map(|(b, _)| *b).collect();
         for b in candidates {
-            if self.vmas.intersects(b, b + HUGE_PAGE_SIZE) {
+            if vmas.intersects(b, b + HUGE_PAGE_SIZE) {
                 continue;
             }
             if let Some(phys) = self.blocks.remove(&b) {
-                mmu.unmap_block(b);
+                self.mmu.unmap_block(b);
                 self.chunks.free(phys);
             }
         }
     }
 
     /// Zeroes the backed parts of `[start, end)`.
-    fn zero_backed(&self, start: u64, end: u64, mmu: &mut impl Mmu) {
+    fn zero_backed(&mut self, start: u64, end: u64) {
         let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
         for (b, _) in self.blocks.range(lo..hi) {
             let s = start.max(*b);
             let e = end.min(b + HUGE_PAGE_SIZE);
-            mmu.zero(s, e - s);
+            self.mmu.zero(s, e - s);
         }
+    }
+
+    /// Blocks of `[start, end)` not backed yet.
+    fn unbacked(&self, start: u64, end: u64) -> u64 {
+        let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
+        (hi - lo) / HUGE_PAGE_SIZE - self.blocks.range(lo..hi).count() as u64
+    }
+}
+
+/// What the page-fault handler should do about a fault at an address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// The block was backed now (or by another CPU a moment ago): run the
+    /// instruction again.
+    Retry,
+    /// The block is backed: another CPU backed it a moment ago (run the instruction
+    /// again), unless this thread faulted at this very address just before (SIGSEGV).
+    Backed,
+    /// No mapping allows access there: SIGSEGV.
+    Segv,
+    /// A legitimate first touch, but memory is exhausted.
+    OutOfMemory,
+}
+
+#[derive(Debug)]
+pub struct AddressSpace<M> {
+    pub vmas: VmaSet,
+    backing: RefCell<Backing<M>>,
+    brk_start: u64,
+    brk: u64,
+    mmap_bottom: u64,
+    mmap_top: u64,
+}
+
+impl<M: Mmu> AddressSpace<M> {
+    pub fn new(chunks: ChunkAllocator, mmu: M, brk_start: u64, mmap_bottom: u64, mmap_top: u64) -> Self {
+        let brk_start = align_up(brk_start, PAGE_SIZE);
+        Self {
+            vmas: VmaSet::new(),
+            backing: RefCell::new(Backing { blocks: BTreeMap::new(), chunks, mmu }),
+            brk_start,
+            brk: brk_start,
+            mmap_bottom,
+            mmap_top,
+        }
+    }
+
+    fn backing(&mut self) -> &mut Backing<M> {
+        self.backing.get_mut()
+    }
+
+    /// The chunk allocator (thread kernel stacks come from it too).
+    pub fn chunks(&mut self) -> &mut ChunkAllocator {
+        &mut self.backing().chunks
+    }
+
+    /// The page-table editor.
+    pub fn mmu(&mut self) -> &mut M {
+        &mut self.backing().mmu
+    }
+
+    /// Bytes of guest memory not in use.
+    pub fn free_bytes(&self) -> u64 {
+        self.backing.borrow().chunks.free_chunks() as u64 * HUGE_PAGE_SIZE
+    }
+
+    /// Records a range the VMM mapped before boot: `size` bytes at `virt` backed by
+    /// contiguous chunks at `phys` (all 2 MiB aligned), holding VMA `vma`.
+    pub fn adopt(&mut self, virt: u64, size: u64, phys: u64, vma: Vma) {
+        for off in (0..size).step_by(HUGE_PAGE_SIZE as usize) {
+            self.backing().blocks.insert(virt + off, phys + off);
+        }
+        self.vmas.insert(vma);
+    }
+
+    /// Makes `[start, end)` usable: backs it now if it is small; a large range is
+    /// backed on first touch (returns true), unless it is more than memory could
+    /// ever hold (ENOMEM at once, as Linux's heuristic overcommit).
+    fn commit(&mut self, start: u64, end: u64) -> Result<bool, Errno> {
+        if end - start < LAZY_MIN {
+            self.backing().back(start, end)?;
+            return Ok(false);
+        }
+        let b = self.backing();
+        if b.unbacked(start, end) > (b.blocks.len() + b.chunks.free_chunks()) as u64 {
+            return Err(Errno::ENOMEM);
+        }
+        Ok(true)
     }
 
     /// Removes `[start, end)` from the address space (page aligned), zeroing what it
     /// held, whatever its recorded protection (the memory underneath is always
     /// writable), so that free chunks stay zero.
-    fn remove(&mut self, start: u64, end: u64, mmu: &mut impl Mmu) {
+    fn remove(&mut self, start: u64, end: u64) {
         for v in self.vmas.remove_range(start, end) {
-            self.zero_backed(v.start, v.end, mmu);
+            self.backing.get_mut().zero_backed(v.start, v.end);
         }
-        self.release_unused(start, end, mmu);
+        self.backing.get_mut().release_unused(&self.vmas, start, end);
     }
 
     /// Fails with ENOMEM when `more` further VMAs would exceed [`MAX_MAP_COUNT`].
@@ -179,8 +266,9 @@ impl AddressSpace {
         }
     }
 
-    /// `brk(2)`: returns the new break, or the old one when it cannot move.
-    pub fn brk(&mut self, want: u64, mmu: &mut impl Mmu) -> u64 {
+    /// `brk(2)`: returns the new break, or the old one when it cannot move. The heap
+    /// grows in small steps: always backed at once.
+    pub fn brk(&mut self, want: u64) -> u64 {
         if want < self.brk_start || want >= USER_END {
             return self.brk;
         }
@@ -189,23 +277,29 @@ impl AddressSpace {
         if new_end > old_end {
             if self.room_for(1).is_err()
                 || self.vmas.intersects(old_end, new_end)
-                || self.back(old_end, new_end, mmu).is_err()
+                || self.backing().back(old_end, new_end).is_err()
             {
                 return self.brk;
             }
-            self.vmas.insert(Vma { start: old_end, end: new_end, prot: PROT_READ | PROT_WRITE, kind: VmaKind::Brk });
+            self.vmas.insert(Vma {
+                start: old_end,
+                end: new_end,
+                prot: PROT_READ | PROT_WRITE,
+                kind: VmaKind::Brk,
+                lazy: false,
+            });
         } else if new_end < old_end {
             if self.room_for(1).is_err() {
                 return self.brk;
             }
-            self.remove(new_end, old_end, mmu);
+            self.remove(new_end, old_end);
         }
         self.brk = want;
         self.brk
     }
 
     /// `mmap(2)` of anonymous memory; returns the address.
-    pub fn mmap_anon(&mut self, addr: u64, len: u64, prot: u32, flags: u32, mmu: &mut impl Mmu) -> Result<u64, Errno> {
+    pub fn mmap_anon(&mut self, addr: u64, len: u64, prot: u32, flags: u32) -> Result<u64, Errno> {
         use map_flags::*;
         if len == 0 || prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 || flags & !KNOWN != 0 {
             return Err(Errno::EINVAL);
@@ -231,7 +325,7 @@ impl AddressSpace {
                 if flags & FIXED_NOREPLACE != 0 {
                     return Err(Errno::EEXIST);
                 }
-                self.remove(addr, addr + len, mmu);
+                self.remove(addr, addr + len);
             }
             addr
         } else {
@@ -248,15 +342,13 @@ impl AddressSpace {
             }
         };
         let end = start + len;
-        if prot != 0 {
-            self.back(start, end, mmu)?;
-        }
-        self.vmas.insert(Vma { start, end, prot, kind: VmaKind::Anon });
+        let lazy = if prot != 0 { self.commit(start, end)? } else { false };
+        self.vmas.insert(Vma { start, end, prot, kind: VmaKind::Anon, lazy });
         Ok(start)
     }
 
     /// `munmap(2)`.
-    pub fn munmap(&mut self, addr: u64, len: u64, mmu: &mut impl Mmu) -> Result<(), Errno> {
+    pub fn munmap(&mut self, addr: u64, len: u64) -> Result<(), Errno> {
         if !addr.is_multiple_of(PAGE_SIZE) || len == 0 {
             return Err(Errno::EINVAL);
         }
@@ -267,14 +359,14 @@ impl AddressSpace {
             .filter(|e| *e <= USER_END)
             .ok_or(Errno::EINVAL)?;
         self.room_for(1)?; // unmapping the middle of a VMA splits it
-        self.remove(addr, end, mmu);
+        self.remove(addr, end);
         Ok(())
     }
 
     /// `mprotect(2)`: records the protection. Memory stays readable and writable
     /// underneath (2 MiB pages cannot carry per-page rights), except that making a
-    /// reservation accessible backs it.
-    pub fn mprotect(&mut self, addr: u64, len: u64, prot: u32, mmu: &mut impl Mmu) -> Result<(), Errno> {
+    /// reservation accessible backs it (or, if large, lets first touches back it).
+    pub fn mprotect(&mut self, addr: u64, len: u64, prot: u32) -> Result<(), Errno> {
         if !addr.is_multiple_of(PAGE_SIZE) || prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 {
             return Err(Errno::EINVAL);
         }
@@ -290,22 +382,21 @@ impl AddressSpace {
             return Err(Errno::ENOMEM);
         }
         self.room_for(2)?;
-        if prot != 0 {
-            self.back(addr, end, mmu)?;
-        }
+        let lazy = if prot != 0 { self.commit(addr, end)? } else { false };
         for v in self.vmas.remove_range(addr, end) {
-            self.vmas.insert(Vma { prot, ..v });
+            self.vmas.insert(Vma { prot, lazy: v.lazy || lazy, ..v });
         }
         Ok(())
     }
 
     /// Bytes of guest memory the address space can draw on (used and free chunks).
     pub fn total_bytes(&self) -> u64 {
-        (self.blocks.len() + self.chunks.free_chunks()) as u64 * HUGE_PAGE_SIZE
+        let b = self.backing.borrow();
+        (b.blocks.len() + b.chunks.free_chunks()) as u64 * HUGE_PAGE_SIZE
     }
 
     /// `madvise(MADV_DONTNEED)`: the range reads as zeros afterwards.
-    pub fn discard(&mut self, addr: u64, len: u64, mmu: &mut impl Mmu) -> Result<(), Errno> {
+    pub fn discard(&mut self, addr: u64, len: u64) -> Result<(), Errno> {
         if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::EINVAL);
         }
@@ -321,7 +412,7 @@ impl AddressSpace {
             .map(|v| (v.start.max(addr), v.end.min(end)))
             .collect();
         for (s, e) in pieces {
-            self.zero_backed(s, e, mmu);
+            self.backing().zero_backed(s, e);
         }
         Ok(())
     }
@@ -334,7 +425,6 @@ impl AddressSpace {
         old_len: u64,
         new_len: u64,
         may_move: bool,
-        mmu: &mut impl Mmu,
         copy: impl FnOnce(u64, u64, u64),
     ) -> Result<u64, Errno> {
         if !old.is_multiple_of(PAGE_SIZE) || new_len == 0 || old_len == 0 || old_len >= USER_END {
@@ -349,7 +439,7 @@ impl AddressSpace {
         }
         if new_len <= old_len {
             if new_len < old_len {
-                self.munmap(old + new_len, old_len - new_len, mmu)?;
+                self.munmap(old + new_len, old_len - new_len)?;
             }
             return Ok(old);
         }
@@ -357,10 +447,8 @@ impl AddressSpace {
         if let Some(ge) = grow_end {
             if !self.vmas.intersects(old_end, ge) {
                 self.room_for(1)?;
-                if vma.prot != 0 {
-                    self.back(old_end, ge, mmu)?;
-                }
-                self.vmas.insert(Vma { start: old_end, end: ge, ..vma });
+                let lazy = if vma.prot != 0 { self.commit(old_end, ge)? } else { false };
+                self.vmas.insert(Vma { start: old_end, end: ge, lazy: vma.lazy || lazy, ..vma });
                 return Ok(old);
             }
         }
@@ -368,17 +456,24 @@ impl AddressSpace {
             return Err(Errno::ENOMEM);
         }
         let flags = map_flags::PRIVATE | map_flags::ANONYMOUS;
-        let new = self.mmap_anon(0, new_len, vma.prot, flags, mmu)?;
+        let new = self.mmap_anon(0, new_len, vma.prot, flags)?;
         if vma.prot != 0 {
+            // The copy touches both ranges: back the new one where the old one is.
+            if let Err(e) = self.check(new, old_len, true) {
+                let _ = self.munmap(new, new_len);
+                return Err(e);
+            }
             copy(old, new, old_len);
         }
-        self.munmap(old, old_len, mmu)?;
+        self.munmap(old, old_len)?;
         Ok(new)
     }
 
     /// Checks that the program may access `[addr, addr + len)`: every byte lies in a
     /// mapping that allows it. The kernel calls this before touching user memory, so
-    /// a bad pointer becomes EFAULT instead of a fault in the kernel.
+    /// a bad pointer becomes EFAULT instead of a fault in the kernel. Blocks of
+    /// mappings backed on first touch are backed here (ENOMEM if memory ran out),
+    /// so that the kernel's own accesses never fault.
     pub fn check(&self, addr: u64, len: u64, write: bool) -> Result<(), Errno> {
         if len == 0 {
             return Ok(());
@@ -386,16 +481,41 @@ impl AddressSpace {
         let end = addr.checked_add(len).filter(|e| *e <= USER_END).ok_or(Errno::EFAULT)?;
         let need = if write { PROT_WRITE } else { PROT_READ };
         let mut at = addr;
+        let mut lazy = false;
         for v in self.vmas.overlapping(addr, end) {
             if v.start > at || v.prot & need == 0 {
                 return Err(Errno::EFAULT);
             }
+            lazy |= v.lazy;
             at = v.end;
             if at >= end {
+                if lazy {
+                    self.backing.borrow_mut().back(addr, end)?;
+                }
                 return Ok(());
             }
         }
         Err(Errno::EFAULT)
+    }
+
+    /// The program touched `addr` and faulted: backs its block if a mapping allows
+    /// access there and the block is not backed yet.
+    pub fn fault_in(&self, addr: u64) -> Fault {
+        let Some(v) = self.vmas.find(addr).filter(|v| v.prot != 0) else {
+            return Fault::Segv;
+        };
+        let mut b = self.backing.borrow_mut();
+        let block = align_down(addr, HUGE_PAGE_SIZE);
+        if b.blocks.contains_key(&block) {
+            return Fault::Backed;
+        }
+        if !v.lazy {
+            return Fault::Segv;
+        }
+        match b.back(block, block + HUGE_PAGE_SIZE) {
+            Ok(()) => Fault::Retry,
+            Err(_) => Fault::OutOfMemory,
+        }
     }
 }
 
@@ -423,10 +543,12 @@ mod tests {
         }
     }
 
-    fn space(chunks: u64) -> AddressSpace {
+    type Space = AddressSpace<FakeMmu>;
+
+    fn space(chunks: u64) -> Space {
         let mut c = ChunkAllocator::new();
         c.add_range(0x4000_0000, 0x4000_0000 + chunks * M);
-        AddressSpace::new(c, 0x60_1234, 0x1000_0000, 0x2000_0000)
+        AddressSpace::new(c, FakeMmu::default(), 0x60_1234, 0x1000_0000, 0x2000_0000)
     }
 
     const RW: u32 = PROT_READ | PROT_WRITE;
@@ -434,46 +556,84 @@ mod tests {
 
     #[test]
     fn small_mmaps_share_a_block() {
-        let (mut s, mut m) = (space(8), FakeMmu::default());
-        let a = s.mmap_anon(0, 0x1000, RW, ANON, &mut m).unwrap();
-        let b = s.mmap_anon(0, 0x3000, RW, ANON, &mut m).unwrap();
+        let mut s = space(8);
+        let a = s.mmap_anon(0, 0x1000, RW, ANON).unwrap();
+        let b = s.mmap_anon(0, 0x3000, RW, ANON).unwrap();
         assert_eq!(a, 0x2000_0000 - 0x1000);
         assert_eq!(b, a - 0x3000);
-        assert_eq!(m.mapped.len(), 1);
+        assert_eq!(s.mmu().mapped.len(), 1);
         s.check(b, 0x4000, true).unwrap();
         assert_eq!(s.check(b - 1, 2, false), Err(Errno::EFAULT));
-        s.munmap(a, 0x1000, &mut m).unwrap();
-        assert_eq!(m.mapped.len(), 1, "block still used by b");
-        assert_eq!(m.zeroed, [(a, 0x1000)]);
-        s.munmap(b, 0x3000, &mut m).unwrap();
-        assert!(m.mapped.is_empty());
-        assert_eq!(s.chunks.free_chunks(), 8);
+        s.munmap(a, 0x1000).unwrap();
+        assert_eq!(s.mmu().mapped.len(), 1, "block still used by b");
+        assert_eq!(s.mmu().zeroed, [(a, 0x1000)]);
+        s.munmap(b, 0x3000).unwrap();
+        assert!(s.mmu().mapped.is_empty());
+        assert_eq!(s.chunks().free_chunks(), 8);
     }
 
     #[test]
     fn large_mmap_is_block_aligned_and_out_of_memory_fails_cleanly() {
-        let (mut s, mut m) = (space(4), FakeMmu::default());
-        let a = s.mmap_anon(0, 3 * M, RW, ANON, &mut m).unwrap();
+        let mut s = space(4);
+        let a = s.mmap_anon(0, 3 * M / 2, RW, ANON).unwrap();
         assert_eq!(a % M, 0);
-        assert_eq!(m.mapped.len(), 3);
-        assert_eq!(s.mmap_anon(0, 2 * M, RW, ANON, &mut m), Err(Errno::ENOMEM));
-        assert_eq!(m.mapped.len(), 3);
+        assert_eq!(s.mmu().mapped.len(), 2, "small: backed at once");
+        let b = s.mmap_anon(0, M, RW, ANON).unwrap();
+        assert_eq!(s.mmu().mapped.len(), 3);
+        assert_eq!(s.mmap_anon(0, 3 * M / 2, RW, ANON), Err(Errno::ENOMEM));
+        assert_eq!(s.mmu().mapped.len(), 3);
+        s.munmap(a, 3 * M / 2).unwrap();
+        s.munmap(b, M).unwrap();
         // A reservation needs no memory.
-        let r = s.mmap_anon(0, 64 * M, 0, ANON | map_flags::NORESERVE, &mut m).unwrap();
+        let r = s.mmap_anon(0, 64 * M, 0, ANON | map_flags::NORESERVE).unwrap();
         assert_eq!(s.check(r, 1, false), Err(Errno::EFAULT));
         // Committing part of it with MAP_FIXED backs just that part.
-        s.mmap_anon(r + M, M, RW, ANON | map_flags::FIXED, &mut m).unwrap();
-        assert_eq!(m.mapped.len(), 4);
+        s.mmap_anon(r + M, M, RW, ANON | map_flags::FIXED).unwrap();
+        assert_eq!(s.mmu().mapped.len(), 1);
         s.check(r + M, M, true).unwrap();
     }
 
     #[test]
+    fn large_mappings_are_backed_on_first_touch() {
+        let mut s = space(4);
+        // Far more than memory, as long as it is not more than all of it.
+        let a = s.mmap_anon(0, 4 * M, RW, ANON).unwrap();
+        let b = s.mmap_anon(0, 4 * M, RW, ANON).unwrap();
+        assert_eq!(s.mmap_anon(0, 5 * M, RW, ANON), Err(Errno::ENOMEM), "more than all memory");
+        assert!(s.mmu().mapped.is_empty());
+        // The program touches a block; the kernel vouches for a range.
+        assert_eq!(s.fault_in(a + M + 5), Fault::Retry);
+        assert_eq!(s.fault_in(a + M + 9), Fault::Backed);
+        s.check(b + 3 * M - 8, 16, true).unwrap();
+        assert_eq!(s.mmu().mapped.keys().copied().collect::<Vec<_>>(), [b + 2 * M, b + 3 * M, a + M]);
+        assert_eq!(s.fault_in(b - M), Fault::Segv, "below the mapping");
+        // Memory runs out: the fourth touch backs the last chunk, the fifth cannot.
+        assert_eq!(s.fault_in(a), Fault::Retry);
+        assert_eq!(s.fault_in(a + 2 * M), Fault::OutOfMemory);
+        assert_eq!(s.check(a + 2 * M, 1, false), Err(Errno::ENOMEM));
+        // Unmapping gives the blocks back, zeroed.
+        s.munmap(b, 4 * M).unwrap();
+        assert_eq!(s.chunks().free_chunks(), 2);
+        assert_eq!(s.fault_in(a + 2 * M), Fault::Retry);
+        // A large reservation made accessible by mprotect is lazy too; so is growth.
+        let r = s.mmap_anon(0, 8 * M, 0, ANON).unwrap();
+        assert_eq!(s.mprotect(r, 8 * M, RW), Err(Errno::ENOMEM), "more than all memory");
+        s.mprotect(r, 4 * M, RW).unwrap();
+        assert_eq!(s.fault_in(r + 3 * M), Fault::Retry);
+        assert_eq!(s.mremap(a, 4 * M, 6 * M, false, |_, _, _| panic!("moved")), Ok(a));
+        assert_eq!(s.vmas.find(a + 5 * M).map(|v| v.lazy), Some(true));
+        // A reservation is never backed.
+        let n = s.mmap_anon(0, 8 * M, 0, ANON).unwrap();
+        assert_eq!(s.fault_in(n), Fault::Segv);
+    }
+
+    #[test]
     fn fixed_replaces_and_noreplace_refuses() {
-        let (mut s, mut m) = (space(8), FakeMmu::default());
-        let a = s.mmap_anon(0x3000_0000, 0x4000, RW, ANON | map_flags::FIXED, &mut m).unwrap();
+        let mut s = space(8);
+        let a = s.mmap_anon(0x3000_0000, 0x4000, RW, ANON | map_flags::FIXED).unwrap();
         assert_eq!(a, 0x3000_0000);
-        assert_eq!(s.mmap_anon(a + 0x1000, 0x1000, RW, ANON | map_flags::FIXED_NOREPLACE, &mut m), Err(Errno::EEXIST));
-        s.mmap_anon(a + 0x1000, 0x1000, PROT_READ, ANON | map_flags::FIXED, &mut m).unwrap();
+        assert_eq!(s.mmap_anon(a + 0x1000, 0x1000, RW, ANON | map_flags::FIXED_NOREPLACE), Err(Errno::EEXIST));
+        s.mmap_anon(a + 0x1000, 0x1000, PROT_READ, ANON | map_flags::FIXED).unwrap();
         assert_eq!(s.check(a + 0x1000, 1, true), Err(Errno::EFAULT));
         s.check(a, 0x4000, false).unwrap();
         assert_eq!(s.vmas.iter().count(), 3);
@@ -481,41 +641,41 @@ mod tests {
 
     #[test]
     fn mprotect_records_and_backs_reservations() {
-        let (mut s, mut m) = (space(8), FakeMmu::default());
-        let a = s.mmap_anon(0, 4 * M, 0, ANON, &mut m).unwrap();
-        assert!(m.mapped.is_empty());
-        s.mprotect(a + M, M, RW, &mut m).unwrap();
-        assert_eq!(m.mapped.len(), 1);
+        let mut s = space(8);
+        let a = s.mmap_anon(0, 4 * M, 0, ANON).unwrap();
+        assert!(s.mmu().mapped.is_empty());
+        s.mprotect(a + M, M, RW).unwrap();
+        assert_eq!(s.mmu().mapped.len(), 1);
         s.check(a + M, M, true).unwrap();
-        s.mprotect(a + M, 0x1000, PROT_READ, &mut m).unwrap();
+        s.mprotect(a + M, 0x1000, PROT_READ).unwrap();
         assert_eq!(s.check(a + M, 1, true), Err(Errno::EFAULT));
         s.check(a + M, 1, false).unwrap();
         assert_eq!(s.vmas.iter().count(), 4);
-        assert_eq!(s.mprotect(a + 0x1001, 1, RW, &mut m), Err(Errno::EINVAL));
-        assert_eq!(s.mprotect(a, 1, 0x100, &mut m), Err(Errno::EINVAL));
-        assert_eq!(s.mprotect(0x1000, 0x1000, RW, &mut m), Err(Errno::ENOMEM));
-        assert_eq!(s.mprotect(a, 0, RW, &mut m), Ok(()));
+        assert_eq!(s.mprotect(a + 0x1001, 1, RW), Err(Errno::EINVAL));
+        assert_eq!(s.mprotect(a, 1, 0x100), Err(Errno::EINVAL));
+        assert_eq!(s.mprotect(0x1000, 0x1000, RW), Err(Errno::ENOMEM));
+        assert_eq!(s.mprotect(a, 0, RW), Ok(()));
     }
 
     #[test]
     fn freed_memory_is_zeroed_whatever_its_protection() {
-        let (mut s, mut m) = (space(8), FakeMmu::default());
-        let a = s.mmap_anon(0, 0x4000, RW, ANON, &mut m).unwrap();
-        s.mprotect(a, 0x4000, 0, &mut m).unwrap();
-        s.munmap(a, 0x4000, &mut m).unwrap();
-        assert_eq!(m.zeroed, [(a, 0x4000)]);
-        assert!(m.mapped.is_empty());
+        let mut s = space(8);
+        let a = s.mmap_anon(0, 0x4000, RW, ANON).unwrap();
+        s.mprotect(a, 0x4000, 0).unwrap();
+        s.munmap(a, 0x4000).unwrap();
+        assert_eq!(s.mmu().zeroed, [(a, 0x4000)]);
+        assert!(s.mmu().mapped.is_empty());
     }
 
     #[test]
     fn huge_ranges_fail_fast_and_leave_nothing_behind() {
-        let (mut s, mut m) = (space(4), FakeMmu::default());
-        assert_eq!(s.mmap_anon(0, 1 << 46, PROT_READ, ANON, &mut m), Err(Errno::ENOMEM));
-        let r = s.mmap_anon(1 << 44, 1 << 45, 0, ANON | map_flags::FIXED, &mut m).unwrap();
-        assert_eq!(s.mprotect(r, 1 << 45, RW, &mut m), Err(Errno::ENOMEM));
-        s.munmap(0x1000, USER_END - 0x1000, &mut m).unwrap();
+        let mut s = space(4);
+        assert_eq!(s.mmap_anon(0, 1 << 46, PROT_READ, ANON), Err(Errno::ENOMEM));
+        let r = s.mmap_anon(1 << 44, 1 << 45, 0, ANON | map_flags::FIXED).unwrap();
+        assert_eq!(s.mprotect(r, 1 << 45, RW), Err(Errno::ENOMEM));
+        s.munmap(0x1000, USER_END - 0x1000).unwrap();
         assert_eq!(s.vmas.iter().count(), 0);
-        assert_eq!(s.chunks.free_chunks(), 4);
+        assert_eq!(s.chunks().free_chunks(), 4);
     }
 
     #[test]
@@ -537,21 +697,30 @@ mod tests {
                 self.0.zero(v, l)
             }
         }
-        let mut s = space(8);
-        let mut m = Failing(FakeMmu::default(), 0);
-        assert_eq!(s.mmap_anon(0, 4 * M, RW, ANON, &mut m), Err(Errno::ENOMEM));
-        assert!(m.0.mapped.is_empty());
-        assert_eq!(s.chunks.free_chunks(), 8);
+        let mut c = ChunkAllocator::new();
+        c.add_range(0x4000_0000, 0x4000_0000 + 8 * M);
+        let mut s = AddressSpace::new(c, Failing(FakeMmu::default(), 0), 0x60_1234, 0x1000_0000, 0x2000_0000);
+        // Under LAZY_MIN but over three blocks: backed at once, and the third fails.
+        let at = 0x3010_0000;
+        assert_eq!(s.mmap_anon(at, 7 * M / 4, RW, ANON | map_flags::FIXED), Err(Errno::ENOMEM));
+        assert!(s.mmu().0.mapped.is_empty());
+        assert_eq!(s.chunks().free_chunks(), 8);
         assert_eq!(s.vmas.iter().count(), 0);
+        // A lazy mapping whose backing fails when the kernel vouches for it.
+        s.mmu().1 = 0;
+        let a = s.mmap_anon(0, 4 * M, RW, ANON).unwrap();
+        assert_eq!(s.check(a, 4 * M, true), Err(Errno::ENOMEM));
+        assert!(s.mmu().0.mapped.is_empty());
+        assert_eq!(s.chunks().free_chunks(), 8);
     }
 
     #[test]
     fn the_number_of_mappings_is_bounded() {
-        let (mut s, mut m) = (space(8), FakeMmu::default());
-        let r = s.mmap_anon(0, 2 * MAX_MAP_COUNT as u64 * 0x2000, 0, ANON, &mut m).unwrap();
+        let mut s = space(8);
+        let r = s.mmap_anon(0, 2 * MAX_MAP_COUNT as u64 * 0x2000, 0, ANON).unwrap();
         let mut n = 0;
         let err = loop {
-            match s.munmap(r + n * 0x2000, 0x1000, &mut m) {
+            match s.munmap(r + n * 0x2000, 0x1000) {
                 Ok(()) => n += 1,
                 Err(e) => break e,
             }
@@ -562,46 +731,46 @@ mod tests {
 
     #[test]
     fn bad_arguments() {
-        let (mut s, mut m) = (space(2), FakeMmu::default());
-        assert_eq!(s.mmap_anon(0, 0, RW, ANON, &mut m), Err(Errno::EINVAL));
-        assert_eq!(s.mmap_anon(0, 1, RW, map_flags::ANONYMOUS, &mut m), Err(Errno::EINVAL));
-        assert_eq!(s.mmap_anon(0, 1, 0x80, ANON, &mut m), Err(Errno::EINVAL));
-        assert_eq!(s.mmap_anon(0, u64::MAX, RW, ANON, &mut m), Err(Errno::ENOMEM));
-        assert_eq!(s.mmap_anon(0x1001, 1, RW, ANON | map_flags::FIXED, &mut m), Err(Errno::EINVAL));
-        assert_eq!(s.mmap_anon(USER_END - 0x1000, 0x2000, RW, ANON | map_flags::FIXED, &mut m), Err(Errno::ENOMEM));
-        assert_eq!(s.munmap(0x1001, 1, &mut m), Err(Errno::EINVAL));
-        assert_eq!(s.munmap(0x1000, 0, &mut m), Err(Errno::EINVAL));
-        assert_eq!(s.munmap(0x1000, u64::MAX, &mut m), Err(Errno::EINVAL));
+        let mut s = space(2);
+        assert_eq!(s.mmap_anon(0, 0, RW, ANON), Err(Errno::EINVAL));
+        assert_eq!(s.mmap_anon(0, 1, RW, map_flags::ANONYMOUS), Err(Errno::EINVAL));
+        assert_eq!(s.mmap_anon(0, 1, 0x80, ANON), Err(Errno::EINVAL));
+        assert_eq!(s.mmap_anon(0, u64::MAX, RW, ANON), Err(Errno::ENOMEM));
+        assert_eq!(s.mmap_anon(0x1001, 1, RW, ANON | map_flags::FIXED), Err(Errno::EINVAL));
+        assert_eq!(s.mmap_anon(USER_END - 0x1000, 0x2000, RW, ANON | map_flags::FIXED), Err(Errno::ENOMEM));
+        assert_eq!(s.munmap(0x1001, 1), Err(Errno::EINVAL));
+        assert_eq!(s.munmap(0x1000, 0), Err(Errno::EINVAL));
+        assert_eq!(s.munmap(0x1000, u64::MAX), Err(Errno::EINVAL));
         assert_eq!(s.check(u64::MAX - 1, 4, false), Err(Errno::EFAULT));
         assert_eq!(s.check(0, 1, false), Err(Errno::EFAULT));
     }
 
     #[test]
     fn brk_grows_shrinks_and_stops_at_mappings() {
-        let (mut s, mut m) = (space(8), FakeMmu::default());
+        let mut s = space(8);
         // The image ends at 0x601234; its block [6M, 8M) was mapped by the VMM.
         s.adopt(
             0x40_0000,
             2 * M,
             0x4000_0000,
-            Vma { start: 0x40_0000, end: 0x60_2000, prot: RW, kind: VmaKind::Image },
+            Vma { start: 0x40_0000, end: 0x60_2000, prot: RW, kind: VmaKind::Image, lazy: false },
         );
-        s.chunks = {
+        *s.chunks() = {
             let mut c = ChunkAllocator::new();
             c.add_range(0x4000_0000 + 2 * M, 0x4000_0000 + 8 * M);
             c
         };
-        assert_eq!(s.brk(0, &mut m), 0x60_2000);
-        assert_eq!(s.brk(0x60_3000, &mut m), 0x60_3000);
-        assert!(m.mapped.is_empty(), "inside the image's block: no new mapping");
-        assert_eq!(s.brk(0x90_0000, &mut m), 0x90_0000);
-        assert_eq!(m.mapped.len(), 1);
+        assert_eq!(s.brk(0), 0x60_2000);
+        assert_eq!(s.brk(0x60_3000), 0x60_3000);
+        assert!(s.mmu().mapped.is_empty(), "inside the image's block: no new mapping");
+        assert_eq!(s.brk(0x90_0000), 0x90_0000);
+        assert_eq!(s.mmu().mapped.len(), 1);
         s.check(0x60_2000, 0x90_0000 - 0x60_2000, true).unwrap();
-        assert_eq!(s.brk(0x60_4000, &mut m), 0x60_4000);
-        assert!(m.mapped.is_empty());
+        assert_eq!(s.brk(0x60_4000), 0x60_4000);
+        assert!(s.mmu().mapped.is_empty());
         assert_eq!(s.check(0x60_4000, 1, false), Err(Errno::EFAULT));
-        s.mmap_anon(0xa0_0000, 0x1000, RW, ANON | map_flags::FIXED, &mut m).unwrap();
-        assert_eq!(s.brk(0xb0_0000, &mut m), 0x60_4000, "blocked by a mapping");
-        assert_eq!(s.brk(0x10, &mut m), 0x60_4000, "below the start");
+        s.mmap_anon(0xa0_0000, 0x1000, RW, ANON | map_flags::FIXED).unwrap();
+        assert_eq!(s.brk(0xb0_0000), 0x60_4000, "blocked by a mapping");
+        assert_eq!(s.brk(0x10), 0x60_4000, "below the start");
     }
 }

@@ -27,6 +27,8 @@ pub struct Vma {
     pub end: u64,
     pub prot: u32,
     pub kind: VmaKind,
+    /// Backed block by block on first touch (so it may have unbacked blocks).
+    pub lazy: bool,
 }
 
 #[derive(Default, Debug)]
@@ -69,7 +71,7 @@ impl VmaSet {
     }
 
     /// Adds a VMA (the range must be free), merging it with neighbours that touch it
-    /// and have the same protection and kind.
+    /// and have the same protection and kind (the result is lazy if either was).
     pub fn insert(&mut self, mut vma: Vma) {
         debug_assert!(vma.start < vma.end && !self.intersects(vma.start, vma.end));
         let same = |a: &Vma, b: &Vma| a.prot == b.prot && a.kind == b.kind;
@@ -77,12 +79,14 @@ impl VmaSet {
             if prev.end == vma.start && same(&prev, &vma) {
                 self.map.remove(&prev.start);
                 vma.start = prev.start;
+                vma.lazy |= prev.lazy;
             }
         }
         if let Some(next) = self.map.get(&vma.end).copied() {
             if same(&next, &vma) {
                 self.map.remove(&next.start);
                 vma.end = next.end;
+                vma.lazy |= next.lazy;
             }
         }
         self.map.insert(vma.start, vma);
@@ -152,7 +156,7 @@ mod tests {
     use super::*;
 
     fn anon(start: u64, end: u64) -> Vma {
-        Vma { start, end, prot: PROT_READ | PROT_WRITE, kind: VmaKind::Anon }
+        Vma { start, end, prot: PROT_READ | PROT_WRITE, kind: VmaKind::Anon, lazy: false }
     }
 
     #[test]

@@ -3,12 +3,12 @@
 
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
-use crate::kernel::{kernel, Kernel};
+use crate::kernel::kernel;
 use crate::mm::space::map_flags;
 
 pub fn brk(f: &mut SyscallFrame) -> SysResult {
-    let Kernel { space, mmu, .. } = &mut *kernel();
-    Ok(space.brk(f.rdi, mmu))
+    let space = &mut kernel().space;
+    Ok(space.brk(f.rdi))
 }
 
 pub fn mmap(f: &mut SyscallFrame) -> SysResult {
@@ -24,19 +24,19 @@ pub fn mmap(f: &mut SyscallFrame) -> SysResult {
     if offset.checked_add(len).is_none() {
         return Err(Errno::EOVERFLOW);
     }
-    let Kernel { space, mmu, .. } = &mut *kernel();
-    space.mmap_anon(addr, len, prot, flags, mmu)
+    let space = &mut kernel().space;
+    space.mmap_anon(addr, len, prot, flags)
 }
 
 pub fn munmap(f: &mut SyscallFrame) -> SysResult {
-    let Kernel { space, mmu, .. } = &mut *kernel();
-    space.munmap(f.rdi, f.rsi, mmu).map(|_| 0)
+    let space = &mut kernel().space;
+    space.munmap(f.rdi, f.rsi).map(|_| 0)
 }
 
 pub fn mprotect(f: &mut SyscallFrame) -> SysResult {
     let [addr, len, prot, ..] = f.args();
-    let Kernel { space, mmu, .. } = &mut *kernel();
-    space.mprotect(addr, len, prot as u32, mmu).map(|_| 0)
+    let space = &mut kernel().space;
+    space.mprotect(addr, len, prot as u32).map(|_| 0)
 }
 
 const MREMAP_MAYMOVE: u64 = 1;
@@ -48,8 +48,8 @@ pub fn mremap(f: &mut SyscallFrame) -> SysResult {
         // MREMAP_FIXED is rarely used; refuse it plainly.
         return Err(Errno::EINVAL);
     }
-    let Kernel { space, mmu, .. } = &mut *kernel();
-    space.mremap(old, old_len, new_len, flags & MREMAP_MAYMOVE != 0, mmu, crate::arch::copy_user_within)
+    let space = &mut kernel().space;
+    space.mremap(old, old_len, new_len, flags & MREMAP_MAYMOVE != 0, crate::arch::copy_user_within)
 }
 
 const MADV_DONTNEED: u64 = 4;
@@ -60,10 +60,10 @@ pub fn madvise(f: &mut SyscallFrame) -> SysResult {
     if !addr.is_multiple_of(onering_abi::layout::PAGE_SIZE) {
         return Err(Errno::EINVAL);
     }
-    let Kernel { space, mmu, .. } = &mut *kernel();
+    let space = &mut kernel().space;
     match advice {
         // Anonymous memory reads as zeros after these.
-        MADV_DONTNEED | MADV_REMOVE => space.discard(addr, len, mmu).map(|_| 0),
+        MADV_DONTNEED | MADV_REMOVE => space.discard(addr, len).map(|_| 0),
         // NORMAL, RANDOM, SEQUENTIAL, WILLNEED, FREE, MERGEABLE, UNMERGEABLE,
         // HUGEPAGE, NOHUGEPAGE, DONTDUMP, DODUMP, COLD, PAGEOUT, POPULATE_*, COLLAPSE:
         // hints; memory is already there, in 2 MiB pages.

@@ -4,6 +4,7 @@
 //! The dispatcher does not care how it was entered (the ring-0 trap stub or a
 //! rewritten call site): both arrive at `syscall_entry` with the same frame.
 
+pub mod clone3;
 pub mod names;
 
 #[cfg(target_os = "none")]
@@ -159,6 +160,7 @@ syscall_table! {
     318 getrandom => proc::getrandom,
     332 statx => fs::statx,
     334 rseq => proc::rseq,
+    435 clone3 => proc::clone3,
     439 faccessat2 => fs::faccessat2,
 }
 

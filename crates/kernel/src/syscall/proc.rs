@@ -111,6 +111,20 @@ pub fn clone(f: &mut SyscallFrame) -> SysResult {
     do_clone(f, flags, stack, ptid, ctid, tls)
 }
 
+/// clone3: the argument block is checked and converted by [`super::clone3`].
+pub fn clone3(f: &mut SyscallFrame) -> SysResult {
+    let [args, size, ..] = f.args();
+    let size = size as usize;
+    if size > super::clone3::SIZE_MAX {
+        return Err(Errno::E2BIG);
+    }
+    let mut bytes = [0u8; super::clone3::SIZE_MAX];
+    let block = bytes.get_mut(..size).ok_or(Errno::EINVAL)?;
+    arch::copy_from_user(&kernel().space, args, block)?;
+    let c = super::clone3::parse(block)?;
+    do_clone(f, c.flags, c.sp, c.parent_tid, c.child_tid, c.tls)
+}
+
 pub fn vfork(f: &mut SyscallFrame) -> SysResult {
     do_clone(f, CLONE_VM | CLONE_VFORK | 17, 0, 0, 0, 0)
 }
@@ -164,7 +178,7 @@ fn do_clone(f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls:
             leader: !thread,
             affinity: me.affinity(),
         };
-        let t = match sched::spawn(spawn, &mut k.space.chunks, false) {
+        let t = match sched::spawn(spawn, k.space.chunks(), false) {
             Ok(t) => t,
             Err(e) => {
                 if thread {
@@ -463,7 +477,7 @@ pub fn sysinfo(f: &mut SyscallFrame) -> SysResult {
     put(&mut b, 0, k.now_mono() / crate::time::NS_PER_SEC);
     let total = k.space.total_bytes();
     put(&mut b, 32, total);
-    put(&mut b, 40, k.space.chunks.free_chunks() as u64 * onering_abi::layout::HUGE_PAGE_SIZE);
+    put(&mut b, 40, k.space.free_bytes());
     b[80..82].copy_from_slice(&1u16.to_le_bytes()); // procs
     b[104..108].copy_from_slice(&1u32.to_le_bytes()); // mem_unit
     arch::copy_to_user(&k.space, f.rdi, &b)?;
