@@ -145,6 +145,57 @@ pub fn wake_op_cmp(encoded: u32, old: u32) -> Option<bool> {
     })
 }
 
+/// Robust futexes (`set_robust_list`): when a thread ends, every robust mutex it
+/// still holds is marked `FUTEX_OWNER_DIED` and one waiter woken, so that the next
+/// locker gets EOWNERDEAD instead of waiting forever.
+pub mod robust {
+    use alloc::vec::Vec;
+
+    pub const FUTEX_WAITERS: u32 = 0x8000_0000;
+    pub const FUTEX_OWNER_DIED: u32 = 0x4000_0000;
+    pub const FUTEX_TID_MASK: u32 = 0x3fff_ffff;
+    /// Linux stops after this many entries (a corrupt or circular list).
+    pub const LIST_LIMIT: usize = 2048;
+    /// `sizeof(struct robust_list_head)`.
+    pub const HEAD_SIZE: u64 = 24;
+
+    /// The futex words of the robust list at `head` (`struct robust_list_head`:
+    /// next, futex_offset, list_op_pending), read through `read` (None: unreadable,
+    /// which ends the walk). Entry pointers may carry the PI flag in bit 0.
+    pub fn words(head: u64, read: impl Fn(u64) -> Option<u64>) -> Vec<u64> {
+        let mut out = Vec::new();
+        let (Some(mut entry), Some(offset), Some(pending)) = (read(head), read(head + 8), read(head + 16)) else {
+            return out;
+        };
+        let offset = offset as i64;
+        let word = |e: u64| (e & !1).wrapping_add_signed(offset);
+        let mut n = 0;
+        while entry & !1 != head && n < LIST_LIMIT {
+            let e = entry & !1;
+            // Linux reads the next pointer before handling the entry.
+            let next = read(e);
+            if e != pending & !1 {
+                out.push(word(e));
+            }
+            match next {
+                Some(nx) => entry = nx,
+                None => break,
+            }
+            n += 1;
+        }
+        if pending & !1 != 0 {
+            out.push(word(pending));
+        }
+        out
+    }
+
+    /// The new value of a robust futex word `old` when thread `tid` dies, if `tid`
+    /// owns it: OWNER_DIED, keeping the WAITERS bit.
+    pub fn owner_died(old: u32, tid: u32) -> Option<u32> {
+        (old & FUTEX_TID_MASK == tid).then_some((old & FUTEX_WAITERS) | FUTEX_OWNER_DIED)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,5 +248,41 @@ mod tests {
         assert_eq!(wake_op_new(add_neg, 1), Some(0));
         assert_eq!(wake_op_new(7 << 28, 0), None);
         assert_eq!(wake_op_cmp(9 << 24, 0), None);
+    }
+
+    #[test]
+    fn robust_list_walk() {
+        use super::robust::*;
+        use alloc::collections::BTreeMap;
+        // head at 0x1000 -> entry 0x2000 -> entry 0x3001 (PI flag) -> head;
+        // the futex word is 8 bytes before each entry; 0x4000 is pending.
+        let mut mem = BTreeMap::new();
+        mem.insert(0x1000, 0x2000u64);
+        mem.insert(0x1008, (-8i64) as u64);
+        mem.insert(0x1010, 0x4000);
+        mem.insert(0x2000, 0x3001);
+        mem.insert(0x3000, 0x1000);
+        let read = |a: u64| mem.get(&a).copied();
+        assert_eq!(words(0x1000, read), [0x1ff8, 0x2ff8, 0x3ff8]);
+        // A pending entry that is also on the list is handled once.
+        mem.insert(0x1010, 0x2000);
+        assert_eq!(words(0x1000, |a| mem.get(&a).copied()), [0x2ff8, 0x1ff8]);
+        // A circular list stops at the limit; an unreadable head gives nothing.
+        let mut cyc = BTreeMap::new();
+        cyc.insert(0x1000u64, 0x2000u64);
+        cyc.insert(0x1008, 0);
+        cyc.insert(0x1010, 0);
+        cyc.insert(0x2000, 0x2000);
+        assert_eq!(words(0x1000, |a| cyc.get(&a).copied()).len(), LIST_LIMIT);
+        assert!(words(0x9000, |_| None).is_empty());
+    }
+
+    #[test]
+    fn robust_owner_died() {
+        use super::robust::*;
+        assert_eq!(owner_died(42, 42), Some(FUTEX_OWNER_DIED));
+        assert_eq!(owner_died(42 | FUTEX_WAITERS, 42), Some(FUTEX_OWNER_DIED | FUTEX_WAITERS));
+        assert_eq!(owner_died(43, 42), None);
+        assert_eq!(owner_died(0, 42), None);
     }
 }

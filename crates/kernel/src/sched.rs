@@ -66,6 +66,8 @@ pub struct Thread {
     /// `sigaltstack`: sp, flags, size.
     pub altstack: Mutex<(u64, u32, u64)>,
     pub clear_child_tid: AtomicU64,
+    /// `set_robust_list`: the head of its list of held robust mutexes (0: none).
+    pub robust_list: AtomicU64,
     /// Set by a vfork child's exit for its parent thread.
     pub vfork_done: AtomicBool,
     /// Its process ended: the thread ends at its next chance.
@@ -390,6 +392,7 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
                 clear_child_tid: AtomicU64::new(0),
                 vfork_done: AtomicBool::new(false),
                 doomed: AtomicBool::new(false),
+                robust_list: AtomicU64::new(0),
                 last_fault: AtomicU64::new(u64::MAX),
             }));
             s.allocated += 1;
@@ -411,6 +414,7 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
     t.affinity.store(sp.affinity, Relaxed);
     *t.altstack.lock() = (0, signal::SS_DISABLE, 0);
     t.clear_child_tid.store(0, Relaxed);
+    t.robust_list.store(0, Relaxed);
     t.vfork_done.store(false, Relaxed);
     t.doomed.store(false, Relaxed);
     t.last_fault.store(u64::MAX, Relaxed);

@@ -183,6 +183,32 @@ static int run(void *(*fn)(void *), int n, long arg_base) {
     return ok;
 }
 
+/* ---- robust mutexes: the owner dies holding one ---- */
+static pthread_mutex_t robust_mu;
+static sem_t robust_locked;
+static void *die_holding(void *arg) {
+    pthread_mutex_lock(&robust_mu);
+    sem_post(&robust_locked);
+    if (arg) {
+        struct timespec d = {0, 20 * 1000 * 1000}; /* let main block on it first */
+        nanosleep(&d, NULL);
+    }
+    return NULL; /* ends without unlocking */
+}
+static int robust_case(int main_waits) {
+    pthread_t t;
+    sem_init(&robust_locked, 0, 0);
+    pthread_create(&t, NULL, die_holding, main_waits ? (void *)1 : NULL);
+    sem_wait(&robust_locked);
+    if (!main_waits) pthread_join(t, NULL);
+    int r = pthread_mutex_lock(&robust_mu);
+    if (main_waits) pthread_join(t, NULL);
+    if (r != EOWNERDEAD) return 0;
+    pthread_mutex_consistent(&robust_mu);
+    pthread_mutex_unlock(&robust_mu);
+    return pthread_mutex_lock(&robust_mu) == 0 && pthread_mutex_unlock(&robust_mu) == 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc > 1 && argv[1][0] == 'e') {
@@ -254,6 +280,13 @@ int main(int argc, char **argv) {
     CPU_ZERO(&set);
     CHECK_ERR(sched_setaffinity(0, sizeof set, &set), EINVAL, "an empty CPU set is EINVAL");
     CHECK_ERR(sched_setaffinity(999999, sizeof got, &got), ESRCH, "an unknown thread is ESRCH");
+
+    pthread_mutexattr_t ra;
+    pthread_mutexattr_init(&ra);
+    pthread_mutexattr_setrobust(&ra, PTHREAD_MUTEX_ROBUST);
+    pthread_mutex_init(&robust_mu, &ra);
+    CHECK(robust_case(0), "robust mutex: its owner ended, the next locker gets EOWNERDEAD");
+    CHECK(robust_case(1), "robust mutex: a waiter is woken with EOWNERDEAD when the owner ends");
 
     printf("stress %s\n", failures ? "FAILED" : "ok");
     return failures;

@@ -188,10 +188,16 @@ pub fn full_return(regs: &Regs) -> ! {
 #[derive(Clone, Copy)]
 pub struct Align64(pub [u8; 64]);
 
+/// Whether the CPU has XSAVEOPT (set once at boot by [`xsave_size`]).
+static XSAVEOPT: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 /// The XSAVE area size for the enabled features (CPUID 0xD), and those features.
+/// Also notes whether XSAVEOPT is there.
 pub fn xsave_size() -> (u32, u64) {
     // cpuid is unprivileged (here it exits to the hypervisor, once at boot).
     let r = core::arch::x86_64::__cpuid_count(0xd, 0);
+    let opt = core::arch::x86_64::__cpuid_count(0xd, 1).eax & 1 != 0;
+    XSAVEOPT.store(opt, core::sync::atomic::Ordering::Relaxed);
     let xcr0: u64;
     // SAFETY: xgetbv reads XCR0; the VMM set CR4.OSXSAVE.
     unsafe {
@@ -203,12 +209,21 @@ pub fn xsave_size() -> (u32, u64) {
 }
 
 /// Saves the program's extended state into `area` (big enough: see [`xsave_size`]).
+/// With XSAVEOPT, only what is in use and changed since `area` was last loaded
+/// is written: components in their initial state (AVX never used, say) and
+/// components untouched since the thread was switched in cost nothing. That is
+/// sound because the kernel never writes a thread's area between loading and
+/// saving it (a reused area is always loaded before it is saved again).
 pub fn xsave(area: &mut [Align64]) {
     // `area` is 64-byte aligned and as large as CPUID says XSAVE writes. The
     // kernel itself is built without SSE, so the registers hold the program's state.
     // SAFETY: as explained above.
     unsafe {
-        core::arch::asm!("xsave64 [{}]", in(reg) area.as_mut_ptr(), in("eax") u32::MAX, in("edx") u32::MAX, options(nostack))
+        if XSAVEOPT.load(core::sync::atomic::Ordering::Relaxed) {
+            core::arch::asm!("xsaveopt64 [{}]", in(reg) area.as_mut_ptr(), in("eax") u32::MAX, in("edx") u32::MAX, options(nostack))
+        } else {
+            core::arch::asm!("xsave64 [{}]", in(reg) area.as_mut_ptr(), in("eax") u32::MAX, in("edx") u32::MAX, options(nostack))
+        }
     }
 }
 

@@ -153,6 +153,7 @@ syscall_table! {
     267 readlinkat => fs::readlinkat,
     269 faccessat => fs::faccessat,
     273 set_robust_list => proc::set_robust_list,
+    274 get_robust_list => proc::get_robust_list,
     292 dup3 => fs::dup3,
     293 pipe2 => fs::pipe2,
     302 prlimit64 => proc::prlimit64,

@@ -7,6 +7,7 @@
 use super::SyscallFrame;
 use crate::arch;
 use crate::errno::{Errno, SysResult};
+use crate::futex::robust;
 use crate::kernel::{kernel, Process};
 use crate::sched::{self, Spawn, Thread, Wake};
 use core::sync::atomic::Ordering::Relaxed;
@@ -258,6 +259,7 @@ fn exited(code: u64) -> u64 {
 
 fn exit_thread(code: u64, group: bool) -> ! {
     let me = sched::current();
+    release_robust_list(me);
     let ctid = me.clear_child_tid.swap(0, Relaxed);
     if ctid != 0 {
         // CHILD_CLEARTID: zero the word and wake one waiter (pthread_join).
@@ -497,12 +499,42 @@ pub fn getrandom(f: &mut SyscallFrame) -> SysResult {
 }
 
 pub fn set_robust_list(f: &mut SyscallFrame) -> SysResult {
-    // struct robust_list_head is 24 bytes. The list matters only when a thread dies
-    // holding a robust mutex; such threads are not cleaned up (documented).
-    if f.rsi != 24 {
+    if f.rsi != robust::HEAD_SIZE {
         return Err(Errno::EINVAL);
     }
+    sched::current().robust_list.store(f.rdi, Relaxed);
     Ok(0)
+}
+
+pub fn get_robust_list(f: &mut SyscallFrame) -> SysResult {
+    let [tid, head_ptr, len_ptr, ..] = f.args();
+    let t = if tid as u32 == 0 { sched::current() } else { sched::thread(tid as u32 as u64).ok_or(Errno::ESRCH)? };
+    let k = kernel();
+    arch::copy_to_user(&k.space, head_ptr, &t.robust_list.load(Relaxed).to_le_bytes())?;
+    arch::copy_to_user(&k.space, len_ptr, &robust::HEAD_SIZE.to_le_bytes())?;
+    Ok(0)
+}
+
+/// A thread ends: each robust mutex it still holds becomes OWNER_DIED and one
+/// waiter is woken (see [`crate::futex::robust`]). Bad pointers end the walk.
+fn release_robust_list(me: &Thread) {
+    let head = me.robust_list.swap(0, Relaxed);
+    if head == 0 {
+        return;
+    }
+    let tid = me.tid() as u32;
+    let words = {
+        let k = kernel();
+        robust::words(head, |a| arch::read_user_u64(&k.space, a).ok())
+    };
+    for w in words {
+        let old = arch::thread::user_update_u32(&kernel().space, w, |old| robust::owner_died(old, tid).unwrap_or(old));
+        if let Ok(old) = old {
+            if robust::owner_died(old, tid).is_some() && old & robust::FUTEX_WAITERS != 0 {
+                super::futex::wake(w, 1, u32::MAX);
+            }
+        }
+    }
 }
 
 /// Restartable sequences are not offered; C libraries expect ENOSYS and carry on,
