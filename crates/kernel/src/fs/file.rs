@@ -55,11 +55,18 @@ pub struct Pipe {
     buf: VecDeque<u8>,
     pub readers: usize,
     pub writers: usize,
+    /// Bumped on every change (for edge-triggered epoll).
+    pub gen: u64,
 }
 
 impl Pipe {
     pub fn available(&self) -> usize {
         self.buf.len()
+    }
+
+    /// Bytes a write could add now.
+    pub fn room(&self) -> usize {
+        PIPE_CAPACITY - self.buf.len()
     }
 
     /// Takes up to `out.len()` bytes. `Ok(0)` is end of file (no writers left);
@@ -72,6 +79,7 @@ impl Pipe {
         for (o, b) in out.iter_mut().zip(self.buf.drain(..n)) {
             *o = b;
         }
+        self.gen += 1;
         Ok(n)
     }
 
@@ -105,6 +113,9 @@ impl Pipe {
             }
         }
         self.buf.extend(&data[..n]);
+        if n > 0 {
+            self.gen += 1;
+        }
         Ok(n)
     }
 }
@@ -115,6 +126,8 @@ pub enum Kind {
     Node(Ino),
     PipeRead(Arc<Mutex<Pipe>>),
     PipeWrite(Arc<Mutex<Pipe>>),
+    EventFd(Arc<Mutex<super::poll::EventFd>>),
+    Epoll(Arc<Mutex<super::poll::Epoll>>),
 }
 
 /// An open file description. What it refers to never changes; the status flags and
@@ -169,7 +182,7 @@ impl OpenFile {
 }
 
 /// Called with a pipe's key when one of its ends closes (the kernel wakes threads
-/// blocked on the pipe; unset in host tests).
+/// blocked on the pipe or polling it; unset in host tests).
 pub static ON_PIPE_CLOSE: spin::Once<fn(u64)> = spin::Once::new();
 
 /// The key threads blocked on pipe `p` wait on.
@@ -182,6 +195,17 @@ impl OpenFile {
     pub fn pipe_key(&self) -> Option<u64> {
         match &self.kind {
             Kind::PipeRead(p) | Kind::PipeWrite(p) => Some(pipe_key(p)),
+            _ => None,
+        }
+    }
+
+    /// The key threads blocked on this file (reading, writing, polling) wait on:
+    /// pipes, eventfds and epolls have one.
+    pub fn wait_key(&self) -> Option<u64> {
+        match &self.kind {
+            Kind::PipeRead(p) | Kind::PipeWrite(p) => Some(pipe_key(p)),
+            Kind::EventFd(e) => Some(Arc::as_ptr(e) as *const u8 as u64),
+            Kind::Epoll(e) => Some(Arc::as_ptr(e) as *const u8 as u64),
             Kind::Node(_) => None,
         }
     }
@@ -190,9 +214,17 @@ impl OpenFile {
 impl Drop for OpenFile {
     fn drop(&mut self) {
         match &self.kind {
-            Kind::PipeRead(p) => p.lock().readers -= 1,
-            Kind::PipeWrite(p) => p.lock().writers -= 1,
-            Kind::Node(_) => return,
+            Kind::PipeRead(p) => {
+                let mut p = p.lock();
+                p.readers -= 1;
+                p.gen += 1;
+            }
+            Kind::PipeWrite(p) => {
+                let mut p = p.lock();
+                p.writers -= 1;
+                p.gen += 1;
+            }
+            _ => return,
         }
         if let (Some(f), Some(key)) = (ON_PIPE_CLOSE.get(), self.pipe_key()) {
             f(key);
@@ -204,7 +236,7 @@ pub type FileRef = Arc<OpenFile>;
 
 /// A pipe's two ends.
 pub fn pipe(flags: u32) -> (FileRef, FileRef) {
-    let p = Arc::new(Mutex::new(Pipe { buf: VecDeque::new(), readers: 1, writers: 1 }));
+    let p = Arc::new(Mutex::new(Pipe { buf: VecDeque::new(), readers: 1, writers: 1, gen: 0 }));
     let status = flags & oflag::O_NONBLOCK;
     let r = OpenFile::new(Kind::PipeRead(p.clone()), oflag::O_RDONLY | status);
     let w = OpenFile::new(Kind::PipeWrite(p), oflag::O_WRONLY | status);

@@ -1,7 +1,8 @@
-//! Files: the file tree (`vfs`, filled from the rootfs image by `rootfs`) and open
-//! files, pipes and descriptors (`file`).
+//! Files: the file tree (`vfs`, filled from the rootfs image by `rootfs`), open
+//! files, pipes and descriptors (`file`), and readiness, eventfd and epoll (`poll`).
 
 pub mod file;
+pub mod poll;
 pub mod rootfs;
 pub mod vfs;
 

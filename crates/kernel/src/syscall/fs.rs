@@ -92,6 +92,14 @@ fn read_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) 
             return Ok(n as u64);
         }
         Kind::PipeWrite(_) => return Err(Errno::EBADF),
+        Kind::EventFd(e) => {
+            if offset.is_some() {
+                return Err(Errno::ESPIPE);
+            }
+            let key = of.wait_key().unwrap_or(0);
+            return super::poll::eventfd_read(space, e, key, addr, len);
+        }
+        Kind::Epoll(_) => return Err(Errno::EINVAL),
         Kind::Node(ino) => match vfs.device(*ino) {
             Some(Device::Null) => 0,
             Some(Device::Zero) => {
@@ -152,6 +160,13 @@ fn write_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>)
             Ok(n as u64)
         }
         Kind::PipeRead(_) => Err(Errno::EBADF),
+        Kind::EventFd(e) => {
+            if offset.is_some() {
+                return Err(Errno::ESPIPE);
+            }
+            super::poll::eventfd_write(space, e, of.wait_key().unwrap_or(0), addr, len)
+        }
+        Kind::Epoll(_) => Err(Errno::EINVAL),
         Kind::Node(ino) => match vfs.device(*ino) {
             // Like Linux, /dev/null does not even look at the buffer.
             Some(Device::Null | Device::Zero | Device::Random) => Ok(len),
@@ -191,9 +206,9 @@ fn blocking(fd: u64, mut op: impl FnMut(&mut Kernel) -> SysResult) -> SysResult 
             if r != Err(Errno::EAGAIN) {
                 return r;
             }
-            // Only pipes without O_NONBLOCK block.
+            // Only pipes and eventfds without O_NONBLOCK block.
             let key = match k.proc().fds.get(fd) {
-                Ok(of) if of.flags() & oflag::O_NONBLOCK == 0 => of.pipe_key(),
+                Ok(of) if of.flags() & oflag::O_NONBLOCK == 0 => of.wait_key(),
                 _ => None,
             };
             let Some(key) = key else {
@@ -232,7 +247,7 @@ pub fn write(f: &mut SyscallFrame) -> SysResult {
     loop {
         let is_blocking_pipe = {
             let k = kernel();
-            file(&k, fd).is_ok_and(|of| of.pipe_key().is_some() && of.flags() & oflag::O_NONBLOCK == 0)
+            file(&k, fd).is_ok_and(|of| of.wait_key().is_some() && of.flags() & oflag::O_NONBLOCK == 0)
         };
         if !is_blocking_pipe {
             return if done > 0 { Ok(done) } else { Err(Errno::EAGAIN) };
@@ -585,6 +600,15 @@ fn meta_of_file(k: &Kernel, f: &FileRef) -> Meta {
         Kind::PipeRead(p) | Kind::PipeWrite(p) => Meta {
             ino: Arc::as_ptr(p) as u64 & 0xffff_ffff,
             mode: mode::S_IFIFO | 0o600,
+            size: 0,
+            rdev: (0, 0),
+            mtime: 0,
+            nlink: 1,
+        },
+        // Anonymous inodes, as Linux shows them: no file type, mode 0600.
+        Kind::EventFd(_) | Kind::Epoll(_) => Meta {
+            ino: f.wait_key().unwrap_or(0) & 0xffff_ffff,
+            mode: 0o600,
             size: 0,
             rdev: (0, 0),
             mtime: 0,

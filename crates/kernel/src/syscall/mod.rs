@@ -14,6 +14,8 @@ pub mod futex;
 #[cfg(target_os = "none")]
 mod mm;
 #[cfg(target_os = "none")]
+mod poll;
+#[cfg(target_os = "none")]
 pub mod proc;
 #[cfg(target_os = "none")]
 pub mod signal;
@@ -78,6 +80,7 @@ syscall_table! {
     4 stat => fs::stat,
     5 fstat => fs::fstat,
     6 lstat => fs::lstat,
+    7 poll => poll::poll,
     8 lseek => fs::lseek,
     9 mmap => mm::mmap,
     10 mprotect => mm::mprotect,
@@ -137,12 +140,15 @@ syscall_table! {
     202 futex => futex::futex,
     203 sched_setaffinity => proc::sched_setaffinity,
     204 sched_getaffinity => proc::sched_getaffinity,
+    213 epoll_create => poll::epoll_create,
     217 getdents64 => fs::getdents64,
     218 set_tid_address => proc::set_tid_address,
     228 clock_gettime => time::clock_gettime,
     229 clock_getres => time::clock_getres,
     230 clock_nanosleep => time::clock_nanosleep,
     231 exit_group => proc::exit_group,
+    232 epoll_wait => poll::epoll_wait,
+    233 epoll_ctl => poll::epoll_ctl,
     234 tgkill => signal::tgkill,
     257 openat => fs::openat,
     258 mkdirat => fs::mkdirat,
@@ -152,8 +158,13 @@ syscall_table! {
     266 symlinkat => fs::symlinkat,
     267 readlinkat => fs::readlinkat,
     269 faccessat => fs::faccessat,
+    271 ppoll => poll::ppoll,
     273 set_robust_list => proc::set_robust_list,
     274 get_robust_list => proc::get_robust_list,
+    281 epoll_pwait => poll::epoll_pwait,
+    284 eventfd => poll::eventfd,
+    290 eventfd2 => poll::eventfd2,
+    291 epoll_create1 => poll::epoll_create1,
     292 dup3 => fs::dup3,
     293 pipe2 => fs::pipe2,
     302 prlimit64 => proc::prlimit64,
@@ -163,6 +174,7 @@ syscall_table! {
     334 rseq => proc::rseq,
     435 clone3 => proc::clone3,
     439 faccessat2 => fs::faccessat2,
+    441 epoll_pwait2 => poll::epoll_pwait2,
 }
 
 /// Runs the handler of `frame.rax`; unknown numbers are ENOSYS, reported once.

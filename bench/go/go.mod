@@ -1,0 +1,3 @@
+module onering.bench/go
+
+go 1.22

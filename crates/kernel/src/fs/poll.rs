@@ -1,0 +1,359 @@
+//! Readiness, eventfd and epoll. Pure logic (tested on the host); the system calls
+//! live in `syscall/poll.rs`.
+//!
+//! Every pollable object (pipe, eventfd) has a wait key (threads blocked on it sleep
+//! on that key and are woken when it changes) and a generation, a counter bumped on
+//! every change (data in, data out, an end closed). Readiness is computed on demand
+//! from the object's state, so level-triggered epoll is a scan. Edge-triggered
+//! registrations remember the generation they last reported and report again only
+//! after a change: a new arrival is a new edge, as on Linux, and a spurious extra
+//! event is harmless (the reader gets EAGAIN). An epoll holds its files weakly: a
+//! registration disappears when its file is closed everywhere, as on Linux, and
+//! never keeps a pipe end open.
+
+use super::file::{FileRef, Kind, OpenFile};
+use crate::errno::Errno;
+use alloc::collections::BTreeMap;
+use alloc::sync::{Arc, Weak};
+use alloc::vec::Vec;
+
+/// Event bits (`poll` and `epoll`).
+pub mod ev {
+    pub const IN: u32 = 0x001;
+    pub const PRI: u32 = 0x002;
+    pub const OUT: u32 = 0x004;
+    pub const ERR: u32 = 0x008;
+    pub const HUP: u32 = 0x010;
+    pub const RDNORM: u32 = 0x040;
+    pub const WRNORM: u32 = 0x100;
+    pub const RDHUP: u32 = 0x2000;
+    pub const EXCLUSIVE: u32 = 1 << 28;
+    pub const WAKEUP: u32 = 1 << 29;
+    pub const ONESHOT: u32 = 1 << 30;
+    pub const ET: u32 = 1 << 31;
+    /// Always reported, asked for or not.
+    pub const ALWAYS: u32 = ERR | HUP;
+}
+
+/// A pollable object's state: ready events, generation, wait key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    pub events: u32,
+    pub gen: u64,
+    pub key: u64,
+}
+
+/// The readiness of an open file; None if it cannot be polled (epoll_ctl says
+/// EPERM, as Linux does for regular files and directories).
+pub fn readiness(of: &OpenFile) -> Option<Readiness> {
+    use ev::*;
+    match &of.kind {
+        Kind::PipeRead(p) => {
+            let p = p.lock();
+            let mut e = if p.available() > 0 { IN | RDNORM } else { 0 };
+            if p.writers == 0 {
+                e |= IN | RDNORM | HUP | RDHUP;
+            }
+            Some(Readiness { events: e, gen: p.gen, key: of.wait_key()? })
+        }
+        Kind::PipeWrite(p) => {
+            let p = p.lock();
+            let e = if p.readers == 0 {
+                OUT | WRNORM | ERR
+            } else if p.room() > 0 {
+                OUT | WRNORM
+            } else {
+                0
+            };
+            Some(Readiness { events: e, gen: p.gen, key: of.wait_key()? })
+        }
+        Kind::EventFd(e) => {
+            let e = e.lock();
+            Some(Readiness { events: e.events(), gen: e.gen, key: of.wait_key()? })
+        }
+        Kind::Node(_) | Kind::Epoll(_) => None,
+    }
+}
+
+/// The largest value an eventfd counter holds.
+pub const EVENTFD_MAX: u64 = u64::MAX - 1;
+
+/// `eventfd`: a 64-bit counter.
+#[derive(Debug, Default)]
+pub struct EventFd {
+    pub count: u64,
+    /// EFD_SEMAPHORE: a read takes 1, not everything.
+    pub semaphore: bool,
+    pub gen: u64,
+}
+
+impl EventFd {
+    pub fn new(count: u64, semaphore: bool) -> Self {
+        EventFd { count, semaphore, gen: 0 }
+    }
+
+    pub fn events(&self) -> u32 {
+        let mut e = 0;
+        if self.count > 0 {
+            e |= ev::IN | ev::RDNORM;
+        }
+        if self.count < EVENTFD_MAX {
+            e |= ev::OUT | ev::WRNORM;
+        }
+        e
+    }
+
+    /// A read: the value, or EAGAIN while the counter is 0.
+    pub fn read(&mut self) -> Result<u64, Errno> {
+        if self.count == 0 {
+            return Err(Errno::EAGAIN);
+        }
+        let v = if self.semaphore { 1 } else { self.count };
+        self.count -= v;
+        self.gen += 1;
+        Ok(v)
+    }
+
+    /// A write of `v`: EINVAL for the all-ones value, EAGAIN while it does not fit.
+    pub fn write(&mut self, v: u64) -> Result<(), Errno> {
+        if v == u64::MAX {
+            return Err(Errno::EINVAL);
+        }
+        if v > EVENTFD_MAX - self.count {
+            return Err(Errno::EAGAIN);
+        }
+        self.count += v;
+        if v > 0 {
+            self.gen += 1;
+        }
+        Ok(())
+    }
+}
+
+/// `epoll_ctl` operations.
+pub const EPOLL_CTL_ADD: u64 = 1;
+pub const EPOLL_CTL_DEL: u64 = 2;
+pub const EPOLL_CTL_MOD: u64 = 3;
+
+#[derive(Debug)]
+struct Reg {
+    file: Weak<OpenFile>,
+    events: u32,
+    data: u64,
+    /// Generation last reported (edge-triggered), None before the first report.
+    seen: Option<u64>,
+    /// ONESHOT and reported: silent until the next MOD.
+    disarmed: bool,
+}
+
+/// An epoll instance: its interest list, keyed like Linux's by (descriptor, file).
+#[derive(Debug, Default)]
+pub struct Epoll {
+    regs: BTreeMap<(u64, usize), Reg>,
+}
+
+/// What one scan found: events to report (events, data) and the wait keys of every
+/// watched file (to sleep on when nothing is ready).
+#[derive(Debug, Default)]
+pub struct Scan {
+    pub ready: Vec<(u32, u64)>,
+    pub keys: Vec<u64>,
+}
+
+/// Most registrations one epoll holds (Linux bounds them by memory; ours live in the
+/// kernel heap).
+pub const MAX_REGS: usize = 65536;
+
+impl Epoll {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.regs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.regs.is_empty()
+    }
+
+    /// `epoll_ctl` on descriptor `fd`, open file `file`. `me` is this epoll's own
+    /// file (watching itself is EINVAL).
+    pub fn ctl(&mut self, op: u64, fd: u64, file: &FileRef, events: u32, data: u64) -> Result<(), Errno> {
+        let key = (fd, Arc::as_ptr(file) as usize);
+        let known = ev::IN
+            | ev::PRI
+            | ev::OUT
+            | ev::ERR
+            | ev::HUP
+            | ev::RDNORM
+            | 0x80
+            | ev::WRNORM
+            | 0x200
+            | 0x400
+            | ev::RDHUP
+            | ev::EXCLUSIVE
+            | ev::WAKEUP
+            | ev::ONESHOT
+            | ev::ET;
+        let events = events & known;
+        match op {
+            EPOLL_CTL_ADD => {
+                if readiness(file).is_none() {
+                    return Err(Errno::EPERM);
+                }
+                if self.regs.contains_key(&key) {
+                    return Err(Errno::EEXIST);
+                }
+                if self.regs.len() >= MAX_REGS {
+                    return Err(Errno::ENOSPC);
+                }
+                self.regs.insert(
+                    key,
+                    Reg { file: Arc::downgrade(file), events, data, seen: None, disarmed: false },
+                );
+                Ok(())
+            }
+            EPOLL_CTL_MOD => {
+                let r = self.regs.get_mut(&key).ok_or(Errno::ENOENT)?;
+                if events & ev::EXCLUSIVE != 0 || r.events & ev::EXCLUSIVE != 0 {
+                    return Err(Errno::EINVAL);
+                }
+                r.events = events;
+                r.data = data;
+                r.seen = None;
+                r.disarmed = false;
+                Ok(())
+            }
+            EPOLL_CTL_DEL => self.regs.remove(&key).map(|_| ()).ok_or(Errno::ENOENT),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// Reports up to `max` ready registrations (edge-triggered ones only after a
+    /// change, one-shot ones once) and gathers the wait keys. Registrations whose
+    /// file is gone are dropped.
+    pub fn scan(&mut self, max: usize) -> Scan {
+        let mut out = Scan::default();
+        self.regs.retain(|_, r| r.file.strong_count() > 0);
+        for r in self.regs.values_mut() {
+            let Some(file) = r.file.upgrade() else { continue };
+            let Some(now) = readiness(&file) else { continue };
+            out.keys.push(now.key);
+            if r.disarmed || out.ready.len() >= max {
+                continue;
+            }
+            let ready = now.events & (r.events | ev::ALWAYS);
+            if ready == 0 {
+                continue;
+            }
+            if r.events & ev::ET != 0 && r.seen == Some(now.gen) {
+                continue;
+            }
+            r.seen = Some(now.gen);
+            if r.events & ev::ONESHOT != 0 {
+                r.disarmed = true;
+            }
+            out.ready.push((ready, r.data));
+        }
+        out.keys.sort_unstable();
+        out.keys.dedup();
+        out
+    }
+}
+
+/// The `poll`/`ppoll` events of one descriptor's open file for the `asked` events:
+/// files that cannot be polled are always readable and writable, as on Linux.
+pub fn poll_events(of: &OpenFile, asked: u32) -> (u32, Option<u64>) {
+    match readiness(of) {
+        Some(r) => (r.events & (asked | ev::ALWAYS), Some(r.key)),
+        None => ((ev::IN | ev::OUT | ev::RDNORM | ev::WRNORM) & asked, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::file::{pipe, oflag};
+    use spin::Mutex;
+
+    fn eventfd(n: u64) -> FileRef {
+        Arc::new(OpenFile::new(Kind::EventFd(Arc::new(Mutex::new(EventFd::new(n, false)))), oflag::O_RDWR))
+    }
+
+    fn bump(f: &FileRef, v: u64) {
+        let Kind::EventFd(e) = &f.kind else { panic!() };
+        e.lock().write(v).unwrap();
+    }
+
+    #[test]
+    fn eventfd_counts() {
+        let mut e = EventFd::new(0, false);
+        assert_eq!(e.read(), Err(Errno::EAGAIN));
+        assert_eq!(e.events(), ev::OUT | ev::WRNORM);
+        e.write(3).unwrap();
+        e.write(4).unwrap();
+        assert_eq!(e.read(), Ok(7));
+        assert_eq!(e.write(u64::MAX), Err(Errno::EINVAL));
+        e.write(EVENTFD_MAX).unwrap();
+        assert_eq!(e.events(), ev::IN | ev::RDNORM);
+        assert_eq!(e.write(1), Err(Errno::EAGAIN));
+        let mut s = EventFd::new(2, true);
+        assert_eq!((s.read(), s.read(), s.read()), (Ok(1), Ok(1), Err(Errno::EAGAIN)));
+    }
+
+    #[test]
+    fn level_and_edge_triggered() {
+        let (r, w) = pipe(0);
+        let mut ep = Epoll::new();
+        ep.ctl(EPOLL_CTL_ADD, 3, &r, ev::IN, 30).unwrap();
+        ep.ctl(EPOLL_CTL_ADD, 4, &w, ev::OUT | ev::ET, 40).unwrap();
+        assert_eq!(ep.ctl(EPOLL_CTL_ADD, 3, &r, ev::IN, 0), Err(Errno::EEXIST));
+        // The write end is writable: reported once (edge), the read end not yet.
+        let s = ep.scan(16);
+        assert_eq!(s.ready, [(ev::OUT, 40)]);
+        assert_eq!(s.keys.len(), 1, "both ends wait on the pipe's key");
+        assert!(ep.scan(16).ready.is_empty(), "no new edge");
+        // Data arrives: level reports every time; the write end gets a new edge too.
+        if let Kind::PipeWrite(p) = &w.kind {
+            p.lock().write(b"hi").unwrap();
+        }
+        assert_eq!(ep.scan(16).ready, [(ev::IN, 30), (ev::OUT, 40)]);
+        assert_eq!(ep.scan(16).ready, [(ev::IN, 30)]);
+        assert_eq!(ep.scan(1).ready.len(), 1, "at most max");
+        // The writer goes: HUP for the reader; the registration of w disappears.
+        drop(w);
+        let s = ep.scan(16);
+        assert_eq!(s.ready, [(ev::IN | ev::HUP, 30)]);
+        assert_eq!(ep.len(), 1);
+        assert_eq!(ep.ctl(EPOLL_CTL_DEL, 4, &r, 0, 0), Err(Errno::ENOENT));
+        ep.ctl(EPOLL_CTL_DEL, 3, &r, 0, 0).unwrap();
+        assert!(ep.is_empty());
+    }
+
+    #[test]
+    fn oneshot_until_mod() {
+        let e = eventfd(0);
+        let mut ep = Epoll::new();
+        ep.ctl(EPOLL_CTL_ADD, 5, &e, ev::IN | ev::ONESHOT, 7).unwrap();
+        assert!(ep.scan(8).ready.is_empty());
+        bump(&e, 1);
+        assert_eq!(ep.scan(8).ready, [(ev::IN, 7)]);
+        bump(&e, 1);
+        assert!(ep.scan(8).ready.is_empty(), "disarmed");
+        ep.ctl(EPOLL_CTL_MOD, 5, &e, ev::IN, 8).unwrap();
+        assert_eq!(ep.scan(8).ready, [(ev::IN, 8)]);
+        assert_eq!(ep.ctl(EPOLL_CTL_MOD, 6, &e, ev::IN, 8), Err(Errno::ENOENT));
+        assert_eq!(ep.ctl(9, 5, &e, ev::IN, 8), Err(Errno::EINVAL));
+    }
+
+    #[test]
+    fn unpollable_files() {
+        let f: FileRef = Arc::new(OpenFile::new(Kind::Node(1), oflag::O_RDONLY));
+        let mut ep = Epoll::new();
+        assert_eq!(ep.ctl(EPOLL_CTL_ADD, 3, &f, ev::IN, 0), Err(Errno::EPERM));
+        assert_eq!(poll_events(&f, ev::IN | ev::OUT), (ev::IN | ev::OUT, None));
+        let (r, _w) = pipe(0);
+        assert_eq!(poll_events(&r, ev::IN).0, 0);
+    }
+}

@@ -1,0 +1,3 @@
+module onering.test/guest
+
+go 1.22
