@@ -34,6 +34,7 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
     arch::supervisor::init(bi.flags);
     let space = address_space(bi);
     let mut vfs = Vfs::new();
+    vfs.set_owner(bi.uid as u32, bi.gid as u32);
     // The writable tree and the pipes live in the kernel heap: give them a share, so
     // that running out is ENOSPC or EAGAIN for the program, never a kernel panic.
     vfs.set_limit(bi.heap_size as usize / 2);

@@ -208,10 +208,7 @@ impl Epoll {
                 if self.regs.len() >= MAX_REGS {
                     return Err(Errno::ENOSPC);
                 }
-                self.regs.insert(
-                    key,
-                    Reg { file: Arc::downgrade(file), events, data, seen: None, disarmed: false },
-                );
+                self.regs.insert(key, Reg { file: Arc::downgrade(file), events, data, seen: None, disarmed: false });
                 Ok(())
             }
             EPOLL_CTL_MOD => {
@@ -274,7 +271,7 @@ pub fn poll_events(of: &OpenFile, asked: u32) -> (u32, Option<u64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::file::{pipe, oflag};
+    use crate::fs::file::{oflag, pipe};
     use spin::Mutex;
 
     fn eventfd(n: u64) -> FileRef {

@@ -47,8 +47,14 @@ pub struct Node {
     pub mode: u32,
     pub readonly: bool,
     pub parent: Ino,
-    /// Modification time, ns since the epoch.
+    /// Modification and access times, ns since the epoch.
     pub mtime: u64,
+    pub atime: u64,
+    /// Owner (the whole tree starts as the program's user's).
+    pub uid: u32,
+    pub gid: u32,
+    /// Names it has (hard links); directories count 1.
+    pub nlink: u32,
     /// Taken out of the tree (unlinked, replaced, removed): still usable by open
     /// files, freed when the last one closes.
     pub removed: bool,
@@ -122,6 +128,8 @@ pub struct Vfs {
     /// kernel heap.
     used: usize,
     limit: usize,
+    /// Owner of new nodes.
+    owner: (u32, u32),
 }
 
 impl Default for Vfs {
@@ -134,13 +142,18 @@ impl Vfs {
     /// A tree with `/`, `/dev` (null, zero, random, urandom, stdin, stdout, stderr)
     /// and a writable `/tmp`.
     pub fn new() -> Vfs {
-        let mut v = Vfs { nodes: Vec::new(), free: Vec::new(), removed: Vec::new(), used: 0, limit: usize::MAX };
+        let mut v =
+            Vfs { nodes: Vec::new(), free: Vec::new(), removed: Vec::new(), used: 0, limit: usize::MAX, owner: (0, 0) };
         v.nodes.push(Some(Node {
             data: Data::Dir(BTreeMap::new()),
             mode: 0o755,
             readonly: true,
             parent: ROOT,
             mtime: 0,
+            atime: 0,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
             removed: false,
             opens: Arc::new(AtomicUsize::new(0)),
         }));
@@ -158,6 +171,84 @@ impl Vfs {
         }
         v.add(ROOT, b"tmp", Data::Dir(BTreeMap::new()), 0o1777, false);
         v
+    }
+
+    /// Makes `uid`/`gid` the owner of every node there is and of new ones.
+    pub fn set_owner(&mut self, uid: u32, gid: u32) {
+        self.owner = (uid, gid);
+        for n in self.nodes.iter_mut().flatten() {
+            n.uid = uid;
+            n.gid = gid;
+        }
+    }
+
+    /// `chmod`: the permission bits of `ino`.
+    pub fn set_mode(&mut self, ino: Ino, mode: u32) -> Result<(), Errno> {
+        self.writable_node(ino)?;
+        self.node_mut(ino).mode = mode & 0o7777;
+        Ok(())
+    }
+
+    /// `chown`: the owner of `ino` (None: unchanged).
+    pub fn set_owner_of(&mut self, ino: Ino, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
+        self.writable_node(ino)?;
+        let n = self.node_mut(ino);
+        n.uid = uid.unwrap_or(n.uid);
+        n.gid = gid.unwrap_or(n.gid);
+        Ok(())
+    }
+
+    /// `utimensat`: access and modification times of `ino` (None: unchanged).
+    pub fn set_times(&mut self, ino: Ino, atime: Option<u64>, mtime: Option<u64>) -> Result<(), Errno> {
+        self.writable_node(ino)?;
+        let n = self.node_mut(ino);
+        n.atime = atime.unwrap_or(n.atime);
+        n.mtime = mtime.unwrap_or(n.mtime);
+        Ok(())
+    }
+
+    /// Nodes of the read-only rootfs cannot change (devices and the writable tree
+    /// can).
+    fn writable_node(&self, ino: Ino) -> Result<(), Errno> {
+        if self.node(ino).readonly {
+            Err(Errno::EROFS)
+        } else {
+            Ok(())
+        }
+    }
+
+    /// `link`: a new name `name` in `dir` for the file (not directory) `ino`.
+    pub fn link(&mut self, ino: Ino, dir: Ino, name: &[u8]) -> Result<(), Errno> {
+        if self.node(ino).is_dir() {
+            return Err(Errno::EPERM);
+        }
+        if name.is_empty() || name == b"." || name == b".." || self.entries(dir)?.contains_key(name) {
+            return Err(Errno::EEXIST);
+        }
+        if self.node(dir).removed || self.node(ino).removed {
+            return Err(Errno::ENOENT);
+        }
+        self.writable_dir(dir)?;
+        if self.node(ino).readonly {
+            // Across the read-only rootfs and the writable tree: another "device".
+            return Err(Errno::EXDEV);
+        }
+        self.charge(name.len())?;
+        if let Data::Dir(e) = &mut self.node_mut(dir).data {
+            e.insert(name.to_vec(), ino);
+        }
+        self.node_mut(ino).nlink += 1;
+        Ok(())
+    }
+
+    /// One name of `ino` is gone: the node goes when its last name does.
+    fn unlinked(&mut self, ino: Ino) {
+        let n = self.node_mut(ino);
+        if n.nlink > 1 {
+            n.nlink -= 1;
+        } else {
+            self.detach(ino);
+        }
     }
 
     /// Caps the heap the writable tree may use.
@@ -216,8 +307,20 @@ impl Vfs {
 
     /// Adds `name` under the directory `dir` (replacing nothing: the caller checked).
     fn add(&mut self, dir: Ino, name: &[u8], data: Data, mode: u32, readonly: bool) -> Ino {
-        let node =
-            Node { data, mode, readonly, parent: dir, mtime: 0, removed: false, opens: Arc::new(AtomicUsize::new(0)) };
+        let (uid, gid) = self.owner;
+        let node = Node {
+            data,
+            mode,
+            readonly,
+            parent: dir,
+            mtime: 0,
+            atime: 0,
+            uid,
+            gid,
+            nlink: 1,
+            removed: false,
+            opens: Arc::new(AtomicUsize::new(0)),
+        };
         let ino = match self.free.pop() {
             Some(i) => {
                 self.nodes[i] = Some(node);
@@ -341,6 +444,7 @@ impl Vfs {
         let data = if directory { Data::Dir(BTreeMap::new()) } else { Data::File(Vec::new()) };
         let ino = self.add(dir, name, data, mode & 0o7777, false);
         self.node_mut(ino).mtime = now;
+        self.node_mut(ino).atime = now;
         Ok(ino)
     }
 
@@ -367,6 +471,7 @@ impl Vfs {
         }
         let ino = self.add(dir, name, data, mode, true);
         self.node_mut(ino).mtime = mtime;
+        self.node_mut(ino).atime = mtime;
         ino
     }
 
@@ -391,7 +496,7 @@ impl Vfs {
         if let Data::Dir(e) = &mut self.node_mut(dir).data {
             e.remove(name);
         }
-        self.detach(ino);
+        self.unlinked(ino);
         Ok(())
     }
 
@@ -442,7 +547,7 @@ impl Vfs {
         }
         self.node_mut(ino).parent = to_dir;
         if let Some(old) = replaced {
-            self.detach(old);
+            self.unlinked(old);
         }
         Ok(())
     }
@@ -698,5 +803,30 @@ mod tests {
         assert_eq!(v.parent_of(ROOT, b"/x"), Ok((ROOT, &b"x"[..])));
         assert_eq!(v.parent_of(ROOT, b"/nope/x"), Err(Errno::ENOENT));
         assert_eq!(v.parent_of(ROOT, b"/dev/null/x"), Err(Errno::ENOTDIR));
+    }
+
+    #[test]
+    fn hard_links_and_attributes() {
+        let mut v = Vfs::new();
+        v.set_owner(1000, 100);
+        let tmp = v.lookup(ROOT, b"/tmp", true).unwrap();
+        let a = v.create(tmp, b"a", 0o644, false, 5).unwrap();
+        assert_eq!((v.node(a).uid, v.node(a).gid, v.node(a).atime), (1000, 100, 5));
+        v.link(a, tmp, b"b").unwrap();
+        assert_eq!(v.link(a, tmp, b"b"), Err(Errno::EEXIST));
+        assert_eq!(v.link(tmp, tmp, b"c"), Err(Errno::EPERM), "no links to directories");
+        assert_eq!(v.node(a).nlink, 2);
+        v.remove(tmp, b"a", false).unwrap();
+        assert_eq!(v.lookup(tmp, b"b", true), Ok(a), "the other name still works");
+        assert!(!v.node(a).removed);
+        v.remove(tmp, b"b", false).unwrap();
+        assert_eq!(v.lookup(tmp, b"b", true), Err(Errno::ENOENT));
+        let c = v.create(tmp, b"c", 0o600, false, 0).unwrap();
+        v.set_mode(c, 0o4755).unwrap();
+        v.set_owner_of(c, None, Some(7)).unwrap();
+        v.set_times(c, Some(1), None).unwrap();
+        let n = v.node(c);
+        assert_eq!((n.st_mode() & 0o7777, n.uid, n.gid, n.atime, n.mtime), (0o4755, 1000, 7, 1, 0));
+        assert_eq!(v.set_mode(ROOT, 0o700), Err(Errno::EROFS));
     }
 }

@@ -33,12 +33,12 @@ const FD_CLOEXEC: u64 = 1;
 
 // ---- helpers ----------------------------------------------------------------------
 
-fn file(k: &Kernel, fd: u64) -> Result<FileRef, Errno> {
+pub(super) fn file(k: &Kernel, fd: u64) -> Result<FileRef, Errno> {
     k.proc().fds.get(fd).cloned()
 }
 
 /// The path argument at `addr`.
-fn path_arg(k: &Kernel, addr: u64) -> Result<Vec<u8>, Errno> {
+pub(super) fn path_arg(k: &Kernel, addr: u64) -> Result<Vec<u8>, Errno> {
     let p = user_cstr(&k.space, addr, PATH_MAX - 1)?;
     if p.is_empty() {
         return Err(Errno::ENOENT);
@@ -52,7 +52,7 @@ fn is_cwd(dirfd: u64) -> bool {
 }
 
 /// Where a relative path starts for `*at` calls: the cwd, or the directory `dirfd`.
-fn base_dir(k: &Kernel, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
+pub(super) fn base_dir(k: &Kernel, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
     if path.first() == Some(&b'/') || is_cwd(dirfd) {
         return Ok(k.proc().cwd);
     }
@@ -370,6 +370,9 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
                 let (dir, name) = match k.vfs.lookup(dir, name, false) {
                     Ok(link) if flags & oflag::O_EXCL == 0 => {
                         let target = k.vfs.link_target(link)?.to_vec();
+                        if target.ends_with(b"/") {
+                            return Err(Errno::EISDIR); // it names a directory
+                        }
                         let (d, n) = k.vfs.parent_of(dir, &target)?;
                         (d, n.to_vec())
                     }
@@ -572,7 +575,10 @@ struct Meta {
     size: u64,
     rdev: (u32, u32),
     mtime: u64,
+    atime: u64,
     nlink: u64,
+    uid: u32,
+    gid: u32,
 }
 
 fn meta_of_node(k: &Kernel, ino: Ino) -> Meta {
@@ -590,7 +596,10 @@ fn meta_of_node(k: &Kernel, ino: Ino) -> Meta {
         size: n.size(),
         rdev,
         mtime: n.mtime,
-        nlink: if n.is_dir() { 2 } else { 1 },
+        atime: n.atime,
+        nlink: if n.is_dir() { 2 } else { u64::from(n.nlink) },
+        uid: n.uid,
+        gid: n.gid,
     }
 }
 
@@ -603,7 +612,10 @@ fn meta_of_file(k: &Kernel, f: &FileRef) -> Meta {
             size: 0,
             rdev: (0, 0),
             mtime: 0,
+            atime: 0,
             nlink: 1,
+            uid: k.uid as u32,
+            gid: k.gid as u32,
         },
         // Anonymous inodes, as Linux shows them: no file type, mode 0600.
         Kind::EventFd(_) | Kind::Epoll(_) => Meta {
@@ -612,7 +624,10 @@ fn meta_of_file(k: &Kernel, f: &FileRef) -> Meta {
             size: 0,
             rdev: (0, 0),
             mtime: 0,
+            atime: 0,
             nlink: 1,
+            uid: k.uid as u32,
+            gid: k.gid as u32,
         },
     }
 }
@@ -624,15 +639,15 @@ fn write_stat(k: &Kernel, addr: u64, m: &Meta) -> SysResult {
     put(&mut b, 8, m.ino);
     put(&mut b, 16, m.nlink);
     b[24..28].copy_from_slice(&m.mode.to_le_bytes());
-    b[28..32].copy_from_slice(&(k.uid as u32).to_le_bytes());
-    b[32..36].copy_from_slice(&(k.gid as u32).to_le_bytes());
+    b[28..32].copy_from_slice(&m.uid.to_le_bytes());
+    b[32..36].copy_from_slice(&m.gid.to_le_bytes());
     put(&mut b, 40, (u64::from(m.rdev.0) << 8) | u64::from(m.rdev.1));
     put(&mut b, 48, m.size);
     put(&mut b, 56, 4096);
     put(&mut b, 64, m.size.div_ceil(512));
-    for t in [72, 88, 104] {
-        put(&mut b, t, m.mtime / 1_000_000_000);
-        put(&mut b, t + 8, m.mtime % 1_000_000_000);
+    for (t, v) in [(72, m.atime), (88, m.mtime), (104, m.mtime)] {
+        put(&mut b, t, v / 1_000_000_000);
+        put(&mut b, t + 8, v % 1_000_000_000);
     }
     copy_to_user(&k.space, addr, &b)?;
     Ok(0)
@@ -690,15 +705,15 @@ pub fn statx(f: &mut SyscallFrame) -> SysResult {
     put32(&mut b, 0, 0x7ff); // STATX_BASIC_STATS
     put32(&mut b, 4, 4096);
     put32(&mut b, 16, m.nlink as u32);
-    put32(&mut b, 20, k.uid as u32);
-    put32(&mut b, 24, k.gid as u32);
+    put32(&mut b, 20, m.uid);
+    put32(&mut b, 24, m.gid);
     b[28..30].copy_from_slice(&(m.mode as u16).to_le_bytes());
     put64(&mut b, 32, m.ino);
     put64(&mut b, 40, m.size);
     put64(&mut b, 48, m.size.div_ceil(512));
-    for t in [64, 96, 112] {
-        put64(&mut b, t, m.mtime / 1_000_000_000);
-        put32(&mut b, t + 8, (m.mtime % 1_000_000_000) as u32);
+    for (t, v) in [(64, m.atime), (96, m.mtime), (112, m.mtime)] {
+        put64(&mut b, t, v / 1_000_000_000);
+        put32(&mut b, t + 8, (v % 1_000_000_000) as u32);
     }
     put32(&mut b, 128, m.rdev.0);
     put32(&mut b, 132, m.rdev.1);
@@ -758,6 +773,19 @@ pub fn chdir(f: &mut SyscallFrame) -> SysResult {
     let k = &mut *kernel();
     let path = path_arg(k, f.rdi)?;
     let ino = k.vfs.lookup(k.proc().cwd, &path, true)?;
+    set_cwd(k, ino)
+}
+
+pub fn fchdir(f: &mut SyscallFrame) -> SysResult {
+    let k = &mut *kernel();
+    let of = file(k, f.rdi)?;
+    let Kind::Node(ino) = of.kind else {
+        return Err(Errno::ENOTDIR);
+    };
+    set_cwd(k, ino)
+}
+
+fn set_cwd(k: &mut Kernel, ino: Ino) -> SysResult {
     if !k.vfs.node(ino).is_dir() {
         return Err(Errno::ENOTDIR);
     }
@@ -846,7 +874,21 @@ fn remove_at(dirfd: u64, path_addr: u64, flags: u64) -> SysResult {
     let path = path_arg(k, path_addr)?;
     let base = base_dir(k, dirfd, &path)?;
     let (dir, name) = k.vfs.parent_of(base, &path)?;
+    if path.ends_with(b"/") && flags & AT_REMOVEDIR == 0 {
+        // "name/" must be a directory (through a link, too), which unlink refuses.
+        let ino = k.vfs.lookup(base, &path, true)?;
+        return Err(if k.vfs.node(ino).is_dir() { Errno::EISDIR } else { Errno::ENOTDIR });
+    }
     k.vfs.remove(dir, name, flags & AT_REMOVEDIR != 0).map(|_| 0)
+}
+
+/// A new non-directory cannot be called "name/": ENOENT (EEXIST if the name is
+/// taken), as Linux says for link, symlink and mknod.
+pub(super) fn new_file_name(k: &Kernel, base: Ino, path: &[u8]) -> Result<(), Errno> {
+    if path.len() > 1 && path.ends_with(b"/") {
+        return Err(if k.vfs.lookup(base, path, false).is_ok() { Errno::EEXIST } else { Errno::ENOENT });
+    }
+    Ok(())
 }
 
 fn make_link(target_addr: u64, dirfd: u64, path_addr: u64) -> SysResult {
@@ -854,6 +896,7 @@ fn make_link(target_addr: u64, dirfd: u64, path_addr: u64) -> SysResult {
     let target = path_arg(k, target_addr)?;
     let path = path_arg(k, path_addr)?;
     let base = base_dir(k, dirfd, &path)?;
+    new_file_name(k, base, &path)?;
     let (dir, name) = k.vfs.parent_of(base, &path)?;
     let now = k.now_real();
     k.vfs.symlink(dir, name, &target, now).map(|_| 0)

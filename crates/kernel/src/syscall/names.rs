@@ -2,7 +2,7 @@
 //! `asm/unistd_64.h`).
 
 /// Number of entries in [`NAMES`]: one past the highest system-call number.
-pub const COUNT: usize = 451;
+pub const COUNT: usize = 463;
 
 /// `NAMES[nr]` is the name of system call `nr`, or "" where none is assigned.
 pub const NAMES: [&str; COUNT] = [
@@ -457,6 +457,18 @@ pub const NAMES: [&str; COUNT] = [
     "process_mrelease",
     "futex_waitv",
     "set_mempolicy_home_node",
+    "cachestat",
+    "fchmodat2",
+    "map_shadow_stack",
+    "futex_wake",
+    "futex_wait",
+    "futex_requeue",
+    "statmount",
+    "listmount",
+    "lsm_get_self_attr",
+    "lsm_set_self_attr",
+    "lsm_list_modules",
+    "mseal",
 ];
 
 /// The name of system call `nr`, if it has one.

@@ -1,0 +1,218 @@
+//! Go programs run through `onering run`, unmodified (CGO_ENABLED=0, the Go on this
+//! machine): the guest program in tests/guest/go (one binary, a mode per feature)
+//! against the host's output, and Go's own standard-library tests built with
+//! `go test -c` and run with `--rootfs` at the package's source directory, skipping
+//! only what tests/guest/go-std/skips.txt lists (with its reason).
+//!
+//! These tests need /dev/kvm and the Go toolchain; without them they fail, loudly.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn out_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guest-go");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn go() -> Command {
+    let mut c = Command::new("go");
+    c.env("CGO_ENABLED", "0");
+    if let Ok(path) = std::env::var("PATH") {
+        c.env("PATH", format!("{path}:/usr/local/go/bin"));
+    }
+    c
+}
+
+/// The guest program, built once.
+fn guest() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = out_dir().join("guest");
+        let out = go()
+            .args(["build", "-o"])
+            .arg(&bin)
+            .arg(".")
+            .current_dir(root().join("tests/guest/go"))
+            .output()
+            .expect("go (the Go toolchain must be installed)");
+        assert!(out.status.success(), "go build: {}", String::from_utf8_lossy(&out.stderr));
+        bin
+    })
+}
+
+fn onering(args: &[&str]) -> Output {
+    assert!(Path::new("/dev/kvm").exists(), "these tests need /dev/kvm, and this machine has none");
+    Command::new(env!("CARGO_BIN_EXE_onering")).args(args).stdin(Stdio::null()).output().unwrap()
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Mode `mode` on the host (in /) and in onering with --smp 1 and 2: same output,
+/// same status.
+fn same_as_host(mode: &str) {
+    let bin = guest();
+    let host = Command::new(bin).arg(mode).current_dir("/").output().unwrap();
+    assert!(host.status.success(), "{mode} fails on the host: {}", text(&host.stderr));
+    for smp in ["1", "2"] {
+        let o = onering(&["run", "--smp", smp, bin.to_str().unwrap(), mode]);
+        assert_eq!(text(&o.stdout), text(&host.stdout), "{mode} --smp {smp}; stderr: {}", text(&o.stderr));
+        assert_eq!(o.status.code(), Some(0), "{mode} --smp {smp}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stderr), "", "{mode} --smp {smp}: nothing reported");
+    }
+}
+
+#[test]
+fn go_hello() {
+    same_as_host("hello");
+}
+
+#[test]
+fn go_goroutines_channels_mutexes_select() {
+    same_as_host("chan");
+}
+
+#[test]
+fn go_timers_tickers_and_sleep() {
+    same_as_host("timers");
+    same_as_host("sleepers");
+}
+
+#[test]
+fn go_tight_loop_is_preempted() {
+    // sysmon's SIGURG reaches the spinning thread (an IPI when it is on another
+    // vCPU, the preemption tick on the same one).
+    same_as_host("preempt");
+}
+
+#[test]
+fn go_panic_and_recover() {
+    same_as_host("panic");
+}
+
+#[test]
+fn go_nil_dereference_is_a_go_panic_with_status_2() {
+    for smp in ["1", "2"] {
+        let o = onering(&["run", "--smp", smp, guest().to_str().unwrap(), "nil"]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{err}");
+        assert_eq!(text(&o.stdout), "about to dereference nil\n");
+        assert!(err.starts_with("panic: runtime error: invalid memory address or nil pointer dereference\n"), "{err}");
+        assert!(err.contains("[signal SIGSEGV: segmentation violation code=0x1 addr=0x0"), "{err}");
+        assert!(err.contains("main.nilDeref()"), "{err}");
+    }
+}
+
+#[test]
+fn go_files_in_tmp() {
+    same_as_host("files");
+}
+
+#[test]
+fn go_files_in_a_rootfs() {
+    let dir = out_dir().join("rootfs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("data")).unwrap();
+    std::fs::write(dir.join("data/a.txt"), "alpha\n").unwrap();
+    std::fs::write(dir.join("data/b.txt"), "beta\n").unwrap();
+    let o = onering(&["run", "--rootfs", dir.to_str().unwrap(), guest().to_str().unwrap(), "rootfs"]);
+    assert_eq!(
+        text(&o.stdout),
+        "a.txt: \"alpha\\n\"\nb.txt: \"beta\\n\"\nrootfs is read-only: true\n",
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[test]
+fn go_exec_fails_with_a_clear_error() {
+    let o = onering(&["run", "--quiet", guest().to_str().unwrap(), "exec"]);
+    assert_eq!(
+        text(&o.stdout),
+        "exec fails with an error: true\nerror: fork/exec /bin/true: no such file or directory\n"
+    );
+    assert_eq!(o.status.code(), Some(0));
+}
+
+/// The packages the issue names, with the tests skipped for each.
+const PACKAGES: &[&str] = &[
+    "os",
+    "io",
+    "bufio",
+    "bytes",
+    "strings",
+    "strconv",
+    "time",
+    "sync",
+    "sync/atomic",
+    "context",
+    "fmt",
+    "errors",
+    "math",
+    "path/filepath",
+];
+
+fn skips(pkg: &str) -> Vec<String> {
+    let list = std::fs::read_to_string(root().join("tests/guest/go-std/skips.txt")).unwrap();
+    list.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut w = l.split_whitespace();
+            (w.next() == Some(pkg)).then(|| w.next().unwrap().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn go_standard_library_tests_pass() {
+    let dir = out_dir().join("std");
+    std::fs::create_dir_all(&dir).unwrap();
+    // One `go test -c` for all (the time package's tests need the embedded zone
+    // database: GOROOT/lib/time is outside their rootfs).
+    let out = go()
+        .args(["test", "-c", "-tags", "timetzdata", "-o"])
+        .arg(&dir)
+        .args(PACKAGES)
+        .output()
+        .expect("go (the Go toolchain must be installed)");
+    assert!(out.status.success(), "go test -c: {}", text(&out.stderr));
+    let goroot = text(&go().args(["env", "GOROOT"]).output().unwrap().stdout).trim().to_string();
+    let mut failed = Vec::new();
+    for pkg in PACKAGES {
+        let name = pkg.rsplit('/').next().unwrap();
+        let bin = dir.join(format!("{name}.test"));
+        let src = Path::new(&goroot).join("src").join(pkg);
+        let mut args = vec![
+            "run".to_string(),
+            "--smp".into(),
+            "2".into(),
+            "--mem".into(),
+            "1G".into(),
+            "--quiet".into(),
+            "--rootfs".into(),
+            src.to_str().unwrap().into(),
+            bin.to_str().unwrap().into(),
+            "-test.short".into(),
+        ];
+        let skip = skips(pkg);
+        if !skip.is_empty() {
+            args.push(format!("-test.skip=^({})$", skip.join("|")));
+        }
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = onering(&a);
+        let stdout = text(&o.stdout);
+        eprintln!("{pkg}: {}", stdout.lines().last().unwrap_or(""));
+        if o.status.code() != Some(0) || !stdout.ends_with("PASS\n") {
+            failed.push(format!("{pkg} (status {:?}):\n{stdout}\n{}", o.status.code(), text(&o.stderr)));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
