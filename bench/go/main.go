@@ -1,12 +1,13 @@
 // The seed's two Go benchmarks, one binary:
 //
 //	gobench write N   Test-1: N writes of 30 bytes to /dev/null.
+//	gobench now N     N calls of time.Now (the vDSO question: a system call here).
 //	gobench chan R    Test-2: 50 goroutines; each of R rounds sends one item to every
 //	                  goroutine over its own channel; each goroutine writes 30 bytes
 //	                  to /dev/null and sends a result back; the main goroutine also
 //	                  writes 30 bytes per goroutine.
 //
-// Prints the elapsed time in milliseconds.
+// Prints the elapsed time in milliseconds (for "now", nanoseconds per call).
 package main
 
 import (
@@ -39,6 +40,14 @@ func main() {
 		for i := 0; i < n; i++ {
 			f.Write(line)
 		}
+	case "now":
+		var sink int64
+		for i := 0; i < n; i++ {
+			sink += time.Now().UnixNano() & 1
+		}
+		if sink < 0 {
+			fmt.Fprintln(os.Stderr, "impossible")
+		}
 	case "chan":
 		const workers = 50
 		in := make([]chan int, workers)
@@ -68,6 +77,10 @@ func main() {
 	default:
 		fmt.Fprintln(os.Stderr, "unknown mode", os.Args[1])
 		os.Exit(64)
+	}
+	if os.Args[1] == "now" {
+		fmt.Printf("%.1f\n", float64(time.Since(start).Nanoseconds())/float64(n))
+		return
 	}
 	fmt.Printf("%.1f\n", float64(time.Since(start).Microseconds())/1000)
 }

@@ -386,6 +386,13 @@ fn thread_stress_matches_the_host_on_1_2_4_vcpus() {
 }
 
 #[test]
+fn epoll_eventfd_and_poll_match_the_host() {
+    // Level- and edge-triggered, one-shot, hang-up, errors, timeouts, and waits
+    // ended by another thread (on another vCPU, too).
+    same_as_host_on_1_2_4_vcpus(&musl("poll"));
+}
+
+#[test]
 fn exit_from_a_thread_ends_the_program_on_any_vcpu_count() {
     let bin = musl("stress");
     for smp in ["1", "2", "4"] {

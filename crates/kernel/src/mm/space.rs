@@ -25,7 +25,7 @@ use super::vma::{Vma, VmaKind, VmaSet, PROT_EXEC, PROT_READ, PROT_WRITE};
 use crate::errno::Errno;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
-use core::cell::RefCell;
+use core::cell::{Cell, RefCell};
 use onering_abi::layout::{align_down, align_up, HUGE_PAGE_SIZE, PAGE_SIZE, USER_END};
 
 /// Page-table operations on the live address space.
@@ -185,6 +185,10 @@ pub enum Fault {
 pub struct AddressSpace<M> {
     pub vmas: VmaSet,
     backing: RefCell<Backing<M>>,
+    /// A block of a lazy mapping `check` found backed last time (u64::MAX: none):
+    /// system calls keep using the same stack and buffers, and this saves them the
+    /// block lookup. Forgotten whenever blocks are released.
+    hot: Cell<u64>,
     brk_start: u64,
     brk: u64,
     mmap_bottom: u64,
@@ -197,6 +201,7 @@ impl<M: Mmu> AddressSpace<M> {
         Self {
             vmas: VmaSet::new(),
             backing: RefCell::new(Backing { blocks: BTreeMap::new(), chunks, mmu }),
+            hot: Cell::new(u64::MAX),
             brk_start,
             brk: brk_start,
             mmap_bottom,
@@ -255,6 +260,7 @@ impl<M: Mmu> AddressSpace<M> {
             self.backing.get_mut().zero_backed(v.start, v.end);
         }
         self.backing.get_mut().release_unused(&self.vmas, start, end);
+        self.hot.set(u64::MAX);
     }
 
     /// Fails with ENOMEM when `more` further VMAs would exceed [`MAX_MAP_COUNT`].
@@ -490,7 +496,14 @@ impl<M: Mmu> AddressSpace<M> {
             at = v.end;
             if at >= end {
                 if lazy {
-                    self.backing.borrow_mut().back(addr, end)?;
+                    let block = align_down(addr, HUGE_PAGE_SIZE);
+                    let one = align_up(end, HUGE_PAGE_SIZE) - block == HUGE_PAGE_SIZE;
+                    if !(one && self.hot.get() == block) {
+                        self.backing.borrow_mut().back(addr, end)?;
+                        if one {
+                            self.hot.set(block);
+                        }
+                    }
                 }
                 return Ok(());
             }

@@ -234,6 +234,22 @@ mod tests {
     }
 
     #[test]
+    fn docs_list_exactly_the_table() {
+        let doc = include_str!("../../../../docs/syscalls.md");
+        let mut listed: alloc::vec::Vec<u64> = doc
+            .lines()
+            .filter_map(|l| l.strip_prefix("| "))
+            .filter_map(|l| l.split(" |").next())
+            .flat_map(|nrs| nrs.split(',').map(|n| n.trim().parse::<u64>()).collect::<alloc::vec::Vec<_>>())
+            .filter_map(Result::ok)
+            .collect();
+        listed.sort_unstable();
+        let mut table: alloc::vec::Vec<u64> = IMPLEMENTED.iter().map(|(n, _)| *n).collect();
+        table.sort_unstable();
+        assert_eq!(listed, table, "docs/syscalls.md and the table disagree");
+    }
+
+    #[test]
     fn frame_matches_entry_layout() {
         // syscall_entry pushes 16 registers; rsp must stay 16-byte aligned.
         assert_eq!(core::mem::size_of::<SyscallFrame>(), 16 * 8);
