@@ -18,6 +18,7 @@ fn main() {
         "crates/kernel/link.ld",
         "crates/kernel/Cargo.toml",
         "crates/abi/src",
+        "crates/onering/vdso",
         "Cargo.lock",
         "Cargo.toml",
     ] {
@@ -113,4 +114,47 @@ fn main() {
         preempt = sym("preempt_stub"),
     );
     std::fs::write(out.join("kernel_image.rs"), consts).unwrap();
+    build_vdso(&manifest.join("vdso"), &out);
+}
+
+/// Compiles the vDSO (vdso/vdso.c: clock_gettime and friends from the TSC) into a
+/// one-segment shared object whose file bytes are its memory image.
+fn build_vdso(dir: &std::path::Path, out: &std::path::Path) {
+    let so = out.join("vdso.so");
+    let cc = std::env::var_os("CC").unwrap_or_else(|| "cc".into());
+    let status = Command::new(cc)
+        .args([
+            "-O2",
+            "-fPIC",
+            "-shared",
+            "-nostdlib",
+            "-fno-stack-protector",
+            "-fno-asynchronous-unwind-tables",
+            "-fvisibility=hidden",
+            "-Wl,-Bsymbolic",
+            "-Wl,--hash-style=both",
+            "-Wl,-soname=linux-vdso.so.1",
+            "-Wl,--no-undefined",
+            "-Wl,--build-id=none",
+            "-Wl,-s",
+        ])
+        .arg(format!("-Wl,--version-script={}", dir.join("vdso.lds").display()))
+        .arg(format!("-Wl,-T,{}", dir.join("layout.lds").display()))
+        .arg(dir.join("vdso.c"))
+        .arg("-o")
+        .arg(&so)
+        .status()
+        .expect("running cc to build the vDSO (apt-get install gcc)");
+    assert!(status.success(), "building the vDSO failed");
+    let bytes = std::fs::read(&so).unwrap();
+    let elf = object::File::parse(&*bytes).expect("parsing the vDSO");
+    assert!(elf.segments().count() == 1, "the vDSO must be one segment");
+    assert!(elf.segments().all(|s| s.file_range().0 == s.address()), "vDSO offsets must equal addresses");
+    assert!(bytes.len() <= 4096, "the vDSO must fit in a page");
+    std::fs::write(
+        out.join("vdso.rs"),
+        "/// The vDSO image (an ELF shared object; its file bytes are its memory image).\n\
+         pub static IMAGE: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/vdso.so\"));\n",
+    )
+    .unwrap();
 }

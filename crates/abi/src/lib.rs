@@ -16,7 +16,7 @@ pub mod layout;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 5;
+pub const ABI_VERSION: u64 = 6;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -140,6 +140,24 @@ pub struct BootInfo {
     /// image; length 0 means `/`.
     pub workdir_phys: u64,
     pub workdir_len: u64,
+    /// User address of the vDSO the VMM mapped (0: none); its clock parameters go in
+    /// the page below it ([`vvar`]).
+    pub vdso_base: u64,
+}
+
+/// The page below the vDSO: clock parameters the kernel writes once at boot, which
+/// the vDSO's clock_gettime reads (u64 words at these offsets).
+pub mod vvar {
+    /// Where the page lies: this many bytes below the vDSO.
+    pub const BELOW_VDSO: u64 = 4096;
+    /// TSC value at monotonic time 0.
+    pub const TSC_BASE: u64 = 0;
+    /// Nanoseconds per TSC tick, 32.32 fixed point.
+    pub const MULT: u64 = 8;
+    /// Real time (ns since the epoch) at monotonic time 0.
+    pub const REAL_BASE: u64 = 16;
+    /// Layout version (1).
+    pub const VERSION: u64 = 24;
 }
 
 /// The first bytes of each vCPU's per-CPU area, the page the GS base points at.

@@ -46,6 +46,7 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
     let cwd = if workdir.is_empty() { ROOT } else { vfs.lookup(ROOT, workdir, true).unwrap_or(ROOT) };
     let execfn = arch::user_slice(&space, bi.execfn, bi.execfn_len).map(|s| s.to_vec()).unwrap_or_default();
     let exe = crate::fs::absolute(&vfs.path_of(cwd).unwrap_or_else(|_| b"/".to_vec()), &execfn);
+    write_vvar(&space, bi);
     kernel::init(Kernel::new(space, vfs, cwd, bi, exe));
     crate::fs::file::ON_PIPE_CLOSE.call_once(|| crate::sched::wake_all);
     crate::sched::init();
@@ -68,6 +69,27 @@ pub extern "C" fn kmain(boot_info: u64) -> ! {
         _ => panic!("cannot create the first thread"),
     }
     crate::sched::idle_loop()
+}
+
+/// The vDSO's clock page (below the vDSO, in the program's image mapping): the
+/// parameters of the kernel's own clock.
+fn write_vvar(space: &UserSpace, bi: &BootInfo) {
+    use onering_abi::vvar;
+    if bi.vdso_base == 0 {
+        return;
+    }
+    let clock = crate::time::Clock { tsc_hz: bi.tsc_hz, boot_tsc: bi.boot_tsc, boot_realtime_ns: bi.boot_realtime_ns };
+    let page = bi.vdso_base - vvar::BELOW_VDSO;
+    for (off, v) in [
+        (vvar::TSC_BASE, bi.boot_tsc),
+        (vvar::MULT, clock.mult()),
+        (vvar::REAL_BASE, bi.boot_realtime_ns),
+        (vvar::VERSION, 1),
+    ] {
+        if arch::copy_to_user(space, page + off, &v.to_le_bytes()).is_err() {
+            panic!("the vDSO's clock page at {page:#x} is not mapped");
+        }
+    }
 }
 
 fn address_space(bi: &BootInfo) -> UserSpace {

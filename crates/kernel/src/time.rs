@@ -11,10 +11,16 @@ pub struct Clock {
 pub const NS_PER_SEC: u64 = 1_000_000_000;
 
 impl Clock {
+    /// Nanoseconds per TSC tick in 32.32 fixed point: the vDSO computes time with the
+    /// same multiplication, so the two never disagree.
+    pub fn mult(&self) -> u64 {
+        ((u128::from(NS_PER_SEC) << 32) / u128::from(self.tsc_hz.max(1))) as u64
+    }
+
     /// Nanoseconds since boot at TSC value `tsc`.
     pub fn mono_ns(&self, tsc: u64) -> u64 {
         let ticks = tsc.saturating_sub(self.boot_tsc);
-        (u128::from(ticks) * u128::from(NS_PER_SEC) / u128::from(self.tsc_hz.max(1))) as u64
+        ((u128::from(ticks) * u128::from(self.mult())) >> 32) as u64
     }
 
     /// Nanoseconds since the epoch at TSC value `tsc`.
@@ -40,6 +46,11 @@ mod tests {
         assert_eq!(c.mono_ns(10), 0, "before boot clamps");
         assert_eq!(c.realtime_ns(2_000_001_000), 6 * NS_PER_SEC);
         assert_eq!(c.tsc_at(1000), 3000);
+        // 32.32 fixed point: within a nanosecond per ~4 s, as the vDSO computes it.
+        let odd = Clock { tsc_hz: 2_445_404_000, boot_tsc: 0, boot_realtime_ns: 0 };
+        let hour = 3600 * 2_445_404_000u64;
+        assert!(odd.mono_ns(hour).abs_diff(3600 * NS_PER_SEC) < 1000);
+        assert_eq!(odd.mult(), ((NS_PER_SEC as u128) << 32).div_euclid(2_445_404_000) as u64);
         let _ = Clock::default().mono_ns(u64::MAX); // no division by zero
     }
 }

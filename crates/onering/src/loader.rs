@@ -13,7 +13,7 @@ use crate::rewrite;
 use crate::stack::{self, StackError, StackSpec};
 use crate::x86::{self, PageTables, X86Error, PTE_GLOBAL, PTE_PCD, PTE_PWT};
 use onering_abi::layout::{self, align_down, align_up, direct, HUGE_PAGE_SIZE};
-use onering_abi::{BootInfo, MemRegion, PerCpuHeader, UserMapping, ABI_VERSION, BOOT_MAGIC};
+use onering_abi::{vvar, BootInfo, MemRegion, PerCpuHeader, UserMapping, ABI_VERSION, BOOT_MAGIC};
 use thiserror::Error;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -67,6 +67,8 @@ pub struct LoadSpec<'a> {
     /// The `--rootfs` image (empty for none) and the working directory (`-w`).
     pub rootfs: &'a [u8],
     pub workdir: &'a [u8],
+    /// The vDSO to map (with AT_SYSINFO_EHDR), or none.
+    pub vdso: Option<&'a [u8]>,
 }
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
@@ -199,7 +201,13 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     let none = rewrite::Plan::default();
     let rewrite = spec.rewrite.unwrap_or(&none);
     let tramp_base = align_up(vhi, 64);
-    let vend = if rewrite.trampolines.is_empty() { vhi } else { tramp_base + rewrite.trampolines.len() as u64 };
+    let tramp_end = if rewrite.trampolines.is_empty() { vhi } else { tramp_base + rewrite.trampolines.len() as u64 };
+    // Then the vDSO, if any, with its clock page below it; the break after that.
+    let vdso_base = spec.vdso.map_or(0, |_| align_up(tramp_end, layout::PAGE_SIZE) + vvar::BELOW_VDSO);
+    let vend = match spec.vdso {
+        Some(v) => vdso_base + align_up(v.len() as u64, layout::PAGE_SIZE),
+        None => tramp_end,
+    };
     let img_virt = align_down(vlo, HUGE_PAGE_SIZE);
     let img_size = align_up(vend, HUGE_PAGE_SIZE) - img_virt;
     let img_phys = next;
@@ -218,6 +226,9 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         write(mem, img_phys + (patch.addr - img_virt), &patch.bytes)?;
     }
     write(mem, img_phys + (tramp_base - img_virt), &rewrite.trampolines)?;
+    if let Some(v) = spec.vdso {
+        write(mem, img_phys + (vdso_base - img_virt), v)?;
+    }
     // The kernel.
     write(mem, layout::KERNEL_PHYS, kernel_image::IMAGE)?;
 
@@ -237,7 +248,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
 
     // The initial stack.
     let entry = prog.entry.wrapping_add(bias);
-    let auxv = [
+    let mut auxv = vec![
         (stack::AT_PHDR, prog.phdr_addr().map_or(0, |a| a + bias)),
         (stack::AT_PHENT, 56),
         (stack::AT_PHNUM, prog.phnum),
@@ -255,6 +266,10 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         (stack::AT_CLKTCK, 100),
         (stack::AT_SECURE, 0),
     ];
+    if vdso_base != 0 {
+        // Without it the C libraries and Go make the (rewritten) system call.
+        auxv.push((stack::AT_SYSINFO_EHDR, vdso_base));
+    }
     let st = stack::build(
         layout::STACK_TOP,
         &StackSpec { argv: spec.argv, envp: spec.envp, execfn: spec.execfn, random: spec.random, auxv: &auxv },
@@ -327,6 +342,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         rootfs_size: spec.rootfs.len() as u64,
         workdir_phys,
         workdir_len: spec.workdir.len() as u64,
+        vdso_base,
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
@@ -375,7 +391,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     }
     w.extend([bi.winsize, bi.uid, bi.gid, bi.execfn, bi.execfn_len]);
     w.extend(bi.seed);
-    w.extend([bi.rootfs_phys, bi.rootfs_size, bi.workdir_phys, bi.workdir_len]);
+    w.extend([bi.rootfs_phys, bi.rootfs_size, bi.workdir_phys, bi.workdir_len, bi.vdso_base]);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }
@@ -402,6 +418,7 @@ mod tests {
             workdir: &[],
             hwcap: 0,
             rewrite: None,
+            vdso: None,
         }
     }
 
@@ -409,7 +426,7 @@ mod tests {
     fn boot_info_layout_matches_the_struct() {
         assert_eq!(std::mem::size_of::<BootInfo>() % 8, 0);
         let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
-        write_boot_info(&m, &BootInfo { magic: BOOT_MAGIC, workdir_len: 77, ..Default::default() }).unwrap();
+        write_boot_info(&m, &BootInfo { magic: BOOT_MAGIC, vdso_base: 77, ..Default::default() }).unwrap();
         let last: u64 =
             m.read_obj(GuestAddress(layout::BOOT_INFO_PHYS + std::mem::size_of::<BootInfo>() as u64 - 8)).unwrap();
         assert_eq!(last, 77);
@@ -431,6 +448,23 @@ mod tests {
         assert_eq!(argc, 0);
         assert!(x86::translate(&mem, layout::BOOT_PT_PHYS, kernel_image::ENTRY).is_some());
         assert!(bi.phys_free_start < 64 << 20);
+        assert_eq!(bi.vdso_base, 0, "no vDSO asked for");
+    }
+
+    #[test]
+    fn the_vdso_follows_the_image_with_its_clock_page_below() {
+        let file = tiny_elf(&[0x90]);
+        let prog = Program::parse(&file).unwrap();
+        let mem = GuestMemoryMmap::from_ranges(&crate::vm::ram_ranges(64 << 20)).unwrap();
+        let vdso = [0x7fu8, b'E', b'L', b'F', 1, 2, 3];
+        let (bi, _) = load(&mem, &LoadSpec { vdso: Some(&vdso), ..spec(64 << 20) }, &prog, &file).unwrap();
+        assert_eq!(bi.vdso_base, 0x403000, "a page for the clock between the image and the vDSO");
+        assert_eq!(bi.brk_start, 0x404000, "the break after the vDSO");
+        let (pa, _) = x86::translate(&mem, layout::BOOT_PT_PHYS, bi.vdso_base).unwrap();
+        let mut got = [0u8; 7];
+        mem.read_slice(&mut got, GuestAddress(pa)).unwrap();
+        assert_eq!(got, vdso);
+        assert!(crate::vdso::IMAGE.starts_with(b"\x7fELF"));
     }
 
     #[test]

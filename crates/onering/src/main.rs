@@ -44,6 +44,10 @@ mod kernel_image {
     include!(concat!(env!("OUT_DIR"), "/kernel_image.rs"));
 }
 
+mod vdso {
+    include!(concat!(env!("OUT_DIR"), "/vdso.rs"));
+}
+
 use clap::{Args, Parser, Subcommand};
 use exit::Outcome;
 use std::ffi::OsString;
@@ -105,6 +109,10 @@ struct RunArgs {
     /// comparison and debugging).
     #[arg(long)]
     no_rewrite: bool,
+    /// Give the program no vDSO: clock_gettime and gettimeofday become system calls
+    /// (for comparison and debugging).
+    #[arg(long)]
+    no_vdso: bool,
     /// The static x86-64 ELF program.
     program: OsString,
     /// Its arguments (everything after PROGRAM goes to the program).
@@ -407,6 +415,7 @@ fn boot(
         argv: &argv,
         envp: &envp,
         execfn: path.as_bytes(),
+        vdso: (!args.no_vdso).then_some(vdso::IMAGE),
         flags,
         winsize: if flags & onering_abi::flags::STDOUT_TTY != 0 { sys::winsize(1) } else { 0 },
         uid,

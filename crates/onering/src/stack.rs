@@ -24,6 +24,7 @@ pub const AT_SECURE: u64 = 23;
 pub const AT_RANDOM: u64 = 25;
 pub const AT_HWCAP2: u64 = 26;
 pub const AT_EXECFN: u64 = 31;
+pub const AT_SYSINFO_EHDR: u64 = 33;
 
 /// Linux limits arguments plus environment to a quarter of the 8 MiB stack.
 pub const MAX_ARG_BYTES: usize = 2 << 20;

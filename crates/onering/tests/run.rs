@@ -386,6 +386,22 @@ fn thread_stress_matches_the_host_on_1_2_4_vcpus() {
 }
 
 #[test]
+fn the_vdso_clocks_agree_with_the_system_call() {
+    // musl and glibc both find it; --no-vdso leaves it out; interleaved vDSO and
+    // system-call reads never go backwards.
+    for bin in [musl("vdso"), glibc("vdso")] {
+        for (flags, seen) in [(&[][..], "yes"), (&["--no-vdso"][..], "no"), (&["--smp", "2"][..], "yes")] {
+            let mut a = vec!["run"];
+            a.extend_from_slice(flags);
+            a.push(bin.to_str().unwrap());
+            let o = onering(&a);
+            assert_eq!(stdout(&o), format!("vdso {seen}\nclocks ok\n"), "{flags:?}: {}", stderr(&o));
+            assert_eq!(status(&o), 0);
+        }
+    }
+}
+
+#[test]
 fn epoll_eventfd_and_poll_match_the_host() {
     // Level- and edge-triggered, one-shot, hang-up, errors, timeouts, and waits
     // ended by another thread (on another vCPU, too).
