@@ -127,7 +127,12 @@ fn address_space(bi: &BootInfo) -> UserSpace {
 /// Called by `syscall_entry` with the frame it built; leaves the result in `rax`,
 /// or returns into a signal handler if one is due.
 pub extern "C" fn syscall_dispatch(frame: &mut SyscallFrame) {
+    let nr = frame.rax;
     frame.rax = syscall::dispatch(frame);
+    if frame.rax == crate::errno::Errno::ERESTARTSYS.to_ret() {
+        // Interrupted by a signal: EINTR, or (SA_RESTART) again after the handler.
+        frame.rax = crate::syscall::signal::restart_or_eintr(nr);
+    }
     // Two loads on the way out: anything pending for the thread (a signal, or the
     // end of its process, which also marks SIGKILL pending), or a reschedule request
     // for the CPU?

@@ -44,6 +44,10 @@ pub enum Errno {
     EOVERFLOW = 75,
     ENOTSUP = 95,
     ETIMEDOUT = 110,
+    /// Internal, never seen by the program: a blocking call was interrupted by a
+    /// signal and restarts after the handler if the handler has SA_RESTART (else the
+    /// program gets EINTR). Linux's ERESTARTSYS.
+    ERESTARTSYS = 512,
 }
 
 /// The result type of every system-call handler.

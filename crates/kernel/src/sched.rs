@@ -68,6 +68,11 @@ pub struct Thread {
     pub clear_child_tid: AtomicU64,
     /// `set_robust_list`: the head of its list of held robust mutexes (0: none).
     pub robust_list: AtomicU64,
+    /// SA_RESTART: the next signal frame built is for a handler after which the
+    /// interrupted call runs again; `restarts` lists such frames (their ucontext
+    /// addresses), newest last.
+    pub restart_next: AtomicBool,
+    pub restarts: Mutex<Vec<u64>>,
     /// Set by a vfork child's exit for its parent thread.
     pub vfork_done: AtomicBool,
     /// Its process ended: the thread ends at its next chance.
@@ -393,6 +398,8 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
                 vfork_done: AtomicBool::new(false),
                 doomed: AtomicBool::new(false),
                 robust_list: AtomicU64::new(0),
+                restart_next: AtomicBool::new(false),
+                restarts: Mutex::new(Vec::new()),
                 last_fault: AtomicU64::new(u64::MAX),
             }));
             s.allocated += 1;
@@ -415,6 +422,8 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
     *t.altstack.lock() = (0, signal::SS_DISABLE, 0);
     t.clear_child_tid.store(0, Relaxed);
     t.robust_list.store(0, Relaxed);
+    t.restart_next.store(false, Relaxed);
+    t.restarts.lock().clear();
     t.vfork_done.store(false, Relaxed);
     t.doomed.store(false, Relaxed);
     t.last_fault.store(u64::MAX, Relaxed);

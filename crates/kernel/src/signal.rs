@@ -25,8 +25,9 @@ pub mod sig {
 }
 
 /// `sa_flags` bits the kernel acts on (the handler is always called with siginfo
-/// and returns through `sa_restorer`; SA_RESTART is not honoured).
+/// and returns through `sa_restorer`).
 pub mod sa {
+    pub const RESTART: u64 = 0x1000_0000;
     pub const ONSTACK: u64 = 0x0800_0000;
     pub const NODEFER: u64 = 0x4000_0000;
     pub const RESETHAND: u64 = 0x8000_0000;

@@ -1,6 +1,8 @@
 /* Signals: handlers with siginfo, the alternate stack, masks and pending signals,
    ignored signals, faults caught by handlers (and left with siglongjmp), FP state
-   kept across a handler, a sleep interrupted by a signal from another thread.
+   kept across a handler, a sleep interrupted by a signal from another thread, and
+   SA_RESTART: a blocked pipe read, wait and futex wait go on after the handler
+   (without it: EINTR).
    Same output on the host and in onering; prints "signals ok".
    With an argument: "term" kills itself with SIGTERM, "segv" faults without a handler. */
 #define _GNU_SOURCE
@@ -67,6 +69,53 @@ static int registers_survive(void) {
                  : "rcx", "r11", "memory");
     return ret == 0 && r8 == 0x0808 && r9 == 0x0909 && r10 == 0x1010 && r12 == 0x1212 && r13 == 0x1313 &&
            r14 == 0x1414 && r15 == 0x1515 && rbx == 0xbbbb;
+}
+
+/* ---- SA_RESTART ---- */
+static volatile int restarts_seen;
+static int rpipe[2];
+static void on_hup(int s) {
+    (void)s;
+    restarts_seen++;
+}
+/* Signals the main thread twice while it is blocked, then writes. */
+static void *interrupter(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 2; i++) {
+        usleep(20000);
+        pthread_kill(main_thread, SIGHUP);
+    }
+    usleep(20000);
+    write(rpipe[1], "z", 1);
+    return NULL;
+}
+static int blocked_read_with(int flags) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_hup;
+    sa.sa_flags = flags;
+    sigaction(SIGHUP, &sa, NULL);
+    pipe(rpipe);
+    restarts_seen = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, interrupter, NULL);
+    char c = 0;
+    int r = (int)read(rpipe[0], &c, 1);
+    int e = errno;
+    pthread_join(t, NULL);
+    close(rpipe[0]);
+    close(rpipe[1]);
+    errno = e;
+    return r == 1 && c == 'z' ? 1 : r == -1 ? -e : 0;
+}
+static volatile int futex_word;
+static void *futex_waker(void *arg) {
+    (void)arg;
+    usleep(20000);
+    pthread_kill(main_thread, SIGHUP);
+    usleep(20000);
+    futex_word = 1;
+    syscall(SYS_futex, &futex_word, 1 /* FUTEX_WAKE */, 1, NULL, NULL, 0);
+    return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -153,6 +202,24 @@ int main(int argc, char **argv) {
     CHECK(r == -1 && e == EINTR, "nanosleep interrupted: EINTR");
     CHECK(rem.tv_sec >= 3 && rem.tv_sec <= 5, "and the time remaining");
     pthread_join(p, NULL);
+
+    main_thread = pthread_self();
+    CHECK(blocked_read_with(SA_RESTART) == 1 && restarts_seen == 2,
+          "SA_RESTART: a blocked pipe read goes on after two handlers");
+    CHECK(blocked_read_with(0) == -EINTR, "without SA_RESTART: EINTR");
+    struct sigaction sr = {0};
+    sr.sa_handler = on_hup;
+    sr.sa_flags = SA_RESTART;
+    sigaction(SIGHUP, &sr, NULL);
+    restarts_seen = 0;
+    pthread_t fw;
+    pthread_create(&fw, NULL, futex_waker, NULL);
+    long fr;
+    do {
+        fr = syscall(SYS_futex, &futex_word, 0 /* FUTEX_WAIT */, 0, NULL, NULL, 0);
+    } while (fr == 0 && futex_word == 0);
+    pthread_join(fw, NULL);
+    CHECK(fr == 0 && futex_word == 1 && restarts_seen == 1, "SA_RESTART: a futex wait goes on after the handler");
 
     printf(failures ? "signals failed\n" : "signals ok\n");
     return failures;

@@ -220,7 +220,7 @@ fn blocking(fd: u64, mut op: impl FnMut(&mut Kernel) -> SysResult) -> SysResult 
         let w = crate::sched::block(None);
         crate::sched::finish_wait(key);
         if w == crate::sched::Wake::Interrupted {
-            return Err(Errno::EINTR);
+            return Err(Errno::ERESTARTSYS);
         }
     }
 }

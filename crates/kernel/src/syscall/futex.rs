@@ -89,6 +89,10 @@ fn wait(addr: u64, val: u32, bitset: u32, until: Option<u64>) -> SysResult {
     match (w, queued) {
         (_, false) | (Wake::Woken, _) => Ok(0),
         (Wake::TimedOut, true) => Err(Errno::ETIMEDOUT),
+        // Without a timeout the wait restarts after an SA_RESTART handler (with one,
+        // it would have to count the time already waited: EINTR, which callers
+        // of futex expect anyway).
+        (Wake::Interrupted, true) if until.is_none() => Err(Errno::ERESTARTSYS),
         (Wake::Interrupted, true) => Err(Errno::EINTR),
     }
 }

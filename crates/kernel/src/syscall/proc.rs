@@ -355,7 +355,7 @@ pub fn wait4(f: &mut SyscallFrame) -> SysResult {
         let w = sched::block(None);
         sched::finish_wait(wait_key(me.pid()));
         if w == Wake::Interrupted {
-            return Err(Errno::EINTR);
+            return Err(Errno::ERESTARTSYS);
         }
     }
 }

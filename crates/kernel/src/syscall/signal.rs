@@ -6,7 +6,11 @@
 //! thread's stack or alternate stack and returns into the handler with every other
 //! register intact; `rt_sigreturn` reads the frame back and returns to the
 //! interrupted code with every register restored (`arch::thread::full_return`).
-//! A blocking call interrupted by a signal returns EINTR (no automatic restart).
+//! A blocking call interrupted by a signal (read or write of a pipe or eventfd, wait4,
+//! a futex wait without timeout) runs again after the handler if the handler has
+//! SA_RESTART, as on Linux: its frame is marked, and `rt_sigreturn` of a marked frame
+//! makes the call again with the restored registers. Otherwise, and for calls Linux
+//! never restarts (sleeps, poll, epoll, timed waits), the program gets EINTR.
 //! Signals for a thread running on another vCPU wait for its next system call.
 
 use super::SyscallFrame;
@@ -284,11 +288,15 @@ fn terminate(t: &'static Thread, s: u64, rip: u64, addr: u64) -> ! {
 /// about to return to): the registers to return with instead (a handler's entry),
 /// or `regs` unchanged when every signal was ignored. A default action that ends
 /// the program does not return.
-pub fn deliver(regs: Regs) -> Regs {
+pub fn deliver(mut regs: Regs) -> Regs {
     let t = sched::current();
     loop {
         let ready = t.deliverable();
         if ready == 0 {
+            if t.restart_next.swap(false, Relaxed) {
+                // The handler that would have restarted the call did not run.
+                regs.rax = Errno::EINTR.to_ret();
+            }
             return regs;
         }
         let s = u64::from(ready.trailing_zeros()) + 1;
@@ -344,6 +352,13 @@ fn frame(t: &'static Thread, regs: &Regs, s: u64, info: &Info, act: &[u64; 4]) -
         mask |= bit(s);
     }
     t.sigmask.store(mask & !UNBLOCKABLE, Relaxed);
+    if t.restart_next.swap(false, Relaxed) {
+        let mut marked = t.restarts.lock();
+        if marked.len() >= MAX_RESTART_FRAMES {
+            marked.remove(0); // frames abandoned by longjmp out of handlers
+        }
+        marked.push(frame + sigs::UC_OFFSET);
+    }
     let mut r = *regs;
     r.rsp = frame;
     r.rdi = s;
@@ -353,6 +368,58 @@ fn frame(t: &'static Thread, regs: &Regs, s: u64, info: &Info, act: &[u64; 4]) -
     // The handler starts with DF and TF clear, as on Linux.
     r.rflags &= !(1 << 10 | 1 << 8);
     Ok(r)
+}
+
+/// Most frames remembered for SA_RESTART at once (nesting depth, plus any a
+/// program abandoned by jumping out of its handlers).
+const MAX_RESTART_FRAMES: usize = 64;
+
+/// A call returned ERESTARTSYS (a signal interrupted it): the value for rax. If the
+/// signal about to be delivered has a handler with SA_RESTART, that is the call's
+/// number again and the handler's frame is marked, so that `rt_sigreturn` makes the
+/// call again; otherwise EINTR.
+pub fn restart_or_eintr(nr: u64) -> u64 {
+    let t = sched::current();
+    let ready = t.deliverable();
+    if ready != 0 {
+        let s = u64::from(ready.trailing_zeros()) + 1;
+        let act = kernel().proc().actions[s as usize - 1];
+        if act[0] > SIG_IGN && act[1] & sa::RESTART != 0 {
+            t.restart_next.store(true, Relaxed);
+            return nr;
+        }
+    }
+    Errno::EINTR.to_ret()
+}
+
+/// Makes call `regs.rax` again with the argument registers of `regs` (after an
+/// SA_RESTART handler returned): the registers to return to the program with.
+fn call_again(regs: Regs) -> Regs {
+    let nr = regs.rax;
+    let mut f = SyscallFrame {
+        r15: regs.r15,
+        r14: regs.r14,
+        r13: regs.r13,
+        r12: regs.r12,
+        rbp: regs.rbp,
+        rbx: regs.rbx,
+        r9: regs.r9,
+        r8: regs.r8,
+        r10: regs.r10,
+        rdx: regs.rdx,
+        rsi: regs.rsi,
+        rdi: regs.rdi,
+        rax: nr,
+        rip: regs.rip,
+        rflags: regs.rflags,
+        rsp: regs.rsp,
+    };
+    let mut ret = super::dispatch(&mut f);
+    if ret == Errno::ERESTARTSYS.to_ret() {
+        ret = restart_or_eintr(nr);
+    }
+    // As the syscall instruction would: rcx and r11 hold rip and rflags.
+    Regs { rax: ret, rcx: regs.rip, r11: regs.rflags, ..regs }
 }
 
 /// After a system call: ends the thread if its process ended, or delivers pending
@@ -409,6 +476,20 @@ pub fn rt_sigreturn(f: &mut SyscallFrame) -> SysResult {
         terminate(t, sig::SIGSEGV, f.rip, 0);
     }
     regs.rflags = (regs.rflags & 0xcd5) | 0x202;
+    // A handler with SA_RESTART returns: the interrupted call runs again.
+    let restart = {
+        let mut marked = t.restarts.lock();
+        match marked.iter().position(|&a| a == f.rsp) {
+            Some(i) => {
+                marked.truncate(i); // newer ones were abandoned
+                true
+            }
+            None => false,
+        }
+    };
+    if restart {
+        regs = call_again(regs);
+    }
     let regs = deliver(regs);
     arch::thread::full_return(&regs)
 }
