@@ -1,9 +1,13 @@
 /* Arguments a broken or malicious program might pass: each must give an error code
    (never a kernel panic or a hung VM). Prints "hostile ok" when every answer is right. */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <poll.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -53,6 +57,27 @@ int main(void) {
         return fail("mapping past the end of user space");
     if (mmap(0, 1ul << 46, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED || errno != ENOMEM)
         return fail("64 TiB of memory");
+    /* epoll, eventfd, poll, clone3 with bad pointers and sizes. */
+    int ep = epoll_create1(0), pp[2];
+    pipe(pp);
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, pp[0], (void *)8) != -1 || errno != EFAULT) return fail("epoll_ctl bad event");
+    struct epoll_event ev = {EPOLLIN, {0}};
+    epoll_ctl(ep, EPOLL_CTL_ADD, pp[0], &ev);
+    write(pp[1], "x", 1);
+    if (epoll_wait(ep, (void *)8, 4, 0) != -1 || errno != EFAULT) return fail("epoll_wait bad buffer");
+    if (epoll_wait(ep, &ev, -1, 0) != -1 || errno != EINVAL) return fail("epoll_wait negative maxevents");
+    if (epoll_wait(pp[0], &ev, 1, 0) != -1 || errno != EINVAL) return fail("epoll_wait on a pipe");
+    int efd = eventfd(0, EFD_NONBLOCK);
+    if (read(efd, (void *)8, 8) != -1 || (errno != EFAULT && errno != EAGAIN)) return fail("eventfd read bad buffer");
+    if (write(efd, (void *)8, 8) != -1 || errno != EFAULT) return fail("eventfd write bad buffer");
+    if (poll((void *)8, 1, 0) != -1 || errno != EFAULT) return fail("poll bad array");
+    if (poll(&(struct pollfd){0, 0, 0}, 1ul << 40, 0) != -1 || errno != EINVAL) return fail("poll of 2^40 fds");
+    if (syscall(435 /* clone3 */, (void *)8, 64) != -1 || errno != EFAULT) return fail("clone3 bad args");
+    if (syscall(435, &ev, 8) != -1 || errno != EINVAL) return fail("clone3 short args");
+    if (syscall(435, &ev, 1ul << 20) != -1 || errno != E2BIG) return fail("clone3 huge args");
+    if (syscall(SYS_copy_file_range, efd, 0, 1, 0, 1ul << 40, 0) != -1 || errno != EINVAL)
+        return fail("copy_file_range of an eventfd");
+    if (syscall(SYS_utimensat, AT_FDCWD, "/tmp", (void *)8, 0) != -1 || errno != EFAULT) return fail("utimensat bad times");
     printf("hostile ok\n");
     return 0;
 }

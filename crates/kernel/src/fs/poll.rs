@@ -162,9 +162,18 @@ pub struct Scan {
     pub keys: Vec<u64>,
 }
 
-/// Most registrations one epoll holds (Linux bounds them by memory; ours live in the
-/// kernel heap).
-pub const MAX_REGS: usize = 65536;
+/// Most registrations all epolls together hold (Linux's max_user_watches; ours live
+/// in the kernel heap, ~100 bytes each): past it, EPOLL_CTL_ADD is ENOSPC.
+pub const MAX_REGS: usize = 16384;
+
+/// Registrations alive in all epolls.
+static REGS: core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+
+impl Drop for Epoll {
+    fn drop(&mut self) {
+        REGS.fetch_sub(self.regs.len(), core::sync::atomic::Ordering::Relaxed);
+    }
+}
 
 impl Epoll {
     pub fn new() -> Self {
@@ -207,7 +216,8 @@ impl Epoll {
                 if self.regs.contains_key(&key) {
                     return Err(Errno::EEXIST);
                 }
-                if self.regs.len() >= MAX_REGS {
+                if REGS.fetch_add(1, core::sync::atomic::Ordering::Relaxed) >= MAX_REGS {
+                    REGS.fetch_sub(1, core::sync::atomic::Ordering::Relaxed);
                     return Err(Errno::ENOSPC);
                 }
                 self.regs.insert(key, Reg { file: Arc::downgrade(file), events, data, seen: None, disarmed: false });
@@ -224,7 +234,11 @@ impl Epoll {
                 r.disarmed = false;
                 Ok(())
             }
-            EPOLL_CTL_DEL => self.regs.remove(&key).map(|_| ()).ok_or(Errno::ENOENT),
+            EPOLL_CTL_DEL => {
+                self.regs.remove(&key).ok_or(Errno::ENOENT)?;
+                REGS.fetch_sub(1, core::sync::atomic::Ordering::Relaxed);
+                Ok(())
+            }
             _ => Err(Errno::EINVAL),
         }
     }
@@ -234,7 +248,9 @@ impl Epoll {
     /// file is gone are dropped.
     pub fn scan(&mut self, max: usize) -> Scan {
         let mut out = Scan::default();
+        let before = self.regs.len();
         self.regs.retain(|_, r| r.file.strong_count() > 0);
+        REGS.fetch_sub(before - self.regs.len(), core::sync::atomic::Ordering::Relaxed);
         for r in self.regs.values_mut() {
             let Some(file) = r.file.upgrade() else { continue };
             let Some(now) = readiness(&file) else { continue };

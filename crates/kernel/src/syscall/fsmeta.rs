@@ -342,8 +342,8 @@ pub fn getgroups(f: &mut SyscallFrame) -> SysResult {
     Ok(1)
 }
 
-/// copy_file_range between files of the tree (at most 1 MiB per call, as a short
-/// copy the caller continues).
+/// copy_file_range between files of the tree (at most 64 KiB per call, through a
+/// kernel-heap buffer: a short copy, which callers continue).
 pub fn copy_file_range(f: &mut SyscallFrame) -> SysResult {
     let [fd_in, off_in, fd_out, off_out, len, flags] = f.args();
     if flags != 0 {
@@ -374,7 +374,7 @@ pub fn copy_file_range(f: &mut SyscallFrame) -> SysResult {
     };
     let at_in = read_off(k, off_in, fin.offset())?;
     let at_out = read_off(k, off_out, fout.offset())?;
-    let len = len.min(1 << 20);
+    let len = len.min(64 << 10);
     if src == dst && at_in < at_out.saturating_add(len) && at_out < at_in.saturating_add(len) {
         return Err(Errno::EINVAL); // overlapping ranges of one file, as Linux
     }
