@@ -13,6 +13,10 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 /// Largest single write, as Linux's MAX_RW_COUNT.
 const MAX_WRITE: u64 = 0x7fff_f000;
 const MAX_PANIC_MESSAGE: u64 = 4096;
+/// Halts and kicks so far, all vCPUs together (for `--stats`).
+pub static HALTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub static KICKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Longest single `Halt` (the guest asks again if it needs more).
 const MAX_HALT_NS: u64 = 1_000_000_000;
 /// Bytes copied out of the guest at a time by `Write`.
@@ -146,11 +150,14 @@ fn hostcall(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::FaultAddr) => env.cr2() as i64,
         Some(Hostcall::Read) => read(args, env),
         Some(Hostcall::Halt) => {
+            HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
             0
         }
         Some(Hostcall::Kick) if args[0] >= env.ncpus() => -EINVAL,
-        Some(Hostcall::Kick) => match env.kick(args[0]) {
+        Some(Hostcall::Kick) => match env.kick(args[0]).inspect(|_| {
+            KICKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }) {
             Ok(()) => 0,
             Err(e) => return Action::Stop(Outcome::GuestError(e)),
         },

@@ -485,17 +485,21 @@ fn signal_name(sig: u64) -> String {
     name.to_string()
 }
 
-/// `--stats`: system-call sites rewritten and left, calls that trapped.
+/// `--stats`: system-call sites rewritten and left, calls that trapped, and how
+/// often vCPUs halted in the VMM and were kicked awake.
 fn print_stats(mem: &GuestMemoryMmap, r: loader::RewriteStats) {
+    use std::sync::atomic::Ordering::Relaxed;
     use vm_memory::Bytes;
     let at = onering_abi::layout::PERCPU_PHYS + onering_abi::percpu_offsets::TRAPS as u64;
     let traps: u64 = mem.read_obj(vm_memory::GuestAddress(at)).unwrap_or(0);
     say!(
-        "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped",
+        "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped; {} halts, {} kicks",
         r.sites,
         r.rewritten,
         r.sites - r.rewritten,
-        traps
+        traps,
+        exit::HALTS.load(Relaxed),
+        exit::KICKS.load(Relaxed)
     );
 }
 
