@@ -402,6 +402,11 @@ fn the_vdso_clocks_agree_with_the_system_call() {
 }
 
 #[test]
+fn named_pipes_match_the_host() {
+    same_as_host_on_1_2_4_vcpus(&musl("fifo"));
+}
+
+#[test]
 fn epoll_eventfd_and_poll_match_the_host() {
     // Level- and edge-triggered, one-shot, hang-up, errors, timeouts, and waits
     // ended by another thread (on another vCPU, too).

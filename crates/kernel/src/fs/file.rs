@@ -243,6 +243,34 @@ pub fn pipe(flags: u32) -> (FileRef, FileRef) {
     (Arc::new(r), Arc::new(w))
 }
 
+/// The pipe of a new named pipe: no ends open yet.
+pub fn fifo_pipe() -> Arc<Mutex<Pipe>> {
+    Arc::new(Mutex::new(Pipe { buf: VecDeque::new(), readers: 0, writers: 0, gen: 0 }))
+}
+
+/// Opens an end of named pipe `p` (`write`: the write end). When nobody has it open
+/// any more its leftover data is dropped, as on Linux.
+pub fn fifo_end(p: &Arc<Mutex<Pipe>>, write: bool, status: u32, hold: super::vfs::Hold) -> FileRef {
+    {
+        let mut g = p.lock();
+        if g.readers == 0 && g.writers == 0 {
+            g.buf.clear();
+        }
+        if write {
+            g.writers += 1;
+        } else {
+            g.readers += 1;
+        }
+        g.gen += 1;
+    }
+    let (kind, acc) = if write {
+        (Kind::PipeWrite(p.clone()), oflag::O_WRONLY)
+    } else {
+        (Kind::PipeRead(p.clone()), oflag::O_RDONLY)
+    };
+    Arc::new(OpenFile::new(kind, acc | (status & oflag::O_NONBLOCK)).holding(hold))
+}
+
 /// Most open descriptors (RLIMIT_NOFILE).
 pub const MAX_FDS: usize = 1024;
 

@@ -38,6 +38,8 @@ pub enum Data {
     Static(&'static [u8]),
     Symlink(Vec<u8>),
     Device(Device),
+    /// A named pipe (`mkfifo`): opening it gives an end of this pipe.
+    Fifo(alloc::sync::Arc<spin::Mutex<super::file::Pipe>>),
 }
 
 #[derive(Debug)]
@@ -99,6 +101,7 @@ impl Node {
             Data::File(_) | Data::Static(_) => mode::S_IFREG,
             Data::Symlink(_) => mode::S_IFLNK,
             Data::Device(_) => mode::S_IFCHR,
+            Data::Fifo(_) => mode::S_IFIFO,
         };
         t | (self.mode & 0o7777)
     }
@@ -108,7 +111,7 @@ impl Node {
             Data::File(v) => v.len() as u64,
             Data::Static(s) => s.len() as u64,
             Data::Symlink(t) => t.len() as u64,
-            Data::Dir(_) | Data::Device(_) => 0,
+            Data::Dir(_) | Data::Device(_) | Data::Fifo(_) => 0,
         }
     }
 
@@ -446,6 +449,21 @@ impl Vfs {
         self.node_mut(ino).mtime = now;
         self.node_mut(ino).atime = now;
         Ok(ino)
+    }
+
+    /// Creates a named pipe `name` in `dir`.
+    pub fn mkfifo(&mut self, dir: Ino, name: &[u8], mode: u32, now: u64) -> Result<Ino, Errno> {
+        let ino = self.create(dir, name, mode, false, now)?;
+        self.node_mut(ino).data = Data::Fifo(super::file::fifo_pipe());
+        Ok(ino)
+    }
+
+    /// The pipe of named pipe `ino`.
+    pub fn fifo(&self, ino: Ino) -> Option<alloc::sync::Arc<spin::Mutex<super::file::Pipe>>> {
+        match &self.node(ino).data {
+            Data::Fifo(p) => Some(p.clone()),
+            _ => None,
+        }
     }
 
     /// Creates a symbolic link `name` in `dir` pointing at `target`.

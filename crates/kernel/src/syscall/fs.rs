@@ -346,7 +346,14 @@ pub fn writev(f: &mut SyscallFrame) -> SysResult {
 
 // ---- opening and closing ----------------------------------------------------------
 
-fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64) -> SysResult {
+/// What opening found: a descriptor, or an end of a named pipe that (blocking) must
+/// wait for the other end.
+enum Opened {
+    Fd(u64),
+    Fifo { end: FileRef, write: bool, cloexec: bool },
+}
+
+fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64) -> Result<Opened, Errno> {
     let flags = flags as u32;
     let path = path_arg(k, path_addr)?;
     let base = base_dir(k, dirfd, &path)?;
@@ -405,19 +412,65 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
             k.vfs.truncate(ino, 0, now)?;
         }
     }
+    let cloexec = flags & oflag::O_CLOEXEC != 0;
+    if let Some(p) = k.vfs.fifo(ino).filter(|_| flags & oflag::O_PATH == 0) {
+        let write = match acc {
+            oflag::O_RDONLY => false,
+            oflag::O_WRONLY => true,
+            _ => return Err(Errno::EINVAL), // read-write named pipes are not offered
+        };
+        if write && flags & oflag::O_NONBLOCK != 0 && p.lock().readers == 0 {
+            return Err(Errno::ENXIO); // as Linux: nobody to read
+        }
+        let end = file::fifo_end(&p, write, flags, k.vfs.hold(ino));
+        crate::sched::wake_all(file::pipe_key(&p)); // an opener waiting for this end
+        return Ok(Opened::Fifo { end, write, cloexec });
+    }
     let keep = oflag::O_ACCMODE | oflag::O_APPEND | oflag::O_NONBLOCK | oflag::O_PATH | oflag::O_DIRECTORY;
     let file = Arc::new(OpenFile::new(Kind::Node(ino), flags & keep).holding(k.vfs.hold(ino)));
-    k.cur().fds.insert(file, flags & oflag::O_CLOEXEC != 0)
+    k.cur().fds.insert(file, cloexec).map(Opened::Fd)
+}
+
+/// open/openat: a named pipe opened without O_NONBLOCK waits for its other end, as
+/// on Linux (a reader for a writer, a writer for a reader).
+fn open_file(dirfd: u64, path: u64, flags: u64, mode: u64) -> SysResult {
+    let opened = open_at(&mut kernel(), dirfd, path, flags, mode)?;
+    let (end, write, cloexec) = match opened {
+        Opened::Fd(fd) => return Ok(fd),
+        Opened::Fifo { end, write, cloexec } => (end, write, cloexec),
+    };
+    let Some(key) = end.pipe_key() else { return Err(Errno::EINVAL) };
+    loop {
+        {
+            let k = &mut *kernel();
+            let ready = match &end.kind {
+                Kind::PipeRead(p) | Kind::PipeWrite(p) => {
+                    let p = p.lock();
+                    flags as u32 & oflag::O_NONBLOCK != 0 || if write { p.readers > 0 } else { p.writers > 0 }
+                }
+                _ => true,
+            };
+            if ready {
+                return k.cur().fds.insert(end, cloexec);
+            }
+            crate::sched::prepare_wait(key);
+        }
+        let w = crate::sched::block(None);
+        crate::sched::finish_wait(key);
+        if w == crate::sched::Wake::Interrupted {
+            return Err(Errno::ERESTARTSYS); // dropping `end` closes it again
+        }
+    }
 }
 
 pub fn open(f: &mut SyscallFrame) -> SysResult {
     let [path, flags, mode, ..] = f.args();
-    open_at(&mut kernel(), AT_FDCWD, path, flags, mode)
+    open_file(AT_FDCWD, path, flags, mode)
 }
 
 pub fn openat(f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, flags, mode, ..] = f.args();
-    open_at(&mut kernel(), dirfd, path, flags, mode)
+    open_file(dirfd, path, flags, mode)
 }
 
 pub fn close(f: &mut SyscallFrame) -> SysResult {

@@ -298,11 +298,6 @@ pub fn linkat(f: &mut SyscallFrame) -> SysResult {
 }
 
 fn make_node(dirfd: u64, path_addr: u64, m: u64) -> SysResult {
-    if m as u32 & 0o170000 == mode::S_IFIFO {
-        // (Reported before taking the kernel lock, which reporting takes.)
-        crate::kernel::report_message_once("onering: named pipes (mkfifo) are not supported\n");
-        return Err(Errno::EPERM);
-    }
     let k = &mut *kernel();
     let path = path_arg(k, path_addr)?;
     let base = base_dir(k, dirfd, &path)?;
@@ -313,6 +308,10 @@ fn make_node(dirfd: u64, path_addr: u64, m: u64) -> SysResult {
         0 | mode::S_IFREG => {
             let now = k.now_real();
             k.vfs.create(dir, name, perm, false, now).map(|_| 0)
+        }
+        mode::S_IFIFO => {
+            let now = k.now_real();
+            k.vfs.mkfifo(dir, name, perm, now).map(|_| 0)
         }
         mode::S_IFDIR => Err(Errno::EINVAL),
         // Devices and sockets need privileges or a socket layer.
