@@ -132,6 +132,10 @@ pub extern "C" fn syscall_dispatch(frame: &mut SyscallFrame) {
     if frame.rax == crate::errno::Errno::ERESTARTSYS.to_ret() {
         // Interrupted by a signal: EINTR, or (SA_RESTART) again after the handler.
         frame.rax = crate::syscall::signal::restart_or_eintr(nr);
+        let t = crate::sched::current();
+        if t.pending.load(Relaxed) == 0 {
+            t.restart_nr.store(0, Relaxed); // (nothing to deliver after all)
+        }
     }
     // Two loads on the way out: anything pending for the thread (a signal, or the
     // end of its process, which also marks SIGKILL pending), or a reschedule request

@@ -68,11 +68,15 @@ pub struct Thread {
     pub clear_child_tid: AtomicU64,
     /// `set_robust_list`: the head of its list of held robust mutexes (0: none).
     pub robust_list: AtomicU64,
-    /// SA_RESTART: the next signal frame built is for a handler after which the
-    /// interrupted call runs again; `restarts` lists such frames (their ucontext
-    /// addresses), newest last.
-    pub restart_next: AtomicBool,
+    /// SA_RESTART: the number (+1; 0: none) of a call a signal interrupted, which
+    /// runs again if the handler delivered next has SA_RESTART; `restarts` lists the
+    /// frames of such handlers (their ucontext addresses), newest last.
+    pub restart_nr: AtomicU64,
     pub restarts: Mutex<Vec<u64>>,
+    /// The signal mask to go back to after the handler, when a call with a
+    /// temporary mask (ppoll, epoll_pwait) was interrupted.
+    pub saved_mask: AtomicU64,
+    pub mask_saved: AtomicBool,
     /// Set by a vfork child's exit for its parent thread.
     pub vfork_done: AtomicBool,
     /// Its process ended: the thread ends at its next chance.
@@ -398,7 +402,9 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
                 vfork_done: AtomicBool::new(false),
                 doomed: AtomicBool::new(false),
                 robust_list: AtomicU64::new(0),
-                restart_next: AtomicBool::new(false),
+                restart_nr: AtomicU64::new(0),
+                saved_mask: AtomicU64::new(0),
+                mask_saved: AtomicBool::new(false),
                 restarts: Mutex::new(Vec::new()),
                 last_fault: AtomicU64::new(u64::MAX),
             }));
@@ -422,7 +428,8 @@ pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: b
     *t.altstack.lock() = (0, signal::SS_DISABLE, 0);
     t.clear_child_tid.store(0, Relaxed);
     t.robust_list.store(0, Relaxed);
-    t.restart_next.store(false, Relaxed);
+    t.restart_nr.store(0, Relaxed);
+    t.mask_saved.store(false, Relaxed);
     t.restarts.lock().clear();
     t.vfork_done.store(false, Relaxed);
     t.doomed.store(false, Relaxed);

@@ -78,6 +78,10 @@ int main(void) {
     if (syscall(SYS_copy_file_range, efd, 0, 1, 0, 1ul << 40, 0) != -1 || errno != EINVAL)
         return fail("copy_file_range of an eventfd");
     if (syscall(SYS_utimensat, AT_FDCWD, "/tmp", (void *)8, 0) != -1 || errno != EFAULT) return fail("utimensat bad times");
+    if (syscall(SYS_chmod, NULL, 0) != -1 || errno != EFAULT) return fail("chmod of a null path");
+    if (syscall(SYS_utimensat, AT_FDCWD, NULL, NULL, 0) != -1 || errno != EFAULT) return fail("utimensat null path, cwd");
+    unsigned long two[2] = {1, 2};
+    if (write(efd, two, 16) != -1 || errno != EINVAL) return fail("eventfd write of 16 bytes");
     printf("hostile ok\n");
     return 0;
 }

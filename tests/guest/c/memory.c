@@ -4,6 +4,7 @@
    thread stacks). Prints "memory ok" on success, exits 1 otherwise.
    `memory oom` touches more than the VM has: onering kills it (SIGKILL, as the
    OOM killer would). */
+#define _GNU_SOURCE
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,32 @@ int main(int argc, char **argv) {
         if (big[i][(100 << 20) + (3 << 20) - 1] != 0x33 || munmap(big[i], 200 << 20)) return fail("big mapping");
     if (mmap(0, 64ul << 30, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED || errno != ENOMEM)
         return fail("a mapping larger than all memory must fail with ENOMEM");
+    /* Moving a large, mostly untouched mapping (glibc's realloc does this): what was
+       written comes along; a read-only one moves too. */
+    char *m8 = mmap(0, 8 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    m8[3 << 20] = 42;
+    mmap(m8 + (8 << 20), 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0); /* no room to grow */
+    char *m16 = mremap(m8, 8 << 20, 16 << 20, MREMAP_MAYMOVE);
+    if (m16 == MAP_FAILED || m16 == m8 || m16[3 << 20] != 42 || m16[7 << 20] != 0 || m16[12 << 20] != 0)
+        return fail("mremap moving a lazily backed mapping");
+    munmap(m16, 16 << 20);
+    munmap(m8 + (8 << 20), 4096);
+    char *ro = mmap(0, 8 << 20, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    mmap(ro + (8 << 20), 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    char *ro2 = mremap(ro, 8 << 20, 12 << 20, MREMAP_MAYMOVE);
+    if (ro2 == MAP_FAILED || ro2[5 << 20] != 0) return fail("mremap moving a read-only mapping");
+    munmap(ro2, 12 << 20);
+    munmap(ro + (8 << 20), 4096);
+    /* A read of a few bytes into a huge untouched buffer backs nothing more. */
+    int pp[2];
+    pipe(pp);
+    write(pp[1], "hi", 2);
+    char *huge = mmap(0, 200 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (read(pp[0], huge, 200 << 20) != 2 || huge[1] != 'i') return fail("a short read into a huge buffer");
+    munmap(huge, 200 << 20);
+    close(pp[0]);
+    close(pp[1]);
+
     /* 48 threads with 8 MiB stacks (glibc's default size): 384 MiB of stacks. */
     pthread_attr_t attr;
     pthread_attr_init(&attr);

@@ -24,6 +24,11 @@ static int wait1(int ep, int timeout, struct epoll_event *e) {
 }
 
 static int pfd[2], efd;
+static volatile int usr1_seen;
+static void on_usr1(int s) {
+    (void)s;
+    usr1_seen++;
+}
 static void *later_write(void *arg) {
     usleep(30000);
     if (arg)
@@ -152,6 +157,22 @@ int main(void) {
     t0 = now_ms();
     struct pollfd none = {-1, POLLIN, 0};
     CHECK(poll(&none, 1, 40) == 0 && now_ms() - t0 >= 35, "poll: a timeout with nothing to watch");
+    /* ppoll with a temporary mask that lets SIGUSR1 in: the handler runs once, the
+       call says EINTR, and the old mask (SIGUSR1 blocked) is back afterwards. */
+    signal(SIGUSR1, on_usr1);
+    sigset_t block, open_mask, now;
+    sigemptyset(&block);
+    sigaddset(&block, SIGUSR1);
+    sigprocmask(SIG_BLOCK, &block, NULL);
+    raise(SIGUSR1); /* pending, blocked */
+    sigemptyset(&open_mask);
+    struct pollfd nothing = {-1, POLLIN, 0};
+    struct timespec second = {1, 0};
+    int pr = ppoll(&nothing, 1, &second, &open_mask), pe = errno;
+    CHECK(pr == -1 && pe == EINTR && usr1_seen == 1, "ppoll: the signal its mask lets in is handled, EINTR");
+    sigprocmask(SIG_BLOCK, NULL, &now);
+    CHECK(sigismember(&now, SIGUSR1), "ppoll: the old mask is back");
+    sigprocmask(SIG_UNBLOCK, &block, NULL);
     printf("poll %s\n", failures ? "FAILED" : "ok");
     return failures;
 }

@@ -107,6 +107,49 @@ static int blocked_read_with(int flags) {
     errno = e;
     return r == 1 && c == 'z' ? 1 : r == -1 ? -e : 0;
 }
+/* A handler on the alternate stack jumps out of a blocked read (SA_RESTART): the
+   mark its frame left must not make a later handler's return re-run anything. */
+static sigjmp_buf jump_out;
+static void leave(int s) {
+    (void)s;
+    siglongjmp(jump_out, 1);
+}
+static void on_usr2_alt(int s) {
+    (void)s;
+}
+static void *poke_hup(void *arg) {
+    (void)arg;
+    usleep(20000);
+    pthread_kill(main_thread, SIGHUP);
+    return NULL;
+}
+static int stale_mark_case(void) {
+    stack_t ss = {.ss_sp = malloc(1 << 16), .ss_size = 1 << 16, .ss_flags = 0};
+    sigaltstack(&ss, NULL);
+    struct sigaction sa = {0};
+    sa.sa_handler = leave;
+    sa.sa_flags = SA_RESTART | SA_ONSTACK;
+    sigaction(SIGHUP, &sa, NULL);
+    sa.sa_handler = on_usr2_alt;
+    sa.sa_flags = SA_ONSTACK;
+    sigaction(SIGUSR2, &sa, NULL);
+    int p[2];
+    pipe(p);
+    pthread_t t;
+    pthread_create(&t, NULL, poke_hup, NULL);
+    if (sigsetjmp(jump_out, 1) == 0) {
+        char c;
+        read(p[0], &c, 1); /* left by siglongjmp */
+    }
+    pthread_join(t, NULL);
+    long r = syscall(SYS_tgkill, getpid(), syscall(SYS_gettid), SIGUSR2);
+    close(p[0]);
+    close(p[1]);
+    ss.ss_flags = SS_DISABLE;
+    sigaltstack(&ss, NULL);
+    return r == 0;
+}
+
 static volatile int futex_word;
 static void *futex_waker(void *arg) {
     (void)arg;
@@ -220,6 +263,8 @@ int main(int argc, char **argv) {
     } while (fr == 0 && futex_word == 0);
     pthread_join(fw, NULL);
     CHECK(fr == 0 && futex_word == 1 && restarts_seen == 1, "SA_RESTART: a futex wait goes on after the handler");
+
+    CHECK(stale_mark_case(), "SA_RESTART: jumping out of the handler leaves no stale restart");
 
     printf(failures ? "signals failed\n" : "signals ok\n");
     return failures;

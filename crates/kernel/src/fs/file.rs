@@ -57,6 +57,10 @@ pub struct Pipe {
     pub writers: usize,
     /// Bumped on every change (for edge-triggered epoll).
     pub gen: u64,
+    /// Opens of each end so far (a named pipe's opener waits for the other count to
+    /// move, so a partner that came and went is not missed).
+    pub r_opens: u64,
+    pub w_opens: u64,
 }
 
 impl Pipe {
@@ -141,11 +145,22 @@ pub struct OpenFile {
     /// Access mode and status flags (`O_APPEND`, `O_NONBLOCK`, ...).
     flags: AtomicU32,
     offset: AtomicU64,
+    /// For a read end of a named pipe opened with O_NONBLOCK while no writer had it
+    /// open: the writers' open count then. As Linux, such a reader reports hang-up
+    /// only once a writer has come (and gone) since; every other end has 0 here,
+    /// which no count equals once the other end has been opened.
+    pub partner: AtomicU64,
 }
 
 impl OpenFile {
     pub fn new(kind: Kind, flags: u32) -> Self {
-        OpenFile { kind, _hold: None, flags: AtomicU32::new(flags), offset: AtomicU64::new(0) }
+        OpenFile {
+            kind,
+            _hold: None,
+            flags: AtomicU32::new(flags),
+            offset: AtomicU64::new(0),
+            partner: AtomicU64::new(0),
+        }
     }
 
     /// The same, keeping its node alive.
@@ -236,7 +251,7 @@ pub type FileRef = Arc<OpenFile>;
 
 /// A pipe's two ends.
 pub fn pipe(flags: u32) -> (FileRef, FileRef) {
-    let p = Arc::new(Mutex::new(Pipe { buf: VecDeque::new(), readers: 1, writers: 1, gen: 0 }));
+    let p = Arc::new(Mutex::new(Pipe { buf: VecDeque::new(), readers: 1, writers: 1, gen: 0, r_opens: 1, w_opens: 1 }));
     let status = flags & oflag::O_NONBLOCK;
     let r = OpenFile::new(Kind::PipeRead(p.clone()), oflag::O_RDONLY | status);
     let w = OpenFile::new(Kind::PipeWrite(p), oflag::O_WRONLY | status);
@@ -245,30 +260,38 @@ pub fn pipe(flags: u32) -> (FileRef, FileRef) {
 
 /// The pipe of a new named pipe: no ends open yet.
 pub fn fifo_pipe() -> Arc<Mutex<Pipe>> {
-    Arc::new(Mutex::new(Pipe { buf: VecDeque::new(), readers: 0, writers: 0, gen: 0 }))
+    Arc::new(Mutex::new(Pipe { buf: VecDeque::new(), readers: 0, writers: 0, gen: 0, r_opens: 0, w_opens: 0 }))
 }
 
 /// Opens an end of named pipe `p` (`write`: the write end). When nobody has it open
-/// any more its leftover data is dropped, as on Linux.
-pub fn fifo_end(p: &Arc<Mutex<Pipe>>, write: bool, status: u32, hold: super::vfs::Hold) -> FileRef {
-    {
+/// any more its leftover data is dropped, as on Linux. Also returns how many times
+/// the other end had been opened (a blocking opener waits for that to change).
+pub fn fifo_end(p: &Arc<Mutex<Pipe>>, write: bool, status: u32, hold: super::vfs::Hold) -> (FileRef, u64) {
+    let (seen, partner) = {
         let mut g = p.lock();
         if g.readers == 0 && g.writers == 0 {
             g.buf.clear();
         }
+        g.gen += 1;
         if write {
             g.writers += 1;
+            g.w_opens += 1;
+            (g.r_opens, 0)
         } else {
+            let lone = status & oflag::O_NONBLOCK != 0 && g.writers == 0;
             g.readers += 1;
+            g.r_opens += 1;
+            (g.w_opens, if lone { g.w_opens } else { 0 })
         }
-        g.gen += 1;
-    }
+    };
     let (kind, acc) = if write {
         (Kind::PipeWrite(p.clone()), oflag::O_WRONLY)
     } else {
         (Kind::PipeRead(p.clone()), oflag::O_RDONLY)
     };
-    Arc::new(OpenFile::new(kind, acc | (status & oflag::O_NONBLOCK)).holding(hold))
+    let f = OpenFile::new(kind, acc | (status & oflag::O_NONBLOCK)).holding(hold);
+    f.partner.store(partner, Ordering::Relaxed);
+    (Arc::new(f), seen)
 }
 
 /// Most open descriptors (RLIMIT_NOFILE).

@@ -53,7 +53,7 @@ pub fn readiness(of: &OpenFile) -> Option<Readiness> {
             // As Linux's pipe_poll: readable with data; hung up without writers
             // (a read then returns 0).
             let mut e = if p.available() > 0 { IN | RDNORM } else { 0 };
-            if p.writers == 0 {
+            if p.writers == 0 && p.w_opens != of.partner.load(core::sync::atomic::Ordering::Relaxed) {
                 e |= HUP;
             }
             Some(Readiness { events: e, gen: p.gen, key: of.wait_key()? })

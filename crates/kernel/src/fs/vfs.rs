@@ -444,6 +444,12 @@ impl Vfs {
         self.writable_dir(dir)?;
         self.reap();
         self.charge(NODE_COST + name.len())?;
+        // The node table grows by doubling: a heap too fragmented or full for that
+        // is ENOSPC too, not a kernel panic.
+        if self.free.is_empty() && self.nodes.try_reserve(1).is_err() {
+            self.used -= NODE_COST + name.len();
+            return Err(Errno::ENOSPC);
+        }
         let data = if directory { Data::Dir(BTreeMap::new()) } else { Data::File(Vec::new()) };
         let ino = self.add(dir, name, data, mode & 0o7777, false);
         self.node_mut(ino).mtime = now;

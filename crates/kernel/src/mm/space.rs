@@ -431,7 +431,7 @@ impl<M: Mmu> AddressSpace<M> {
         old_len: u64,
         new_len: u64,
         may_move: bool,
-        copy: impl FnOnce(u64, u64, u64),
+        mut copy: impl FnMut(u64, u64, u64),
     ) -> Result<u64, Errno> {
         if !old.is_multiple_of(PAGE_SIZE) || new_len == 0 || old_len == 0 || old_len >= USER_END {
             return Err(Errno::EINVAL);
@@ -464,12 +464,19 @@ impl<M: Mmu> AddressSpace<M> {
         let flags = map_flags::PRIVATE | map_flags::ANONYMOUS;
         let new = self.mmap_anon(0, new_len, vma.prot, flags)?;
         if vma.prot != 0 {
-            // The copy touches both ranges: back the new one where the old one is.
-            if let Err(e) = self.check(new, old_len, true) {
-                let _ = self.munmap(new, new_len);
-                return Err(e);
+            // Only what is backed holds data (the rest reads as zeros, as the new
+            // mapping's unbacked blocks do): back its counterpart and copy it.
+            let (lo, hi) = (align_down(old, HUGE_PAGE_SIZE), align_up(old_end, HUGE_PAGE_SIZE));
+            let backed: Vec<u64> = self.backing().blocks.range(lo..hi).map(|(b, _)| *b).collect();
+            for b in backed {
+                let (s, e) = (b.max(old), (b + HUGE_PAGE_SIZE).min(old_end));
+                let to = new + (s - old);
+                if let Err(err) = self.backing().back(to, to + (e - s)) {
+                    let _ = self.munmap(new, new_len);
+                    return Err(err);
+                }
+                copy(s, to, e - s);
             }
-            copy(old, new, old_len);
         }
         self.munmap(old, old_len)?;
         Ok(new)
@@ -607,6 +614,19 @@ mod tests {
     }
 
     #[test]
+    fn moving_a_lazy_mapping_copies_only_what_is_backed() {
+        let mut s = space(8);
+        let big = s.mmap_anon(0, 4 * M, PROT_READ, ANON).unwrap();
+        assert_eq!(s.fault_in(big + M), Fault::Retry);
+        s.mmap_anon(big + 4 * M, 0x1000, PROT_READ, ANON | map_flags::FIXED).unwrap(); // no room to grow
+        let mut copies = Vec::new();
+        let moved = s.mremap(big, 4 * M, 8 * M, true, |f, t, l| copies.push((f - big, t, l))).unwrap();
+        assert_ne!(moved, big);
+        assert_eq!(copies, [(M, moved + M, M)], "the one touched block, whatever the protection");
+        assert_eq!(s.mmu().mapped.len(), 2, "its copy and the little mapping's block");
+    }
+
+    #[test]
     fn large_mappings_are_backed_on_first_touch() {
         let mut s = space(4);
         // Far more than memory, as long as it is not more than all of it.
@@ -634,6 +654,7 @@ mod tests {
         s.mprotect(r, 4 * M, RW).unwrap();
         assert_eq!(s.fault_in(r + 3 * M), Fault::Retry);
         assert_eq!(s.mremap(a, 4 * M, 6 * M, false, |_, _, _| panic!("moved")), Ok(a));
+
         assert_eq!(s.vmas.find(a + 5 * M).map(|v| v.lazy), Some(true));
         // A reservation is never backed.
         let n = s.mmap_anon(0, 8 * M, 0, ANON).unwrap();

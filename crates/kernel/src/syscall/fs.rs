@@ -84,6 +84,8 @@ fn read_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) 
             if offset.is_some() {
                 return Err(Errno::ESPIPE);
             }
+            // Only what the pipe holds is touched (a large untouched buffer is not
+            // backed for nothing).
             let buf = user_slice_mut(space, addr, len)?;
             let n = p.lock().read(buf)?;
             if n > 0 {
@@ -125,7 +127,8 @@ fn read_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) 
             Some(Device::Stdout | Device::Stderr) => return Err(Errno::EBADF),
             None => {
                 let at = offset.unwrap_or(of.offset());
-                let buf = user_slice_mut(space, addr, len)?;
+                let want = len.min(vfs.node(*ino).size().saturating_sub(at));
+                let buf = user_slice_mut(space, addr, want)?;
                 let n = vfs.read(*ino, at, buf)?;
                 if offset.is_none() {
                     of.set_offset(at + n as u64);
@@ -350,7 +353,13 @@ pub fn writev(f: &mut SyscallFrame) -> SysResult {
 /// wait for the other end.
 enum Opened {
     Fd(u64),
-    Fifo { end: FileRef, write: bool, cloexec: bool },
+    /// `seen`: how many times the other end had been opened (see `file::fifo_end`).
+    Fifo {
+        end: FileRef,
+        write: bool,
+        cloexec: bool,
+        seen: u64,
+    },
 }
 
 fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64) -> Result<Opened, Errno> {
@@ -422,9 +431,9 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
         if write && flags & oflag::O_NONBLOCK != 0 && p.lock().readers == 0 {
             return Err(Errno::ENXIO); // as Linux: nobody to read
         }
-        let end = file::fifo_end(&p, write, flags, k.vfs.hold(ino));
+        let (end, seen) = file::fifo_end(&p, write, flags, k.vfs.hold(ino));
         crate::sched::wake_all(file::pipe_key(&p)); // an opener waiting for this end
-        return Ok(Opened::Fifo { end, write, cloexec });
+        return Ok(Opened::Fifo { end, write, cloexec, seen });
     }
     let keep = oflag::O_ACCMODE | oflag::O_APPEND | oflag::O_NONBLOCK | oflag::O_PATH | oflag::O_DIRECTORY;
     let file = Arc::new(OpenFile::new(Kind::Node(ino), flags & keep).holding(k.vfs.hold(ino)));
@@ -435,18 +444,20 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
 /// on Linux (a reader for a writer, a writer for a reader).
 fn open_file(dirfd: u64, path: u64, flags: u64, mode: u64) -> SysResult {
     let opened = open_at(&mut kernel(), dirfd, path, flags, mode)?;
-    let (end, write, cloexec) = match opened {
+    let (end, write, cloexec, seen) = match opened {
         Opened::Fd(fd) => return Ok(fd),
-        Opened::Fifo { end, write, cloexec } => (end, write, cloexec),
+        Opened::Fifo { end, write, cloexec, seen } => (end, write, cloexec, seen),
     };
     let Some(key) = end.pipe_key() else { return Err(Errno::EINVAL) };
     loop {
         {
             let k = &mut *kernel();
+            // The other end is open, or was opened (and maybe closed) meanwhile.
             let ready = match &end.kind {
                 Kind::PipeRead(p) | Kind::PipeWrite(p) => {
                     let p = p.lock();
-                    flags as u32 & oflag::O_NONBLOCK != 0 || if write { p.readers > 0 } else { p.writers > 0 }
+                    flags as u32 & oflag::O_NONBLOCK != 0
+                        || if write { p.readers > 0 || p.r_opens != seen } else { p.writers > 0 || p.w_opens != seen }
                 }
                 _ => true,
             };

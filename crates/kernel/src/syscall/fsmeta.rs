@@ -22,8 +22,8 @@ const AT_EMPTY_PATH: u64 = 0x1000;
 const UTIME_NOW: i64 = 0x3fff_ffff;
 const UTIME_OMIT: i64 = 0x3fff_fffe;
 
-/// The node a `*at` call names: `path` under `dirfd`, or with AT_EMPTY_PATH (or a
-/// null path, for utimensat) the descriptor itself.
+/// The node a `*at` call names: `path` under `dirfd`, or with AT_EMPTY_PATH the
+/// descriptor itself (a null path is EFAULT; utimensat's null path is handled by it).
 fn target(k: &Kernel, dirfd: u64, path_addr: u64, flags: u64, follow_default: bool) -> Result<Ino, Errno> {
     let follow = if follow_default { flags & AT_SYMLINK_NOFOLLOW == 0 } else { flags & AT_SYMLINK_FOLLOW != 0 };
     let empty = || -> Result<bool, Errno> {
@@ -31,7 +31,7 @@ fn target(k: &Kernel, dirfd: u64, path_addr: u64, flags: u64, follow_default: bo
         arch::copy_from_user(&k.space, path_addr, &mut b)?;
         Ok(b[0] == 0)
     };
-    if path_addr == 0 || (flags & AT_EMPTY_PATH != 0 && empty()?) {
+    if flags & AT_EMPTY_PATH != 0 && empty()? {
         return fd_node(k, dirfd);
     }
     let path = path_arg(k, path_addr)?;
@@ -40,7 +40,7 @@ fn target(k: &Kernel, dirfd: u64, path_addr: u64, flags: u64, follow_default: bo
 }
 
 fn fd_node(k: &Kernel, fd: u64) -> Result<Ino, Errno> {
-    if fd == AT_FDCWD {
+    if fd as i32 == AT_FDCWD as i32 {
         return Ok(k.proc().cwd);
     }
     match file(k, fd)?.kind {
@@ -194,7 +194,15 @@ pub fn utimensat(f: &mut SyscallFrame) -> SysResult {
     }
     let k = &mut *kernel();
     let t = read_timespecs(k, times)?;
-    let ino = target(k, dirfd, path, flags, true)?;
+    // A null path means the descriptor itself (not the working directory).
+    let ino = if path == 0 {
+        if dirfd as i32 == AT_FDCWD as i32 {
+            return Err(Errno::EFAULT);
+        }
+        fd_node(k, dirfd)?
+    } else {
+        target(k, dirfd, path, flags, true)?
+    };
     set_times(k, ino, t)
 }
 
@@ -239,8 +247,9 @@ pub fn utime(f: &mut SyscallFrame) -> SysResult {
     } else {
         let mut b = [0u8; 16];
         arch::copy_from_user(&k.space, f.rsi, &mut b)?;
-        let s =
-            |i: usize| (i64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default()).max(0) as u64) * 1_000_000_000;
+        let s = |i: usize| {
+            (i64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default()).max(0) as u64).saturating_mul(1_000_000_000)
+        };
         Some([Some(s(0)), Some(s(8))])
     };
     let ino = target(k, AT_FDCWD, f.rdi, 0, true)?;

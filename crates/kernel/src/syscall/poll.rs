@@ -60,9 +60,9 @@ pub fn eventfd_read(space: &UserSpace, e: &Mutex<EventFd>, key: u64, addr: u64, 
     Ok(8)
 }
 
-/// write(2) on an eventfd.
+/// write(2) on an eventfd: exactly 8 bytes (EINVAL otherwise, as this host's Linux).
 pub fn eventfd_write(space: &UserSpace, e: &Mutex<EventFd>, key: u64, addr: u64, len: u64) -> SysResult {
-    if len < 8 {
+    if len != 8 {
         return Err(Errno::EINVAL);
     }
     let v = arch::read_user_u64(space, addr)?;
@@ -162,7 +162,16 @@ fn wait_for<T>(
         }
         match w {
             Wake::Interrupted => {
-                restore();
+                // The temporary mask stays until the signal that it let in has
+                // been delivered; the handler's frame then restores the old one.
+                if let Some(o) = old {
+                    if me.pending.load(Relaxed) == 0 {
+                        restore(); // (nothing to deliver after all)
+                    } else {
+                        me.saved_mask.store(o, Relaxed);
+                        me.mask_saved.store(true, Relaxed);
+                    }
+                }
                 return Err(Errno::EINTR);
             }
             // One last look: something may have come with the deadline.

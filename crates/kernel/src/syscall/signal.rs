@@ -288,14 +288,16 @@ fn terminate(t: &'static Thread, s: u64, rip: u64, addr: u64) -> ! {
 /// about to return to): the registers to return with instead (a handler's entry),
 /// or `regs` unchanged when every signal was ignored. A default action that ends
 /// the program does not return.
-pub fn deliver(mut regs: Regs) -> Regs {
+pub fn deliver(regs: Regs) -> Regs {
     let t = sched::current();
     loop {
         let ready = t.deliverable();
         if ready == 0 {
-            if t.restart_next.swap(false, Relaxed) {
-                // The handler that would have restarted the call did not run.
-                regs.rax = Errno::EINTR.to_ret();
+            // No handler ran: the interrupted call stays EINTR, a temporary mask
+            // goes.
+            t.restart_nr.store(0, Relaxed);
+            if t.mask_saved.swap(false, Relaxed) {
+                t.sigmask.store(t.saved_mask.load(Relaxed), Relaxed);
             }
             return regs;
         }
@@ -318,26 +320,35 @@ pub fn deliver(mut regs: Regs) -> Regs {
                 // SIGPIPE ends the program silently, like a shell pipeline's writer.
                 sigs::Default::Terminate => terminate(t, s, regs.rip, info.addr),
             },
-            handler => match frame(t, &regs, s, &info, &act) {
-                Ok(mut r) => {
-                    r.rip = handler;
-                    return r;
+            handler => {
+                // An interrupted call runs again after this handler if it has
+                // SA_RESTART: its frame saves the call's number and is marked.
+                let restart = t.restart_nr.swap(0, Relaxed);
+                let restarts = restart != 0 && act[1] & sa::RESTART != 0;
+                let saved = if restarts { Regs { rax: restart - 1, ..regs } } else { regs };
+                match frame(t, &saved, s, &info, &act, restarts) {
+                    Ok(mut r) => {
+                        r.rip = handler;
+                        return r;
+                    }
+                    // No room for the frame: as Linux, the program dies of SIGSEGV.
+                    Err(_) => terminate(t, sig::SIGSEGV, regs.rip, 0),
                 }
-                // No room for the frame: as Linux, the program dies of SIGSEGV.
-                Err(_) => terminate(t, sig::SIGSEGV, regs.rip, 0),
-            },
+            }
         }
     }
 }
 
 /// Writes the signal frame for `s` and returns the handler's registers (rip to be
 /// set by the caller).
-fn frame(t: &'static Thread, regs: &Regs, s: u64, info: &Info, act: &[u64; 4]) -> Result<Regs, Errno> {
+fn frame(t: &'static Thread, regs: &Regs, s: u64, info: &Info, act: &[u64; 4], restart: bool) -> Result<Regs, Errno> {
     let alt = *t.altstack.lock();
     let use_alt = act[1] & sa::ONSTACK != 0 && alt.1 & SS_DISABLE == 0 && !on_altstack(alt, regs.rsp);
     let fp_size = sched::xsave_size();
     let (frame, fp) = sigs::place(regs.rsp, use_alt.then_some((alt.0, alt.2)), fp_size);
-    let old_mask = t.sigmask.load(Relaxed);
+    // The mask the handler's return restores: a temporary one (ppoll) gives way.
+    let old_mask = if t.mask_saved.swap(false, Relaxed) { t.saved_mask.load(Relaxed) } else { t.sigmask.load(Relaxed) };
+    let during = t.sigmask.load(Relaxed);
     let uc_stack = if on_altstack(alt, regs.rsp) { (alt.0, SS_ONSTACK, alt.2) } else { alt };
     {
         let k = kernel();
@@ -347,17 +358,22 @@ fn frame(t: &'static Thread, regs: &Regs, s: u64, info: &Info, act: &[u64; 4]) -
         let bytes = sigs::encode(&sigs::Frame { regs, info, restorer: act[2], old_mask, altstack: uc_stack, fp });
         copy_to_user(&k.space, frame, &bytes)?;
     }
-    let mut mask = old_mask | act[3];
+    let mut mask = during | act[3];
     if act[1] & sa::NODEFER == 0 {
         mask |= bit(s);
     }
     t.sigmask.store(mask & !UNBLOCKABLE, Relaxed);
-    if t.restart_next.swap(false, Relaxed) {
+    {
+        // A mark left here by a frame that was abandoned (siglongjmp) is stale.
+        let uc = frame + sigs::UC_OFFSET;
         let mut marked = t.restarts.lock();
-        if marked.len() >= MAX_RESTART_FRAMES {
-            marked.remove(0); // frames abandoned by longjmp out of handlers
+        marked.retain(|&a| a != uc);
+        if restart {
+            if marked.len() >= MAX_RESTART_FRAMES {
+                marked.remove(0); // frames abandoned by longjmp out of handlers
+            }
+            marked.push(uc);
         }
-        marked.push(frame + sigs::UC_OFFSET);
     }
     let mut r = *regs;
     r.rsp = frame;
@@ -374,21 +390,11 @@ fn frame(t: &'static Thread, regs: &Regs, s: u64, info: &Info, act: &[u64; 4]) -
 /// program abandoned by jumping out of its handlers).
 const MAX_RESTART_FRAMES: usize = 64;
 
-/// A call returned ERESTARTSYS (a signal interrupted it): the value for rax. If the
-/// signal about to be delivered has a handler with SA_RESTART, that is the call's
-/// number again and the handler's frame is marked, so that `rt_sigreturn` makes the
-/// call again; otherwise EINTR.
+/// A call returned ERESTARTSYS (a signal interrupted it): the value for rax, EINTR,
+/// unless the handler `deliver` runs next has SA_RESTART; then its frame saves the
+/// call's number and is marked, so that `rt_sigreturn` makes the call again.
 pub fn restart_or_eintr(nr: u64) -> u64 {
-    let t = sched::current();
-    let ready = t.deliverable();
-    if ready != 0 {
-        let s = u64::from(ready.trailing_zeros()) + 1;
-        let act = kernel().proc().actions[s as usize - 1];
-        if act[0] > SIG_IGN && act[1] & sa::RESTART != 0 {
-            t.restart_next.store(true, Relaxed);
-            return nr;
-        }
-    }
+    sched::current().restart_nr.store(nr + 1, Relaxed);
     Errno::EINTR.to_ret()
 }
 
@@ -438,6 +444,11 @@ pub fn on_syscall_return(f: &SyscallFrame) {
 pub fn on_return(regs: Regs) -> Regs {
     let t = sched::current();
     if t.pending.load(Relaxed) == 0 {
+        // (Nothing to deliver after all: no restart, and a temporary mask goes.)
+        t.restart_nr.store(0, Relaxed);
+        if t.mask_saved.swap(false, Relaxed) {
+            t.sigmask.store(t.saved_mask.load(Relaxed), Relaxed);
+        }
         return regs;
     }
     if t.doomed.load(Relaxed) {
