@@ -16,7 +16,7 @@ pub mod layout;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 6;
+pub const ABI_VERSION: u64 = 7;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -182,6 +182,13 @@ pub struct PerCpuHeader {
     /// System calls that arrived through the trap (not a rewritten site); the ring-0
     /// stub counts them, the VMM reports them (`--stats`).
     pub traps: u64,
+    /// Timer interrupts and reschedule IPIs taken (counted by the ring-0 stub).
+    pub interrupts: u64,
+    /// Stores to the local APIC by the kernel (timer arming, IPIs): each exits to
+    /// the hypervisor.
+    pub lapic_writes: u64,
+    /// Thread switches (to another thread or to the idle loop).
+    pub switches: u64,
 }
 
 /// Byte offsets into [`PerCpuHeader`], used by assembly.
@@ -194,6 +201,9 @@ pub mod percpu_offsets {
     pub const IN_FAULT: usize = 40;
     pub const HOSTCALL: usize = 48;
     pub const TRAPS: usize = 104;
+    pub const INTERRUPTS: usize = 112;
+    pub const LAPIC_WRITES: usize = 120;
+    pub const SWITCHES: usize = 128;
 }
 
 const _: () = {
@@ -204,6 +214,9 @@ const _: () = {
     assert!(offset_of!(PerCpuHeader, in_fault) == percpu_offsets::IN_FAULT);
     assert!(offset_of!(PerCpuHeader, hostcall) == percpu_offsets::HOSTCALL);
     assert!(offset_of!(PerCpuHeader, traps) == percpu_offsets::TRAPS);
+    assert!(offset_of!(PerCpuHeader, interrupts) == percpu_offsets::INTERRUPTS);
+    assert!(offset_of!(PerCpuHeader, lapic_writes) == percpu_offsets::LAPIC_WRITES);
+    assert!(offset_of!(PerCpuHeader, switches) == percpu_offsets::SWITCHES);
     assert!(size_of::<BootInfo>() <= layout::PAGE_SIZE as usize);
     assert!(size_of::<PerCpuHeader>() <= layout::PERCPU_STRIDE as usize);
 };

@@ -122,6 +122,16 @@ static NEXT_DEADLINE: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// A preempting tick, when threads wait for a busy CPU.
 const TICK_NS: u64 = 10_000_000;
+/// A thread that got a CPU keeps it at least this long before a woken thread (a
+/// sleeper whose timer expired, or one a reschedule IPI announced) takes it over,
+/// as Linux's wake-up granularity. Here a preemption costs 60-150 us of exits
+/// (interrupt, EOI, timer re-arming): without it a thread sleeping 20 us at a time
+/// (Go's sysmon) would leave the one it shares a CPU with almost no time to run.
+const MIN_RUN_NS: u64 = 1_000_000;
+/// A timer this close to the end of `MIN_RUN_NS` counts as its end.
+const KEEP_SLACK_NS: u64 = 50_000;
+/// When the running thread got its CPU, per CPU (monotonic ns).
+static RUN_SINCE: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 /// An idle CPU halts only if its next deadline is further away than this, and
 /// wakes this much before it to poll the rest of the way: it covers the host's
 /// wake-up latency and the exit, so that timers fire on time.
@@ -309,7 +319,11 @@ fn watch(cpu: usize) {
     }
     let mut at = if queued { crate::kernel::mono_now() + TICK_NS } else { u64::MAX };
     if deadline != u64::MAX && !(0..ncpus()).any(|c| state(c) == CpuState::Polling) {
-        at = at.min(deadline);
+        // With every other CPU busy too, the sleeper would only wait here for the
+        // running thread's `MIN_RUN_NS`: look then, not before.
+        let all_busy = (0..ncpus()).all(|c| c == cpu || state(c) == CpuState::Running);
+        let keep = RUN_SINCE[cpu].load(Relaxed).saturating_add(MIN_RUN_NS);
+        at = at.min(if all_busy { deadline.max(keep) } else { deadline });
     }
     if at != u64::MAX {
         arm_timer(at);
@@ -461,6 +475,7 @@ pub fn init() {
 /// `next`, which the caller took off a run queue.
 fn switch(me: Option<&'static Thread>, next: Option<&'static Thread>) {
     let cpu = this_cpu();
+    arch::count(onering_abi::percpu_offsets::SWITCHES);
     if let Some(m) = me {
         if m.state.load(Relaxed) == DEAD {
             FPU_OWNER[cpu].store(NONE, Relaxed);
@@ -493,6 +508,7 @@ fn switch(me: Option<&'static Thread>, next: Option<&'static Thread>) {
                 FPU_OWNER[cpu].store(n.slot, Relaxed);
             }
             n.cpu.store(cpu, Relaxed);
+            RUN_SINCE[cpu].store(crate::kernel::mono_now(), Relaxed);
             watch(cpu);
             mach::switch_context(save, n.ctx.load(Relaxed), off);
         }
@@ -659,17 +675,34 @@ pub fn set_affinity(t: &'static Thread, mask: u64) {
 }
 
 /// A point where the running thread may give way: expired timers are handled, and
-/// if threads wait for this CPU the running one goes to the back of the queue.
-/// Called for `sched_yield`, on preemption interrupts, and when the kernel finds a
-/// reschedule request on its way back to the program.
+/// if threads wait for this CPU the running one goes to the back of the queue,
+/// once it has had the CPU for `MIN_RUN_NS` (a timer then comes back for it).
+/// Called on preemption interrupts and when the kernel finds a reschedule request
+/// on its way back to the program.
 pub fn preempt_point() {
+    give_way(false);
+}
+
+/// `sched_yield`: the same, at once.
+pub fn yield_now() {
+    give_way(true);
+}
+
+fn give_way(now_anyway: bool) {
     let me = current();
     let cpu = this_cpu();
+    let now = crate::kernel::mono_now();
+    let keep_until = RUN_SINCE[cpu].load(Relaxed).saturating_add(MIN_RUN_NS);
     let (next, cpus) = {
         let mut s = SCHED.lock();
-        let cpus = s.expire(crate::kernel::mono_now());
+        let cpus = s.expire(now);
         if s.runq[cpu].is_empty() {
             (None, cpus)
+        } else if !now_anyway && now + KEEP_SLACK_NS < keep_until {
+            drop(s);
+            notify_others(cpus);
+            arm_timer(keep_until);
+            return;
         } else {
             let next = s.pop(cpu);
             s.push(cpu, me);

@@ -363,7 +363,7 @@ fn percpu_bytes(h: &PerCpuHeader) -> Vec<u8> {
     let mut w = vec![h.self_ptr, h.cpu, h.kstack_top, h.fault_stack_top, h.user_rsp, h.in_fault];
     w.extend(h.hostcall.args);
     w.push(h.hostcall.ret);
-    w.push(h.traps);
+    w.extend([h.traps, h.interrupts, h.lapic_writes, h.switches]);
     words_to_bytes(&w)
 }
 

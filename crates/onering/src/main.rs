@@ -451,12 +451,12 @@ fn boot(
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     loader::write_boot_info(&mem, &bi).map_err(|e| Failure::Onering(e.to_string()))?;
     vm::advise_pool(&mem, bi.phys_free_start);
-    let stats = args.stats;
+    let (stats, ncpus) = (args.stats, args.smp);
     let finish: cpus::Finish = Box::new(move |mem, outcome| {
         trace.mark("VM ended");
         trace.print();
         if stats {
-            print_stats(mem, rewritten);
+            print_stats(mem, rewritten, ncpus);
         }
         report(outcome)
     });
@@ -485,19 +485,31 @@ fn signal_name(sig: u64) -> String {
     name.to_string()
 }
 
-/// `--stats`: system-call sites rewritten and left, calls that trapped, and how
-/// often vCPUs halted in the VMM and were kicked awake.
-fn print_stats(mem: &GuestMemoryMmap, r: loader::RewriteStats) {
+/// `--stats`: system-call sites rewritten and left, calls that trapped, interrupts,
+/// local-APIC stores and thread switches (each CPU counts its own), and how often
+/// vCPUs halted in the VMM and were kicked awake.
+fn print_stats(mem: &GuestMemoryMmap, r: loader::RewriteStats, ncpus: u64) {
+    use onering_abi::percpu_offsets as pc;
     use std::sync::atomic::Ordering::Relaxed;
     use vm_memory::Bytes;
-    let at = onering_abi::layout::PERCPU_PHYS + onering_abi::percpu_offsets::TRAPS as u64;
-    let traps: u64 = mem.read_obj(vm_memory::GuestAddress(at)).unwrap_or(0);
+    let sum = |offset: usize| -> u64 {
+        (0..ncpus)
+            .map(|cpu| {
+                let at = onering_abi::layout::PERCPU_PHYS + cpu * onering_abi::layout::PERCPU_STRIDE + offset as u64;
+                mem.read_obj::<u64>(vm_memory::GuestAddress(at)).unwrap_or(0)
+            })
+            .sum()
+    };
     say!(
-        "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped; {} halts, {} kicks",
+        "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped; \
+         {} interrupts, {} APIC stores, {} thread switches; {} halts, {} kicks",
         r.sites,
         r.rewritten,
         r.sites - r.rewritten,
-        traps,
+        sum(pc::TRAPS),
+        sum(pc::INTERRUPTS),
+        sum(pc::LAPIC_WRITES),
+        sum(pc::SWITCHES),
         exit::HALTS.load(Relaxed),
         exit::KICKS.load(Relaxed)
     );

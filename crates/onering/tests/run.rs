@@ -538,6 +538,18 @@ fn syscall_sites_are_rewritten_and_stats_tell() {
 }
 
 #[test]
+fn a_woken_sleeper_waits_for_the_minimum_run_time_on_a_busy_cpu() {
+    let o = onering(&["run", "--stats", "--smp", "1", musl("minrun").to_str().unwrap()]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    let wakes: u64 = stdout(&o).trim().strip_prefix("wakes ").and_then(|n| n.parse().ok()).expect("wakes N");
+    // 200 ms at one wake-up per millisecond at most (some slack for the start);
+    // at least a few, whatever the host's load.
+    assert!((5..=260).contains(&wakes), "{wakes} wake-ups of a 20 us sleeper in 200 ms");
+    let e = stderr(&o);
+    assert!(e.contains(" interrupts, ") && e.contains(" thread switches;"), "{e}");
+}
+
+#[test]
 fn rewritten_sites_behave_like_native_syscalls() {
     // Three site shapes (tests/guest/c/sites.S): registers, flags and the red zone
     // must come out as a native `syscall` leaves them, rewritten or trapped.

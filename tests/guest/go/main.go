@@ -127,7 +127,9 @@ func timers() {
 	var order []int
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, d := range []int{30, 10, 20} {
+	// 40 ms apart: on a loaded machine (tests run in parallel, two vCPUs per VM on
+	// two cores) the host may hold a vCPU thread back for 10 ms.
+	for _, d := range []int{120, 40, 80} {
 		wg.Add(1)
 		d := d
 		time.AfterFunc(time.Duration(d)*time.Millisecond, func() {

@@ -222,6 +222,7 @@ interrupt_stub:
     .balign 16
     .global preempt_stub
 preempt_stub:
+    incq %gs:{interrupts}
     push %rax
     movabs ${lapic_eoi}, %rax
     movl $0, (%rax)
@@ -296,6 +297,7 @@ fault_entry:
     current = const super::thread::CURRENT_THREAD,
     user_rsp = const pc::USER_RSP,
     traps = const pc::TRAPS,
+    interrupts = const pc::INTERRUPTS,
     kstack_top = const pc::KSTACK_TOP,
     fault_stack_top = const pc::FAULT_STACK_TOP,
     in_fault = const pc::IN_FAULT,

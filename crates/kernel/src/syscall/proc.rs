@@ -369,7 +369,7 @@ pub fn getgid(_: &mut SyscallFrame) -> SysResult {
 }
 
 pub fn sched_yield(_: &mut SyscallFrame) -> SysResult {
-    sched::preempt_point();
+    sched::yield_now();
     Ok(0)
 }
 
