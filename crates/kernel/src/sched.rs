@@ -475,7 +475,7 @@ pub fn init() {
 /// `next`, which the caller took off a run queue.
 fn switch(me: Option<&'static Thread>, next: Option<&'static Thread>) {
     let cpu = this_cpu();
-    arch::count(onering_abi::percpu_offsets::SWITCHES);
+    arch::count(arch::Counter::Switches);
     if let Some(m) = me {
         if m.state.load(Relaxed) == DEAD {
             FPU_OWNER[cpu].store(NONE, Relaxed);

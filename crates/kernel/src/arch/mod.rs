@@ -71,14 +71,24 @@ pub(crate) fn lapic_write(reg: u64, v: u32) {
     // each vCPU reaches its own APIC at the same address.
     // SAFETY: as explained above.
     unsafe { write_volatile((direct(layout::LAPIC_PHYS) + (reg & 0xff0)) as *mut u32, v) }
-    count(onering_abi::percpu_offsets::LAPIC_WRITES);
+    count(Counter::LapicWrites);
+}
+
+/// The counters of a CPU's header that the kernel (not a ring-0 stub) keeps.
+#[derive(Clone, Copy)]
+pub(crate) enum Counter {
+    LapicWrites,
+    Switches,
 }
 
 /// Adds one to a counter of this CPU's header (`--stats`). Only this CPU writes
 /// its counters, with one `inc` instruction, which an interrupt cannot split.
-pub(crate) fn count(offset: usize) {
-    // SAFETY: the GS base points at this CPU's header, mapped for the kernel's life;
-    // `offset` is one of its u64 counters.
+pub(crate) fn count(c: Counter) {
+    let offset = match c {
+        Counter::LapicWrites => onering_abi::percpu_offsets::LAPIC_WRITES,
+        Counter::Switches => onering_abi::percpu_offsets::SWITCHES,
+    };
+    // SAFETY: GS points at this CPU's header (mapped for the kernel's life) and `offset` is one of its u64 counters.
     unsafe { core::arch::asm!("inc qword ptr gs:[{}]", in(reg) offset, options(nostack)) };
 }
 

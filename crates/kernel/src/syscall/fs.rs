@@ -15,10 +15,10 @@ use onering_abi::{flags, Hostcall};
 /// Linux caps one read or write at this many bytes.
 const MAX_RW_COUNT: u64 = 0x7fff_f000;
 const IOV_MAX: u64 = 1024;
-const AT_FDCWD: u64 = -100i64 as u64;
-const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
+pub(super) const AT_FDCWD: u64 = -100i64 as u64;
+pub(super) const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
 const AT_REMOVEDIR: u64 = 0x200;
-const AT_EMPTY_PATH: u64 = 0x1000;
+pub(super) const AT_EMPTY_PATH: u64 = 0x1000;
 const AT_EACCESS: u64 = 0x200;
 const TIOCGWINSZ: u64 = 0x5413;
 const FIONREAD: u64 = 0x541b;

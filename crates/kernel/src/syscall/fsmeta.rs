@@ -6,7 +6,7 @@
 //! theirs. As on Linux, only a node's owner (or root) changes its mode and times,
 //! and only root gives a node away; nodes of the read-only rootfs are EROFS.
 
-use super::fs::{base_dir, file, new_file_name, path_arg};
+use super::fs::{base_dir, file, new_file_name, path_arg, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
 use super::SyscallFrame;
 use crate::arch::{self, copy_to_user};
 use crate::errno::{Errno, SysResult};
@@ -15,10 +15,7 @@ use crate::fs::vfs::{mode, Ino};
 use crate::kernel::{kernel, Kernel};
 use alloc::vec;
 
-const AT_FDCWD: u64 = -100i64 as u64;
-const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
 const AT_SYMLINK_FOLLOW: u64 = 0x400;
-const AT_EMPTY_PATH: u64 = 0x1000;
 const UTIME_NOW: i64 = 0x3fff_ffff;
 const UTIME_OMIT: i64 = 0x3fff_fffe;
 
