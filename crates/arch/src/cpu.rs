@@ -1,0 +1,241 @@
+//! This vCPU: its number, the words of its per-CPU page that the ring-0 stubs and
+//! the kernel share (reschedule request, timer armed), its `--stats` counters, the
+//! TSC and the FS base, and `CpuSlot`, a typed per-CPU pointer for the kernel.
+//!
+//! The GS base points at the vCPU's per-CPU page (the VMM sets it; ring 0 here
+//! cannot `swapgs`, so it never changes). The page starts with the ABI's
+//! `PerCpuHeader`; the kernel-owned words live past it at the offsets below. Only
+//! this vCPU and its interrupt stubs touch its page, so plain loads and stores are
+//! enough; the reschedule word, which an interrupt may set while the kernel clears
+//! it, is swapped atomically.
+//!
+//! On the host (unit tests of the kernel) the same functions exist for one pretend
+//! CPU, backed by plain statics.
+
+use core::sync::atomic::AtomicPtr;
+use onering_abi::MAX_CPUS;
+
+/// Where, in each per-CPU page, `entry::full_return` finds the registers to load.
+pub(crate) const FULL_REGS: usize = 0x800;
+/// The running task (0 while the CPU runs its idle loop).
+pub(crate) const CURRENT_TASK: usize = 0x900;
+/// Set by the preemption stub when an interrupt landed in the kernel's own code:
+/// the kernel looks at its run queue on its way back to the program.
+pub(crate) const RESCHED: usize = 0x908;
+/// When (monotonic ns) this CPU's APIC timer is armed to fire; 0 when it is not.
+/// The preemption stub clears it.
+pub(crate) const TIMER_ARMED: usize = 0x910;
+
+const _: () = assert!(FULL_REGS + core::mem::size_of::<crate::frame::UserRegs>() <= CURRENT_TASK);
+const _: () = assert!(TIMER_ARMED + 8 <= onering_abi::layout::PERCPU_STRIDE as usize);
+const _: () = assert!(core::mem::size_of::<onering_abi::PerCpuHeader>() <= FULL_REGS);
+
+/// The counters of a CPU's header that the kernel (not a ring-0 stub) keeps.
+#[derive(Clone, Copy, Debug)]
+pub enum Counter {
+    LapicWrites,
+    Switches,
+}
+
+#[cfg(target_os = "none")]
+mod imp {
+    use super::*;
+    use core::ptr::addr_of_mut;
+    use core::sync::atomic::{AtomicU64, Ordering};
+    use onering_abi::PerCpuHeader;
+
+    /// This CPU's per-CPU page.
+    pub(crate) fn page() -> *mut u8 {
+        let base: u64;
+        // SAFETY: rdgsbase only reads the GS base into a register (the VMM set
+        // CR4.FSGSBASE); it touches no memory.
+        unsafe { core::arch::asm!("rdgsbase {}", out(reg) base, options(nomem, nostack, preserves_flags)) };
+        base as *mut u8
+    }
+
+    fn header() -> *mut PerCpuHeader {
+        page().cast()
+    }
+
+    /// A kernel-owned word of this CPU's page.
+    fn word(offset: usize) -> *mut u64 {
+        page().wrapping_add(offset).cast()
+    }
+
+    pub fn cpu_id() -> usize {
+        // SAFETY: the GS base points at this CPU's header, which the VMM wrote and
+        // mapped for the kernel's whole life; `cpu` is an aligned u64 nobody writes
+        // after boot.
+        (unsafe { core::ptr::read_volatile(addr_of_mut!((*header()).cpu)) } as usize) % MAX_CPUS
+    }
+
+    pub(crate) fn set_kstack_top(top: u64) {
+        // SAFETY: as in `cpu_id`; `kstack_top` is read by the entry stubs of this CPU
+        // only, and a volatile store is what they see next.
+        unsafe { core::ptr::write_volatile(addr_of_mut!((*header()).kstack_top), top) }
+    }
+
+    pub(crate) fn clear_in_fault() {
+        // SAFETY: as in `cpu_id`; the ring-0 stub sets `in_fault` when it hands an
+        // exception to ring 3, this CPU clears it when that handling is over.
+        unsafe { core::ptr::write_volatile(addr_of_mut!((*header()).in_fault), 0) }
+    }
+
+    #[inline(always)]
+    pub fn resched_pending() -> bool {
+        let v: u64;
+        // SAFETY: an aligned load through the GS base of a kernel-owned word of this
+        // CPU's page (mapped for the kernel's life); it writes nothing.
+        unsafe {
+            core::arch::asm!("mov {}, gs:[{}]", out(reg) v, const RESCHED, options(nostack, readonly, preserves_flags))
+        };
+        v != 0
+    }
+
+    pub fn take_resched() -> bool {
+        // SAFETY: an aligned, mapped word of this CPU's page used only as an atomic
+        // (an interrupt on this CPU may set it meanwhile; the swap loses nothing).
+        let a = unsafe { &*(word(RESCHED) as *const AtomicU64) };
+        a.swap(0, Ordering::Relaxed) != 0
+    }
+
+    pub fn timer_armed() -> u64 {
+        // SAFETY: an aligned, mapped word that only this CPU and its preemption stub
+        // touch; a volatile load.
+        unsafe { word(TIMER_ARMED).read_volatile() }
+    }
+
+    pub fn set_timer_armed(at: u64) {
+        // SAFETY: as in `timer_armed`; a plain store to that word.
+        unsafe { word(TIMER_ARMED).write_volatile(at) }
+    }
+
+    pub fn count(c: Counter) {
+        let offset = match c {
+            Counter::LapicWrites => onering_abi::percpu_offsets::LAPIC_WRITES,
+            Counter::Switches => onering_abi::percpu_offsets::SWITCHES,
+        };
+        // SAFETY: GS points at this CPU's header (mapped for the kernel's life) and
+        // `offset` is one of its u64 counters, which only this CPU writes, with one
+        // `inc` that an interrupt cannot split.
+        unsafe { core::arch::asm!("inc qword ptr gs:[{}]", in(reg) offset, options(nostack)) };
+    }
+
+    pub fn rdtsc() -> u64 {
+        // SAFETY: rdtsc reads the time-stamp counter; no memory, no side effects.
+        unsafe { core::arch::x86_64::_rdtsc() }
+    }
+
+    pub fn set_fs_base(v: u64) {
+        // SAFETY: wrfsbase only changes the FS base, which the kernel itself never
+        // uses (its per-CPU data is reached through GS).
+        unsafe { core::arch::asm!("wrfsbase {}", in(reg) v, options(nomem, nostack, preserves_flags)) }
+    }
+
+    pub fn fs_base() -> u64 {
+        let v: u64;
+        // SAFETY: rdfsbase reads the FS base into a register.
+        unsafe { core::arch::asm!("rdfsbase {}", out(reg) v, options(nomem, nostack, preserves_flags)) };
+        v
+    }
+
+    /// The running task's address (0: the idle loop).
+    pub(crate) fn current_task_word() -> u64 {
+        let p: u64;
+        // SAFETY: an aligned load through GS of this CPU's CURRENT_TASK word.
+        unsafe {
+            core::arch::asm!("mov {}, gs:[{}]", out(reg) p, const CURRENT_TASK, options(nostack, readonly, preserves_flags))
+        };
+        p
+    }
+
+    pub(crate) fn set_current_task_word(p: u64) {
+        // SAFETY: a kernel-owned word of this CPU's page, read by the preemption stub
+        // of this CPU (whether a thread runs) and by `current_task_word`.
+        unsafe { word(CURRENT_TASK).write_volatile(p) }
+    }
+}
+
+#[cfg(not(target_os = "none"))]
+mod imp {
+    //! One pretend CPU for host tests.
+    use super::*;
+    use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+    static RESCHED_FLAG: AtomicU64 = AtomicU64::new(0);
+    static TIMER: AtomicU64 = AtomicU64::new(0);
+    static FS: AtomicU64 = AtomicU64::new(0);
+    static CURRENT: AtomicU64 = AtomicU64::new(0);
+
+    pub fn cpu_id() -> usize {
+        0
+    }
+    pub(crate) fn set_kstack_top(_: u64) {}
+    pub fn resched_pending() -> bool {
+        RESCHED_FLAG.load(Relaxed) != 0
+    }
+    pub fn take_resched() -> bool {
+        RESCHED_FLAG.swap(0, Relaxed) != 0
+    }
+    pub fn timer_armed() -> u64 {
+        TIMER.load(Relaxed)
+    }
+    pub fn set_timer_armed(at: u64) {
+        TIMER.store(at, Relaxed)
+    }
+    pub fn count(_: Counter) {}
+    pub fn rdtsc() -> u64 {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
+    }
+    pub fn set_fs_base(v: u64) {
+        FS.store(v, Relaxed)
+    }
+    pub fn fs_base() -> u64 {
+        FS.load(Relaxed)
+    }
+    pub(crate) fn current_task_word() -> u64 {
+        CURRENT.load(Relaxed)
+    }
+    pub(crate) fn set_current_task_word(p: u64) {
+        CURRENT.store(p, Relaxed)
+    }
+}
+
+#[cfg(target_os = "none")]
+pub(crate) use imp::{clear_in_fault, page};
+pub(crate) use imp::{current_task_word, set_current_task_word, set_kstack_top};
+pub use imp::{count, cpu_id, fs_base, rdtsc, resched_pending, set_fs_base, set_timer_armed, take_resched, timer_armed};
+
+/// A `&'static T` per CPU, for the kernel's "what runs here" pointers (the current
+/// thread). Each CPU reads and writes only its own slot; a slot only ever holds a
+/// `&'static T` that `set` stored (or nothing), so reading it back as one is sound.
+pub struct CpuSlot<T: 'static> {
+    slots: [AtomicPtr<T>; MAX_CPUS],
+}
+
+impl<T: Sync + 'static> CpuSlot<T> {
+    pub const fn new() -> Self {
+        CpuSlot { slots: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CPUS] }
+    }
+
+    /// This CPU's value.
+    #[inline(always)]
+    pub fn get(&self) -> Option<&'static T> {
+        let p = self.slots[cpu_id()].load(core::sync::atomic::Ordering::Relaxed);
+        // SAFETY: the slot is null or holds a pointer `set` made from a `&'static T`
+        // (the only writer), which stays valid and shared forever.
+        unsafe { p.as_ref() }
+    }
+
+    /// Sets this CPU's value.
+    pub fn set(&self, v: Option<&'static T>) {
+        let p = v.map_or(core::ptr::null_mut(), |r| r as *const T as *mut T);
+        self.slots[cpu_id()].store(p, core::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl<T: Sync + 'static> Default for CpuSlot<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}

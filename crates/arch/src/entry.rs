@@ -1,0 +1,370 @@
+//! Entry points in assembly: the kernel's first instruction, the ring-0 trap stubs
+//! (system call and exceptions), the ring-3 landings they hand control to, and the
+//! return to the program with every register chosen. The kernel's Rust code is
+//! reached through four hooks it names with `entry_point!` (lib.rs).
+//!
+//! Ring 0 here may run only unprivileged instructions plus `iretq` (no `swapgs`, no
+//! `cli`/`sti`, no `hlt`): the stubs reach per-CPU data through `%gs`, whose base the
+//! VMM set to the CPU's [`PerCpuHeader`](onering_abi::PerCpuHeader), switch to a
+//! known stack without a scratch register, and leave ring 0 at once.
+
+use crate::frame::UserRegs;
+use core::arch::global_asm;
+use core::mem::offset_of;
+use onering_abi::layout::{USER_CS, USER_DS};
+use onering_abi::percpu_offsets as pc;
+
+/// When the timer or an IPI interrupts the kernel's own code, the kernel is asked
+/// again this much later (ns), in case it went back to the program just before it
+/// looked at the request.
+const RETRY_NS: u32 = 1_000_000;
+
+global_asm!(
+    r#"
+    // All entry code stays in .text.entry, which the linker script keeps: nothing in
+    // the kernel refers to the stubs (the VMM puts their addresses in LSTAR and the IDT).
+    .section .text.entry, "ax"
+
+    // Loads the user's arithmetic flags and DF from the rflags value in r11, without
+    // popfq (microcoded: ~4 ns of a ~15 ns call): DF with std (the kernel runs with
+    // DF clear), OF by an 8-bit add that overflows exactly when it was set, the other
+    // five with sahf. Clobbers rax. TF and AC are not restored. Everything after it
+    // on the way out must leave the flags alone (mov, pop, jmp).
+    .macro RESTORE_USER_FLAGS
+    bt $10, %r11
+    jnc 1f
+    std
+1:  mov %r11, %rax
+    mov %al, %ah
+    bt $11, %r11
+    sbb %al, %al
+    and $0x7f, %al
+    add $1, %al
+    sahf
+    .endm
+
+    // Hands an event taken from ring 3 on to ring 3: pushes the general registers
+    // below the vector, error code and iret frame already on the IST stack, copies
+    // those 22 words (a frame::FaultFrame) below the stack top kept at %gs:\stack,
+    // and continues at \target in ring 3, interrupts on, on that stack.
+    .macro TO_RING3 stack, target
+    push %rax
+    push %rbx
+    push %rcx
+    push %rdx
+    push %rsi
+    push %rdi
+    push %rbp
+    push %r8
+    push %r9
+    push %r10
+    push %r11
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    cld
+    mov %gs:\stack, %rdi
+    sub $(22 * 8), %rdi
+    mov %rdi, %rax
+    mov %rsp, %rsi
+    mov $22, %ecx
+    rep movsq
+    pushq ${user_ds}
+    push %rax
+    pushq $0x202
+    pushq ${user_cs}
+    pushq $\target
+    iretq
+    .endm
+
+
+    .global _start
+    // The VMM starts CPU 0 here in ring 3: rdi = &BootInfo, rsp = its kernel stack.
+_start:
+    xor %ebp, %ebp
+    call {start}
+    ud2
+
+    // ---- Ring 0: the `syscall` instruction lands here (LSTAR). --------------------
+    // rcx = user rip, r11 = user rflags, rsp = user stack (not to be written: red zone).
+    // Switch to the kernel stack and iretq into ring 3 at syscall_entry; rcx and r11
+    // travel in their registers.
+    .global syscall_trap_entry
+syscall_trap_entry:
+    incq %gs:{traps}
+    mov %rsp, %gs:{user_rsp}
+    mov %gs:{kstack_top}, %rsp
+    pushq ${user_ds}
+    pushq %gs:{kstack_top}
+    pushq $0x202
+    pushq ${user_cs}
+    pushq $syscall_entry
+    iretq
+
+    // ---- Ring 3: the common system-call path. -------------------------------------
+    // On entry: rsp = kernel stack top, user rsp in %gs:user_rsp, rcx = return address,
+    // r11 = user rflags, rax = number, rdi..r9 = arguments. The trap stub and the
+    // rewritten call sites both come here. Builds a SyscallFrame, dispatches, returns.
+    .global syscall_entry
+syscall_entry:
+    pushq %gs:{user_rsp}
+    push %r11
+    push %rcx
+    push %rax
+    push %rdi
+    push %rsi
+    push %rdx
+    push %r10
+    push %r8
+    push %r9
+    push %rbx
+    push %rbp
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    cld
+    mov %rsp, %rdi
+    call onering_hook_syscall
+    // A new thread's first return to the program starts here (see init_stack).
+    // (Signal handler entry and rt_sigreturn leave through full_return instead.)
+    .global syscall_return
+syscall_return:
+    pop %r15
+    pop %r14
+    pop %r13
+    pop %r12
+    pop %rbp
+    pop %rbx
+    pop %r9
+    pop %r8
+    pop %r10
+    pop %rdx
+    pop %rsi
+    pop %rdi
+    // Then rax, rcx and r11 (as sysret leaves them), the stack and the jump;
+    // nothing is written to the user stack.
+    mov 16(%rsp), %r11
+    RESTORE_USER_FLAGS
+    pop %rax
+    pop %rcx
+    pop %r11
+    pop %rsp
+    jmp *%rcx
+
+    // ---- Ring 3: return with every register chosen (signal handler entry, --------
+    // rt_sigreturn), from the UserRegs block in this CPU's per-CPU page, without
+    // touching the program's stack: flags first, then the registers, then
+    // `jmp *%gs:rip`.
+    .global onering_full_return
+onering_full_return:
+    mov %gs:{fr}+{r_rflags}, %r11
+    RESTORE_USER_FLAGS
+    mov %gs:{fr}+{r_r8}, %r8
+    mov %gs:{fr}+{r_r9}, %r9
+    mov %gs:{fr}+{r_r10}, %r10
+    mov %gs:{fr}+{r_r11}, %r11
+    mov %gs:{fr}+{r_r12}, %r12
+    mov %gs:{fr}+{r_r13}, %r13
+    mov %gs:{fr}+{r_r14}, %r14
+    mov %gs:{fr}+{r_r15}, %r15
+    mov %gs:{fr}+{r_rdi}, %rdi
+    mov %gs:{fr}+{r_rsi}, %rsi
+    mov %gs:{fr}+{r_rbp}, %rbp
+    mov %gs:{fr}+{r_rbx}, %rbx
+    mov %gs:{fr}+{r_rdx}, %rdx
+    mov %gs:{fr}+{r_rax}, %rax
+    mov %gs:{fr}+{r_rcx}, %rcx
+    mov %gs:{fr}+{r_rsp}, %rsp
+    jmp *%gs:{fr}+{r_rip}
+
+    // ---- Ring 0: exceptions (every IDT gate uses IST1). ----------------------------
+    // Each stub is 16 bytes long, so the VMM finds stub n at exception_stubs + 16 * n.
+    .balign 16
+    .global exception_stubs
+exception_stubs:
+    .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
+    .balign 16
+    .if (\n == 8) || (\n >= 10 && \n <= 14) || (\n == 17) || (\n == 21) || (\n == 29) || (\n == 30)
+    pushq $\n
+    .else
+    pushq $0
+    pushq $\n
+    .endif
+    jmp exception_common
+    .endr
+
+    // Ring 0, reached by `int $0x81` from ring 3 on hardware KVM only (see
+    // supervisor.rs): drop all non-global translations. PVM would raise #GP here.
+    .balign 16
+    .global tlb_flush_stub
+tlb_flush_stub:
+    push %rax
+    mov %cr3, %rax
+    mov %rax, %cr3
+    pop %rax
+    iretq
+
+    // Interrupts nobody asked for: ignore.
+    .balign 16
+    .global interrupt_stub
+interrupt_stub:
+    iretq
+
+    // ---- Ring 0: the APIC timer and the reschedule IPI. -------------------------
+    // IST stack: rip, cs, rflags, rsp, ss. Ring 3 runs with IF set, ring 0 never
+    // does, so ring 3 was interrupted: either the program, or the kernel's own code
+    // (which runs in ring 3 too, in the top 2 GiB). The kernel is never preempted: it
+    // finds the request flag on its way back to the program (and, should it miss it,
+    // a short retry timer comes back). The program's state goes, as an exception's
+    // does, to ring 3, but on the running thread's own kernel stack (empty while
+    // the program runs), where the thread may switch away. "The kernel" is its code
+    // or anything running on the thread's kernel stack.
+    .balign 16
+    .global preempt_stub
+preempt_stub:
+    incq %gs:{interrupts}
+    push %rax
+    movabs ${lapic_eoi}, %rax
+    movl $0, (%rax)
+    movq $0, %gs:{timer_armed}
+    movabs ${kernel_vbase}, %rax
+    cmp %rax, 8(%rsp)
+    jae 1f
+    // A rewritten site's trampoline (program code) has already moved to the
+    // thread's kernel stack on its way into the kernel: that is the kernel's too.
+    mov %gs:{kstack_top}, %rax
+    sub 32(%rsp), %rax
+    cmp ${kstack_size}, %rax
+    jb 1f
+    cmpq $0, %gs:{in_fault}
+    jne 1f
+    cmpq $0, %gs:{current}
+    je 1f
+    pop %rax
+    pushq $0
+    pushq ${timer_vector}
+    TO_RING3 {kstack_top}, interrupt_entry
+1:  movq $1, %gs:{resched}
+    cmpq $0, %gs:{current}
+    je 2f
+    movabs ${lapic_timer}, %rax
+    movl ${retry_ns}, (%rax)
+2:  pop %rax
+    iretq
+
+    // ---- Ring 3: a preempted program continues here on its kernel stack. --------
+interrupt_entry:
+    mov %rsp, %rdi
+    call onering_hook_interrupt
+    ud2
+
+exception_common:
+    // IST stack: vector, error, rip, cs, rflags, rsp, ss. A fault in ring 0 or while
+    // ring 3 still handles the previous one cannot be handed on: report and stop.
+    testb $3, 24(%rsp)
+    jz 2f
+    cmpq $0, %gs:{in_fault}
+    jne 2f
+    movq $1, %gs:{in_fault}
+    TO_RING3 {fault_stack_top}, fault_entry
+2:
+    // Fatal: tell the VMM, which reads vector, error code and the interrupted
+    // state from the top of this CPU's IST stack (where the frame is now). GS is not
+    // used: it may be what broke.
+    movabs ${doorbell}, %rax
+    movq $6, (%rax)
+3:  pause
+    jmp 3b
+
+    // ---- Ring 3: exceptions continue here on the fault stack. ---------------------
+fault_entry:
+    mov %rsp, %rdi
+    call onering_hook_fault
+    ud2
+"#,
+    start = sym arch_start,
+    lapic_eoi = const onering_abi::layout::direct(onering_abi::layout::LAPIC_PHYS + onering_abi::lapic::EOI),
+    lapic_timer = const onering_abi::layout::direct(onering_abi::layout::LAPIC_PHYS + onering_abi::lapic::TIMER_INITIAL),
+    kernel_vbase = const onering_abi::layout::KERNEL_VBASE,
+    timer_vector = const onering_abi::vectors::TIMER as u64,
+    retry_ns = const RETRY_NS,
+    kstack_size = const crate::task::KSTACK_SIZE,
+    timer_armed = const crate::cpu::TIMER_ARMED,
+    resched = const crate::cpu::RESCHED,
+    current = const crate::cpu::CURRENT_TASK,
+    user_rsp = const pc::USER_RSP,
+    traps = const pc::TRAPS,
+    interrupts = const pc::INTERRUPTS,
+    kstack_top = const pc::KSTACK_TOP,
+    fault_stack_top = const pc::FAULT_STACK_TOP,
+    in_fault = const pc::IN_FAULT,
+    user_ds = const USER_DS as u64,
+    user_cs = const USER_CS as u64,
+    doorbell = const onering_abi::layout::direct(onering_abi::layout::HOSTCALL_DOORBELL_PHYS),
+    fr = const crate::cpu::FULL_REGS,
+    r_r8 = const offset_of!(UserRegs, r8),
+    r_r9 = const offset_of!(UserRegs, r9),
+    r_r10 = const offset_of!(UserRegs, r10),
+    r_r11 = const offset_of!(UserRegs, r11),
+    r_r12 = const offset_of!(UserRegs, r12),
+    r_r13 = const offset_of!(UserRegs, r13),
+    r_r14 = const offset_of!(UserRegs, r14),
+    r_r15 = const offset_of!(UserRegs, r15),
+    r_rdi = const offset_of!(UserRegs, rdi),
+    r_rsi = const offset_of!(UserRegs, rsi),
+    r_rbp = const offset_of!(UserRegs, rbp),
+    r_rbx = const offset_of!(UserRegs, rbx),
+    r_rdx = const offset_of!(UserRegs, rdx),
+    r_rax = const offset_of!(UserRegs, rax),
+    r_rcx = const offset_of!(UserRegs, rcx),
+    r_rsp = const offset_of!(UserRegs, rsp),
+    r_rip = const offset_of!(UserRegs, rip),
+    r_rflags = const offset_of!(UserRegs, rflags),
+    options(att_syntax)
+);
+
+
+// SAFETY: the kernel's `entry_point!` defines these four symbols (jumps to its
+// hooks, with these signatures); the assembly above defines the last one. Both
+// sides are Rust: the reference to an Option is just a pointer.
+#[allow(improper_ctypes)]
+extern "C" {
+    fn onering_hook_main(boot: &mut Option<crate::boot::Boot>) -> !;
+    fn onering_full_return() -> !;
+}
+
+/// The first Rust code, on the CPU's boot stack in ring 3. CPU 0 checks the boot
+/// info and sets up the heap and the machine, then hands the kernel its boot
+/// resources; the other CPUs (started later, when the kernel first kicks them) go
+/// straight to the kernel's main with nothing.
+extern "C" fn arch_start(boot_info: u64) -> ! {
+    let mut boot = if crate::cpu::cpu_id() == 0 { Some(crate::boot::init(boot_info)) } else { None };
+    // SAFETY: the hook is the kernel's main, defined by `entry_point!`; it takes
+    // the boot resources (or nothing) and never returns.
+    unsafe { onering_hook_main(&mut boot) }
+}
+
+/// Returns to the program (or to kernel code interrupted by a fault) with exactly
+/// `regs`. Never comes back.
+pub fn full_return(regs: &UserRegs) -> ! {
+    let pc = crate::cpu::page();
+    // SAFETY: FULL_REGS lies in this CPU's per-CPU page, which the kernel owns past
+    // the ABI header (room for UserRegs before CURRENT_TASK, checked in cpu.rs);
+    // nothing else on this CPU uses it until the jump below, which loads every
+    // register from it and jumps to `regs.rip` without touching any stack.
+    unsafe {
+        (pc.add(crate::cpu::FULL_REGS) as *mut UserRegs).write_volatile(*regs);
+        onering_full_return()
+    }
+}
+
+/// Ends this CPU's handling of an exception (the ring-0 stub marked it) and
+/// returns with `regs`: the program, its signal handler, or a user-access routine's
+/// failure landing.
+pub fn resume_after_fault(regs: &UserRegs) -> ! {
+    crate::cpu::clear_in_fault();
+    full_return(regs)
+}
+

@@ -1,0 +1,379 @@
+//! Guest-physical memory in 2 MiB chunks, and the page tables that map them into
+//! the program's half of the address space.
+//!
+//! User memory is backed only in whole 2 MiB chunks mapped by 2 MiB page-directory
+//! entries: under the software hypervisor every page-table edit and every first
+//! touch of a 4 KiB mapping costs microseconds, a 2 MiB mapping few.
+//!
+//! A [`Chunk`] is an owned 2 MiB piece of guest RAM: it cannot be copied or made
+//! up (only a [`ChunkAllocator`] built by `boot` hands chunks out, in the guest), so
+//! whoever holds it may write it through the direct map. Invariant: a free chunk is
+//! all zeros (guest RAM starts zeroed; whoever frees a chunk zeroes what it used).
+//!
+//! [`PageTables`] edits the live tables the VMM built (root at `BOOT_PT_PHYS`),
+//! only ever entries of the lower (user) half, and only to map chunks; the kernel's
+//! own mappings (image, direct map, MMIO) are the VMM's and never change.
+//!
+//! On the host (tests) chunks and the allocator work the same; page tables and chunk
+//! contents are not touched.
+
+use alloc::vec;
+use alloc::vec::Vec;
+use onering_abi::layout::HUGE_PAGE_SIZE;
+
+/// An owned, 2 MiB aligned 2 MiB piece of guest RAM.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Chunk {
+    phys: u64,
+}
+
+impl Chunk {
+    /// Its guest-physical address.
+    pub fn phys(&self) -> u64 {
+        self.phys
+    }
+
+    /// Zeroes `[offset, offset + len)` of the chunk (clamped to it).
+    pub fn zero(&mut self, offset: u64, len: u64) {
+        let (offset, len) = clamp(offset, len);
+        #[cfg(target_os = "none")]
+        if len > 0 {
+            let at = onering_abi::layout::direct(self.phys + offset);
+            // SAFETY: the chunk is owned by the caller (`&mut`), the range lies inside
+            // it (clamped), and it is reached through the direct map, which maps all
+            // RAM. The program may map the chunk and write it concurrently: that is
+            // memory outside Rust's objects, written here with `rep stosb`.
+            unsafe {
+                core::arch::asm!("rep stosb", inout("rdi") at => _, inout("rcx") len => _, in("al") 0u8, options(nostack, preserves_flags))
+            }
+        }
+        #[cfg(not(target_os = "none"))]
+        let _ = (offset, len);
+    }
+
+    /// Copies `len` bytes at `from_off` of `from` to `to_off` of `self` (each
+    /// clamped to its chunk).
+    pub fn copy_from(&mut self, to_off: u64, from: &Chunk, from_off: u64, len: u64) {
+        let (to_off, l1) = clamp(to_off, len);
+        let (from_off, l2) = clamp(from_off, len);
+        let len = l1.min(l2);
+        #[cfg(target_os = "none")]
+        if len > 0 {
+            let dst = onering_abi::layout::direct(self.phys + to_off);
+            let src = onering_abi::layout::direct(from.phys + from_off);
+            // SAFETY: both ranges lie inside their chunks (clamped) and are reached
+            // through the direct map; `self` is owned mutably and `from` is another
+            // chunk (two `Chunk`s never share memory), so the ranges do not overlap.
+            unsafe {
+                core::arch::asm!("rep movsb", inout("rdi") dst => _, inout("rsi") src => _, inout("rcx") len => _, options(nostack, preserves_flags))
+            }
+        }
+        #[cfg(not(target_os = "none"))]
+        let _ = (to_off, from_off, len, from);
+    }
+}
+
+fn clamp(offset: u64, len: u64) -> (u64, u64) {
+    let offset = offset.min(HUGE_PAGE_SIZE);
+    (offset, len.min(HUGE_PAGE_SIZE - offset))
+}
+
+#[derive(Debug)]
+struct Range {
+    base: u64,
+    chunks: usize,
+    /// Bit set = chunk in use.
+    used: Vec<u64>,
+}
+
+/// Allocator of 2 MiB chunks, one bit per chunk.
+#[derive(Debug, Default)]
+pub struct ChunkAllocator {
+    ranges: Vec<Range>,
+    free: usize,
+}
+
+impl ChunkAllocator {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds `[start, end)` (rounded inwards to 2 MiB) to the free pool. In the guest
+    /// only `boot` does this, from the boot info; host tests make up their own.
+    #[cfg(target_os = "none")]
+    pub(crate) fn add_range(&mut self, start: u64, end: u64) {
+        self.add(start, end)
+    }
+
+    #[cfg(not(target_os = "none"))]
+    pub fn add_range(&mut self, start: u64, end: u64) {
+        self.add(start, end)
+    }
+
+    fn add(&mut self, start: u64, end: u64) {
+        let base = start.saturating_add(HUGE_PAGE_SIZE - 1) & !(HUGE_PAGE_SIZE - 1);
+        let end = end & !(HUGE_PAGE_SIZE - 1);
+        if end <= base {
+            return;
+        }
+        let chunks = ((end - base) / HUGE_PAGE_SIZE) as usize;
+        self.ranges.push(Range { base, chunks, used: vec![0; chunks.div_ceil(64)] });
+        self.free += chunks;
+    }
+
+    pub fn free_chunks(&self) -> usize {
+        self.free
+    }
+
+    /// A zeroed chunk, lowest first.
+    pub fn alloc(&mut self) -> Option<Chunk> {
+        for r in &mut self.ranges {
+            for (w, word) in r.used.iter_mut().enumerate() {
+                if *word == u64::MAX {
+                    continue;
+                }
+                let bit = (!*word).trailing_zeros() as usize;
+                let idx = w * 64 + bit;
+                if idx >= r.chunks {
+                    break;
+                }
+                *word |= 1 << bit;
+                self.free -= 1;
+                return Some(Chunk { phys: r.base + idx as u64 * HUGE_PAGE_SIZE });
+            }
+        }
+        None
+    }
+
+    /// Returns a chunk, which the caller has zeroed where it wrote. A chunk of
+    /// another allocator (the boot-time image and stack) is dropped: its memory is
+    /// never reused.
+    pub fn free(&mut self, chunk: Chunk) {
+        let phys = chunk.phys;
+        for r in &mut self.ranges {
+            let end = r.base + r.chunks as u64 * HUGE_PAGE_SIZE;
+            if phys >= r.base && phys < end {
+                let idx = ((phys - r.base) / HUGE_PAGE_SIZE) as usize;
+                let (w, bit) = (idx / 64, idx % 64);
+                if r.used[w] & (1 << bit) != 0 {
+                    r.used[w] &= !(1 << bit);
+                    self.free += 1;
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// Why a mapping could not be made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MapError {
+    /// No chunk left for a page-table page.
+    NoMemory,
+    /// The address is not a 2 MiB aligned address of the program's half.
+    BadAddress,
+}
+
+/// The live page tables' user half. One instance exists (handed out by `boot`).
+#[derive(Debug, Default)]
+pub struct PageTables {
+    /// Page-table pages not used yet: the rest of the last chunk taken for them.
+    pool_next: u64,
+    pool_end: u64,
+    /// Chunks holding page-table pages (kept for the kernel's life).
+    held: Vec<Chunk>,
+}
+
+#[cfg(target_os = "none")]
+mod tables {
+    use super::*;
+    use core::ptr::{read_volatile, write_volatile};
+    use onering_abi::layout::{self, direct, PAGE_SIZE};
+
+    const PTE_PRESENT: u64 = 1;
+    const PTE_WRITE: u64 = 2;
+    const PTE_USER: u64 = 4;
+    const PTE_HUGE: u64 = 0x80;
+    const PTE_ADDR: u64 = 0x000f_ffff_ffff_f000;
+
+    /// Entry `index` of the table page at `table_phys`, through the direct map.
+    fn entry(table_phys: u64, index: u64) -> *mut u64 {
+        (direct(table_phys) + (index & 511) * 8) as *mut u64
+    }
+
+    impl PageTables {
+        /// A zeroed page for a new table.
+        fn alloc_table(&mut self, chunks: &mut ChunkAllocator) -> Result<u64, MapError> {
+            if self.pool_next == self.pool_end {
+                let c = chunks.alloc().ok_or(MapError::NoMemory)?;
+                self.pool_next = c.phys();
+                self.pool_end = c.phys() + HUGE_PAGE_SIZE;
+                self.held.push(c);
+            }
+            let t = self.pool_next;
+            self.pool_next += PAGE_SIZE;
+            // SAFETY: `t` is a page of a chunk this structure owns (`held`), reached
+            // through the direct map, not yet part of any table. Free chunks should
+            // be zero, but a stray byte here would become a mapping: clear it.
+            unsafe { core::ptr::write_bytes(direct(t) as *mut u8, 0, PAGE_SIZE as usize) };
+            Ok(t)
+        }
+
+        /// The table entry `index` of `table` points at, created when absent.
+        fn next_level(&mut self, table: u64, index: u64, chunks: &mut ChunkAllocator) -> Result<u64, MapError> {
+            let e = entry(table, index);
+            // SAFETY: `table` is a page-table page in RAM (the VMM's root, or one read
+            // from a present entry written by the VMM or by `alloc_table`); its
+            // entries are aligned u64s in the direct map. Only this structure (one
+            // instance, used under the caller's lock) edits user-half entries.
+            let v = unsafe { read_volatile(e) };
+            if v & PTE_PRESENT != 0 {
+                return Ok(v & PTE_ADDR);
+            }
+            let t = self.alloc_table(chunks)?;
+            // SAFETY: as above; the new entry points at a zeroed table page we own.
+            unsafe { write_volatile(e, t | PTE_PRESENT | PTE_WRITE | PTE_USER) };
+            Ok(t)
+        }
+
+        /// The page-directory entry of `virt`, creating the levels above if `chunks`
+        /// is given; None if absent (or out of memory).
+        fn pd_entry(&mut self, virt: u64, chunks: Option<&mut ChunkAllocator>) -> Option<*mut u64> {
+            let idx = |shift: u64| (virt >> shift) & 511;
+            match chunks {
+                Some(c) => {
+                    let pdpt = self.next_level(layout::BOOT_PT_PHYS, idx(39), c).ok()?;
+                    let pd = self.next_level(pdpt, idx(30), c).ok()?;
+                    Some(entry(pd, idx(21)))
+                }
+                None => {
+                    let mut table = layout::BOOT_PT_PHYS;
+                    for shift in [39, 30] {
+                        // SAFETY: walking present entries of the live tables through
+                        // the direct map, as in `next_level`.
+                        let v = unsafe { read_volatile(entry(table, idx(shift))) };
+                        if v & PTE_PRESENT == 0 {
+                            return None;
+                        }
+                        table = v & PTE_ADDR;
+                    }
+                    Some(entry(table, idx(21)))
+                }
+            }
+        }
+
+        pub(super) fn set(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator) -> Result<(), MapError> {
+            let e = self.pd_entry(virt, Some(chunks)).ok_or(MapError::NoMemory)?;
+            // SAFETY: `e` is the page-directory entry of a user-half `virt` in a live
+            // table (see `next_level`).
+            unsafe { write_volatile(e, chunk.phys() | PTE_PRESENT | PTE_WRITE | PTE_USER | PTE_HUGE) };
+            Ok(())
+        }
+
+        pub(super) fn clear(&mut self, virt: u64) {
+            if let Some(e) = self.pd_entry(virt, None) {
+                // SAFETY: as in `set`.
+                unsafe { write_volatile(e, 0) };
+                crate::supervisor::flush_tlb();
+            }
+        }
+    }
+}
+
+impl PageTables {
+    /// Maps the 2 MiB block of the program's half at `virt` to `chunk`, taking
+    /// chunks for page-table pages from `chunks` as needed.
+    pub fn map_block(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator) -> Result<(), MapError> {
+        if !virt.is_multiple_of(HUGE_PAGE_SIZE) || virt >= onering_abi::layout::USER_END {
+            return Err(MapError::BadAddress);
+        }
+        #[cfg(target_os = "none")]
+        return self.set(virt, chunk, chunks);
+        #[cfg(not(target_os = "none"))]
+        {
+            let _ = (chunk, chunks);
+            Ok(())
+        }
+    }
+
+    /// Removes the mapping of the block at `virt` (if it is one of the program's).
+    pub fn unmap_block(&mut self, virt: u64) {
+        #[cfg(target_os = "none")]
+        if virt.is_multiple_of(HUGE_PAGE_SIZE) && virt < onering_abi::layout::USER_END {
+            self.clear(virt);
+        }
+        #[cfg(not(target_os = "none"))]
+        let _ = virt;
+    }
+}
+
+/// Host tests: a page-table editor that changes nothing.
+#[cfg(not(target_os = "none"))]
+pub fn host_page_tables() -> PageTables {
+    PageTables::default()
+}
+
+/// The boot-time chunks the VMM placed (program image, stack), by virtual block
+/// address: the kernel adopts them into the address space.
+pub type BootBlocks = Vec<(u64, Chunk)>;
+
+#[cfg(target_os = "none")]
+pub(crate) fn boot_blocks(maps: &[onering_abi::UserMapping]) -> BootBlocks {
+    let mut out = Vec::new();
+    for m in maps {
+        for off in (0..m.size).step_by(HUGE_PAGE_SIZE as usize) {
+            out.push((m.virt + off, Chunk { phys: m.phys + off }));
+        }
+    }
+    out
+}
+
+/// Stack memory for tasks: arch keeps the chunks it cuts kernel stacks from for
+/// the kernel's life (the token is consumed; the memory is never freed).
+pub(crate) fn keep(chunk: Chunk) -> u64 {
+    chunk.phys
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    const M: u64 = HUGE_PAGE_SIZE;
+
+    #[test]
+    fn allocates_lowest_and_reuses() {
+        let mut a = ChunkAllocator::new();
+        a.add_range(M + 5, 4 * M + 7); // rounds to [2M, 4M): 2 chunks
+        a.add_range(10 * M, 11 * M);
+        assert_eq!(a.free_chunks(), 3);
+        let c2 = a.alloc().unwrap();
+        let c3 = a.alloc().unwrap();
+        let c10 = a.alloc().unwrap();
+        assert_eq!((c2.phys(), c3.phys(), c10.phys()), (2 * M, 3 * M, 10 * M));
+        assert_eq!(a.alloc(), None);
+        a.free(c3);
+        a.free(Chunk { phys: 77 * M }); // not this allocator's: ignored
+        assert_eq!(a.free_chunks(), 1);
+        assert_eq!(a.alloc().map(|c| c.phys()), Some(3 * M));
+    }
+
+    #[test]
+    fn many_chunks_cross_words() {
+        let mut a = ChunkAllocator::new();
+        a.add_range(0, 130 * M);
+        for i in 0..130 {
+            assert_eq!(a.alloc().map(|c| c.phys()), Some(i * M));
+        }
+        assert_eq!(a.alloc(), None);
+    }
+
+    #[test]
+    fn only_user_blocks_can_be_mapped() {
+        let mut a = ChunkAllocator::new();
+        a.add_range(0, 4 * M);
+        let c = a.alloc().unwrap();
+        let mut pt = PageTables::default();
+        assert_eq!(pt.map_block(0x1000, &c, &mut a), Err(MapError::BadAddress));
+        assert_eq!(pt.map_block(onering_abi::layout::USER_END, &c, &mut a), Err(MapError::BadAddress));
+        assert_eq!(pt.map_block(0x4000_0000, &c, &mut a), Ok(()));
+    }
+}

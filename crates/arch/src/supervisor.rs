@@ -1,0 +1,89 @@
+//! The few operations that need ring 0 or the hypervisor, behind one interface:
+//! TLB flushes, halting an idle vCPU, kicking a halted one, interrupting a running
+//! one, and arming this vCPU's timer.
+//!
+//! On PVM (our machines) ring 0 cannot execute `invlpg`, `mov cr3`, `hlt`, `sti` or
+//! `wrmsr`: they raise #GP once ring 3 has run. The defaults work there:
+//! - TLB: the hypervisor write-protects the page tables it shadows, so a page-table
+//!   store already drops the stale translation on every vCPU.
+//! - Halt and kick: hostcalls (`Halt`, `Kick`); the vCPU thread sleeps in the VMM.
+//!   An exit costs ~18 µs, which is why the scheduler spins before it halts and
+//!   kicks only vCPUs that really halted.
+//! - Interrupting a running vCPU (reschedule IPI) and the one-shot timer: stores to
+//!   the local APIC's MMIO page, which KVM's in-kernel APIC handles (the VMM set the
+//!   APIC up: timer vector, one-shot, 1 count per ns), one exit each.
+//!
+//! On hardware KVM (`flags::PRIVILEGED_RING0`, set by the VMM when the host CPU has
+//! VMX or SVM) the TLB is the guest's own: a flush traps into ring 0 through
+//! `int $0x81`, whose stub reloads CR3. Halting there could use `hlt` and the APIC
+//! (no exit to the VMM); it uses the hostcalls, which work on both, until we can
+//! measure that variant on such a machine.
+
+use crate::cpu::{count, cpu_id, Counter};
+use crate::hostcall::hostcall;
+use core::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use onering_abi::{lapic, vectors, Hostcall, MAX_CPUS};
+
+static PRIVILEGED: AtomicBool = AtomicBool::new(false);
+
+/// Chooses the implementation from the boot flags.
+pub(crate) fn init(flags: u64) {
+    PRIVILEGED.store(flags & onering_abi::flags::PRIVILEGED_RING0 != 0, Ordering::Relaxed);
+}
+
+/// Drops any cached translation after a page-table entry changed.
+pub(crate) fn flush_tlb() {
+    #[cfg(target_os = "none")]
+    if PRIVILEGED.load(Ordering::Relaxed) {
+        // SAFETY: vector 0x81 is the TLB-flush stub, a DPL-3 gate the VMM installs
+        // only on hardware KVM; it reloads CR3, changes no register and returns
+        // with iretq.
+        unsafe { core::arch::asm!("int 0x81", options(nostack)) };
+    }
+}
+
+/// Halts this vCPU for at most `ns` nanoseconds or until [`kick`]ed (a kick sent
+/// since the last halt makes it return at once).
+pub fn halt(ns: u64) {
+    hostcall(Hostcall::Halt, &[ns]);
+}
+
+/// Wakes vCPU `cpu` from [`halt`], starting it if it never ran.
+pub fn kick(cpu: usize) {
+    hostcall(Hostcall::Kick, &[cpu as u64]);
+}
+
+/// Stores `v` into local-APIC register `reg` (an offset in `onering_abi::lapic`).
+fn lapic_write(reg: u64, v: u32) {
+    #[cfg(target_os = "none")]
+    {
+        use onering_abi::layout::{direct, LAPIC_PHYS};
+        // SAFETY: the APIC's page is mapped uncached in the direct map (the VMM maps
+        // the 2 MiB MMIO page holding it) and no memory is behind it: KVM's APIC
+        // emulation handles the store; each vCPU reaches its own APIC there.
+        unsafe { core::ptr::write_volatile((direct(LAPIC_PHYS) + (reg & 0xff0)) as *mut u32, v) }
+    }
+    #[cfg(not(target_os = "none"))]
+    let _ = (reg, v);
+    count(Counter::LapicWrites);
+}
+
+/// The destination last written to each vCPU's ICR high half (+1; 0 = none).
+static ICR_DEST: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+
+/// Interrupts vCPU `cpu` (not this one) with the reschedule vector: it looks at
+/// its run queue and at its thread's pending signals.
+pub fn reschedule(cpu: usize) {
+    let me = cpu_id();
+    // The APIC ID is the vCPU number (KVM's default). The high half keeps its
+    // value, so it is written only when the destination changes.
+    if ICR_DEST[me].swap(cpu as u32 + 1, Ordering::Relaxed) != cpu as u32 + 1 {
+        lapic_write(lapic::ICR_HIGH, (cpu as u32) << 24);
+    }
+    lapic_write(lapic::ICR_LOW, lapic::ICR_FIXED | u32::from(vectors::RESCHEDULE));
+}
+
+/// Arms this vCPU's one-shot timer to fire in `ns` nanoseconds (1 ns to ~4.3 s).
+pub fn arm_timer(ns: u64) {
+    lapic_write(lapic::TIMER_INITIAL, ns.clamp(1, u64::from(u32::MAX)) as u32);
+}
