@@ -15,6 +15,8 @@ fn main() {
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap());
     for dep in [
         "crates/kernel/src",
+        "crates/arch/src",
+        "crates/arch/Cargo.toml",
         "crates/kernel/link.ld",
         "crates/kernel/Cargo.toml",
         "crates/abi/src",

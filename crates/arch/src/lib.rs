@@ -57,36 +57,34 @@ pub use frame::{FaultFrame, SyscallFrame, UserRegs};
 #[macro_export]
 macro_rules! entry_point {
     (main: $main:path, syscall: $syscall:path, fault: $fault:path, interrupt: $interrupt:path $(,)?) => {
-        const _: () = {
-            #[allow(improper_ctypes_definitions)]
-            extern "C" fn __onering_main(boot: &mut Option<$crate::boot::Boot>) -> ! {
-                $main(boot.take())
-            }
-            extern "C" fn __onering_syscall(frame: &mut $crate::frame::SyscallFrame) {
-                $syscall(frame)
-            }
-            extern "C" fn __onering_fault(frame: &$crate::frame::FaultFrame) -> ! {
-                $fault(frame)
-            }
-            extern "C" fn __onering_interrupt(frame: &$crate::frame::FaultFrame) -> ! {
-                $interrupt(frame)
-            }
-            core::arch::global_asm!(
-                ".pushsection .text.entry, \"ax\"",
-                ".global onering_hook_main",
-                "onering_hook_main: jmp {main}",
-                ".global onering_hook_syscall",
-                "onering_hook_syscall: jmp {syscall}",
-                ".global onering_hook_fault",
-                "onering_hook_fault: jmp {fault}",
-                ".global onering_hook_interrupt",
-                "onering_hook_interrupt: jmp {interrupt}",
-                ".popsection",
-                main = sym __onering_main,
-                syscall = sym __onering_syscall,
-                fault = sym __onering_fault,
-                interrupt = sym __onering_interrupt,
-            );
-        };
+        #[allow(improper_ctypes_definitions)]
+        extern "C" fn __onering_main(boot: &mut Option<$crate::boot::Boot>) -> ! {
+            $main(boot.take())
+        }
+        extern "C" fn __onering_syscall(frame: &mut $crate::frame::SyscallFrame) {
+            $syscall(frame)
+        }
+        extern "C" fn __onering_fault(frame: &$crate::frame::FaultFrame) -> ! {
+            $fault(frame)
+        }
+        extern "C" fn __onering_interrupt(frame: &$crate::frame::FaultFrame) -> ! {
+            $interrupt(frame)
+        }
+        core::arch::global_asm!(
+            ".pushsection .text.entry, \"ax\"",
+            ".global onering_hook_main",
+            "onering_hook_main: jmp {main}",
+            ".global onering_hook_syscall",
+            "onering_hook_syscall: jmp {syscall}",
+            ".global onering_hook_fault",
+            "onering_hook_fault: jmp {fault}",
+            ".global onering_hook_interrupt",
+            "onering_hook_interrupt: jmp {interrupt}",
+            ".popsection",
+            main = sym __onering_main,
+            syscall = sym __onering_syscall,
+            fault = sym __onering_fault,
+            interrupt = sym __onering_interrupt,
+        );
     };
 }

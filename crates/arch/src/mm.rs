@@ -71,6 +71,26 @@ impl Chunk {
         #[cfg(not(target_os = "none"))]
         let _ = (to_off, from_off, len, from);
     }
+
+    /// Copies `len` bytes at `from_off` to `to_off` within the chunk (both clamped;
+    /// overlapping ranges copy as `rep movsb` does, front to back).
+    pub fn copy_within(&mut self, from_off: u64, to_off: u64, len: u64) {
+        let (from_off, l1) = clamp(from_off, len);
+        let (to_off, l2) = clamp(to_off, len);
+        let len = l1.min(l2);
+        #[cfg(target_os = "none")]
+        if len > 0 {
+            let dst = onering_abi::layout::direct(self.phys + to_off);
+            let src = onering_abi::layout::direct(self.phys + from_off);
+            // SAFETY: both ranges lie inside the chunk the caller owns mutably
+            // (clamped), reached through the direct map.
+            unsafe {
+                core::arch::asm!("rep movsb", inout("rdi") dst => _, inout("rsi") src => _, inout("rcx") len => _, options(nostack, preserves_flags))
+            }
+        }
+        #[cfg(not(target_os = "none"))]
+        let _ = (from_off, to_off, len);
+    }
 }
 
 fn clamp(offset: u64, len: u64) -> (u64, u64) {

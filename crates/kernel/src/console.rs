@@ -1,38 +1,47 @@
-//! Buffered console: the program's stdout and stderr on their way to the host.
+//! The console buffer: the program's stdout and stderr on their way to the host,
+//! and the policy of when to send them. Pure logic, tested on the host; the
+//! device (`fs::stdio`) holds it under a lock and sends flushed bytes to the VMM
+//! outside that lock.
 //!
-//! Each flush is one exit to the VMM (~18 µs here), so small writes are gathered in one
-//! buffer and flushed at a newline, when the buffer is full, before the output switches
-//! to the other stream (which keeps stdout and stderr in order), and at exit. A write
-//! larger than half the buffer skips it: the VMM reads it straight from the program's
-//! memory, one exit for the lot.
+//! Each flush is one exit to the VMM (~18 µs here), so small writes are gathered in
+//! one buffer and flushed at a newline, when the buffer would overflow, before the
+//! output switches to the other stream (which keeps stdout and stderr in order), and
+//! at exit. A write larger than half the buffer skips it: the VMM reads it straight
+//! from the program's memory, one exit for the lot, after what was buffered before.
 
 use crate::errno::Errno;
 use alloc::vec::Vec;
 
-/// Where flushed output goes: the host's file descriptor `fd`. `data` is at
-/// guest-virtual address `addr` (the VMM reads it from there).
-pub trait Sink {
-    fn write(&mut self, fd: u32, addr: u64, data: &[u8]) -> Result<u64, Errno>;
-}
-
 pub const CAPACITY: usize = 64 * 1024;
 
+/// What a write needs before its bytes can go in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Append to the buffer.
+    Append,
+    /// Send what is buffered first (the other stream's bytes, or no room).
+    FlushFirst,
+    /// Too large to buffer: send it directly (the buffer is empty).
+    Direct,
+}
+
 #[derive(Debug)]
-pub struct Console {
+pub struct ConsoleBuf {
     /// Grows on demand up to CAPACITY: every page the guest touches first costs
     /// microseconds here, so a program that prints little touches little.
     buf: Vec<u8>,
+    /// The stream the buffered bytes belong to (1 or 2).
     fd: u32,
 }
 
-impl Default for Console {
+impl Default for ConsoleBuf {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl Console {
-    pub fn new() -> Self {
+impl ConsoleBuf {
+    pub const fn new() -> Self {
         Self { buf: Vec::new(), fd: 1 }
     }
 
@@ -40,33 +49,53 @@ impl Console {
         self.buf.len()
     }
 
-    /// Sends the buffered bytes to the host.
-    pub fn flush(&mut self, sink: &mut impl Sink) -> Result<(), Errno> {
-        if self.buf.is_empty() {
-            return Ok(());
+    /// What a write of `len` bytes to `fd` needs first.
+    pub fn plan(&self, fd: u32, len: usize) -> Step {
+        if !self.buf.is_empty() && (fd != self.fd || len > CAPACITY - self.buf.len()) {
+            Step::FlushFirst
+        } else if len > CAPACITY / 2 {
+            Step::Direct
+        } else {
+            Step::Append
         }
-        let r = sink.write(self.fd, self.buf.as_ptr() as u64, &self.buf).map(|_| ());
-        self.buf.clear();
-        r
     }
 
-    /// Writes `data` (which is at guest-virtual `addr`) to `fd` (1 or 2).
-    pub fn write(&mut self, fd: u32, data: &[u8], addr: u64, sink: &mut impl Sink) -> Result<u64, Errno> {
-        if fd != self.fd {
-            self.flush(sink)?;
-            self.fd = fd;
+    /// Appends `len` bytes for `fd` (after `plan` said Append), written by `fill`;
+    /// returns whether the buffer should be sent now (it holds a newline). A failing
+    /// `fill` leaves the buffer as it was.
+    pub fn append(
+        &mut self,
+        fd: u32,
+        len: usize,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
+    ) -> Result<bool, Errno> {
+        let start = self.buf.len();
+        if self.buf.try_reserve(len).is_err() {
+            return Err(Errno::ENOMEM);
         }
-        if data.len() > CAPACITY - self.buf.len() {
-            self.flush(sink)?;
+        self.buf.resize(start + len, 0);
+        if let Err(e) = fill(&mut self.buf[start..]) {
+            self.buf.truncate(start);
+            return Err(e);
         }
-        if data.len() > CAPACITY / 2 {
-            return sink.write(fd, addr, data);
+        self.fd = fd;
+        Ok(self.buf[start..].contains(&b'\n'))
+    }
+
+    /// Takes the buffered bytes (and their stream) to send them.
+    pub fn take(&mut self) -> Option<(u32, Vec<u8>)> {
+        if self.buf.is_empty() {
+            return None;
         }
-        self.buf.extend_from_slice(data);
-        if data.contains(&b'\n') {
-            self.flush(sink)?;
+        Some((self.fd, core::mem::take(&mut self.buf)))
+    }
+
+    /// Gives a sent buffer's memory back, for reuse, if nothing new came meanwhile.
+    pub fn recycle(&mut self, mut v: Vec<u8>) {
+        if self.buf.is_empty() && self.buf.capacity() < v.capacity() {
+            v.clear();
+            self.buf = v;
         }
-        Ok(data.len() as u64)
     }
 }
 
@@ -74,56 +103,57 @@ impl Console {
 mod tests {
     use super::*;
     use alloc::vec;
-    use alloc::vec::Vec;
 
-    /// Records each flush.
-    #[derive(Default)]
-    struct Rec(Vec<(u32, Vec<u8>)>);
-    impl Sink for Rec {
-        fn write(&mut self, fd: u32, _addr: u64, data: &[u8]) -> Result<u64, Errno> {
-            self.0.push((fd, data.to_vec()));
-            Ok(data.len() as u64)
-        }
-    }
-
-    fn w(c: &mut Console, fd: u32, s: &[u8], r: &mut Rec) {
-        assert_eq!(c.write(fd, s, s.as_ptr() as u64, r), Ok(s.len() as u64));
+    fn put(c: &mut ConsoleBuf, fd: u32, s: &[u8]) -> bool {
+        assert_eq!(c.plan(fd, s.len()), Step::Append);
+        c.append(fd, s.len(), |d| {
+            d.copy_from_slice(s);
+            Ok(())
+        })
+        .unwrap()
     }
 
     #[test]
     fn gathers_until_newline() {
-        let (mut c, mut r) = (Console::new(), Rec::default());
-        w(&mut c, 1, b"hello ", &mut r);
-        w(&mut c, 1, b"world", &mut r);
-        assert!(r.0.is_empty());
-        w(&mut c, 1, b"!\nmore", &mut r);
-        assert_eq!(r.0, [(1, b"hello world!\nmore".to_vec())]);
+        let mut c = ConsoleBuf::new();
+        assert!(!put(&mut c, 1, b"hello "));
+        assert!(!put(&mut c, 1, b"world"));
+        assert!(put(&mut c, 1, b"!\nmore"));
+        assert_eq!(c.take(), Some((1, b"hello world!\nmore".to_vec())));
+        assert_eq!(c.take(), None);
     }
 
     #[test]
-    fn switching_streams_keeps_order() {
-        let (mut c, mut r) = (Console::new(), Rec::default());
-        w(&mut c, 1, b"out", &mut r);
-        w(&mut c, 2, b"err", &mut r);
-        c.flush(&mut r).unwrap();
-        assert_eq!(r.0, [(1, b"out".to_vec()), (2, b"err".to_vec())]);
+    fn switching_streams_flushes_first() {
+        let mut c = ConsoleBuf::new();
+        put(&mut c, 1, b"out");
+        assert_eq!(c.plan(2, 3), Step::FlushFirst);
+        assert_eq!(c.take(), Some((1, b"out".to_vec())));
+        put(&mut c, 2, b"err");
+        assert_eq!(c.take(), Some((2, b"err".to_vec())));
     }
 
     #[test]
-    fn large_writes_go_direct_and_full_buffer_flushes() {
-        let (mut c, mut r) = (Console::new(), Rec::default());
-        w(&mut c, 1, b"x", &mut r);
-        let big = vec![b'a'; CAPACITY];
-        w(&mut c, 1, &big, &mut r);
-        assert_eq!(r.0.len(), 2);
-        assert_eq!(r.0[0].1, b"x");
-        assert_eq!(r.0[1].1.len(), CAPACITY);
+    fn large_writes_go_direct_and_a_full_buffer_flushes() {
+        let mut c = ConsoleBuf::new();
+        put(&mut c, 1, b"x");
+        assert_eq!(c.plan(1, CAPACITY), Step::FlushFirst);
+        c.take();
+        assert_eq!(c.plan(1, CAPACITY / 2 + 1), Step::Direct);
         let half = vec![b'b'; CAPACITY / 2];
-        w(&mut c, 1, &half, &mut r);
-        w(&mut c, 1, &half, &mut r);
-        assert_eq!(r.0.len(), 2, "exactly fills the buffer");
-        w(&mut c, 1, b"c", &mut r);
-        assert_eq!(r.0.len(), 3);
-        assert_eq!(c.pending(), 1);
+        put(&mut c, 1, &half);
+        put(&mut c, 1, &half);
+        assert_eq!(c.pending(), CAPACITY, "exactly fills the buffer");
+        assert_eq!(c.plan(1, 1), Step::FlushFirst);
+    }
+
+    #[test]
+    fn a_failed_copy_leaves_the_buffer() {
+        let mut c = ConsoleBuf::new();
+        put(&mut c, 1, b"keep");
+        assert_eq!(c.append(1, 10, |_| Err(Errno::EFAULT)), Err(Errno::EFAULT));
+        assert_eq!(c.take(), Some((1, b"keep".to_vec())));
+        let v = vec![0u8; 0];
+        c.recycle(v);
     }
 }

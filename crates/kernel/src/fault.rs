@@ -1,6 +1,6 @@
 //! What a CPU exception in the program means: the signal Linux would send.
 
-use crate::signal::sig;
+use crate::sigframe::sig;
 
 /// Exception vectors.
 pub mod vector {
@@ -22,7 +22,7 @@ pub mod vector {
 
 /// The `si_code` Linux reports with the signal for exception `vector`.
 pub fn si_code(vector: u64) -> i32 {
-    use crate::signal::code::*;
+    use crate::sigframe::code::*;
     use vector::*;
     match vector {
         DIVIDE => FPE_INTDIV,

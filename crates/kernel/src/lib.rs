@@ -1,36 +1,55 @@
 //! The onering library kernel.
 //!
-//! It runs in guest ring 3 beside the program it serves: a system call is a function
-//! call into [`syscall::dispatch`], not a trip to ring 0. A tiny ring-0 part (entry
-//! stubs in [`arch`]) handles only what the hardware forces: the `syscall` trap and
-//! exceptions, both of which it hands straight back to ring 3.
+//! It runs in guest ring 3 beside the program it serves: a system call is a
+//! function call into [`syscall::dispatch`], not a trip to ring 0. Everything that
+//! needs `unsafe` or assembly (entry stubs, context switches, user-memory copies,
+//! page tables, hostcalls) is the framework crate `onering_arch`; this crate is
+//! safe Rust, which the compiler enforces.
 //!
-//! Pure logic (memory bookkeeping, the console buffer, the syscall table) builds and
-//! is unit-tested on the host; the parts that touch the machine build only for
-//! `x86_64-unknown-none`. All unsafe code lives in `arch`.
+//! Layers, each using only those before it (docs/design.md has the diagram):
+//!
+//! 1. `onering_arch` (another crate): the machine.
+//! 2. Pure libraries, unit-tested on the host: `errno`, `time` (the clock),
+//!    `rng`, `sysnames`, `placement`, `futex` (the wait table), `sigframe`,
+//!    `fault`, `console` (the output buffer), `pipebuf`, `mm` (VMAs, the address
+//!    space, user memory), `vfs` (the file tree), `file` (the file interface and
+//!    descriptor table).
+//! 3. Tasks (`task`): threads and the scheduler, processes, the kernel's state
+//!    and a system call's context, signal delivery, futex waits, exits, the
+//!    console device.
+//! 4. File objects (`fs`): pipes, eventfd, epoll, devices, the standard streams,
+//!    tree nodes.
+//! 5. System calls (`syscall`): the table and one file of handlers per family.
+//! 6. `boot` (guest only): setup and the entry hooks.
 #![cfg_attr(not(test), no_std)]
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 extern crate alloc;
 
+// 2. Pure libraries.
 pub mod console;
 pub mod errno;
 pub mod fault;
-pub mod fs;
+pub mod file;
 pub mod futex;
 pub mod mm;
+pub mod pipebuf;
 pub mod placement;
 pub mod rng;
-pub mod signal;
-pub mod syscall;
+pub mod sigframe;
+pub mod sysnames;
 pub mod time;
+pub mod vfs;
 
-#[cfg(target_os = "none")]
-#[allow(unsafe_code)]
-pub mod arch;
+// 3. Tasks.
+pub mod task;
+
+// 4. File objects.
+pub mod fs;
+
+// 5. System calls.
+pub mod syscall;
+
+// 6. Boot and the entry hooks.
 #[cfg(target_os = "none")]
 pub mod boot;
-#[cfg(target_os = "none")]
-pub mod kernel;
-#[cfg(target_os = "none")]
-pub mod sched;

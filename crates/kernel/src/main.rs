@@ -1,6 +1,13 @@
-//! The guest kernel image: everything, including the entry point `_start`, is in the
-//! library; this file only makes the linker produce an executable of it.
+//! The guest kernel image: the framework (`onering_arch`) and the kernel linked
+//! into one executable. This file only names the kernel's entry hooks for the
+//! framework's entry code.
 #![no_std]
 #![no_main]
+#![forbid(unsafe_code)]
 
-use onering_kernel as _;
+onering_arch::entry_point! {
+    main: onering_kernel::boot::kmain,
+    syscall: onering_kernel::boot::syscall_hook,
+    fault: onering_kernel::boot::fault_hook,
+    interrupt: onering_kernel::boot::interrupt_hook,
+}

@@ -1,5 +1,26 @@
 //! Clocks from the TSC: monotonic time is TSC ticks since boot, real time is the
-//! host's clock at boot plus that. Pure arithmetic; the TSC is read by the caller.
+//! host's clock at boot plus that. `Clock` is pure arithmetic; [`mono_now`] and
+//! [`real_now`] read the TSC against the clock set once at boot (lock-free).
+
+use spin::Once;
+
+/// The clock, set at boot.
+static CLOCK: Once<Clock> = Once::new();
+
+/// Sets the clock (once, at boot).
+pub fn init(c: Clock) {
+    CLOCK.call_once(|| c);
+}
+
+/// Monotonic nanoseconds since boot.
+pub fn mono_now() -> u64 {
+    CLOCK.get().map_or(0, |c| c.mono_ns(onering_arch::cpu::rdtsc()))
+}
+
+/// Nanoseconds since the epoch.
+pub fn real_now() -> u64 {
+    CLOCK.get().map_or(0, |c| c.realtime_ns(onering_arch::cpu::rdtsc()))
+}
 
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Clock {

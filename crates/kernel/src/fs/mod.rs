@@ -1,53 +1,81 @@
-//! Files: the file tree (`vfs`, filled from the rootfs image by `rootfs`), open
-//! files, pipes and descriptors (`file`), and readiness, eventfd and epoll (`poll`).
+//! File objects: each kind of open file behind the `crate::file::File` interface.
+//! Pipes and named pipes (`pipe`), eventfd (`eventfd`), epoll (`epoll`), the device
+//! nodes of /dev (`dev`), the standard streams (`stdio`), and regular files,
+//! directories and links of the tree (`node`).
+//!
+//! Objects copy user memory through the `UserMem` they are given and wake the
+//! threads waiting on them through the scheduler's wait queues; they never block
+//! (the system calls do the waiting).
 
-pub mod file;
-pub mod poll;
-pub mod rootfs;
-pub mod vfs;
+pub mod dev;
+pub mod epoll;
+pub mod eventfd;
+pub mod node;
+pub mod pipe;
+pub mod stdio;
 
-use alloc::vec::Vec;
+use crate::file::{FileRef, Meta, OpenFile};
+use crate::task::Kernel;
+use crate::vfs::{Device, Hold, Ino, Vfs};
+use spin::Mutex;
 
-/// `path` made absolute against the directory `cwd` (itself absolute), with `.`,
-/// `..` and repeated slashes resolved lexically. /proc/self/exe is such a path on
-/// Linux even when the program was started by a relative name (glibc's static
-/// start-up asserts it begins with '/').
-pub fn absolute(cwd: &[u8], path: &[u8]) -> Vec<u8> {
-    let mut parts: Vec<&[u8]> = Vec::new();
-    let start: &[&[u8]] = if path.first() == Some(&b'/') { &[] } else { &[cwd] };
-    for piece in start.iter().chain(core::iter::once(&path)) {
-        for c in piece.split(|b| *b == b'/') {
-            match c {
-                b"" | b"." => {}
-                b".." => {
-                    parts.pop();
-                }
-                c => parts.push(c),
-            }
-        }
-    }
-    let mut out = Vec::new();
-    for p in &parts {
-        out.push(b'/');
-        out.extend_from_slice(p);
-    }
-    if out.is_empty() {
-        out.push(b'/');
-    }
-    out
+/// A node of the tree an open file refers to, kept alive while it is open.
+pub struct NodeRef {
+    pub vfs: &'static Mutex<Vfs>,
+    pub ino: Ino,
+    _hold: Hold,
 }
 
-#[cfg(test)]
-mod tests {
-    use super::absolute;
+impl NodeRef {
+    /// `ino` of `vfs`, whose lock the caller holds (`locked`).
+    pub fn new(vfs: &'static Mutex<Vfs>, locked: &Vfs, ino: Ino) -> NodeRef {
+        NodeRef { vfs, ino, _hold: locked.hold(ino) }
+    }
 
-    #[test]
-    fn absolute_paths() {
-        assert_eq!(absolute(b"/", b"./prog"), b"/prog");
-        assert_eq!(absolute(b"/work", b"target/bench/x"), b"/work/target/bench/x");
-        assert_eq!(absolute(b"/work/a", b"../b//c/./d"), b"/work/b/c/d");
-        assert_eq!(absolute(b"/w", b"/abs/../p"), b"/p");
-        assert_eq!(absolute(b"/", b"../../.."), b"/");
-        assert_eq!(absolute(b"/", b""), b"/");
+    /// The node's `stat`.
+    pub fn meta(&self) -> Meta {
+        meta_of(&self.vfs.lock(), self.ino)
+    }
+}
+
+/// What `stat` says about node `ino`.
+pub fn meta_of(v: &Vfs, ino: Ino) -> Meta {
+    let n = v.node(ino);
+    let rdev = match v.device(ino) {
+        Some(Device::Null) => (1, 3),
+        Some(Device::Zero) => (1, 5),
+        Some(Device::Full) => (1, 7),
+        Some(Device::Random) => (1, 9),
+        Some(_) => (136, 0),
+        None => (0, 0),
+    };
+    Meta {
+        ino: ino as u64 + 1,
+        mode: n.st_mode(),
+        size: n.size(),
+        rdev,
+        mtime: n.mtime,
+        atime: n.atime,
+        nlink: if n.is_dir() { 2 } else { u64::from(n.nlink) },
+        owner: Some((n.uid, n.gid)),
+    }
+}
+
+/// The open file for node `ino` (not a named pipe: see `pipe::fifo_end`), with
+/// open flags `flags`; `v` is the tree, locked by the caller.
+pub fn open_node(k: &'static Kernel, v: &Vfs, ino: Ino, flags: u32) -> FileRef {
+    let node = NodeRef::new(&k.vfs, v, ino);
+    let ws = k.cfg.winsize;
+    match v.device(ino) {
+        Some(Device::Stdin) => {
+            let forwarded = k.cfg.flags & onering_abi::flags::STDIN != 0;
+            OpenFile::new(stdio::StdinFile { node, forwarded, winsize: ws }, flags)
+        }
+        Some(d @ (Device::Stdout | Device::Stderr)) => {
+            let fd = if d == Device::Stdout { 1 } else { 2 };
+            OpenFile::new(stdio::StdoutFile { node, fd, console: &k.console, winsize: ws }, flags)
+        }
+        Some(kind) => OpenFile::new(dev::DevFile { node, kind, rng: &k.rng }, flags),
+        None => OpenFile::new(node::NodeFile { node }, flags),
     }
 }

@@ -1,5 +1,41 @@
-//! Memory management: 2 MiB chunk allocation, the VMA set, and the address space.
+//! Memory management: the VMA set, the address space (its backing by 2 MiB chunks,
+//! `brk`, `mmap`, the checks behind every user-memory access), and user-memory
+//! access (`user`): the `UserMem` trait handlers copy through, and its guest
+//! implementation.
+//!
+//! The machine side (chunks, page tables, the copy routines that survive faults)
+//! is `onering_arch::mm` and `onering_arch::user`; this module decides, arch does.
 
-pub mod chunks;
 pub mod space;
+pub mod user;
 pub mod vma;
+
+use crate::errno::Errno;
+use onering_arch::mm::{Chunk, ChunkAllocator, MapError, PageTables};
+
+/// The program's address space, with the live page tables.
+pub type UserSpace = space::AddressSpace<PageTables>;
+
+impl space::Mmu for PageTables {
+    fn map_block(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator) -> Result<(), Errno> {
+        PageTables::map_block(self, virt, chunk, chunks).map_err(|e| match e {
+            MapError::NoMemory => Errno::ENOMEM,
+            MapError::BadAddress => Errno::EFAULT,
+        })
+    }
+
+    fn unmap_block(&mut self, virt: u64) {
+        PageTables::unmap_block(self, virt)
+    }
+
+    fn zero(&mut self, _virt: u64, len: u64, chunk: &mut Chunk, offset: u64) {
+        chunk.zero(offset, len)
+    }
+
+    fn copy(&mut self, _from: u64, _to: u64, len: u64, src: &mut Chunk, src_off: u64, dst: Option<&mut Chunk>, dst_off: u64) {
+        match dst {
+            Some(d) => d.copy_from(dst_off, src, src_off, len),
+            None => src.copy_within(src_off, dst_off, len),
+        }
+    }
+}

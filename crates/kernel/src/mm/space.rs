@@ -13,30 +13,37 @@
 //! overcommit); running out later kills the program, as Linux's OOM killer would.
 //! `PROT_NONE` mappings (reservations) get no backing, so touching them faults.
 //!
-//! Page-table writes go through the [`Mmu`] trait, so this logic runs in host unit
-//! tests with a fake. The backing state sits in a `RefCell` so that `check`, which
-//! only has `&self` (the kernel holds user-memory borrows through it), can back what
-//! it vouches for; the whole address space lives under the kernel lock.
+//! Page-table writes and chunk contents go through the [`Mmu`] trait, so this logic
+//! runs in host unit tests with a fake. Backed blocks own their chunks
+//! (`onering_arch::mm::Chunk`). The backing state sits in a `RefCell` so that
+//! `check`, which only has `&self`, can back what it vouches for; the whole address
+//! space lives under the memory lock (`mm::Mm`), which is never held while user
+//! memory is copied (a copy that faults takes it to back the page).
 //!
 //! [`check`]: AddressSpace::check
 
-use super::chunks::ChunkAllocator;
 use super::vma::{Vma, VmaKind, VmaSet, PROT_EXEC, PROT_READ, PROT_WRITE};
 use crate::errno::Errno;
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
+use onering_arch::mm::{Chunk, ChunkAllocator};
 use core::cell::{Cell, RefCell};
 use onering_abi::layout::{align_down, align_up, HUGE_PAGE_SIZE, PAGE_SIZE, USER_END};
 
-/// Page-table operations on the live address space.
+/// Page-table operations on the live address space, and the contents of the
+/// chunks behind it.
 pub trait Mmu {
-    /// Maps the 2 MiB block at `virt` to the chunk at `phys`; may take chunks for
-    /// page-table pages from `chunks`.
-    fn map_block(&mut self, virt: u64, phys: u64, chunks: &mut ChunkAllocator) -> Result<(), Errno>;
+    /// Maps the 2 MiB block at `virt` to `chunk`; may take chunks for page-table
+    /// pages from `chunks`.
+    fn map_block(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator) -> Result<(), Errno>;
     /// Removes the mapping of the 2 MiB block at `virt`.
     fn unmap_block(&mut self, virt: u64);
-    /// Zeroes the mapped user range `[virt, virt + len)`.
-    fn zero(&mut self, virt: u64, len: u64);
+    /// Zeroes the user range `[virt, virt + len)`, which is `chunk` from `offset`.
+    fn zero(&mut self, virt: u64, len: u64, chunk: &mut Chunk, offset: u64);
+    /// Copies the user range `[from, from + len)` (in `src` at `src_off`) to `to`
+    /// (in `dst` at `dst_off`; `dst` is None when it is `src` itself).
+    #[allow(clippy::too_many_arguments)]
+    fn copy(&mut self, from: u64, to: u64, len: u64, src: &mut Chunk, src_off: u64, dst: Option<&mut Chunk>, dst_off: u64);
 }
 
 /// Mappings (or mprotect/mremap ranges) of at least this size are backed on first
@@ -88,7 +95,7 @@ pub const MAX_MAP_COUNT: usize = 16384;
 #[derive(Debug)]
 struct Backing<M> {
     /// Backed 2 MiB blocks: virtual block address -> chunk.
-    blocks: BTreeMap<u64, u64>,
+    blocks: BTreeMap<u64, Chunk>,
     chunks: ChunkAllocator,
     mmu: M,
 }
@@ -109,22 +116,26 @@ impl<M: Mmu> Backing<M> {
                 continue;
             }
             let mapped = match self.chunks.alloc() {
-                Some(phys) => {
-                    self.mmu.map_block(b, phys, &mut self.chunks).map(|_| phys).inspect_err(|_| self.chunks.free(phys))
-                }
+                Some(c) => match self.mmu.map_block(b, &c, &mut self.chunks) {
+                    Ok(()) => Ok(c),
+                    Err(e) => {
+                        self.chunks.free(c);
+                        Err(e)
+                    }
+                },
                 None => Err(Errno::ENOMEM),
             };
             match mapped {
-                Ok(phys) => {
-                    self.blocks.insert(b, phys);
+                Ok(c) => {
+                    self.blocks.insert(b, c);
                     added.push(b);
                 }
                 Err(e) => {
                     // Page-table pages may have used up the chunks: undo this call.
                     for b in added {
-                        if let Some(phys) = self.blocks.remove(&b) {
+                        if let Some(c) = self.blocks.remove(&b) {
                             self.mmu.unmap_block(b);
-                            self.chunks.free(phys); // untouched: still zero
+                            self.chunks.free(c); // untouched: still zero
                         }
                     }
                     return Err(e);
@@ -142,9 +153,9 @@ impl<M: Mmu> Backing<M> {
             if vmas.intersects(b, b + HUGE_PAGE_SIZE) {
                 continue;
             }
-            if let Some(phys) = self.blocks.remove(&b) {
+            if let Some(c) = self.blocks.remove(&b) {
                 self.mmu.unmap_block(b);
-                self.chunks.free(phys);
+                self.chunks.free(c);
             }
         }
     }
@@ -152,10 +163,33 @@ impl<M: Mmu> Backing<M> {
     /// Zeroes the backed parts of `[start, end)`.
     fn zero_backed(&mut self, start: u64, end: u64) {
         let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
-        for (b, _) in self.blocks.range(lo..hi) {
+        for (b, c) in self.blocks.range_mut(lo..hi) {
             let s = start.max(*b);
             let e = end.min(b + HUGE_PAGE_SIZE);
-            self.mmu.zero(s, e - s);
+            self.mmu.zero(s, e - s, c, s - b);
+        }
+    }
+
+    /// Copies the backed user range `[from, from + len)`, which lies in one block,
+    /// to `[to, to + len)`, which is backed.
+    fn copy(&mut self, from: u64, to: u64, len: u64) {
+        let fb = align_down(from, HUGE_PAGE_SIZE);
+        let mut done = 0;
+        while done < len {
+            let (s, t) = (from + done, to + done);
+            let tb = align_down(t, HUGE_PAGE_SIZE);
+            let n = (len - done).min(tb + HUGE_PAGE_SIZE - t);
+            if tb == fb {
+                if let Some(c) = self.blocks.get_mut(&fb) {
+                    self.mmu.copy(s, t, n, c, s - fb, None, t - tb);
+                }
+            } else if let Some(mut dst) = self.blocks.remove(&tb) {
+                if let Some(src) = self.blocks.get_mut(&fb) {
+                    self.mmu.copy(s, t, n, src, s - fb, Some(&mut dst), t - tb);
+                }
+                self.blocks.insert(tb, dst);
+            }
+            done += n;
         }
     }
 
@@ -228,13 +262,15 @@ impl<M: Mmu> AddressSpace<M> {
         self.backing.borrow().chunks.free_chunks() as u64 * HUGE_PAGE_SIZE
     }
 
-    /// Records a range the VMM mapped before boot: `size` bytes at `virt` backed by
-    /// contiguous chunks at `phys` (all 2 MiB aligned), holding VMA `vma`.
-    pub fn adopt(&mut self, virt: u64, size: u64, phys: u64, vma: Vma) {
-        for off in (0..size).step_by(HUGE_PAGE_SIZE as usize) {
-            self.backing().blocks.insert(virt + off, phys + off);
+    /// Records blocks the VMM mapped before boot (virtual block address, chunk),
+    /// and the VMAs they hold.
+    pub fn adopt(&mut self, blocks: Vec<(u64, Chunk)>, vmas: &[Vma]) {
+        for (virt, c) in blocks {
+            self.backing().blocks.insert(virt, c);
         }
-        self.vmas.insert(vma);
+        for v in vmas {
+            self.vmas.insert(*v);
+        }
     }
 
     /// Makes `[start, end)` usable: backs it now if it is small; a large range is
@@ -424,15 +460,8 @@ impl<M: Mmu> AddressSpace<M> {
     }
 
     /// `mremap(2)`: grows or shrinks a mapping in place when it can, else moves it
-    /// (with MREMAP_MAYMOVE) through `copy(from, to, len)`.
-    pub fn mremap(
-        &mut self,
-        old: u64,
-        old_len: u64,
-        new_len: u64,
-        may_move: bool,
-        mut copy: impl FnMut(u64, u64, u64),
-    ) -> Result<u64, Errno> {
+    /// (with MREMAP_MAYMOVE), copying what is backed.
+    pub fn mremap(&mut self, old: u64, old_len: u64, new_len: u64, may_move: bool) -> Result<u64, Errno> {
         if !old.is_multiple_of(PAGE_SIZE) || new_len == 0 || old_len == 0 || old_len >= USER_END {
             return Err(Errno::EINVAL);
         }
@@ -475,7 +504,7 @@ impl<M: Mmu> AddressSpace<M> {
                     let _ = self.munmap(new, new_len);
                     return Err(err);
                 }
-                copy(s, to, e - s);
+                self.backing().copy(s, to, e - s);
             }
         }
         self.munmap(old, old_len)?;
@@ -548,18 +577,23 @@ mod tests {
     struct FakeMmu {
         mapped: BTreeMap<u64, u64>,
         zeroed: Vec<(u64, u64)>,
+        copied: Vec<(u64, u64, u64)>,
     }
 
     impl Mmu for FakeMmu {
-        fn map_block(&mut self, virt: u64, phys: u64, _: &mut ChunkAllocator) -> Result<(), Errno> {
-            assert!(self.mapped.insert(virt, phys).is_none(), "block mapped twice");
+        fn map_block(&mut self, virt: u64, chunk: &Chunk, _: &mut ChunkAllocator) -> Result<(), Errno> {
+            assert!(self.mapped.insert(virt, chunk.phys()).is_none(), "block mapped twice");
             Ok(())
         }
         fn unmap_block(&mut self, virt: u64) {
             assert!(self.mapped.remove(&virt).is_some(), "unmapping an unmapped block");
         }
-        fn zero(&mut self, virt: u64, len: u64) {
+        fn zero(&mut self, virt: u64, len: u64, chunk: &mut Chunk, offset: u64) {
+            assert_eq!(self.mapped.get(&(virt - offset)), Some(&chunk.phys()), "zeroing the block's own chunk");
             self.zeroed.push((virt, len));
+        }
+        fn copy(&mut self, from: u64, to: u64, len: u64, _: &mut Chunk, _: u64, _: Option<&mut Chunk>, _: u64) {
+            self.copied.push((from, to, len));
         }
     }
 
@@ -619,10 +653,9 @@ mod tests {
         let big = s.mmap_anon(0, 4 * M, PROT_READ, ANON).unwrap();
         assert_eq!(s.fault_in(big + M), Fault::Retry);
         s.mmap_anon(big + 4 * M, 0x1000, PROT_READ, ANON | map_flags::FIXED).unwrap(); // no room to grow
-        let mut copies = Vec::new();
-        let moved = s.mremap(big, 4 * M, 8 * M, true, |f, t, l| copies.push((f - big, t, l))).unwrap();
+        let moved = s.mremap(big, 4 * M, 8 * M, true).unwrap();
         assert_ne!(moved, big);
-        assert_eq!(copies, [(M, moved + M, M)], "the one touched block, whatever the protection");
+        assert_eq!(s.mmu().copied, [(big + M, moved + M, M)], "the one touched block, whatever the protection");
         assert_eq!(s.mmu().mapped.len(), 2, "its copy and the little mapping's block");
     }
 
@@ -653,7 +686,8 @@ mod tests {
         assert_eq!(s.mprotect(r, 8 * M, RW), Err(Errno::ENOMEM), "more than all memory");
         s.mprotect(r, 4 * M, RW).unwrap();
         assert_eq!(s.fault_in(r + 3 * M), Fault::Retry);
-        assert_eq!(s.mremap(a, 4 * M, 6 * M, false, |_, _, _| panic!("moved")), Ok(a));
+        assert_eq!(s.mremap(a, 4 * M, 6 * M, false), Ok(a));
+        assert!(s.mmu().copied.is_empty(), "grown in place");
 
         assert_eq!(s.vmas.find(a + 5 * M).map(|v| v.lazy), Some(true));
         // A reservation is never backed.
@@ -717,7 +751,7 @@ mod tests {
         // A mapper that runs out of page-table memory on the third block.
         struct Failing(FakeMmu, usize);
         impl Mmu for Failing {
-            fn map_block(&mut self, v: u64, p: u64, c: &mut ChunkAllocator) -> Result<(), Errno> {
+            fn map_block(&mut self, v: u64, p: &Chunk, c: &mut ChunkAllocator) -> Result<(), Errno> {
                 self.1 += 1;
                 if self.1 == 3 {
                     return Err(Errno::ENOMEM);
@@ -727,8 +761,11 @@ mod tests {
             fn unmap_block(&mut self, v: u64) {
                 self.0.unmap_block(v)
             }
-            fn zero(&mut self, v: u64, l: u64) {
-                self.0.zero(v, l)
+            fn zero(&mut self, v: u64, l: u64, c: &mut Chunk, o: u64) {
+                self.0.zero(v, l, c, o)
+            }
+            fn copy(&mut self, f: u64, t: u64, l: u64, s: &mut Chunk, so: u64, d: Option<&mut Chunk>, dof: u64) {
+                self.0.copy(f, t, l, s, so, d, dof)
             }
         }
         let mut c = ChunkAllocator::new();
@@ -783,17 +820,11 @@ mod tests {
     fn brk_grows_shrinks_and_stops_at_mappings() {
         let mut s = space(8);
         // The image ends at 0x601234; its block [6M, 8M) was mapped by the VMM.
+        let image = s.chunks().alloc().unwrap();
         s.adopt(
-            0x40_0000,
-            2 * M,
-            0x4000_0000,
-            Vma { start: 0x40_0000, end: 0x60_2000, prot: RW, kind: VmaKind::Image, lazy: false },
+            alloc::vec![(0x40_0000, image)],
+            &[Vma { start: 0x40_0000, end: 0x60_2000, prot: RW, kind: VmaKind::Image, lazy: false }],
         );
-        *s.chunks() = {
-            let mut c = ChunkAllocator::new();
-            c.add_range(0x4000_0000 + 2 * M, 0x4000_0000 + 8 * M);
-            c
-        };
         assert_eq!(s.brk(0), 0x60_2000);
         assert_eq!(s.brk(0x60_3000), 0x60_3000);
         assert!(s.mmu().mapped.is_empty(), "inside the image's block: no new mapping");

@@ -1,16 +1,22 @@
 //! File system calls: descriptors, reading and writing, paths, metadata,
-//! directories, pipes. The tree and the descriptor table are `crate::fs`; these
-//! handlers unpack arguments, check user memory and apply Linux's rules.
+//! directories, pipes. The tree is `crate::vfs`, the open files `crate::fs`
+//! behind `crate::file`; these handlers unpack arguments, apply Linux's rules, and
+//! do the waiting that file objects never do.
+//!
+//! Locks: a process's descriptor table and working directory are read first, then
+//! the tree is locked; a descriptor is installed after the tree's lock is dropped
+//! (see the lock order in `task::kernel`). A file's operation runs with no lock of
+//! the handler's held: a blocked read of stdin or a full pipe holds up nobody else.
 
 use super::SyscallFrame;
-use crate::arch::{self, copy_to_user, user_cstr, user_slice, user_slice_mut};
 use crate::errno::{Errno, SysResult};
-use crate::fs::file::{self, oflag, FileRef, Kind, OpenFile};
-use crate::fs::vfs::{mode, Data, Device, Ino, PATH_MAX};
-use crate::kernel::{kernel, HostSink, Kernel};
-use alloc::sync::Arc;
+use crate::file::{mode, oflag, FileRef, Meta, OpenFile};
+use crate::fs::pipe::{fifo_end, pipe as make_pipe_ends};
+use crate::mm::user::{UserMem, UserMemExt};
+use crate::task::{sched, signal, Ctx};
+use crate::time::real_now;
+use crate::vfs::{Data, Ino, Vfs, PATH_MAX};
 use alloc::vec::Vec;
-use onering_abi::{flags, Hostcall};
 
 /// Linux caps one read or write at this many bytes.
 const MAX_RW_COUNT: u64 = 0x7fff_f000;
@@ -20,9 +26,9 @@ pub(super) const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
 const AT_REMOVEDIR: u64 = 0x200;
 pub(super) const AT_EMPTY_PATH: u64 = 0x1000;
 const AT_EACCESS: u64 = 0x200;
-const TIOCGWINSZ: u64 = 0x5413;
-const FIONREAD: u64 = 0x541b;
 const FIONBIO: u64 = 0x5421;
+const FIONCLEX: u64 = 0x5450;
+const FIOCLEX: u64 = 0x5451;
 const F_DUPFD: u64 = 0;
 const F_GETFD: u64 = 1;
 const F_SETFD: u64 = 2;
@@ -33,236 +39,109 @@ const FD_CLOEXEC: u64 = 1;
 
 // ---- helpers ----------------------------------------------------------------------
 
-pub(super) fn file(k: &Kernel, fd: u64) -> Result<FileRef, Errno> {
-    k.proc().fds.get(fd).cloned()
-}
-
 /// The path argument at `addr`.
-pub(super) fn path_arg(k: &Kernel, addr: u64) -> Result<Vec<u8>, Errno> {
-    let p = user_cstr(&k.space, addr, PATH_MAX - 1)?;
+pub(super) fn path_arg(ctx: &Ctx, addr: u64) -> Result<Vec<u8>, Errno> {
+    let p = ctx.user.read_cstr(addr, PATH_MAX - 1)?;
     if p.is_empty() {
         return Err(Errno::ENOENT);
     }
-    Ok(p.to_vec())
+    Ok(p)
 }
 
 /// Whether `dirfd` is AT_FDCWD (an int: the upper half of the register does not count).
-fn is_cwd(dirfd: u64) -> bool {
+pub(super) fn is_cwd(dirfd: u64) -> bool {
     dirfd as i32 == AT_FDCWD as i32
 }
 
-/// Where a relative path starts for `*at` calls: the cwd, or the directory `dirfd`.
-pub(super) fn base_dir(k: &Kernel, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
+/// Where a relative path starts for `*at` calls: the working directory, or the
+/// node of descriptor `dirfd` (checked to be a directory under the tree's lock by
+/// [`dir`]). Read before the tree is locked.
+pub(super) fn start_dir(ctx: &Ctx, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
     if path.first() == Some(&b'/') || is_cwd(dirfd) {
-        return Ok(k.proc().cwd);
+        return Ok(ctx.proc.fs.lock().cwd);
     }
-    let f = file(k, dirfd)?;
-    let ino = match f.kind {
-        Kind::Node(ino) => ino,
-        _ => return Err(Errno::ENOTDIR),
-    };
-    if !k.vfs.node(ino).is_dir() {
-        return Err(Errno::ENOTDIR);
-    }
-    Ok(ino)
+    ctx.file(dirfd)?.node().ok_or(Errno::ENOTDIR)
 }
 
-// ---- reading and writing ----------------------------------------------------------
-
-/// Reads into user memory at `addr` from descriptor `fd` at `offset` (None: the
-/// file's offset). The hot path: no allocation, no reference counting.
-fn read_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) -> SysResult {
-    let len = len.min(MAX_RW_COUNT);
-    let Kernel { procs, space, vfs, rng, flags, .. } = k;
-    let fds = &crate::kernel::cur_ref(procs).fds;
-    let of = fds.get(fd)?;
-    if !of.readable() {
-        return Err(Errno::EBADF);
-    }
-    let n = match &of.kind {
-        Kind::PipeRead(p) => {
-            if offset.is_some() {
-                return Err(Errno::ESPIPE);
-            }
-            // Only what the pipe holds is touched (a large untouched buffer is not
-            // backed for nothing).
-            let buf = user_slice_mut(space, addr, len)?;
-            let n = p.lock().read(buf)?;
-            if n > 0 {
-                crate::sched::wake_all(file::pipe_key(p)); // writers waiting for room
-            }
-            return Ok(n as u64);
-        }
-        Kind::PipeWrite(_) => return Err(Errno::EBADF),
-        Kind::EventFd(e) => {
-            if offset.is_some() {
-                return Err(Errno::ESPIPE);
-            }
-            let key = of.wait_key().unwrap_or(0);
-            return super::poll::eventfd_read(space, e, key, addr, len);
-        }
-        Kind::Epoll(_) => return Err(Errno::EINVAL),
-        Kind::Node(ino) => match vfs.device(*ino) {
-            Some(Device::Null) => 0,
-            Some(Device::Zero) => {
-                user_slice_mut(space, addr, len)?.fill(0);
-                len as usize
-            }
-            Some(Device::Random) => {
-                rng.fill(user_slice_mut(space, addr, len)?);
-                len as usize
-            }
-            Some(Device::Stdin) => {
-                let buf = user_slice_mut(space, addr, len)?;
-                if *flags & flags::STDIN == 0 || buf.is_empty() {
-                    0
-                } else {
-                    let r = arch::hostcall(Hostcall::Read, &[buf.as_ptr() as u64, buf.len() as u64]) as i64;
-                    if r < 0 {
-                        return Err(Errno::EIO);
-                    }
-                    (r as usize).min(buf.len())
-                }
-            }
-            Some(Device::Stdout | Device::Stderr) => return Err(Errno::EBADF),
-            None => {
-                let at = offset.unwrap_or(of.offset());
-                let want = len.min(vfs.node(*ino).size().saturating_sub(at));
-                let buf = user_slice_mut(space, addr, want)?;
-                let n = vfs.read(*ino, at, buf)?;
-                if offset.is_none() {
-                    of.set_offset(at + n as u64);
-                }
-                n
-            }
-        },
-    };
-    Ok(n as u64)
-}
-
-/// Writes user memory at `addr` to descriptor `fd` at `offset` (None: the file's
-/// offset).
-fn write_file(k: &mut Kernel, fd: u64, addr: u64, len: u64, offset: Option<u64>) -> SysResult {
-    let len = len.min(MAX_RW_COUNT);
-    let Kernel { procs, space, vfs, console, .. } = k;
-    let fds = &crate::kernel::cur_ref(procs).fds;
-    let of = fds.get(fd)?;
-    if !of.writable() {
-        return Err(Errno::EBADF);
-    }
-    match &of.kind {
-        Kind::PipeWrite(p) => {
-            if offset.is_some() {
-                return Err(Errno::ESPIPE);
-            }
-            let data = user_slice(space, addr, len)?;
-            let n = p.lock().write(data)?;
-            if n > 0 {
-                crate::sched::wake_all(file::pipe_key(p)); // readers waiting for data
-            }
-            Ok(n as u64)
-        }
-        Kind::PipeRead(_) => Err(Errno::EBADF),
-        Kind::EventFd(e) => {
-            if offset.is_some() {
-                return Err(Errno::ESPIPE);
-            }
-            super::poll::eventfd_write(space, e, of.wait_key().unwrap_or(0), addr, len)
-        }
-        Kind::Epoll(_) => Err(Errno::EINVAL),
-        Kind::Node(ino) => match vfs.device(*ino) {
-            // Like Linux, /dev/null does not even look at the buffer.
-            Some(Device::Null | Device::Zero | Device::Random) => Ok(len),
-            Some(Device::Stdout) | Some(Device::Stderr) => {
-                let fd = if vfs.device(*ino) == Some(Device::Stdout) { 1 } else { 2 };
-                let data = user_slice(space, addr, len)?;
-                if data.is_empty() {
-                    return Ok(0);
-                }
-                console.write(fd, data, addr, &mut HostSink)
-            }
-            Some(Device::Stdin) => Err(Errno::EBADF),
-            None => {
-                let data = user_slice(space, addr, len)?;
-                let at = match offset {
-                    Some(o) => o,
-                    None if of.flags() & oflag::O_APPEND != 0 => vfs.node(*ino).size(),
-                    None => of.offset(),
-                };
-                let n = vfs.write(*ino, at, data, crate::kernel::real_now())?;
-                if offset.is_none() {
-                    of.set_offset(at + n as u64);
-                }
-                Ok(n as u64)
-            }
-        },
+/// `ino` if it is a directory.
+pub(super) fn dir(v: &Vfs, ino: Ino) -> Result<Ino, Errno> {
+    if v.node(ino).is_dir() {
+        Ok(ino)
+    } else {
+        Err(Errno::ENOTDIR)
     }
 }
 
-/// Runs `op` on descriptor `fd`; where a pipe without O_NONBLOCK would return
-/// EAGAIN, blocks until the pipe changes and tries again (EINTR if a signal comes).
-fn blocking(fd: u64, mut op: impl FnMut(&mut Kernel) -> SysResult) -> SysResult {
+/// A new non-directory cannot be called "name/": ENOENT (EEXIST if the name is
+/// taken), as Linux says for link, symlink and mknod.
+pub(super) fn new_file_name(v: &Vfs, base: Ino, path: &[u8]) -> Result<(), Errno> {
+    if path.len() > 1 && path.ends_with(b"/") {
+        return Err(if v.lookup(base, path, false).is_ok() { Errno::EEXIST } else { Errno::ENOENT });
+    }
+    Ok(())
+}
+
+/// Runs `op`, an attempt on `of`, until it does not say EAGAIN or the file does not
+/// block (O_NONBLOCK, or nothing to wait on): sleeps on the file's wait key in
+/// between, ERESTARTSYS if a signal comes. The attempt is repeated after the
+/// thread is on the wait queue, so a change between the two is not missed.
+pub(super) fn blocking(of: &OpenFile, mut op: impl FnMut() -> SysResult) -> SysResult {
     loop {
-        let key = {
-            let k = &mut *kernel();
-            let r = op(k);
-            if r != Err(Errno::EAGAIN) {
-                return r;
-            }
-            // Only pipes and eventfds without O_NONBLOCK block.
-            let key = match k.proc().fds.get(fd) {
-                Ok(of) if of.flags() & oflag::O_NONBLOCK == 0 => of.wait_key(),
-                _ => None,
-            };
-            let Some(key) = key else {
-                return r;
-            };
-            crate::sched::prepare_wait(key);
-            key
+        let r = op();
+        if r != Err(Errno::EAGAIN) {
+            return r;
+        }
+        let Some(key) = of.wait_key().filter(|_| !of.nonblocking()) else {
+            return r;
         };
-        let w = crate::sched::block(None);
-        crate::sched::finish_wait(key);
-        if w == crate::sched::Wake::Interrupted {
+        sched::prepare_wait(key);
+        let r = op();
+        if r != Err(Errno::EAGAIN) {
+            sched::finish_wait(key);
+            return r;
+        }
+        let w = sched::block(None);
+        sched::finish_wait(key);
+        if w == sched::Wake::Interrupted {
             return Err(Errno::ERESTARTSYS);
         }
     }
 }
 
-pub fn read(f: &mut SyscallFrame) -> SysResult {
-    let [fd, addr, len, ..] = f.args();
-    // (The lock is released before the slow path takes it again.)
-    let r = read_file(&mut kernel(), fd, addr, len, None);
-    match r {
-        Err(Errno::EAGAIN) => blocking(fd, |k| read_file(k, fd, addr, len, None)),
-        r => r,
+/// A write's error: EPIPE raises SIGPIPE where the file says so.
+fn write_error(of: &OpenFile, e: Errno) -> Errno {
+    if e == Errno::EPIPE && of.obj().sigpipe() {
+        signal::sigpipe();
     }
+    e
 }
 
-pub fn write(f: &mut SyscallFrame) -> SysResult {
-    let [fd, addr, len, ..] = f.args();
-    let r = write_file(&mut kernel(), fd, addr, len, None);
-    let mut done = match r {
-        Err(Errno::EAGAIN) => 0,
-        Ok(n) if n < len.min(MAX_RW_COUNT) && n > 0 => n,
-        r => return r,
-    };
+// ---- reading and writing ----------------------------------------------------------
+
+pub fn read(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [fd, buf, len, ..] = f.args();
+    let of = ctx.file(fd)?;
+    blocking(&of, || of.read(ctx.user, buf, len, None))
+}
+
+pub fn write(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [fd, buf, len, ..] = f.args();
+    let of = ctx.file(fd)?;
+    let len = len.min(MAX_RW_COUNT);
     // A blocking pipe takes everything, waiting for room as needed.
+    let mut done = 0;
     loop {
-        let is_blocking_pipe = {
-            let k = kernel();
-            file(&k, fd).is_ok_and(|of| of.wait_key().is_some() && of.flags() & oflag::O_NONBLOCK == 0)
-        };
-        if !is_blocking_pipe {
-            return if done > 0 { Ok(done) } else { Err(Errno::EAGAIN) };
-        }
-        match blocking(fd, |k| write_file(k, fd, addr + done, len - done, None)) {
+        match blocking(&of, || of.write(ctx.user, buf + done, len - done, None)) {
             Ok(n) => {
                 done += n;
-                if n == 0 || done >= len.min(MAX_RW_COUNT) {
+                if n == 0 || done >= len || of.nonblocking() || of.wait_key().is_none() {
                     return Ok(done);
                 }
             }
-            Err(e) => return if done > 0 { Ok(done) } else { Err(e) },
+            Err(e) => {
+                let e = write_error(&of, e);
+                return if done > 0 { Ok(done) } else { Err(e) };
+            }
         }
     }
 }
@@ -275,25 +154,25 @@ fn check_offset(off: u64, len: u64) -> Result<u64, Errno> {
     }
 }
 
-pub fn pread64(f: &mut SyscallFrame) -> SysResult {
-    let [fd, addr, len, off, ..] = f.args();
-    let k = &mut *kernel();
-    read_file(k, fd, addr, len, Some(check_offset(off, len)?))
+pub fn pread64(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [fd, buf, len, off, ..] = f.args();
+    let of = ctx.file(fd)?;
+    of.read(ctx.user, buf, len, Some(check_offset(off, len)?))
 }
 
-pub fn pwrite64(f: &mut SyscallFrame) -> SysResult {
-    let [fd, addr, len, off, ..] = f.args();
-    let k = &mut *kernel();
-    write_file(k, fd, addr, len, Some(check_offset(off, len)?))
+pub fn pwrite64(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [fd, buf, len, off, ..] = f.args();
+    let of = ctx.file(fd)?;
+    of.write(ctx.user, buf, len, Some(check_offset(off, len)?)).map_err(|e| write_error(&of, e))
 }
 
 /// The iovec array at `iov`: read and checked as a whole first, as Linux does (a bad
 /// array is EFAULT; lengths adding up past isize::MAX are EINVAL).
-fn iovecs(k: &Kernel, iov: u64, count: u64) -> Result<Vec<(u64, u64)>, Errno> {
+pub(super) fn iovecs(user: &dyn UserMem, iov: u64, count: u64) -> Result<Vec<(u64, u64)>, Errno> {
     if count > IOV_MAX {
         return Err(Errno::EINVAL);
     }
-    let raw = user_slice(&k.space, iov, count * 16)?;
+    let raw = user.read_vec(iov, count as usize * 16)?;
     let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or_default());
     let v: Vec<(u64, u64)> = raw.chunks_exact(16).map(|c| (word(&c[..8]), word(&c[8..]))).collect();
     v.iter()
@@ -304,9 +183,9 @@ fn iovecs(k: &Kernel, iov: u64, count: u64) -> Result<Vec<(u64, u64)>, Errno> {
 
 /// Runs `op` over each iovec; stops at the first short transfer or error, reporting
 /// what was transferred before an error, as Linux does.
-fn vectored(iov: Vec<(u64, u64)>, mut op: impl FnMut(u64, u64) -> SysResult) -> SysResult {
+fn vectored(iov: &[(u64, u64)], mut op: impl FnMut(u64, u64) -> SysResult) -> SysResult {
     let mut total: u64 = 0;
-    for (base, len) in iov {
+    for &(base, len) in iov {
         let want = len.min(MAX_RW_COUNT - total);
         match op(base, want) {
             Ok(n) => {
@@ -325,84 +204,73 @@ fn vectored(iov: Vec<(u64, u64)>, mut op: impl FnMut(u64, u64) -> SysResult) -> 
     Ok(total)
 }
 
-/// readv/writev: `op` is read_file or write_file.
-fn vectored_io(
-    k: &mut Kernel,
-    f: &SyscallFrame,
-    op: fn(&mut Kernel, u64, u64, u64, Option<u64>) -> SysResult,
-) -> SysResult {
+pub fn readv(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, iov, count, ..] = f.args();
-    k.proc().fds.get(fd)?;
-    let v = iovecs(k, iov, count)?;
-    vectored(v, |b, l| op(k, fd, b, l, None))
+    let of = ctx.file(fd)?;
+    let v = iovecs(ctx.user, iov, count)?;
+    blocking(&of, || vectored(&v, |b, l| of.read(ctx.user, b, l, None)))
 }
 
-pub fn readv(f: &mut SyscallFrame) -> SysResult {
-    let g = *f;
-    blocking(f.rdi, |k| vectored_io(k, &g, read_file))
-}
-
-pub fn writev(f: &mut SyscallFrame) -> SysResult {
-    let g = *f;
-    blocking(f.rdi, |k| vectored_io(k, &g, write_file))
+pub fn writev(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [fd, iov, count, ..] = f.args();
+    let of = ctx.file(fd)?;
+    let v = iovecs(ctx.user, iov, count)?;
+    blocking(&of, || vectored(&v, |b, l| of.write(ctx.user, b, l, None))).map_err(|e| write_error(&of, e))
 }
 
 // ---- opening and closing ----------------------------------------------------------
 
-/// What opening found: a descriptor, or an end of a named pipe that (blocking) must
+/// What opening found: an open file, or an end of a named pipe that (blocking) must
 /// wait for the other end.
 enum Opened {
-    Fd(u64),
-    /// `seen`: how many times the other end had been opened (see `file::fifo_end`).
-    Fifo {
-        end: FileRef,
-        write: bool,
-        cloexec: bool,
-        seen: u64,
-    },
+    File(FileRef),
+    /// `seen`: how many times the other end had been opened (see `pipe::fifo_end`).
+    Fifo { end: FileRef, write: bool, seen: u64 },
 }
 
-fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64) -> Result<Opened, Errno> {
-    let flags = flags as u32;
-    let path = path_arg(k, path_addr)?;
-    let base = base_dir(k, dirfd, &path)?;
+fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> Result<Opened, Errno> {
+    let path = path_arg(ctx, path_addr)?;
+    let start = start_dir(ctx, dirfd, &path)?;
     let acc = flags & oflag::O_ACCMODE;
     if acc == 3 {
         return Err(Errno::EINVAL);
     }
-    let now = k.now_real();
+    let umask = ctx.proc.fs.lock().umask;
+    let now = real_now();
+    let mut v = ctx.k.vfs.lock();
+    let base = dir(&v, start)?;
     let ino = if flags & oflag::O_CREAT != 0 {
         // "name/" with O_CREAT names a directory, which open cannot create or open.
         if path.ends_with(b"/") {
             return Err(Errno::EISDIR);
         }
-        let (dir, name) = k.vfs.parent_of(base, &path)?;
-        match k.vfs.lookup(dir, name, flags & oflag::O_NOFOLLOW == 0) {
+        let (parent, name) = v.parent_of(base, &path)?;
+        match v.lookup(parent, name, flags & oflag::O_NOFOLLOW == 0) {
             Ok(_) if flags & oflag::O_EXCL != 0 => return Err(Errno::EEXIST),
             Ok(ino) => ino,
             Err(Errno::ENOENT) if !name.is_empty() && name != b"." && name != b".." => {
-                let m = (mode_arg as u32) & !k.proc().umask;
+                let m = (mode_arg as u32) & !umask;
                 // A dangling symbolic link: create what it points at, as Linux does.
-                let (dir, name) = match k.vfs.lookup(dir, name, false) {
+                let (parent, name) = match v.lookup(parent, name, false) {
                     Ok(link) if flags & oflag::O_EXCL == 0 => {
-                        let target = k.vfs.link_target(link)?.to_vec();
+                        let target = v.link_target(link)?.to_vec();
                         if target.ends_with(b"/") {
                             return Err(Errno::EISDIR); // it names a directory
                         }
-                        let (d, n) = k.vfs.parent_of(dir, &target)?;
+                        let (d, n) = v.parent_of(parent, &target)?;
                         (d, n.to_vec())
                     }
                     Ok(_) => return Err(Errno::EEXIST),
-                    Err(_) => (dir, name.to_vec()),
+                    Err(_) => (parent, name.to_vec()),
                 };
-                k.vfs.create(dir, &name, m, false, now)?
+                v.create(parent, &name, m, false, now)?
             }
             Err(e) => return Err(e),
         }
     } else {
-        k.vfs.lookup(base, &path, flags & oflag::O_NOFOLLOW == 0)?
+        v.lookup(base, &path, flags & oflag::O_NOFOLLOW == 0)?
     };
-    let node = k.vfs.node(ino);
+    let node = v.node(ino);
     if flags & oflag::O_PATH == 0 {
         if matches!(node.data, Data::Symlink(_)) {
             return Err(Errno::ELOOP);
@@ -418,11 +286,10 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
             return Err(Errno::EROFS);
         }
         if flags & oflag::O_TRUNC != 0 && acc != oflag::O_RDONLY && regular {
-            k.vfs.truncate(ino, 0, now)?;
+            v.truncate(ino, 0, now)?;
         }
     }
-    let cloexec = flags & oflag::O_CLOEXEC != 0;
-    if let Some(p) = k.vfs.fifo(ino).filter(|_| flags & oflag::O_PATH == 0) {
+    if let Some(p) = v.fifo(ino).filter(|_| flags & oflag::O_PATH == 0) {
         let write = match acc {
             oflag::O_RDONLY => false,
             oflag::O_WRONLY => true,
@@ -431,280 +298,178 @@ fn open_at(k: &mut Kernel, dirfd: u64, path_addr: u64, flags: u64, mode_arg: u64
         if write && flags & oflag::O_NONBLOCK != 0 && p.lock().readers == 0 {
             return Err(Errno::ENXIO); // as Linux: nobody to read
         }
-        let (end, seen) = file::fifo_end(&p, write, flags, k.vfs.hold(ino));
-        crate::sched::wake_all(file::pipe_key(&p)); // an opener waiting for this end
-        return Ok(Opened::Fifo { end, write, cloexec, seen });
+        let (end, seen) = fifo_end(&p, write, flags, v.hold(ino));
+        return Ok(Opened::Fifo { end, write, seen });
     }
     let keep = oflag::O_ACCMODE | oflag::O_APPEND | oflag::O_NONBLOCK | oflag::O_PATH | oflag::O_DIRECTORY;
-    let file = Arc::new(OpenFile::new(Kind::Node(ino), flags & keep).holding(k.vfs.hold(ino)));
-    k.cur().fds.insert(file, cloexec).map(Opened::Fd)
+    Ok(Opened::File(crate::fs::open_node(ctx.k, &v, ino, flags & keep)))
 }
 
 /// open/openat: a named pipe opened without O_NONBLOCK waits for its other end, as
 /// on Linux (a reader for a writer, a writer for a reader).
-fn open_file(dirfd: u64, path: u64, flags: u64, mode: u64) -> SysResult {
-    let opened = open_at(&mut kernel(), dirfd, path, flags, mode)?;
-    let (end, write, cloexec, seen) = match opened {
-        Opened::Fd(fd) => return Ok(fd),
-        Opened::Fifo { end, write, cloexec, seen } => (end, write, cloexec, seen),
+fn open_file(ctx: &Ctx, dirfd: u64, path: u64, flags: u64, mode: u64) -> SysResult {
+    let flags = flags as u32;
+    let cloexec = flags & oflag::O_CLOEXEC != 0;
+    let (end, write, seen) = match open_at(ctx, dirfd, path, flags, mode)? {
+        Opened::File(f) => return ctx.proc.fds.lock().insert(f, cloexec),
+        Opened::Fifo { end, write, seen } => (end, write, seen),
     };
-    let Some(key) = end.pipe_key() else { return Err(Errno::EINVAL) };
+    let Some(pipe) = end.downcast::<crate::fs::pipe::PipeEnd>().map(|p| p.pipe().clone()) else {
+        return Err(Errno::EINVAL);
+    };
+    let key = crate::fs::pipe::key(&pipe);
     loop {
-        {
-            let k = &mut *kernel();
-            // The other end is open, or was opened (and maybe closed) meanwhile.
-            let ready = match &end.kind {
-                Kind::PipeRead(p) | Kind::PipeWrite(p) => {
-                    let p = p.lock();
-                    flags as u32 & oflag::O_NONBLOCK != 0
-                        || if write { p.readers > 0 || p.r_opens != seen } else { p.writers > 0 || p.w_opens != seen }
-                }
-                _ => true,
-            };
-            if ready {
-                return k.cur().fds.insert(end, cloexec);
-            }
-            crate::sched::prepare_wait(key);
+        sched::prepare_wait(key);
+        // The other end is open, or was opened (and maybe closed) meanwhile.
+        let ready = {
+            let p = pipe.lock();
+            flags & oflag::O_NONBLOCK != 0
+                || if write { p.readers > 0 || p.r_opens != seen } else { p.writers > 0 || p.w_opens != seen }
+        };
+        if ready {
+            sched::finish_wait(key);
+            return ctx.proc.fds.lock().insert(end, cloexec);
         }
-        let w = crate::sched::block(None);
-        crate::sched::finish_wait(key);
-        if w == crate::sched::Wake::Interrupted {
+        let w = sched::block(None);
+        sched::finish_wait(key);
+        if w == sched::Wake::Interrupted {
             return Err(Errno::ERESTARTSYS); // dropping `end` closes it again
         }
     }
 }
 
-pub fn open(f: &mut SyscallFrame) -> SysResult {
+pub fn open(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [path, flags, mode, ..] = f.args();
-    open_file(AT_FDCWD, path, flags, mode)
+    open_file(ctx, AT_FDCWD, path, flags, mode)
 }
 
-pub fn openat(f: &mut SyscallFrame) -> SysResult {
+pub fn openat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, flags, mode, ..] = f.args();
-    open_file(dirfd, path, flags, mode)
+    open_file(ctx, dirfd, path, flags, mode)
 }
 
-pub fn close(f: &mut SyscallFrame) -> SysResult {
-    kernel().cur().fds.close(f.rdi).map(|_| 0)
+pub fn close(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    // The file is dropped after the table's lock: a pipe end's last close wakes
+    // the other end's threads.
+    let file = ctx.proc.fds.lock().take(f.rdi)?;
+    drop(file);
+    Ok(0)
 }
 
-pub fn lseek(f: &mut SyscallFrame) -> SysResult {
+pub fn lseek(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, off, whence, ..] = f.args();
-    let k = kernel();
-    let file = file(&k, fd)?;
-    let of = &*file;
-    let ino = match of.kind {
-        Kind::Node(ino) => ino,
-        _ => return Err(Errno::ESPIPE),
-    };
-    if k.vfs.device(ino).is_some() {
-        return Ok(0);
-    }
-    let base = match whence {
-        0 => 0,
-        1 => of.offset() as i64,
-        2 => k.vfs.node(ino).size() as i64,
-        _ => return Err(Errno::EINVAL),
-    };
-    let new = base.checked_add(off as i64).filter(|n| *n >= 0).ok_or(Errno::EINVAL)?;
-    of.set_offset(new as u64);
-    Ok(new as u64)
+    let of = ctx.file(fd)?;
+    of.obj().seek(&of, off as i64, whence)
 }
 
-pub fn dup(f: &mut SyscallFrame) -> SysResult {
-    let k = &mut *kernel();
-    let file = file(k, f.rdi)?;
-    k.cur().fds.insert(file, false)
+pub fn dup(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let file = ctx.file(f.rdi)?;
+    ctx.proc.fds.lock().insert(file, false)
 }
 
-pub fn dup2(f: &mut SyscallFrame) -> SysResult {
+pub fn dup2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [old, new, ..] = f.args();
-    let k = &mut *kernel();
-    let file = file(k, old)?;
-    if old == new {
-        return Ok(new);
+    let file = ctx.file(old)?;
+    if old as u32 == new as u32 {
+        return Ok(new as u32 as u64);
     }
-    k.cur().fds.install(new, file, false)
+    let replaced = ctx.proc.fds.lock().install(new, file, false)?;
+    drop(replaced);
+    Ok(new as u32 as u64)
 }
 
-pub fn dup3(f: &mut SyscallFrame) -> SysResult {
+pub fn dup3(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [old, new, flags, ..] = f.args();
-    if old == new || flags & !(oflag::O_CLOEXEC as u64) != 0 {
+    if old as u32 == new as u32 || flags & !(oflag::O_CLOEXEC as u64) != 0 {
         return Err(Errno::EINVAL);
     }
-    let k = &mut *kernel();
-    let file = file(k, old)?;
-    k.cur().fds.install(new, file, flags != 0)
+    let file = ctx.file(old)?;
+    let replaced = ctx.proc.fds.lock().install(new, file, flags != 0)?;
+    drop(replaced);
+    Ok(new as u32 as u64)
 }
 
-pub fn fcntl(f: &mut SyscallFrame) -> SysResult {
+pub fn fcntl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, cmd, arg, ..] = f.args();
-    let k = &mut *kernel();
-    let file = file(k, fd)?;
+    let file = ctx.file(fd)?;
     match cmd {
-        F_DUPFD | F_DUPFD_CLOEXEC => k.cur().fds.insert_from(arg as usize, file, cmd == F_DUPFD_CLOEXEC),
-        F_GETFD => Ok(u64::from(k.proc().fds.cloexec(fd)?)),
-        F_SETFD => k.cur().fds.set_cloexec(fd, arg & FD_CLOEXEC != 0).map(|_| 0),
+        F_DUPFD | F_DUPFD_CLOEXEC => ctx.proc.fds.lock().insert_from(arg as u32 as usize, file, cmd == F_DUPFD_CLOEXEC),
+        F_GETFD => Ok(u64::from(ctx.proc.fds.lock().cloexec(fd)?)),
+        F_SETFD => ctx.proc.fds.lock().set_cloexec(fd, arg & FD_CLOEXEC != 0).map(|_| 0),
         F_GETFL => Ok(u64::from(file.flags())),
         F_SETFL => {
-            let of = &*file;
-            of.set_flags((of.flags() & !oflag::SETTABLE) | (arg as u32 & oflag::SETTABLE));
+            file.set_flags((file.flags() & !oflag::SETTABLE) | (arg as u32 & oflag::SETTABLE));
             Ok(0)
         }
         _ => Err(Errno::EINVAL),
     }
 }
 
-pub fn ioctl(f: &mut SyscallFrame) -> SysResult {
+pub fn ioctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, request, arg, ..] = f.args();
-    let k = &mut *kernel();
-    let file = file(k, fd)?;
-    let of = &*file;
-    let device = match of.kind {
-        Kind::Node(ino) => k.vfs.device(ino),
-        _ => None,
-    };
-    let terminal = matches!(device, Some(Device::Stdin | Device::Stdout | Device::Stderr)) && k.winsize != 0;
+    let of = ctx.file(fd)?;
     match request {
-        TIOCGWINSZ if terminal => {
-            let mut ws = [0u8; 8];
-            ws[0..2].copy_from_slice(&((k.winsize >> 16) as u16).to_le_bytes());
-            ws[2..4].copy_from_slice(&(k.winsize as u16).to_le_bytes());
-            copy_to_user(&k.space, arg, &ws)?;
-            Ok(0)
-        }
         FIONBIO => {
-            let mut b = [0u8; 4]; // an int
-            arch::copy_from_user(&k.space, arg, &mut b)?;
-            if u32::from_le_bytes(b) != 0 {
+            if ctx.user.read_u32(arg)? != 0 {
                 of.set_flags(of.flags() | oflag::O_NONBLOCK);
             } else {
                 of.set_flags(of.flags() & !oflag::O_NONBLOCK);
             }
             Ok(0)
         }
-        FIONREAD => {
-            let n = match &of.kind {
-                Kind::PipeRead(p) => p.lock().available() as u64,
-                Kind::Node(ino) if device.is_none() && !k.vfs.node(*ino).is_dir() => {
-                    k.vfs.node(*ino).size().saturating_sub(of.offset())
-                }
-                _ => 0,
-            };
-            copy_to_user(&k.space, arg, &(n as u32).to_le_bytes())?;
-            Ok(0)
-        }
-        _ => Err(Errno::ENOTTY),
+        FIOCLEX | FIONCLEX => ctx.proc.fds.lock().set_cloexec(fd, request == FIOCLEX).map(|_| 0),
+        _ => of.obj().ioctl(&of, ctx.user, request, arg),
     }
 }
 
-fn make_pipe(fds_addr: u64, flags: u64) -> SysResult {
+fn pipe_call(ctx: &Ctx, fds_addr: u64, flags: u64) -> SysResult {
     let allowed = (oflag::O_CLOEXEC | oflag::O_NONBLOCK) as u64;
     if flags & !allowed != 0 {
         return Err(Errno::EINVAL);
     }
-    let k = &mut *kernel();
-    k.space.check(fds_addr, 8, true)?;
-    let (r, w) = file::pipe(flags as u32);
+    ctx.user.check(fds_addr, 8, true)?;
+    let (r, w) = make_pipe_ends(flags as u32);
     let cloexec = flags & oflag::O_CLOEXEC as u64 != 0;
-    let rfd = k.cur().fds.insert(r, cloexec)?;
-    let wfd = match k.cur().fds.insert(w, cloexec) {
-        Ok(fd) => fd,
-        Err(e) => {
-            let _ = k.cur().fds.close(rfd);
-            return Err(e);
+    let (rfd, wfd) = {
+        let mut fds = ctx.proc.fds.lock();
+        let rfd = fds.insert(r, cloexec)?;
+        match fds.insert(w, cloexec) {
+            Ok(wfd) => (rfd, wfd),
+            Err(e) => {
+                let r = fds.take(rfd);
+                drop(fds);
+                drop(r);
+                return Err(e);
+            }
         }
     };
     let mut out = [0u8; 8];
     out[..4].copy_from_slice(&(rfd as u32).to_le_bytes());
     out[4..].copy_from_slice(&(wfd as u32).to_le_bytes());
-    copy_to_user(&k.space, fds_addr, &out)?;
+    ctx.user.write(fds_addr, &out)?;
     Ok(0)
 }
 
-pub fn pipe(f: &mut SyscallFrame) -> SysResult {
-    make_pipe(f.rdi, 0)
+pub fn pipe(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    pipe_call(ctx, f.rdi, 0)
 }
 
-pub fn pipe2(f: &mut SyscallFrame) -> SysResult {
-    make_pipe(f.rdi, f.rsi)
+pub fn pipe2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    pipe_call(ctx, f.rdi, f.rsi)
 }
 
 // ---- metadata ---------------------------------------------------------------------
 
-/// What `stat` reports about an open file or a node.
-struct Meta {
-    ino: u64,
-    mode: u32,
-    size: u64,
-    rdev: (u32, u32),
-    mtime: u64,
-    atime: u64,
-    nlink: u64,
-    uid: u32,
-    gid: u32,
-}
-
-fn meta_of_node(k: &Kernel, ino: Ino) -> Meta {
-    let n = k.vfs.node(ino);
-    let rdev = match k.vfs.device(ino) {
-        Some(Device::Null) => (1, 3),
-        Some(Device::Zero) => (1, 5),
-        Some(Device::Random) => (1, 9),
-        Some(_) => (136, 0),
-        None => (0, 0),
-    };
-    Meta {
-        ino: ino as u64 + 1,
-        mode: n.st_mode(),
-        size: n.size(),
-        rdev,
-        mtime: n.mtime,
-        atime: n.atime,
-        nlink: if n.is_dir() { 2 } else { u64::from(n.nlink) },
-        uid: n.uid,
-        gid: n.gid,
-    }
-}
-
-fn meta_of_file(k: &Kernel, f: &FileRef) -> Meta {
-    match &f.kind {
-        Kind::Node(ino) => meta_of_node(k, *ino),
-        Kind::PipeRead(p) | Kind::PipeWrite(p) => Meta {
-            ino: Arc::as_ptr(p) as u64 & 0xffff_ffff,
-            mode: mode::S_IFIFO | 0o600,
-            size: 0,
-            rdev: (0, 0),
-            mtime: 0,
-            atime: 0,
-            nlink: 1,
-            uid: k.uid as u32,
-            gid: k.gid as u32,
-        },
-        // Anonymous inodes, as Linux shows them: no file type, mode 0600.
-        Kind::EventFd(_) | Kind::Epoll(_) => Meta {
-            ino: f.wait_key().unwrap_or(0) & 0xffff_ffff,
-            mode: 0o600,
-            size: 0,
-            rdev: (0, 0),
-            mtime: 0,
-            atime: 0,
-            nlink: 1,
-            uid: k.uid as u32,
-            gid: k.gid as u32,
-        },
-    }
-}
-
-fn write_stat(k: &Kernel, addr: u64, m: &Meta) -> SysResult {
+fn write_stat(ctx: &Ctx, addr: u64, m: &Meta) -> SysResult {
+    let (uid, gid) = m.owner.unwrap_or((ctx.k.cfg.uid as u32, ctx.k.cfg.gid as u32));
     let mut b = [0u8; 144];
     let put = |b: &mut [u8], at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
     put(&mut b, 0, 0x2a); // st_dev
     put(&mut b, 8, m.ino);
     put(&mut b, 16, m.nlink);
     b[24..28].copy_from_slice(&m.mode.to_le_bytes());
-    b[28..32].copy_from_slice(&m.uid.to_le_bytes());
-    b[32..36].copy_from_slice(&m.gid.to_le_bytes());
+    b[28..32].copy_from_slice(&uid.to_le_bytes());
+    b[32..36].copy_from_slice(&gid.to_le_bytes());
     put(&mut b, 40, (u64::from(m.rdev.0) << 8) | u64::from(m.rdev.1));
     put(&mut b, 48, m.size);
     put(&mut b, 56, 4096);
@@ -713,64 +478,62 @@ fn write_stat(k: &Kernel, addr: u64, m: &Meta) -> SysResult {
         put(&mut b, t, v / 1_000_000_000);
         put(&mut b, t + 8, v % 1_000_000_000);
     }
-    copy_to_user(&k.space, addr, &b)?;
+    ctx.user.write(addr, &b)?;
     Ok(0)
 }
 
 /// Resolves a path argument for the stat family (with AT_EMPTY_PATH: `dirfd` itself).
-fn stat_target(k: &Kernel, dirfd: u64, path_addr: u64, flags: u64) -> Result<Meta, Errno> {
-    if flags & AT_EMPTY_PATH != 0 && user_cstr(&k.space, path_addr, PATH_MAX - 1)?.is_empty() {
+fn stat_target(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u64) -> Result<Meta, Errno> {
+    if flags & AT_EMPTY_PATH != 0 && ctx.user.read_cstr(path_addr, PATH_MAX - 1)?.is_empty() {
         if is_cwd(dirfd) {
-            return Ok(meta_of_node(k, k.proc().cwd));
+            let cwd = ctx.proc.fs.lock().cwd;
+            return Ok(crate::fs::meta_of(&ctx.k.vfs.lock(), cwd));
         }
-        return Ok(meta_of_file(k, &file(k, dirfd)?));
+        return Ok(ctx.file(dirfd)?.obj().stat());
     }
-    let path = path_arg(k, path_addr)?;
-    let base = base_dir(k, dirfd, &path)?;
-    let ino = k.vfs.lookup(base, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
-    Ok(meta_of_node(k, ino))
+    let path = path_arg(ctx, path_addr)?;
+    let start = start_dir(ctx, dirfd, &path)?;
+    let v = ctx.k.vfs.lock();
+    let ino = v.lookup(dir(&v, start)?, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+    Ok(crate::fs::meta_of(&v, ino))
 }
 
-pub fn fstat(f: &mut SyscallFrame) -> SysResult {
-    let k = kernel();
-    let m = meta_of_file(&k, &file(&k, f.rdi)?);
-    write_stat(&k, f.rsi, &m)
+pub fn fstat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let m = ctx.file(f.rdi)?.obj().stat();
+    write_stat(ctx, f.rsi, &m)
 }
 
-pub fn stat(f: &mut SyscallFrame) -> SysResult {
-    let k = kernel();
-    let m = stat_target(&k, AT_FDCWD, f.rdi, 0)?;
-    write_stat(&k, f.rsi, &m)
+pub fn stat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let m = stat_target(ctx, AT_FDCWD, f.rdi, 0)?;
+    write_stat(ctx, f.rsi, &m)
 }
 
-pub fn lstat(f: &mut SyscallFrame) -> SysResult {
-    let k = kernel();
-    let m = stat_target(&k, AT_FDCWD, f.rdi, AT_SYMLINK_NOFOLLOW)?;
-    write_stat(&k, f.rsi, &m)
+pub fn lstat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let m = stat_target(ctx, AT_FDCWD, f.rdi, AT_SYMLINK_NOFOLLOW)?;
+    write_stat(ctx, f.rsi, &m)
 }
 
-pub fn newfstatat(f: &mut SyscallFrame) -> SysResult {
+pub fn newfstatat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, buf, flags, ..] = f.args();
     if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
         return Err(Errno::EINVAL);
     }
-    let k = kernel();
-    let m = stat_target(&k, dirfd, path, flags)?;
-    write_stat(&k, buf, &m)
+    let m = stat_target(ctx, dirfd, path, flags)?;
+    write_stat(ctx, buf, &m)
 }
 
-pub fn statx(f: &mut SyscallFrame) -> SysResult {
+pub fn statx(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, flags, _mask, buf, ..] = f.args();
-    let k = kernel();
-    let m = stat_target(&k, dirfd, path, flags)?;
+    let m = stat_target(ctx, dirfd, path, flags)?;
+    let (uid, gid) = m.owner.unwrap_or((ctx.k.cfg.uid as u32, ctx.k.cfg.gid as u32));
     let mut b = [0u8; 256];
     let put32 = |b: &mut [u8], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
     let put64 = |b: &mut [u8], at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
     put32(&mut b, 0, 0x7ff); // STATX_BASIC_STATS
     put32(&mut b, 4, 4096);
     put32(&mut b, 16, m.nlink as u32);
-    put32(&mut b, 20, m.uid);
-    put32(&mut b, 24, m.gid);
+    put32(&mut b, 20, uid);
+    put32(&mut b, 24, gid);
     b[28..30].copy_from_slice(&(m.mode as u16).to_le_bytes());
     put64(&mut b, 32, m.ino);
     put64(&mut b, 40, m.size);
@@ -783,19 +546,20 @@ pub fn statx(f: &mut SyscallFrame) -> SysResult {
     put32(&mut b, 132, m.rdev.1);
     put32(&mut b, 136, 0);
     put32(&mut b, 140, 0x2a);
-    copy_to_user(&k.space, buf, &b)?;
+    ctx.user.write(buf, &b)?;
     Ok(0)
 }
 
-fn check_access(k: &Kernel, dirfd: u64, path_addr: u64, how: u64, flags: u64) -> SysResult {
+fn check_access(ctx: &Ctx, dirfd: u64, path_addr: u64, how: u64, flags: u64) -> SysResult {
     if how & !7 != 0 || flags & !(AT_EACCESS | AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
         return Err(Errno::EINVAL);
     }
-    let path = path_arg(k, path_addr)?;
-    let base = base_dir(k, dirfd, &path)?;
-    let ino = k.vfs.lookup(base, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
-    let node = k.vfs.node(ino);
-    if how & 2 != 0 && node.readonly && !node.is_dir() && k.vfs.device(ino).is_none() {
+    let path = path_arg(ctx, path_addr)?;
+    let start = start_dir(ctx, dirfd, &path)?;
+    let v = ctx.k.vfs.lock();
+    let ino = v.lookup(dir(&v, start)?, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+    let node = v.node(ino);
+    if how & 2 != 0 && node.readonly && !node.is_dir() && v.device(ino).is_none() {
         return Err(Errno::EROFS);
     }
     if how & 1 != 0 && node.mode & 0o111 == 0 {
@@ -804,257 +568,255 @@ fn check_access(k: &Kernel, dirfd: u64, path_addr: u64, how: u64, flags: u64) ->
     Ok(0)
 }
 
-pub fn access(f: &mut SyscallFrame) -> SysResult {
-    check_access(&kernel(), AT_FDCWD, f.rdi, f.rsi, 0)
+pub fn access(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    check_access(ctx, AT_FDCWD, f.rdi, f.rsi, 0)
 }
 
-pub fn faccessat(f: &mut SyscallFrame) -> SysResult {
+pub fn faccessat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     // The original faccessat has no flags argument (faccessat2 does).
     let [dirfd, path, how, ..] = f.args();
-    check_access(&kernel(), dirfd, path, how, 0)
+    check_access(ctx, dirfd, path, how, 0)
 }
 
-pub fn faccessat2(f: &mut SyscallFrame) -> SysResult {
+pub fn faccessat2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, how, flags, ..] = f.args();
-    check_access(&kernel(), dirfd, path, how, flags)
+    check_access(ctx, dirfd, path, how, flags)
 }
 
 // ---- directories and names --------------------------------------------------------
 
-pub fn getcwd(f: &mut SyscallFrame) -> SysResult {
+pub fn getcwd(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [buf, size, ..] = f.args();
-    let k = kernel();
-    let mut path = k.vfs.path_of(k.proc().cwd)?;
+    let cwd = ctx.proc.fs.lock().cwd;
+    let mut path = ctx.k.vfs.lock().path_of(cwd)?;
     path.push(0);
     if (path.len() as u64) > size {
         return Err(Errno::ERANGE);
     }
-    copy_to_user(&k.space, buf, &path)?;
+    ctx.user.write(buf, &path)?;
     Ok(path.len() as u64)
 }
 
-pub fn chdir(f: &mut SyscallFrame) -> SysResult {
-    let k = &mut *kernel();
-    let path = path_arg(k, f.rdi)?;
-    let ino = k.vfs.lookup(k.proc().cwd, &path, true)?;
-    set_cwd(k, ino)
-}
-
-pub fn fchdir(f: &mut SyscallFrame) -> SysResult {
-    let k = &mut *kernel();
-    let of = file(k, f.rdi)?;
-    let Kind::Node(ino) = of.kind else {
-        return Err(Errno::ENOTDIR);
+pub fn chdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let path = path_arg(ctx, f.rdi)?;
+    let cwd = ctx.proc.fs.lock().cwd;
+    let (ino, hold) = {
+        let v = ctx.k.vfs.lock();
+        let ino = dir(&v, v.lookup(cwd, &path, true)?)?;
+        (ino, v.hold(ino))
     };
-    set_cwd(k, ino)
+    set_cwd(ctx, ino, hold)
 }
 
-fn set_cwd(k: &mut Kernel, ino: Ino) -> SysResult {
-    if !k.vfs.node(ino).is_dir() {
-        return Err(Errno::ENOTDIR);
-    }
-    let hold = k.vfs.hold(ino);
-    let p = k.cur();
-    p.cwd_hold = hold;
-    p.cwd = ino;
+pub fn fchdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let ino = ctx.file(f.rdi)?.node().ok_or(Errno::ENOTDIR)?;
+    let hold = {
+        let v = ctx.k.vfs.lock();
+        dir(&v, ino)?;
+        v.hold(ino)
+    };
+    set_cwd(ctx, ino, hold)
+}
+
+fn set_cwd(ctx: &Ctx, ino: Ino, hold: crate::vfs::Hold) -> SysResult {
+    let old = {
+        let mut fs = ctx.proc.fs.lock();
+        fs.cwd = ino;
+        fs.cwd_hold.replace(hold)
+    };
+    drop(old);
     Ok(0)
 }
 
-pub fn getdents64(f: &mut SyscallFrame) -> SysResult {
+pub fn getdents64(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, buf, count, ..] = f.args();
-    let k = kernel();
-    let file = file(&k, fd)?;
-    let of = &*file;
-    let Kind::Node(dir) = of.kind else {
-        return Err(Errno::ENOTDIR);
-    };
+    let of = ctx.file(fd)?;
+    let dir_ino = of.node().ok_or(Errno::ENOTDIR)?;
     if !of.readable() {
         return Err(Errno::EBADF);
     }
     let count = count.min(u64::from(u32::MAX));
     let mut out: Vec<u8> = Vec::new();
     let mut pos = of.offset() as usize;
-    while let Some((name, ino)) = k.vfs.entry_at(dir, pos)? {
-        let reclen = (19 + name.len() + 1).next_multiple_of(8);
-        if (out.len() + reclen) as u64 > count {
-            if out.is_empty() {
-                return Err(Errno::EINVAL);
+    {
+        let v = ctx.k.vfs.lock();
+        while let Some((name, ino)) = v.entry_at(dir_ino, pos)? {
+            let reclen = (19 + name.len() + 1).next_multiple_of(8);
+            if (out.len() + reclen) as u64 > count {
+                if out.is_empty() {
+                    return Err(Errno::EINVAL);
+                }
+                break;
             }
-            break;
+            let d_type: u8 = match v.node(ino).st_mode() & mode::S_IFMT {
+                mode::S_IFDIR => 4,
+                mode::S_IFREG => 8,
+                mode::S_IFLNK => 10,
+                mode::S_IFCHR => 2,
+                mode::S_IFIFO => 1,
+                _ => 0,
+            };
+            let start = out.len();
+            out.resize(start + reclen, 0);
+            out[start..start + 8].copy_from_slice(&(ino as u64 + 1).to_le_bytes());
+            out[start + 8..start + 16].copy_from_slice(&(pos as u64 + 1).to_le_bytes());
+            out[start + 16..start + 18].copy_from_slice(&(reclen as u16).to_le_bytes());
+            out[start + 18] = d_type;
+            out[start + 19..start + 19 + name.len()].copy_from_slice(name);
+            pos += 1;
         }
-        let d_type: u8 = match k.vfs.node(ino).st_mode() & 0o170000 {
-            mode::S_IFDIR => 4,
-            mode::S_IFREG => 8,
-            mode::S_IFLNK => 10,
-            mode::S_IFCHR => 2,
-            _ => 0,
-        };
-        let start = out.len();
-        out.resize(start + reclen, 0);
-        out[start..start + 8].copy_from_slice(&(ino as u64 + 1).to_le_bytes());
-        out[start + 8..start + 16].copy_from_slice(&(pos as u64 + 1).to_le_bytes());
-        out[start + 16..start + 18].copy_from_slice(&(reclen as u16).to_le_bytes());
-        out[start + 18] = d_type;
-        out[start + 19..start + 19 + name.len()].copy_from_slice(name);
-        pos += 1;
     }
-    copy_to_user(&k.space, buf, &out)?;
+    ctx.user.write(buf, &out)?;
     of.set_offset(pos as u64);
     Ok(out.len() as u64)
 }
 
-fn read_link(k: &Kernel, dirfd: u64, path_addr: u64, buf: u64, size: u64) -> SysResult {
+fn read_link(ctx: &Ctx, dirfd: u64, path_addr: u64, buf: u64, size: u64) -> SysResult {
     if (size as i64) <= 0 {
         return Err(Errno::EINVAL);
     }
-    let path = path_arg(k, path_addr)?;
+    let path = path_arg(ctx, path_addr)?;
     let target: Vec<u8> = if path == b"/proc/self/exe" {
-        k.exe.clone()
+        ctx.k.cfg.exe.clone()
     } else {
-        let base = base_dir(k, dirfd, &path)?;
-        let ino = k.vfs.lookup(base, &path, false)?;
-        k.vfs.link_target(ino)?.to_vec()
+        let start = start_dir(ctx, dirfd, &path)?;
+        let v = ctx.k.vfs.lock();
+        let ino = v.lookup(dir(&v, start)?, &path, false)?;
+        v.link_target(ino)?.to_vec()
     };
     let n = target.len().min(size as usize);
-    copy_to_user(&k.space, buf, &target[..n])?;
+    ctx.user.write(buf, &target[..n])?;
     Ok(n as u64)
 }
 
-pub fn readlink(f: &mut SyscallFrame) -> SysResult {
+pub fn readlink(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [path, buf, size, ..] = f.args();
-    read_link(&kernel(), AT_FDCWD, path, buf, size)
+    read_link(ctx, AT_FDCWD, path, buf, size)
 }
 
-pub fn readlinkat(f: &mut SyscallFrame) -> SysResult {
+pub fn readlinkat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, buf, size, ..] = f.args();
-    read_link(&kernel(), dirfd, path, buf, size)
+    read_link(ctx, dirfd, path, buf, size)
 }
 
-fn remove_at(dirfd: u64, path_addr: u64, flags: u64) -> SysResult {
+fn remove_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u64) -> SysResult {
     if flags & !AT_REMOVEDIR != 0 {
         return Err(Errno::EINVAL);
     }
-    let k = &mut *kernel();
-    let path = path_arg(k, path_addr)?;
-    let base = base_dir(k, dirfd, &path)?;
-    let (dir, name) = k.vfs.parent_of(base, &path)?;
+    let path = path_arg(ctx, path_addr)?;
+    let start = start_dir(ctx, dirfd, &path)?;
+    let mut v = ctx.k.vfs.lock();
+    let base = dir(&v, start)?;
+    let (parent, name) = v.parent_of(base, &path)?;
     if path.ends_with(b"/") && flags & AT_REMOVEDIR == 0 {
         // "name/" must be a directory (through a link, too), which unlink refuses.
-        let ino = k.vfs.lookup(base, &path, true)?;
-        return Err(if k.vfs.node(ino).is_dir() { Errno::EISDIR } else { Errno::ENOTDIR });
+        let ino = v.lookup(base, &path, true)?;
+        return Err(if v.node(ino).is_dir() { Errno::EISDIR } else { Errno::ENOTDIR });
     }
-    k.vfs.remove(dir, name, flags & AT_REMOVEDIR != 0).map(|_| 0)
+    let name = name.to_vec();
+    v.remove(parent, &name, flags & AT_REMOVEDIR != 0).map(|_| 0)
 }
 
-/// A new non-directory cannot be called "name/": ENOENT (EEXIST if the name is
-/// taken), as Linux says for link, symlink and mknod.
-pub(super) fn new_file_name(k: &Kernel, base: Ino, path: &[u8]) -> Result<(), Errno> {
-    if path.len() > 1 && path.ends_with(b"/") {
-        return Err(if k.vfs.lookup(base, path, false).is_ok() { Errno::EEXIST } else { Errno::ENOENT });
-    }
-    Ok(())
+fn make_symlink(ctx: &Ctx, target_addr: u64, dirfd: u64, path_addr: u64) -> SysResult {
+    let target = path_arg(ctx, target_addr)?;
+    let path = path_arg(ctx, path_addr)?;
+    let start = start_dir(ctx, dirfd, &path)?;
+    let now = real_now();
+    let mut v = ctx.k.vfs.lock();
+    let base = dir(&v, start)?;
+    new_file_name(&v, base, &path)?;
+    let (parent, name) = v.parent_of(base, &path)?;
+    let name = name.to_vec();
+    v.symlink(parent, &name, &target, now).map(|_| 0)
 }
 
-fn make_link(target_addr: u64, dirfd: u64, path_addr: u64) -> SysResult {
-    let k = &mut *kernel();
-    let target = path_arg(k, target_addr)?;
-    let path = path_arg(k, path_addr)?;
-    let base = base_dir(k, dirfd, &path)?;
-    new_file_name(k, base, &path)?;
-    let (dir, name) = k.vfs.parent_of(base, &path)?;
-    let now = k.now_real();
-    k.vfs.symlink(dir, name, &target, now).map(|_| 0)
+pub fn symlink(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    make_symlink(ctx, f.rdi, AT_FDCWD, f.rsi)
 }
 
-pub fn symlink(f: &mut SyscallFrame) -> SysResult {
-    make_link(f.rdi, AT_FDCWD, f.rsi)
+pub fn symlinkat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    make_symlink(ctx, f.rdi, f.rsi, f.rdx)
 }
 
-pub fn symlinkat(f: &mut SyscallFrame) -> SysResult {
-    make_link(f.rdi, f.rsi, f.rdx)
+pub fn unlink(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    remove_at(ctx, AT_FDCWD, f.rdi, 0)
 }
 
-pub fn unlink(f: &mut SyscallFrame) -> SysResult {
-    remove_at(AT_FDCWD, f.rdi, 0)
+pub fn unlinkat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    remove_at(ctx, f.rdi, f.rsi, f.rdx)
 }
 
-pub fn unlinkat(f: &mut SyscallFrame) -> SysResult {
-    remove_at(f.rdi, f.rsi, f.rdx)
+pub fn rmdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    remove_at(ctx, AT_FDCWD, f.rdi, AT_REMOVEDIR)
 }
 
-pub fn rmdir(f: &mut SyscallFrame) -> SysResult {
-    remove_at(AT_FDCWD, f.rdi, AT_REMOVEDIR)
+fn make_dir(ctx: &Ctx, dirfd: u64, path_addr: u64, mode_arg: u64) -> SysResult {
+    let path = path_arg(ctx, path_addr)?;
+    let start = start_dir(ctx, dirfd, &path)?;
+    let umask = ctx.proc.fs.lock().umask;
+    let now = real_now();
+    let mut v = ctx.k.vfs.lock();
+    let base = dir(&v, start)?;
+    let (parent, name) = v.parent_of(base, &path)?;
+    let name = name.to_vec();
+    v.create(parent, &name, mode_arg as u32 & !umask, true, now).map(|_| 0)
 }
 
-fn make_dir(dirfd: u64, path_addr: u64, mode_arg: u64) -> SysResult {
-    let k = &mut *kernel();
-    let path = path_arg(k, path_addr)?;
-    let base = base_dir(k, dirfd, &path)?;
-    let (dir, name) = k.vfs.parent_of(base, &path)?;
-    let now = k.now_real();
-    let m = mode_arg as u32 & !k.proc().umask;
-    k.vfs.create(dir, name, m, true, now).map(|_| 0)
+pub fn mkdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    make_dir(ctx, AT_FDCWD, f.rdi, f.rsi)
 }
 
-pub fn mkdir(f: &mut SyscallFrame) -> SysResult {
-    make_dir(AT_FDCWD, f.rdi, f.rsi)
+pub fn mkdirat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    make_dir(ctx, f.rdi, f.rsi, f.rdx)
 }
 
-pub fn mkdirat(f: &mut SyscallFrame) -> SysResult {
-    make_dir(f.rdi, f.rsi, f.rdx)
-}
-
-fn rename_at(olddir: u64, old: u64, newdir: u64, new: u64, flags: u64) -> SysResult {
+fn rename_at(ctx: &Ctx, olddir: u64, old: u64, newdir: u64, new: u64, flags: u64) -> SysResult {
     if flags != 0 {
         return Err(Errno::EINVAL);
     }
-    let k = &mut *kernel();
-    let (from, to) = (path_arg(k, old)?, path_arg(k, new)?);
-    let (fbase, tbase) = (base_dir(k, olddir, &from)?, base_dir(k, newdir, &to)?);
-    let (fdir, fname) = k.vfs.parent_of(fbase, &from)?;
-    let (tdir, tname) = k.vfs.parent_of(tbase, &to)?;
+    let (from, to) = (path_arg(ctx, old)?, path_arg(ctx, new)?);
+    let (fstart, tstart) = (start_dir(ctx, olddir, &from)?, start_dir(ctx, newdir, &to)?);
+    let mut v = ctx.k.vfs.lock();
+    let (fbase, tbase) = (dir(&v, fstart)?, dir(&v, tstart)?);
+    let (fdir, fname) = v.parent_of(fbase, &from)?;
+    let (tdir, tname) = v.parent_of(tbase, &to)?;
     // A trailing slash on either side requires a directory.
-    if (from.ends_with(b"/") || to.ends_with(b"/"))
-        && !k.vfs.lookup(fdir, fname, false).is_ok_and(|i| k.vfs.node(i).is_dir())
+    if (from.ends_with(b"/") || to.ends_with(b"/")) && !v.lookup(fdir, fname, false).is_ok_and(|i| v.node(i).is_dir())
     {
         return Err(Errno::ENOTDIR);
     }
-    k.vfs.rename(fdir, fname, tdir, tname).map(|_| 0)
+    let (fname, tname) = (fname.to_vec(), tname.to_vec());
+    v.rename(fdir, &fname, tdir, &tname).map(|_| 0)
 }
 
-pub fn rename(f: &mut SyscallFrame) -> SysResult {
-    rename_at(AT_FDCWD, f.rdi, AT_FDCWD, f.rsi, 0)
+pub fn rename(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    rename_at(ctx, AT_FDCWD, f.rdi, AT_FDCWD, f.rsi, 0)
 }
 
-pub fn renameat(f: &mut SyscallFrame) -> SysResult {
-    rename_at(f.rdi, f.rsi, f.rdx, f.r10, 0)
+pub fn renameat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    rename_at(ctx, f.rdi, f.rsi, f.rdx, f.r10, 0)
 }
 
-pub fn renameat2(f: &mut SyscallFrame) -> SysResult {
-    rename_at(f.rdi, f.rsi, f.rdx, f.r10, f.r8)
+pub fn renameat2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    rename_at(ctx, f.rdi, f.rsi, f.rdx, f.r10, f.r8)
 }
 
-pub fn ftruncate(f: &mut SyscallFrame) -> SysResult {
+pub fn ftruncate(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, len, ..] = f.args();
     if (len as i64) < 0 {
         return Err(Errno::EINVAL);
     }
-    let k = &mut *kernel();
-    let file = file(k, fd)?;
-    let of = &*file;
-    let Kind::Node(ino) = of.kind else {
-        return Err(Errno::EINVAL);
-    };
+    let of = ctx.file(fd)?;
+    let ino = of.node().ok_or(Errno::EINVAL)?;
     if !of.writable() {
         return Err(Errno::EINVAL);
     }
-    let now = k.now_real();
-    k.vfs.truncate(ino, len, now).map(|_| 0)
+    ctx.k.vfs.lock().truncate(ino, len, real_now()).map(|_| 0)
 }
 
-pub fn umask(f: &mut SyscallFrame) -> SysResult {
-    let k = &mut *kernel();
-    let old = k.proc().umask;
-    k.cur().umask = f.rdi as u32 & 0o777;
+pub fn umask(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let mut fs = ctx.proc.fs.lock();
+    let old = fs.umask;
+    fs.umask = f.rdi as u32 & 0o777;
     Ok(u64::from(old))
 }

@@ -1,167 +1,181 @@
 //! File attributes and the rarer file operations: permissions, owners, times,
 //! truncate by path, hard links, mknod, fsync, copy_file_range, getgroups. The
-//! everyday file calls are in `fs.rs`; the tree is `crate::fs::vfs`.
+//! everyday file calls are in `fs.rs`; the tree is `crate::vfs`.
 //!
 //! There is one user (the host user who ran onering) and the whole tree starts as
 //! theirs. As on Linux, only a node's owner (or root) changes its mode and times,
 //! and only root gives a node away; nodes of the read-only rootfs are EROFS.
+//!
+//! A path is looked up and the node changed under one hold of the tree's lock; the
+//! starting directory (working directory or a descriptor's node) is found before,
+//! and stays valid because it is held open.
 
-use super::fs::{base_dir, file, new_file_name, path_arg, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
+use super::fs::{dir, is_cwd, new_file_name, path_arg, start_dir, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
 use super::SyscallFrame;
-use crate::arch::{self, copy_to_user};
 use crate::errno::{Errno, SysResult};
-use crate::fs::file::Kind;
-use crate::fs::vfs::{mode, Ino};
-use crate::kernel::{kernel, Kernel};
+use crate::file::{mode, oflag};
+use crate::mm::user::{UserMem, UserMemExt};
+use crate::task::Ctx;
+use crate::time::real_now;
+use crate::vfs::{Ino, Vfs};
 use alloc::vec;
+use alloc::vec::Vec;
 
 const AT_SYMLINK_FOLLOW: u64 = 0x400;
 const UTIME_NOW: i64 = 0x3fff_ffff;
 const UTIME_OMIT: i64 = 0x3fff_fffe;
 
-/// The node a `*at` call names: `path` under `dirfd`, or with AT_EMPTY_PATH the
-/// descriptor itself (a null path is EFAULT; utimensat's null path is handled by it).
-fn target(k: &Kernel, dirfd: u64, path_addr: u64, flags: u64, follow_default: bool) -> Result<Ino, Errno> {
-    let follow = if follow_default { flags & AT_SYMLINK_NOFOLLOW == 0 } else { flags & AT_SYMLINK_FOLLOW != 0 };
-    let empty = || -> Result<bool, Errno> {
-        let mut b = [0u8; 1];
-        arch::copy_from_user(&k.space, path_addr, &mut b)?;
-        Ok(b[0] == 0)
-    };
-    if flags & AT_EMPTY_PATH != 0 && empty()? {
-        return fd_node(k, dirfd);
-    }
-    let path = path_arg(k, path_addr)?;
-    let base = base_dir(k, dirfd, &path)?;
-    k.vfs.lookup(base, &path, follow)
+/// The node a `*at` call names, found in two steps: what can be read before the
+/// tree is locked, then the lookup under its lock.
+enum Target {
+    /// A descriptor's (or the working directory's) node itself (AT_EMPTY_PATH).
+    Node(Ino),
+    Path { start: Ino, path: Vec<u8>, follow: bool },
 }
 
-fn fd_node(k: &Kernel, fd: u64) -> Result<Ino, Errno> {
-    if fd as i32 == AT_FDCWD as i32 {
-        return Ok(k.proc().cwd);
+impl Target {
+    /// `path` under `dirfd`, or with AT_EMPTY_PATH and an empty path the descriptor
+    /// itself (a null path is EFAULT).
+    fn new(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u64, follow_default: bool) -> Result<Target, Errno> {
+        let follow = if follow_default { flags & AT_SYMLINK_NOFOLLOW == 0 } else { flags & AT_SYMLINK_FOLLOW != 0 };
+        if flags & AT_EMPTY_PATH != 0 && ctx.user.read_array::<1>(path_addr)?[0] == 0 {
+            return fd_node(ctx, dirfd).map(Target::Node);
+        }
+        let path = path_arg(ctx, path_addr)?;
+        let start = start_dir(ctx, dirfd, &path)?;
+        Ok(Target::Path { start, path, follow })
     }
-    match file(k, fd)?.kind {
-        Kind::Node(ino) => Ok(ino),
-        _ => Err(Errno::EINVAL),
+
+    fn resolve(&self, v: &Vfs) -> Result<Ino, Errno> {
+        match self {
+            Target::Node(ino) => Ok(*ino),
+            Target::Path { start, path, follow } => v.lookup(dir(v, *start)?, path, *follow),
+        }
     }
+}
+
+fn fd_node(ctx: &Ctx, fd: u64) -> Result<Ino, Errno> {
+    if is_cwd(fd) {
+        return Ok(ctx.proc.fs.lock().cwd);
+    }
+    ctx.file(fd)?.node().ok_or(Errno::EINVAL)
 }
 
 /// Only the owner (or root) changes a node's mode or sets its times explicitly.
-fn owner_or_root(k: &Kernel, ino: Ino) -> Result<(), Errno> {
-    if k.uid == 0 || u64::from(k.vfs.node(ino).uid) == k.uid {
+fn owner_or_root(ctx: &Ctx, v: &Vfs, ino: Ino) -> Result<(), Errno> {
+    if ctx.k.cfg.uid == 0 || u64::from(v.node(ino).uid) == ctx.k.cfg.uid {
         Ok(())
     } else {
         Err(Errno::EPERM)
     }
 }
 
-fn chmod_node(k: &mut Kernel, ino: Ino, m: u64) -> SysResult {
-    owner_or_root(k, ino)?;
-    k.vfs.set_mode(ino, m as u32).map(|_| 0)
+fn chmod_node(ctx: &Ctx, t: &Target, m: u64, refuse_links: bool) -> SysResult {
+    let mut v = ctx.k.vfs.lock();
+    let ino = t.resolve(&v)?;
+    if refuse_links && v.node(ino).st_mode() & mode::S_IFMT == mode::S_IFLNK {
+        return Err(Errno::ENOTSUP); // links have no mode of their own (as Linux)
+    }
+    owner_or_root(ctx, &v, ino)?;
+    v.set_mode(ino, m as u32).map(|_| 0)
 }
 
-pub fn chmod(f: &mut SyscallFrame) -> SysResult {
-    let k = &mut *kernel();
-    let ino = target(k, AT_FDCWD, f.rdi, 0, true)?;
-    chmod_node(k, ino, f.rsi)
+pub fn chmod(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let t = Target::new(ctx, AT_FDCWD, f.rdi, 0, true)?;
+    chmod_node(ctx, &t, f.rsi, false)
 }
 
-pub fn fchmod(f: &mut SyscallFrame) -> SysResult {
-    let k = &mut *kernel();
-    match file(k, f.rdi)?.kind {
-        Kind::Node(ino) => chmod_node(k, ino, f.rsi),
-        _ => Ok(0), // pipes and friends: nothing to record
+pub fn fchmod(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    match ctx.file(f.rdi)?.node() {
+        Some(ino) => chmod_node(ctx, &Target::Node(ino), f.rsi, false),
+        None => Ok(0), // pipes and friends: nothing to record
     }
 }
 
-pub fn fchmodat(f: &mut SyscallFrame) -> SysResult {
+pub fn fchmodat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, m, ..] = f.args();
-    let k = &mut *kernel();
-    let ino = target(k, dirfd, path, 0, true)?;
-    chmod_node(k, ino, m)
+    let t = Target::new(ctx, dirfd, path, 0, true)?;
+    chmod_node(ctx, &t, m, false)
 }
 
-pub fn fchmodat2(f: &mut SyscallFrame) -> SysResult {
+pub fn fchmodat2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, m, flags, ..] = f.args();
     if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
         return Err(Errno::EINVAL);
     }
-    let k = &mut *kernel();
-    let ino = target(k, dirfd, path, flags, true)?;
-    if k.vfs.node(ino).st_mode() & 0o170000 == mode::S_IFLNK {
-        return Err(Errno::ENOTSUP); // links have no mode of their own (as Linux)
-    }
-    chmod_node(k, ino, m)
+    let t = Target::new(ctx, dirfd, path, flags, true)?;
+    chmod_node(ctx, &t, m, true)
 }
 
-fn chown_node(k: &mut Kernel, ino: Ino, uid: u64, gid: u64) -> SysResult {
+fn chown_node(ctx: &Ctx, t: &Target, uid: u64, gid: u64) -> SysResult {
     let uid = (uid as u32 != u32::MAX).then_some(uid as u32);
     let gid = (gid as u32 != u32::MAX).then_some(gid as u32);
-    if k.uid != 0 {
+    let mut v = ctx.k.vfs.lock();
+    let ino = t.resolve(&v)?;
+    let cfg = &ctx.k.cfg;
+    if cfg.uid != 0 {
         // Anyone else may only "change" to themselves and their own group.
-        owner_or_root(k, ino)?;
-        if uid.is_some_and(|u| u64::from(u) != k.uid) || gid.is_some_and(|g| u64::from(g) != k.gid) {
+        owner_or_root(ctx, &v, ino)?;
+        if uid.is_some_and(|u| u64::from(u) != cfg.uid) || gid.is_some_and(|g| u64::from(g) != cfg.gid) {
             return Err(Errno::EPERM);
         }
     }
-    k.vfs.set_owner_of(ino, uid, gid).map(|_| 0)
+    v.set_owner_of(ino, uid, gid).map(|_| 0)
 }
 
-pub fn chown(f: &mut SyscallFrame) -> SysResult {
+pub fn chown(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [path, uid, gid, ..] = f.args();
-    let k = &mut *kernel();
-    let ino = target(k, AT_FDCWD, path, 0, true)?;
-    chown_node(k, ino, uid, gid)
+    let t = Target::new(ctx, AT_FDCWD, path, 0, true)?;
+    chown_node(ctx, &t, uid, gid)
 }
 
-pub fn lchown(f: &mut SyscallFrame) -> SysResult {
+pub fn lchown(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [path, uid, gid, ..] = f.args();
-    let k = &mut *kernel();
-    let ino = target(k, AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, true)?;
-    chown_node(k, ino, uid, gid)
+    let t = Target::new(ctx, AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, true)?;
+    chown_node(ctx, &t, uid, gid)
 }
 
-pub fn fchown(f: &mut SyscallFrame) -> SysResult {
+pub fn fchown(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, uid, gid, ..] = f.args();
-    let k = &mut *kernel();
-    match file(k, fd)?.kind {
-        Kind::Node(ino) => chown_node(k, ino, uid, gid),
-        _ => Ok(0),
+    match ctx.file(fd)?.node() {
+        Some(ino) => chown_node(ctx, &Target::Node(ino), uid, gid),
+        None => Ok(0),
     }
 }
 
-pub fn fchownat(f: &mut SyscallFrame) -> SysResult {
+pub fn fchownat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, uid, gid, flags, ..] = f.args();
     if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
         return Err(Errno::EINVAL);
     }
-    let k = &mut *kernel();
-    let ino = target(k, dirfd, path, flags, true)?;
-    chown_node(k, ino, uid, gid)
+    let t = Target::new(ctx, dirfd, path, flags, true)?;
+    chown_node(ctx, &t, uid, gid)
 }
 
-/// Sets times: each None is "now", Some(None) is "leave it". Setting both to now is
-/// allowed to anyone who may write the node; explicit times only to its owner.
-fn set_times(k: &mut Kernel, ino: Ino, times: Option<[Option<u64>; 2]>) -> SysResult {
-    let now = k.now_real();
+/// Sets times: None is "both now", Some with None inside is "leave that one".
+/// Setting both to now is allowed to anyone who may write the node; explicit times
+/// only to its owner.
+fn set_times(ctx: &Ctx, t: &Target, times: Option<[Option<u64>; 2]>) -> SysResult {
+    let now = real_now();
+    let mut v = ctx.k.vfs.lock();
+    let ino = t.resolve(&v)?;
     let [a, m] = match times {
         None => [Some(now), Some(now)],
         Some(t) => {
-            owner_or_root(k, ino)?;
+            owner_or_root(ctx, &v, ino)?;
             t
         }
     };
-    k.vfs.set_times(ino, a, m).map(|_| 0)
+    v.set_times(ino, a, m).map(|_| 0)
 }
 
 /// Two `struct timespec` with UTIME_NOW / UTIME_OMIT.
-fn read_timespecs(k: &Kernel, addr: u64) -> Result<Option<[Option<u64>; 2]>, Errno> {
+fn read_timespecs(user: &dyn UserMem, addr: u64) -> Result<Option<[Option<u64>; 2]>, Errno> {
     if addr == 0 {
         return Ok(None);
     }
-    let mut b = [0u8; 32];
-    arch::copy_from_user(&k.space, addr, &mut b)?;
-    let now = k.now_real();
+    let b = user.read_array::<32>(addr)?;
+    let now = real_now();
     let mut out = [None; 2];
     let mut all_now = true;
     for (i, o) in out.iter_mut().enumerate() {
@@ -184,32 +198,30 @@ fn read_timespecs(k: &Kernel, addr: u64) -> Result<Option<[Option<u64>; 2]>, Err
     Ok(if all_now { None } else { Some(out) })
 }
 
-pub fn utimensat(f: &mut SyscallFrame) -> SysResult {
+pub fn utimensat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, times, flags, ..] = f.args();
     if flags & !(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH) != 0 {
         return Err(Errno::EINVAL);
     }
-    let k = &mut *kernel();
-    let t = read_timespecs(k, times)?;
+    let t = read_timespecs(ctx.user, times)?;
     // A null path means the descriptor itself (not the working directory).
-    let ino = if path == 0 {
-        if dirfd as i32 == AT_FDCWD as i32 {
+    let target = if path == 0 {
+        if is_cwd(dirfd) {
             return Err(Errno::EFAULT);
         }
-        fd_node(k, dirfd)?
+        Target::Node(fd_node(ctx, dirfd)?)
     } else {
-        target(k, dirfd, path, flags, true)?
+        Target::new(ctx, dirfd, path, flags, true)?
     };
-    set_times(k, ino, t)
+    set_times(ctx, &target, t)
 }
 
 /// Two `struct timeval` (utimes, futimesat).
-fn read_timevals(k: &Kernel, addr: u64) -> Result<Option<[Option<u64>; 2]>, Errno> {
+fn read_timevals(user: &dyn UserMem, addr: u64) -> Result<Option<[Option<u64>; 2]>, Errno> {
     if addr == 0 {
         return Ok(None);
     }
-    let mut b = [0u8; 32];
-    arch::copy_from_user(&k.space, addr, &mut b)?;
+    let b = user.read_array::<32>(addr)?;
     let mut out = [None; 2];
     for (i, o) in out.iter_mut().enumerate() {
         let sec = i64::from_le_bytes(b[i * 16..i * 16 + 8].try_into().unwrap_or_default());
@@ -222,118 +234,112 @@ fn read_timevals(k: &Kernel, addr: u64) -> Result<Option<[Option<u64>; 2]>, Errn
     Ok(Some(out))
 }
 
-pub fn utimes(f: &mut SyscallFrame) -> SysResult {
-    let k = &mut *kernel();
-    let t = read_timevals(k, f.rsi)?;
-    let ino = target(k, AT_FDCWD, f.rdi, 0, true)?;
-    set_times(k, ino, t)
+pub fn utimes(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let t = read_timevals(ctx.user, f.rsi)?;
+    let target = Target::new(ctx, AT_FDCWD, f.rdi, 0, true)?;
+    set_times(ctx, &target, t)
 }
 
-pub fn futimesat(f: &mut SyscallFrame) -> SysResult {
+pub fn futimesat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, times, ..] = f.args();
-    let k = &mut *kernel();
-    let t = read_timevals(k, times)?;
-    let ino = target(k, dirfd, path, 0, true)?;
-    set_times(k, ino, t)
+    let t = read_timevals(ctx.user, times)?;
+    let target = Target::new(ctx, dirfd, path, 0, true)?;
+    set_times(ctx, &target, t)
 }
 
-pub fn utime(f: &mut SyscallFrame) -> SysResult {
-    let k = &mut *kernel();
+pub fn utime(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let t = if f.rsi == 0 {
         None
     } else {
-        let mut b = [0u8; 16];
-        arch::copy_from_user(&k.space, f.rsi, &mut b)?;
+        let b = ctx.user.read_array::<16>(f.rsi)?;
         let s = |i: usize| {
             (i64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default()).max(0) as u64).saturating_mul(1_000_000_000)
         };
         Some([Some(s(0)), Some(s(8))])
     };
-    let ino = target(k, AT_FDCWD, f.rdi, 0, true)?;
-    set_times(k, ino, t)
+    let target = Target::new(ctx, AT_FDCWD, f.rdi, 0, true)?;
+    set_times(ctx, &target, t)
 }
 
-pub fn truncate(f: &mut SyscallFrame) -> SysResult {
+pub fn truncate(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [path, len, ..] = f.args();
     if (len as i64) < 0 {
         return Err(Errno::EINVAL);
     }
-    let k = &mut *kernel();
-    let ino = target(k, AT_FDCWD, path, 0, true)?;
-    let now = k.now_real();
-    k.vfs.truncate(ino, len, now).map(|_| 0)
+    let t = Target::new(ctx, AT_FDCWD, path, 0, true)?;
+    let mut v = ctx.k.vfs.lock();
+    let ino = t.resolve(&v)?;
+    v.truncate(ino, len, real_now()).map(|_| 0)
 }
 
 /// fsync, fdatasync: the tree lives in memory, so there is nothing to flush; pipes
 /// and the like are EINVAL, as on Linux.
-pub fn fsync(f: &mut SyscallFrame) -> SysResult {
-    let k = kernel();
-    match file(&k, f.rdi)?.kind {
-        Kind::Node(_) => Ok(0),
-        _ => Err(Errno::EINVAL),
-    }
+pub fn fsync(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    ctx.file(f.rdi)?.node().map(|_| 0).ok_or(Errno::EINVAL)
 }
 
-pub fn sync(_: &mut SyscallFrame) -> SysResult {
+pub fn sync(_: &Ctx, _: &mut SyscallFrame) -> SysResult {
     Ok(0)
 }
 
-pub fn syncfs(f: &mut SyscallFrame) -> SysResult {
-    file(&kernel(), f.rdi).map(|_| 0)
+pub fn syncfs(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    ctx.file(f.rdi).map(|_| 0)
 }
 
-fn make_link(k: &mut Kernel, olddir: u64, old: u64, newdir: u64, new: u64, flags: u64) -> SysResult {
+fn make_link(ctx: &Ctx, olddir: u64, old: u64, newdir: u64, new: u64, flags: u64) -> SysResult {
     if flags & !(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH) != 0 {
         return Err(Errno::EINVAL);
     }
-    let ino = target(k, olddir, old, flags, false)?;
-    let path = path_arg(k, new)?;
-    let base = base_dir(k, newdir, &path)?;
-    new_file_name(k, base, &path)?;
-    let (dir, name) = k.vfs.parent_of(base, &path)?;
-    k.vfs.link(ino, dir, name).map(|_| 0)
+    let from = Target::new(ctx, olddir, old, flags, false)?;
+    let path = path_arg(ctx, new)?;
+    let start = start_dir(ctx, newdir, &path)?;
+    let mut v = ctx.k.vfs.lock();
+    let ino = from.resolve(&v)?;
+    let base = dir(&v, start)?;
+    new_file_name(&v, base, &path)?;
+    let (parent, name) = v.parent_of(base, &path)?;
+    let name = name.to_vec();
+    v.link(ino, parent, &name).map(|_| 0)
 }
 
-pub fn link(f: &mut SyscallFrame) -> SysResult {
-    make_link(&mut kernel(), AT_FDCWD, f.rdi, AT_FDCWD, f.rsi, 0)
+pub fn link(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    make_link(ctx, AT_FDCWD, f.rdi, AT_FDCWD, f.rsi, 0)
 }
 
-pub fn linkat(f: &mut SyscallFrame) -> SysResult {
+pub fn linkat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [olddir, old, newdir, new, flags, ..] = f.args();
-    make_link(&mut kernel(), olddir, old, newdir, new, flags)
+    make_link(ctx, olddir, old, newdir, new, flags)
 }
 
-fn make_node(dirfd: u64, path_addr: u64, m: u64) -> SysResult {
-    let k = &mut *kernel();
-    let path = path_arg(k, path_addr)?;
-    let base = base_dir(k, dirfd, &path)?;
-    new_file_name(k, base, &path)?;
-    let (dir, name) = k.vfs.parent_of(base, &path)?;
-    let perm = m as u32 & 0o7777 & !k.proc().umask;
-    match m as u32 & 0o170000 {
-        0 | mode::S_IFREG => {
-            let now = k.now_real();
-            k.vfs.create(dir, name, perm, false, now).map(|_| 0)
-        }
-        mode::S_IFIFO => {
-            let now = k.now_real();
-            k.vfs.mkfifo(dir, name, perm, now).map(|_| 0)
-        }
+fn make_node(ctx: &Ctx, dirfd: u64, path_addr: u64, m: u64) -> SysResult {
+    let path = path_arg(ctx, path_addr)?;
+    let start = start_dir(ctx, dirfd, &path)?;
+    let umask = ctx.proc.fs.lock().umask;
+    let now = real_now();
+    let mut v = ctx.k.vfs.lock();
+    let base = dir(&v, start)?;
+    new_file_name(&v, base, &path)?;
+    let (parent, name) = v.parent_of(base, &path)?;
+    let name = name.to_vec();
+    let perm = m as u32 & 0o7777 & !umask;
+    match m as u32 & mode::S_IFMT {
+        0 | mode::S_IFREG => v.create(parent, &name, perm, false, now).map(|_| 0),
+        mode::S_IFIFO => v.mkfifo(parent, &name, perm, now).map(|_| 0),
         mode::S_IFDIR => Err(Errno::EINVAL),
         // Devices and sockets need privileges or a socket layer.
         _ => Err(Errno::EPERM),
     }
 }
 
-pub fn mknod(f: &mut SyscallFrame) -> SysResult {
-    make_node(AT_FDCWD, f.rdi, f.rsi)
+pub fn mknod(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    make_node(ctx, AT_FDCWD, f.rdi, f.rsi)
 }
 
-pub fn mknodat(f: &mut SyscallFrame) -> SysResult {
-    make_node(f.rdi, f.rsi, f.rdx)
+pub fn mknodat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    make_node(ctx, f.rdi, f.rsi, f.rdx)
 }
 
-pub fn getgroups(f: &mut SyscallFrame) -> SysResult {
+pub fn getgroups(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [size, list, ..] = f.args();
     let size = size as i32;
     if size < 0 {
@@ -342,56 +348,59 @@ pub fn getgroups(f: &mut SyscallFrame) -> SysResult {
     if size == 0 {
         return Ok(1);
     }
-    let k = kernel();
-    copy_to_user(&k.space, list, &(k.gid as u32).to_le_bytes())?;
+    ctx.user.write_u32(list, ctx.k.cfg.gid as u32)?;
     Ok(1)
 }
 
 /// copy_file_range between files of the tree (at most 64 KiB per call, through a
 /// kernel-heap buffer: a short copy, which callers continue).
-pub fn copy_file_range(f: &mut SyscallFrame) -> SysResult {
+pub fn copy_file_range(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd_in, off_in, fd_out, off_out, len, flags] = f.args();
     if flags != 0 {
         return Err(Errno::EINVAL);
     }
-    let k = &mut *kernel();
-    let (fin, fout) = (file(k, fd_in)?, file(k, fd_out)?);
-    if !fin.readable() || !fout.writable() || fout.flags() & crate::fs::file::oflag::O_APPEND != 0 {
+    let (fin, fout) = (ctx.file(fd_in)?, ctx.file(fd_out)?);
+    if !fin.readable() || !fout.writable() || fout.flags() & oflag::O_APPEND != 0 {
         return Err(Errno::EBADF);
     }
-    let (Kind::Node(src), Kind::Node(dst)) = (&fin.kind, &fout.kind) else {
+    let (Some(src), Some(dst)) = (fin.node(), fout.node()) else {
         return Err(Errno::EINVAL);
     };
-    if k.vfs.device(*src).is_some() || k.vfs.device(*dst).is_some() {
-        return Err(Errno::EINVAL);
-    }
-    let read_off = |k: &Kernel, p: u64, cur: u64| -> Result<u64, Errno> {
+    let read_off = |p: u64, cur: u64| -> Result<u64, Errno> {
         if p == 0 {
-            Ok(cur)
+            return Ok(cur);
+        }
+        let v = ctx.user.read_u64(p)?;
+        if (v as i64) < 0 {
+            Err(Errno::EINVAL)
         } else {
-            let v = arch::read_user_u64(&k.space, p)?;
-            if (v as i64) < 0 {
-                Err(Errno::EINVAL)
-            } else {
-                Ok(v)
-            }
+            Ok(v)
         }
     };
-    let at_in = read_off(k, off_in, fin.offset())?;
-    let at_out = read_off(k, off_out, fout.offset())?;
+    let at_in = read_off(off_in, fin.offset())?;
+    let at_out = read_off(off_out, fout.offset())?;
     let len = len.min(64 << 10);
     if src == dst && at_in < at_out.saturating_add(len) && at_out < at_in.saturating_add(len) {
         return Err(Errno::EINVAL); // overlapping ranges of one file, as Linux
     }
-    let mut buf = vec![0u8; len as usize];
-    let n = k.vfs.read(*src, at_in, &mut buf)?;
-    let now = k.now_real();
-    let n = if n == 0 { 0 } else { k.vfs.write(*dst, at_out, &buf[..n], now)? };
+    let n = {
+        let mut v = ctx.k.vfs.lock();
+        if v.device(src).is_some() || v.device(dst).is_some() {
+            return Err(Errno::EINVAL);
+        }
+        let mut buf = vec![0u8; len as usize];
+        let n = v.read(src, at_in, &mut buf)?;
+        if n == 0 {
+            0
+        } else {
+            v.write(dst, at_out, &buf[..n], real_now())?
+        }
+    };
     for (p, of, at) in [(off_in, &fin, at_in), (off_out, &fout, at_out)] {
         if p == 0 {
             of.set_offset(at + n as u64);
         } else {
-            copy_to_user(&k.space, p, &(at + n as u64).to_le_bytes())?;
+            ctx.user.write_u64(p, at + n as u64)?;
         }
     }
     Ok(n as u64)

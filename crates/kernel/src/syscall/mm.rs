@@ -3,15 +3,15 @@
 
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
-use crate::kernel::kernel;
 use crate::mm::space::map_flags;
+use crate::task::Ctx;
 
-pub fn brk(f: &mut SyscallFrame) -> SysResult {
-    let space = &mut kernel().space;
+pub fn brk(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let space = &mut *ctx.k.mm.lock();
     Ok(space.brk(f.rdi))
 }
 
-pub fn mmap(f: &mut SyscallFrame) -> SysResult {
+pub fn mmap(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [addr, len, prot, flags, fd, offset] = f.args();
     let (prot, flags) = (prot as u32, flags as u32);
     if flags & map_flags::ANONYMOUS == 0 {
@@ -24,43 +24,43 @@ pub fn mmap(f: &mut SyscallFrame) -> SysResult {
     if offset.checked_add(len).is_none() {
         return Err(Errno::EOVERFLOW);
     }
-    let space = &mut kernel().space;
+    let space = &mut *ctx.k.mm.lock();
     space.mmap_anon(addr, len, prot, flags)
 }
 
-pub fn munmap(f: &mut SyscallFrame) -> SysResult {
-    let space = &mut kernel().space;
+pub fn munmap(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let space = &mut *ctx.k.mm.lock();
     space.munmap(f.rdi, f.rsi).map(|_| 0)
 }
 
-pub fn mprotect(f: &mut SyscallFrame) -> SysResult {
+pub fn mprotect(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [addr, len, prot, ..] = f.args();
-    let space = &mut kernel().space;
+    let space = &mut *ctx.k.mm.lock();
     space.mprotect(addr, len, prot as u32).map(|_| 0)
 }
 
 const MREMAP_MAYMOVE: u64 = 1;
 const MREMAP_FIXED: u64 = 2;
 
-pub fn mremap(f: &mut SyscallFrame) -> SysResult {
+pub fn mremap(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [old, old_len, new_len, flags, ..] = f.args();
     if flags & !(MREMAP_MAYMOVE | MREMAP_FIXED) != 0 || flags & MREMAP_FIXED != 0 {
         // MREMAP_FIXED is rarely used; refuse it plainly.
         return Err(Errno::EINVAL);
     }
-    let space = &mut kernel().space;
-    space.mremap(old, old_len, new_len, flags & MREMAP_MAYMOVE != 0, crate::arch::copy_user_within)
+    let space = &mut *ctx.k.mm.lock();
+    space.mremap(old, old_len, new_len, flags & MREMAP_MAYMOVE != 0)
 }
 
 const MADV_DONTNEED: u64 = 4;
 const MADV_REMOVE: u64 = 9;
 
-pub fn madvise(f: &mut SyscallFrame) -> SysResult {
+pub fn madvise(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [addr, len, advice, ..] = f.args();
     if !addr.is_multiple_of(onering_abi::layout::PAGE_SIZE) {
         return Err(Errno::EINVAL);
     }
-    let space = &mut kernel().space;
+    let space = &mut *ctx.k.mm.lock();
     match advice {
         // Anonymous memory reads as zeros after these.
         MADV_DONTNEED | MADV_REMOVE => space.discard(addr, len).map(|_| 0),

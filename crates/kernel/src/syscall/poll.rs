@@ -1,23 +1,24 @@
-//! Waiting on many files: eventfd, epoll, poll/ppoll. Readiness and the epoll
-//! interest list are `crate::fs::poll` (pure); here arguments are unpacked and the
-//! calling thread sleeps until something changes.
+//! Waiting on many files: eventfd, epoll, poll/ppoll. Readiness comes from the
+//! file objects (`File::poll`), the epoll interest list is `crate::fs::epoll`;
+//! here arguments are unpacked and the calling thread sleeps until something
+//! changes.
 //!
-//! Sleeping on several files: the thread registers on the wait key of every file it
-//! watches (and of the epoll itself, which `epoll_ctl` wakes), under the kernel lock
-//! that also orders every change, then blocks. A change that happens after the scan
-//! finds the thread registered, so no wake-up is lost.
+//! Sleeping on several files: the thread scans, registers on the wait key of every
+//! file it watches (and of the epoll itself, which `epoll_ctl` wakes), scans once
+//! more, then blocks. A change after the second scan finds the thread registered,
+//! so no wake-up is lost.
 
 use super::SyscallFrame;
-use crate::arch::{self, UserSpace};
 use crate::errno::{Errno, SysResult};
-use crate::fs::file::{oflag, FileRef, Kind, OpenFile};
-use crate::fs::poll::{self, Epoll, EventFd};
-use crate::kernel::{kernel, mono_now, Kernel};
-use crate::sched::{self, Wake};
-use alloc::sync::Arc;
+use crate::file::{oflag, poll_events, FileRef, OpenFile};
+use crate::fs::epoll::{self, EpollFile};
+use crate::fs::eventfd::EventFdFile;
+use crate::mm::user::{UserMem, UserMemExt};
+use crate::task::sched::{self, Wake};
+use crate::task::Ctx;
+use crate::time::mono_now;
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering::Relaxed;
-use spin::Mutex;
 
 const EFD_SEMAPHORE: u64 = 1;
 /// The flags of the `*_create1`/`eventfd2` calls are O_CLOEXEC and O_NONBLOCK.
@@ -26,111 +27,76 @@ const NONBLOCK: u64 = oflag::O_NONBLOCK as u64;
 /// Linux's bound on epoll_wait's maxevents (INT_MAX / sizeof(struct epoll_event)).
 const EP_MAX_EVENTS: u64 = 0x7fff_ffff / 12;
 
-fn install(k: &mut Kernel, kind: Kind, flags: u64) -> SysResult {
-    let status = (flags & NONBLOCK) as u32;
-    let f = Arc::new(OpenFile::new(kind, oflag::O_RDWR | status));
-    k.cur().fds.insert(f, flags & CLOEXEC != 0)
+fn install(ctx: &Ctx, f: FileRef, flags: u64) -> SysResult {
+    ctx.proc.fds.lock().insert(f, flags & CLOEXEC != 0)
 }
 
-fn make_eventfd(init: u64, flags: u64) -> SysResult {
+fn make_eventfd(ctx: &Ctx, init: u64, flags: u64) -> SysResult {
     if flags & !(CLOEXEC | NONBLOCK | EFD_SEMAPHORE) != 0 {
         return Err(Errno::EINVAL);
     }
-    let e = EventFd::new(init as u32 as u64, flags & EFD_SEMAPHORE != 0);
-    install(&mut kernel(), Kind::EventFd(Arc::new(Mutex::new(e))), flags)
+    let e = EventFdFile::new(init as u32 as u64, flags & EFD_SEMAPHORE != 0);
+    install(ctx, OpenFile::new(e, oflag::O_RDWR | (flags & NONBLOCK) as u32), flags)
 }
 
-pub fn eventfd(f: &mut SyscallFrame) -> SysResult {
-    make_eventfd(f.rdi, 0)
+pub fn eventfd(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    make_eventfd(ctx, f.rdi, 0)
 }
 
-pub fn eventfd2(f: &mut SyscallFrame) -> SysResult {
-    make_eventfd(f.rdi, f.rsi)
+pub fn eventfd2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    make_eventfd(ctx, f.rdi, f.rsi)
 }
 
-/// read(2) on an eventfd (called by `fs::read_file` with the kernel locked).
-pub fn eventfd_read(space: &UserSpace, e: &Mutex<EventFd>, key: u64, addr: u64, len: u64) -> SysResult {
-    if len < 8 {
-        return Err(Errno::EINVAL);
-    }
-    space.check(addr, 8, true)?;
-    let v = e.lock().read()?;
-    arch::copy_to_user(space, addr, &v.to_le_bytes())?;
-    sched::wake_all(key); // writers waiting for room, pollers
-    Ok(8)
-}
-
-/// write(2) on an eventfd: exactly 8 bytes (EINVAL otherwise, as this host's Linux).
-pub fn eventfd_write(space: &UserSpace, e: &Mutex<EventFd>, key: u64, addr: u64, len: u64) -> SysResult {
-    if len != 8 {
-        return Err(Errno::EINVAL);
-    }
-    let v = arch::read_user_u64(space, addr)?;
-    e.lock().write(v)?;
-    sched::wake_all(key); // readers, pollers
-    Ok(8)
-}
-
-fn make_epoll(flags: u64) -> SysResult {
+fn make_epoll(ctx: &Ctx, flags: u64) -> SysResult {
     if flags & !CLOEXEC != 0 {
         return Err(Errno::EINVAL);
     }
-    install(&mut kernel(), Kind::Epoll(Arc::new(Mutex::new(Epoll::new()))), flags & CLOEXEC)
+    install(ctx, OpenFile::new(EpollFile::new(), oflag::O_RDWR), flags & CLOEXEC)
 }
 
-pub fn epoll_create(f: &mut SyscallFrame) -> SysResult {
+pub fn epoll_create(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if f.rdi as i32 <= 0 {
         return Err(Errno::EINVAL);
     }
-    make_epoll(0)
+    make_epoll(ctx, 0)
 }
 
-pub fn epoll_create1(f: &mut SyscallFrame) -> SysResult {
-    make_epoll(f.rdi)
+pub fn epoll_create1(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    make_epoll(ctx, f.rdi)
 }
 
-fn epoll_of(file: &FileRef) -> Result<&Arc<Mutex<Epoll>>, Errno> {
-    match &file.kind {
-        Kind::Epoll(e) => Ok(e),
-        _ => Err(Errno::EINVAL),
-    }
-}
-
-pub fn epoll_ctl(f: &mut SyscallFrame) -> SysResult {
+pub fn epoll_ctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [epfd, op, fd, event, ..] = f.args();
-    let k = &mut *kernel();
-    let ep_file = k.proc().fds.get(epfd)?.clone();
-    let target = k.proc().fds.get(fd)?.clone();
-    let ep = epoll_of(&ep_file)?;
-    if Arc::ptr_eq(&ep_file, &target) || matches!(target.kind, Kind::Epoll(_)) {
+    let ep_file = ctx.file(epfd)?;
+    let target = ctx.file(fd)?;
+    let ep = ep_file.downcast::<EpollFile>().ok_or(Errno::EINVAL)?;
+    if alloc::sync::Arc::ptr_eq(&ep_file, &target) || target.downcast::<EpollFile>().is_some() {
         // Watching itself is EINVAL; nested epolls are not offered.
         return Err(Errno::EINVAL);
     }
-    let (events, data) = if op == poll::EPOLL_CTL_DEL {
+    let (events, data) = if op == epoll::EPOLL_CTL_DEL {
         (0, 0)
     } else {
-        let mut b = [0u8; 12];
-        arch::copy_from_user(&k.space, event, &mut b)?;
+        let b = ctx.user.read_array::<12>(event)?;
         (u32::from_le_bytes([b[0], b[1], b[2], b[3]]), u64::from_le_bytes(b[4..].try_into().unwrap_or_default()))
     };
-    ep.lock().ctl(op, fd, &target, events, data)?;
+    ep.ep.lock().ctl(op, fd, &target, events, data)?;
     // A thread waiting on this epoll may now have something to report.
-    if let Some(key) = ep_file.wait_key() {
-        sched::wake_all(key);
-    }
+    sched::wake_all(ep.key());
     Ok(0)
 }
 
-/// Runs `scan` (with the kernel locked) until it reports something or `deadline`
-/// (None: forever) passes; `scan` returns what it found and the keys to sleep on.
-/// With `mask`, the thread's signal mask is replaced while it waits.
+/// Runs `scan` until it reports something or `deadline` (None: forever) passes;
+/// `scan` returns what it found and the keys to sleep on. With `mask`, the
+/// thread's signal mask is replaced while it waits.
 fn wait_for<T>(
+    ctx: &Ctx,
     deadline: Option<u64>,
     mask: Option<u64>,
-    mut scan: impl FnMut(&mut Kernel) -> Result<(Option<T>, Vec<u64>), Errno>,
+    mut scan: impl FnMut() -> Result<(Option<T>, Vec<u64>), Errno>,
 ) -> Result<Option<T>, Errno> {
-    let me = sched::current();
-    let old = mask.map(|m| me.sigmask.swap(m & !crate::signal::UNBLOCKABLE, Relaxed));
+    let me = ctx.thread;
+    let old = mask.map(|m| me.sigmask.swap(m & !crate::sigframe::UNBLOCKABLE, Relaxed));
     let restore = || {
         if let Some(o) = old {
             me.sigmask.store(o, Relaxed);
@@ -138,28 +104,35 @@ fn wait_for<T>(
     };
     let mut last = false;
     loop {
-        let keys = {
-            let k = &mut *kernel();
-            let (found, keys) = match scan(k) {
-                Ok(r) => r,
-                Err(e) => {
-                    restore();
-                    return Err(e);
-                }
-            };
-            if found.is_some() || last {
-                restore();
-                return Ok(found);
-            }
-            for key in &keys {
-                sched::prepare_wait(*key);
-            }
-            keys
-        };
-        let w = sched::block(deadline);
-        for key in &keys {
-            sched::finish_wait(*key);
+        let (found, keys) = scan().inspect_err(|_| restore())?;
+        if found.is_some() || last {
+            restore();
+            return Ok(found);
         }
+        for key in &keys {
+            sched::prepare_wait(*key);
+        }
+        let unwait = || {
+            for key in &keys {
+                sched::finish_wait(*key);
+            }
+        };
+        // Again, now that a change wakes this thread.
+        match scan() {
+            Ok((Some(found), _)) => {
+                unwait();
+                restore();
+                return Ok(Some(found));
+            }
+            Err(e) => {
+                unwait();
+                restore();
+                return Err(e);
+            }
+            Ok((None, _)) => {}
+        }
+        let w = sched::block(deadline);
+        unwait();
         match w {
             Wake::Interrupted => {
                 // The temporary mask stays until the signal that it let in has
@@ -191,32 +164,35 @@ fn ms_deadline(ms: u64) -> Option<u64> {
     }
 }
 
-fn read_mask(k: &Kernel, addr: u64, size: u64) -> Result<Option<u64>, Errno> {
+fn read_mask(user: &dyn UserMem, addr: u64, size: u64) -> Result<Option<u64>, Errno> {
     if addr == 0 {
         return Ok(None);
     }
     if size != 8 {
         return Err(Errno::EINVAL);
     }
-    Ok(Some(arch::read_user_u64(&k.space, addr)?))
+    Ok(Some(user.read_u64(addr)?))
 }
 
-fn epoll_wait_until(epfd: u64, events: u64, max: u64, deadline: Option<u64>, mask: Option<u64>) -> SysResult {
+fn epoll_wait_until(
+    ctx: &Ctx,
+    epfd: u64,
+    events: u64,
+    max: u64,
+    deadline: Option<u64>,
+    mask: Option<u64>,
+) -> SysResult {
     if max as i32 <= 0 || max > EP_MAX_EVENTS {
         return Err(Errno::EINVAL);
     }
-    let ep = {
-        let k = kernel();
-        let file = k.proc().fds.get(epfd)?.clone();
-        epoll_of(&file)?.clone()
-    };
-    let key = Arc::as_ptr(&ep) as *const u8 as u64;
+    let file = ctx.file(epfd)?;
+    let ep = file.downcast::<EpollFile>().ok_or(Errno::EINVAL)?;
     let max = max as usize;
-    let found = wait_for(deadline, mask, |k| {
-        k.space.check(events, max as u64 * 12, true)?;
-        let mut s = ep.lock().scan(max);
+    let found = wait_for(ctx, deadline, mask, || {
+        ctx.user.check(events, max as u64 * 12, true)?;
+        let mut s = ep.ep.lock().scan(max);
         if s.ready.is_empty() && deadline != Some(0) {
-            s.keys.push(key);
+            s.keys.push(ep.key());
             return Ok((None, s.keys));
         }
         let mut out = Vec::with_capacity(s.ready.len() * 12);
@@ -224,32 +200,31 @@ fn epoll_wait_until(epfd: u64, events: u64, max: u64, deadline: Option<u64>, mas
             out.extend_from_slice(&e.to_le_bytes());
             out.extend_from_slice(&data.to_le_bytes());
         }
-        arch::copy_to_user(&k.space, events, &out)?;
+        ctx.user.write(events, &out)?;
         Ok((Some(s.ready.len() as u64), Vec::new()))
     })?;
     Ok(found.unwrap_or(0))
 }
 
-pub fn epoll_wait(f: &mut SyscallFrame) -> SysResult {
+pub fn epoll_wait(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [epfd, events, max, timeout, ..] = f.args();
     let d = ms_deadline(timeout);
-    epoll_wait_until(epfd, events, max, d, None)
+    epoll_wait_until(ctx, epfd, events, max, d, None)
 }
 
-pub fn epoll_pwait(f: &mut SyscallFrame) -> SysResult {
+pub fn epoll_pwait(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [epfd, events, max, timeout, mask, size] = f.args();
-    let mask = read_mask(&kernel(), mask, size)?;
+    let mask = read_mask(ctx.user, mask, size)?;
     let d = ms_deadline(timeout);
-    epoll_wait_until(epfd, events, max, d, mask)
+    epoll_wait_until(ctx, epfd, events, max, d, mask)
 }
 
 /// A `struct timespec` timeout (0: none) as a deadline; Some(0) for a zero timeout.
-fn ts_deadline(k: &Kernel, addr: u64) -> Result<Option<u64>, Errno> {
+fn ts_deadline(user: &dyn UserMem, addr: u64) -> Result<Option<u64>, Errno> {
     if addr == 0 {
         return Ok(None);
     }
-    let mut b = [0u8; 16];
-    arch::copy_from_user(&k.space, addr, &mut b)?;
+    let b = user.read_array::<16>(addr)?;
     let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or_default());
     let nsec = i64::from_le_bytes(b[8..].try_into().unwrap_or_default());
     if sec < 0 || !(0..1_000_000_000).contains(&nsec) {
@@ -259,24 +234,20 @@ fn ts_deadline(k: &Kernel, addr: u64) -> Result<Option<u64>, Errno> {
     Ok(Some(if t == 0 { 0 } else { mono_now().saturating_add(t) }))
 }
 
-pub fn epoll_pwait2(f: &mut SyscallFrame) -> SysResult {
+pub fn epoll_pwait2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [epfd, events, max, timeout, mask, size] = f.args();
-    let (d, mask) = {
-        let k = kernel();
-        (ts_deadline(&k, timeout)?, read_mask(&k, mask, size)?)
-    };
-    epoll_wait_until(epfd, events, max, d, mask)
+    let (d, mask) = (ts_deadline(ctx.user, timeout)?, read_mask(ctx.user, mask, size)?);
+    epoll_wait_until(ctx, epfd, events, max, d, mask)
 }
 
 /// poll/ppoll on `n` `struct pollfd` at `fds`.
-fn poll_until(fds: u64, n: u64, deadline: Option<u64>, mask: Option<u64>) -> SysResult {
-    let limit = crate::fs::file::MAX_FDS as u64;
+fn poll_until(ctx: &Ctx, fds: u64, n: u64, deadline: Option<u64>, mask: Option<u64>) -> SysResult {
+    let limit = crate::file::MAX_FDS as u64;
     if n > limit {
         return Err(Errno::EINVAL);
     }
-    let found = wait_for(deadline, mask, |k| {
-        let mut b = alloc::vec![0u8; n as usize * 8];
-        arch::copy_from_user(&k.space, fds, &mut b)?;
+    let found = wait_for(ctx, deadline, mask, || {
+        let mut b = ctx.user.read_vec(fds, n as usize * 8)?;
         let mut keys = Vec::new();
         let mut ready = 0u64;
         for p in b.chunks_exact_mut(8) {
@@ -285,9 +256,9 @@ fn poll_until(fds: u64, n: u64, deadline: Option<u64>, mask: Option<u64>) -> Sys
             let got = if fd < 0 {
                 0
             } else {
-                match k.proc().fds.get(fd as u64) {
+                match ctx.file(fd as u64) {
                     Ok(of) => {
-                        let (e, key) = poll::poll_events(of, asked);
+                        let (e, key) = poll_events(&of, asked);
                         keys.extend(key);
                         e
                     }
@@ -300,33 +271,28 @@ fn poll_until(fds: u64, n: u64, deadline: Option<u64>, mask: Option<u64>) -> Sys
         if ready == 0 && deadline != Some(0) {
             return Ok((None, keys));
         }
-        arch::copy_to_user(&k.space, fds, &b)?;
+        ctx.user.write(fds, &b)?;
         Ok((Some(ready), Vec::new()))
     })?;
     if found.is_none() {
         // Timed out: every revents is 0.
-        let k = kernel();
-        let mut b = alloc::vec![0u8; n as usize * 8];
-        arch::copy_from_user(&k.space, fds, &mut b)?;
+        let mut b = ctx.user.read_vec(fds, n as usize * 8)?;
         for p in b.chunks_exact_mut(8) {
             p[6..8].fill(0);
         }
-        arch::copy_to_user(&k.space, fds, &b)?;
+        ctx.user.write(fds, &b)?;
     }
     Ok(found.unwrap_or(0))
 }
 
-pub fn poll(f: &mut SyscallFrame) -> SysResult {
+pub fn poll(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fds, n, timeout, ..] = f.args();
     let d = ms_deadline(timeout);
-    poll_until(fds, n, d, None)
+    poll_until(ctx, fds, n, d, None)
 }
 
-pub fn ppoll(f: &mut SyscallFrame) -> SysResult {
+pub fn ppoll(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fds, n, timeout, mask, size, ..] = f.args();
-    let (d, mask) = {
-        let k = kernel();
-        (ts_deadline(&k, timeout)?, read_mask(&k, mask, size)?)
-    };
-    poll_until(fds, n, d, mask)
+    let (d, mask) = (ts_deadline(ctx.user, timeout)?, read_mask(ctx.user, mask, size)?);
+    poll_until(ctx, fds, n, d, mask)
 }

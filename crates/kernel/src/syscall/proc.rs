@@ -5,13 +5,16 @@
 //! space is never copied) and no execve (one program per VM).
 
 use super::SyscallFrame;
-use crate::arch;
 use crate::errno::{Errno, SysResult};
 use crate::futex::robust;
-use crate::kernel::{kernel, Process};
-use crate::sched::{self, Spawn, Thread, Wake};
+use crate::mm::user::UserMemExt;
+use crate::task::exit::{exit_thread, wait_key};
+use crate::task::process::Process;
+use crate::task::sched::{self, Spawn, Wake};
+use crate::task::Ctx;
 use core::sync::atomic::Ordering::Relaxed;
 use onering_abi::layout::USER_END;
+use onering_arch::cpu;
 
 const ARCH_SET_GS: u64 = 0x1001;
 const ARCH_SET_FS: u64 = 0x1002;
@@ -57,37 +60,35 @@ const CLONE_KNOWN: u64 = CSIGNAL
 
 const WNOHANG: u64 = 1;
 
-pub fn getpid(_: &mut SyscallFrame) -> SysResult {
-    Ok(sched::current().pid())
+pub fn getpid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
+    Ok(ctx.thread.pid())
 }
 
-pub fn gettid(_: &mut SyscallFrame) -> SysResult {
-    Ok(sched::current().tid())
+pub fn gettid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
+    Ok(ctx.thread.tid())
 }
 
-pub fn getppid(_: &mut SyscallFrame) -> SysResult {
-    Ok(sched::current().ppid.load(Relaxed))
+pub fn getppid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
+    Ok(ctx.thread.ppid.load(Relaxed))
 }
 
-pub fn set_tid_address(f: &mut SyscallFrame) -> SysResult {
-    let t = sched::current();
-    t.clear_child_tid.store(f.rdi, Relaxed);
-    Ok(t.tid())
+pub fn set_tid_address(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    ctx.thread.clear_child_tid.store(f.rdi, Relaxed);
+    Ok(ctx.thread.tid())
 }
 
-pub fn arch_prctl(f: &mut SyscallFrame) -> SysResult {
+pub fn arch_prctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [code, addr, ..] = f.args();
     match code {
         ARCH_SET_FS => {
             if addr >= USER_END {
                 return Err(Errno::EPERM);
             }
-            arch::set_fs_base(addr);
+            cpu::set_fs_base(addr);
             Ok(0)
         }
         ARCH_GET_FS => {
-            let k = kernel();
-            arch::copy_to_user(&k.space, addr, &arch::fs_base().to_le_bytes())?;
+            ctx.user.write_u64(addr, cpu::fs_base())?;
             Ok(0)
         }
         // The GS base belongs to the kernel (per-CPU data): programs cannot have it.
@@ -107,13 +108,13 @@ fn child_frame(f: &SyscallFrame, stack: u64) -> SyscallFrame {
     c
 }
 
-pub fn clone(f: &mut SyscallFrame) -> SysResult {
+pub fn clone(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [flags, stack, ptid, ctid, tls, ..] = f.args();
-    do_clone(f, flags, stack, ptid, ctid, tls)
+    do_clone(ctx, f, flags, stack, ptid, ctid, tls)
 }
 
 /// clone3: the argument block is checked and converted by [`super::clone3`].
-pub fn clone3(f: &mut SyscallFrame) -> SysResult {
+pub fn clone3(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [args, size, ..] = f.args();
     let size = size as usize;
     if size > super::clone3::SIZE_MAX {
@@ -121,22 +122,22 @@ pub fn clone3(f: &mut SyscallFrame) -> SysResult {
     }
     let mut bytes = [0u8; super::clone3::SIZE_MAX];
     let block = bytes.get_mut(..size).ok_or(Errno::EINVAL)?;
-    arch::copy_from_user(&kernel().space, args, block)?;
+    ctx.user.read(args, block)?;
     let c = super::clone3::parse(block)?;
-    do_clone(f, c.flags, c.sp, c.parent_tid, c.child_tid, c.tls)
+    do_clone(ctx, f, c.flags, c.sp, c.parent_tid, c.child_tid, c.tls)
 }
 
-pub fn vfork(f: &mut SyscallFrame) -> SysResult {
-    do_clone(f, CLONE_VM | CLONE_VFORK | 17, 0, 0, 0, 0)
+pub fn vfork(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    do_clone(ctx, f, CLONE_VM | CLONE_VFORK | 17, 0, 0, 0, 0)
 }
 
-pub fn fork(_: &mut SyscallFrame) -> SysResult {
+pub fn fork(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
     // Copying the address space is not offered: threads and vfork are.
-    crate::kernel::report_unsupported(57);
+    ctx.k.report_unsupported(57);
     Err(Errno::ENOSYS)
 }
 
-fn do_clone(f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls: u64) -> SysResult {
+fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls: u64) -> SysResult {
     // Namespaces, pidfds and the rest are refused.
     if flags & !CLONE_KNOWN != 0 {
         return Err(Errno::EINVAL);
@@ -145,71 +146,53 @@ fn do_clone(f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls:
         return Err(Errno::EINVAL);
     }
     if flags & CLONE_VM == 0 {
-        crate::kernel::report_unsupported(57);
+        ctx.k.report_unsupported(57);
         return Err(Errno::ENOSYS);
     }
     if flags & CLONE_SETTLS != 0 && tls >= USER_END {
         return Err(Errno::EPERM);
     }
-    let me = sched::current();
+    let me = ctx.thread;
     let thread = flags & CLONE_THREAD != 0;
-    let child = {
-        let k = &mut *kernel();
-        let parent_pid = me.pid();
-        let proc_slot = if thread {
-            k.cur().threads += 1;
-            me.proc_slot.load(Relaxed)
-        } else {
-            // A new process: its slot now, its pid (= its first thread's tid) below.
-            match k.procs.iter().position(Option::is_none) {
-                Some(s) => s,
-                None => {
-                    k.procs.push(None);
-                    k.procs.len() - 1
-                }
-            }
-        };
-        let spawn = Spawn {
-            pid: parent_pid,
-            ppid: if thread { me.ppid.load(Relaxed) } else { parent_pid },
-            proc_slot,
-            frame: child_frame(f, stack),
-            fs_base: if flags & CLONE_SETTLS != 0 { tls } else { arch::fs_base() },
-            sigmask: me.sigmask.load(Relaxed),
-            leader: !thread,
-            affinity: me.affinity(),
-        };
-        let t = match sched::spawn(spawn, k.space.chunks(), false) {
-            Ok(t) => t,
-            Err(e) => {
-                if thread {
-                    k.cur().threads -= 1;
-                }
-                return Err(e);
-            }
-        };
-        let tid = t.tid();
-        if !thread {
-            let mut p: Process = k.proc().child(tid);
-            if flags & CLONE_VFORK != 0 {
-                p.vfork_parent = Some(me);
-            }
-            k.cur().children += 1;
-            k.procs[proc_slot] = Some(p);
-        }
-        // The tid stores are best effort, as on Linux: a bad pointer is ignored.
-        if flags & CLONE_PARENT_SETTID != 0 {
-            let _ = arch::copy_to_user(&k.space, ptid, &(tid as u32).to_le_bytes());
-        }
-        if flags & CLONE_CHILD_SETTID != 0 {
-            let _ = arch::copy_to_user(&k.space, ctid, &(tid as u32).to_le_bytes());
-        }
-        if flags & CLONE_CHILD_CLEARTID != 0 {
-            t.clear_child_tid.store(ctid, Relaxed);
-        }
-        t
+    let tid = sched::alloc_tid();
+    // A new process: its pid is its first thread's tid.
+    let proc = if thread { ctx.proc } else { Process::create(ctx.proc.child_start(tid))? };
+    let spawn = Spawn {
+        tid,
+        proc,
+        ppid: if thread { me.ppid.load(Relaxed) } else { ctx.proc.pid() },
+        frame: child_frame(f, stack),
+        fs_base: if flags & CLONE_SETTLS != 0 { tls } else { cpu::fs_base() },
+        sigmask: me.sigmask.load(Relaxed),
+        affinity: me.affinity(),
     };
-    let tid = child.tid();
+    proc.threads.fetch_add(1, Relaxed);
+    let child = match sched::spawn(spawn, false, || ctx.k.mm.lock().chunks().alloc()) {
+        Ok(t) => t,
+        Err(e) => {
+            proc.threads.fetch_sub(1, Relaxed);
+            if !thread {
+                drop(proc.end());
+            }
+            return Err(e);
+        }
+    };
+    if !thread {
+        if flags & CLONE_VFORK != 0 {
+            proc.family.lock().vfork_parent = Some(me);
+        }
+        ctx.proc.family.lock().children += 1;
+    }
+    // The tid stores are best effort, as on Linux: a bad pointer is ignored.
+    if flags & CLONE_PARENT_SETTID != 0 {
+        let _ = ctx.user.write_u32(ptid, tid as u32);
+    }
+    if flags & CLONE_CHILD_SETTID != 0 {
+        let _ = ctx.user.write_u32(ctid, tid as u32);
+    }
+    if flags & CLONE_CHILD_CLEARTID != 0 {
+        child.clear_child_tid.store(ctid, Relaxed);
+    }
     if flags & CLONE_VFORK != 0 {
         // Reset before the child can run (and, on another vCPU, exit).
         me.vfork_done.store(false, Relaxed);
@@ -226,179 +209,120 @@ fn do_clone(f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls:
 
 /// execve: one program per VM. The path is checked as Linux would (so a missing
 /// program is ENOENT, as a shell expects); running another program is not offered.
-pub fn execve(f: &mut SyscallFrame) -> SysResult {
+pub fn execve(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let path = ctx.user.read_cstr(f.rdi, crate::vfs::PATH_MAX - 1)?;
+    if path.is_empty() {
+        return Err(Errno::ENOENT);
+    }
+    let cwd = ctx.proc.fs.lock().cwd;
     {
-        let k = &mut *kernel();
-        let path = arch::user_cstr(&k.space, f.rdi, crate::fs::vfs::PATH_MAX - 1)?;
-        if path.is_empty() {
-            return Err(Errno::ENOENT);
-        }
-        let cwd = k.proc().cwd;
-        let ino = k.vfs.lookup(cwd, path, true)?;
-        if k.vfs.node(ino).is_dir() {
+        let v = ctx.k.vfs.lock();
+        let ino = v.lookup(cwd, &path, true)?;
+        if v.node(ino).is_dir() {
             return Err(Errno::EACCES);
         }
     }
-    crate::kernel::report_message_once("onering: execve is not supported (one program per VM)\n");
+    ctx.k.report_once("onering: execve is not supported (one program per VM)\n");
     Err(Errno::ENOSYS)
 }
 
 /// Ends the running thread; the last thread's exit ends its process with `status`.
-pub fn exit(f: &mut SyscallFrame) -> SysResult {
-    exit_thread(f.rdi & 0xff, false)
+pub fn exit(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    exit_thread(ctx.k, ctx.user, f.rdi & 0xff, false)
 }
 
-pub fn exit_group(f: &mut SyscallFrame) -> SysResult {
-    exit_thread(f.rdi & 0xff, true)
+pub fn exit_group(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    exit_thread(ctx.k, ctx.user, f.rdi & 0xff, true)
 }
 
-/// Wait status of a normal exit with `code`.
-fn exited(code: u64) -> u64 {
-    (code & 0xff) << 8
-}
-
-fn exit_thread(code: u64, group: bool) -> ! {
-    let me = sched::current();
-    release_robust_list(me);
-    let ctid = me.clear_child_tid.swap(0, Relaxed);
-    if ctid != 0 {
-        // CHILD_CLEARTID: zero the word and wake one waiter (pthread_join).
-        let ok = arch::copy_to_user(&kernel().space, ctid, &0u32.to_le_bytes()).is_ok();
-        if ok {
-            super::futex::wake(ctid, 1, u32::MAX);
-        }
-    }
-    let last = {
-        let k = &mut *kernel();
-        let p = k.cur();
-        p.threads = p.threads.saturating_sub(1);
-        p.threads == 0 || group
-    };
-    if last {
-        end_process(me, exited(code));
-    }
-    sched::exit_current()
-}
-
-/// Ends the process of thread `t` with wait status `status`: for the program itself
-/// the VM's exit; a child becomes a zombie for its parent, whose vfork (if any)
-/// returns. Its threads other than the caller end; the caller, if it belongs to the
-/// process, must end itself.
-pub fn end_process(t: &Thread, status: u64) {
-    let pid = t.pid();
-    let k = &mut *kernel();
-    if pid == 1 {
-        if status & 0x7f != 0 {
-            k.killed(status & 0x7f, 0, 0);
-        }
-        k.exit(status >> 8);
-    }
-    let slot = t.proc_slot.load(Relaxed);
-    let Some(p) = k.procs.get_mut(slot).and_then(Option::take) else {
-        return;
-    };
-    let ppid = p.ppid;
-    if let Some(parent) = k.procs.iter_mut().flatten().find(|q| q.pid == ppid) {
-        parent.zombies.push((pid, status));
-        parent.children = parent.children.saturating_sub(1);
-    }
-    // Other threads of the process end with it (they never run again).
-    for other in sched::threads_of(pid) {
-        if !core::ptr::eq(other, sched::current()) {
-            sched::kill_thread(other);
-        }
-    }
-    if let Some(v) = p.vfork_parent {
-        v.vfork_done.store(true, Relaxed);
-        sched::wake(v);
-    }
-    sched::wake_all(wait_key(ppid));
-    drop(p);
-}
-
-/// The wait-queue key of process `pid`'s wait4 callers.
-fn wait_key(pid: u64) -> u64 {
-    0x7761_6974_0000_0000 | pid
-}
-
-pub fn wait4(f: &mut SyscallFrame) -> SysResult {
+pub fn wait4(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [pid, status, options, rusage, ..] = f.args();
     if options & !(WNOHANG | 0x2 | 0x8 | 0x4000_0000 | 0x8000_0000 | 0x2000_0000) != 0 {
         return Err(Errno::EINVAL);
     }
     let want = pid as i64;
-    let me = sched::current();
+    let key = wait_key(ctx.proc.pid());
+    if status != 0 {
+        ctx.user.check(status, 4, true)?;
+    }
+    if rusage != 0 {
+        ctx.user.check(rusage, 144, true)?;
+    }
     loop {
-        {
-            let k = &mut *kernel();
-            let p = k.cur();
-            let found = p.zombies.iter().position(|&(z, _)| want == -1 || want == 0 || z as i64 == want);
-            if let Some(i) = found {
-                let (z, st) = p.zombies[i];
-                if status != 0 {
-                    arch::copy_to_user(&k.space, status, &(st as u32).to_le_bytes())?;
+        sched::prepare_wait(key);
+        let found = {
+            let mut fam = ctx.proc.family.lock();
+            match fam.zombies.iter().position(|&(z, _)| want == -1 || want == 0 || z as i64 == want) {
+                Some(i) => Some(fam.zombies.remove(i)),
+                None if fam.children == 0 => {
+                    drop(fam);
+                    sched::finish_wait(key);
+                    return Err(Errno::ECHILD);
                 }
-                if rusage != 0 {
-                    arch::copy_to_user(&k.space, rusage, &[0u8; 144])?;
-                }
-                k.cur().zombies.remove(i);
-                return Ok(z);
+                None => None,
             }
-            if p.children == 0 {
-                return Err(Errno::ECHILD);
+        };
+        if let Some((z, st)) = found {
+            sched::finish_wait(key);
+            if status != 0 {
+                ctx.user.write_u32(status, st as u32)?;
             }
-            if options & WNOHANG != 0 {
-                return Ok(0);
+            if rusage != 0 {
+                ctx.user.write(rusage, &[0u8; 144])?;
             }
-            sched::prepare_wait(wait_key(me.pid()));
+            return Ok(z);
+        }
+        if options & WNOHANG != 0 {
+            sched::finish_wait(key);
+            return Ok(0);
         }
         let w = sched::block(None);
-        sched::finish_wait(wait_key(me.pid()));
+        sched::finish_wait(key);
         if w == Wake::Interrupted {
             return Err(Errno::ERESTARTSYS);
         }
     }
 }
 
-pub fn getuid(_: &mut SyscallFrame) -> SysResult {
-    Ok(kernel().uid)
+pub fn getuid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
+    Ok(ctx.k.cfg.uid)
 }
 
-pub fn getgid(_: &mut SyscallFrame) -> SysResult {
-    Ok(kernel().gid)
+pub fn getgid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
+    Ok(ctx.k.cfg.gid)
 }
 
-pub fn sched_yield(_: &mut SyscallFrame) -> SysResult {
+pub fn sched_yield(_: &Ctx, _: &mut SyscallFrame) -> SysResult {
     sched::yield_now();
     Ok(0)
 }
 
 /// The thread `sched_[gs]etaffinity` name: the caller for 0.
-fn affinity_target(pid: u64) -> Result<&'static sched::Thread, Errno> {
+fn affinity_target(ctx: &Ctx, pid: u64) -> Result<&'static crate::task::Thread, Errno> {
     match pid as i32 {
-        0 => Ok(sched::current()),
+        0 => Ok(ctx.thread),
         p if p > 0 => sched::thread(p as u64).ok_or(Errno::ESRCH),
         _ => Err(Errno::EINVAL),
     }
 }
 
-pub fn sched_getaffinity(f: &mut SyscallFrame) -> SysResult {
+pub fn sched_getaffinity(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [pid, len, mask, ..] = f.args();
-    let t = affinity_target(pid)?;
+    let t = affinity_target(ctx, pid)?;
     if len < 8 || len % 8 != 0 {
         return Err(Errno::EINVAL);
     }
-    arch::copy_to_user(&kernel().space, mask, &t.affinity().to_le_bytes())?;
+    ctx.user.write_u64(mask, t.affinity())?;
     Ok(8)
 }
 
-pub fn sched_setaffinity(f: &mut SyscallFrame) -> SysResult {
+pub fn sched_setaffinity(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [pid, len, mask, ..] = f.args();
-    let t = affinity_target(pid)?;
+    let t = affinity_target(ctx, pid)?;
     // As Linux: a shorter mask is zero-extended, bits beyond the CPUs ignored.
     let mut b = [0u8; 8];
     let n = len.min(8) as usize;
-    arch::copy_from_user(&kernel().space, mask, &mut b[..n])?;
+    ctx.user.read(mask, &mut b[..n])?;
     let want = u64::from_le_bytes(b) & sched::online();
     if want == 0 {
         return Err(Errno::EINVAL);
@@ -412,22 +336,20 @@ fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
     const INF: u64 = u64::MAX;
     Some(match resource {
         3 => (onering_abi::layout::STACK_SIZE, INF), // STACK
-        7 => (crate::fs::file::MAX_FDS as u64, crate::fs::file::MAX_FDS as u64), // NOFILE
+        7 => (crate::file::MAX_FDS as u64, crate::file::MAX_FDS as u64), // NOFILE
         0 | 1 | 2 | 4 | 5 | 6 | 8 | 9 | 10 | 11 | 12 | 13 | 14 | 15 => (INF, INF), // the rest
         _ => return None,
     })
 }
 
-fn rlimit(resource: u64, new: u64, old: u64) -> SysResult {
+fn rlimit(ctx: &Ctx, resource: u64, new: u64, old: u64) -> SysResult {
     let resource = u32::try_from(resource).map_err(|_| Errno::EINVAL)?;
-    let k = &mut *kernel();
-    let cur = match k.proc().rlimits.get(&resource) {
+    let cur = match ctx.proc.rlimits.lock().get(&resource) {
         Some(l) => *l,
         None => default_rlimit(resource).ok_or(Errno::EINVAL)?,
     };
     let set = if new != 0 {
-        let mut b = [0u8; 16];
-        arch::copy_from_user(&k.space, new, &mut b)?;
+        let b = ctx.user.read_array::<16>(new)?;
         let soft = u64::from_le_bytes(b[..8].try_into().unwrap_or_default());
         let hard = u64::from_le_bytes(b[8..].try_into().unwrap_or_default());
         if soft > hard || hard > cur.1 {
@@ -441,105 +363,92 @@ fn rlimit(resource: u64, new: u64, old: u64) -> SysResult {
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&cur.0.to_le_bytes());
         b[8..].copy_from_slice(&cur.1.to_le_bytes());
-        arch::copy_to_user(&k.space, old, &b)?;
+        ctx.user.write(old, &b)?;
     }
     if let Some(l) = set {
-        k.cur().rlimits.insert(resource, l);
+        ctx.proc.rlimits.lock().insert(resource, l);
     }
     Ok(0)
 }
 
-pub fn getrlimit(f: &mut SyscallFrame) -> SysResult {
-    rlimit(f.rdi, 0, f.rsi)
+pub fn getrlimit(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    rlimit(ctx, f.rdi, 0, f.rsi)
 }
 
-pub fn prlimit64(f: &mut SyscallFrame) -> SysResult {
+pub fn prlimit64(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [pid, resource, new, old, ..] = f.args();
-    if pid != 0 && pid != sched::current().pid() {
+    if pid != 0 && pid != ctx.thread.pid() {
         return Err(Errno::ESRCH);
     }
-    rlimit(resource, new, old)
+    rlimit(ctx, resource, new, old)
 }
 
-pub fn uname(f: &mut SyscallFrame) -> SysResult {
+pub fn uname(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let mut b = [0u8; 65 * 6];
     for (i, field) in
         [&b"Linux"[..], b"onering", b"6.1.0-onering", b"#1 SMP onering", b"x86_64", b"(none)"].iter().enumerate()
     {
         b[i * 65..i * 65 + field.len()].copy_from_slice(field);
     }
-    arch::copy_to_user(&kernel().space, f.rdi, &b)?;
+    ctx.user.write(f.rdi, &b)?;
     Ok(0)
 }
 
-pub fn sysinfo(f: &mut SyscallFrame) -> SysResult {
-    let k = kernel();
+pub fn sysinfo(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let mut b = [0u8; 112];
     let put = |b: &mut [u8], at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-    put(&mut b, 0, k.now_mono() / crate::time::NS_PER_SEC);
-    let total = k.space.total_bytes();
+    put(&mut b, 0, crate::time::mono_now() / crate::time::NS_PER_SEC);
+    let (total, free) = {
+        let m = ctx.k.mm.lock();
+        (m.total_bytes(), m.free_bytes())
+    };
     put(&mut b, 32, total);
-    put(&mut b, 40, k.space.free_bytes());
+    put(&mut b, 40, free);
     b[80..82].copy_from_slice(&1u16.to_le_bytes()); // procs
     b[104..108].copy_from_slice(&1u32.to_le_bytes()); // mem_unit
-    arch::copy_to_user(&k.space, f.rdi, &b)?;
+    ctx.user.write(f.rdi, &b)?;
     Ok(0)
 }
 
-pub fn getrandom(f: &mut SyscallFrame) -> SysResult {
+pub fn getrandom(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [buf, len, flags, ..] = f.args();
     if flags & !7 != 0 {
         return Err(Errno::EINVAL);
     }
-    let k = &mut *kernel();
     let len = len.min(0x7fff_f000);
-    let crate::kernel::Kernel { space, rng, .. } = k;
-    rng.fill(arch::user_slice_mut(space, buf, len)?);
+    ctx.user.check(buf, len, true)?;
+    let mut chunk = [0u8; 256];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(256) as usize;
+        ctx.k.rng.lock().fill(&mut chunk[..n]);
+        if let Err(e) = ctx.user.write(buf + done, &chunk[..n]) {
+            return if done > 0 { Ok(done) } else { Err(e) };
+        }
+        done += n as u64;
+    }
     Ok(len)
 }
 
-pub fn set_robust_list(f: &mut SyscallFrame) -> SysResult {
+pub fn set_robust_list(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if f.rsi != robust::HEAD_SIZE {
         return Err(Errno::EINVAL);
     }
-    sched::current().robust_list.store(f.rdi, Relaxed);
+    ctx.thread.robust_list.store(f.rdi, Relaxed);
     Ok(0)
 }
 
-pub fn get_robust_list(f: &mut SyscallFrame) -> SysResult {
+pub fn get_robust_list(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [tid, head_ptr, len_ptr, ..] = f.args();
-    let t = if tid as u32 == 0 { sched::current() } else { sched::thread(tid as u32 as u64).ok_or(Errno::ESRCH)? };
-    let k = kernel();
-    arch::copy_to_user(&k.space, head_ptr, &t.robust_list.load(Relaxed).to_le_bytes())?;
-    arch::copy_to_user(&k.space, len_ptr, &robust::HEAD_SIZE.to_le_bytes())?;
+    let t = if tid as u32 == 0 { ctx.thread } else { sched::thread(tid as u32 as u64).ok_or(Errno::ESRCH)? };
+    ctx.user.write_u64(head_ptr, t.robust_list.load(Relaxed))?;
+    ctx.user.write_u64(len_ptr, robust::HEAD_SIZE)?;
     Ok(0)
-}
-
-/// A thread ends: each robust mutex it still holds becomes OWNER_DIED and one
-/// waiter is woken (see [`crate::futex::robust`]). Bad pointers end the walk.
-fn release_robust_list(me: &Thread) {
-    let head = me.robust_list.swap(0, Relaxed);
-    if head == 0 {
-        return;
-    }
-    let tid = me.tid() as u32;
-    let words = {
-        let k = kernel();
-        robust::words(head, |a| arch::read_user_u64(&k.space, a).ok())
-    };
-    for w in words {
-        let old = arch::thread::user_update_u32(&kernel().space, w, |old| robust::owner_died(old, tid).unwrap_or(old));
-        if let Ok(old) = old {
-            if robust::owner_died(old, tid).is_some() && old & robust::FUTEX_WAITERS != 0 {
-                super::futex::wake(w, 1, u32::MAX);
-            }
-        }
-    }
 }
 
 /// Restartable sequences are not offered; C libraries expect ENOSYS and carry on,
 /// so this one is not reported as unsupported.
-pub fn rseq(_: &mut SyscallFrame) -> SysResult {
+pub fn rseq(_: &Ctx, _: &mut SyscallFrame) -> SysResult {
     Err(Errno::ENOSYS)
 }
 
@@ -550,21 +459,20 @@ const PR_SET_DUMPABLE: u64 = 4;
 const PR_SET_NO_NEW_PRIVS: u64 = 38;
 const PR_GET_NO_NEW_PRIVS: u64 = 39;
 
-pub fn prctl(f: &mut SyscallFrame) -> SysResult {
+pub fn prctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [option, arg2, ..] = f.args();
-    let k = &mut *kernel();
     match option {
         PR_SET_NAME => {
             let mut name = [0u8; 16];
-            let s = arch::user_cstr(&k.space, arg2, 4095)?;
+            let s = ctx.user.read_cstr(arg2, 4095)?;
             let n = s.len().min(15);
             name[..n].copy_from_slice(&s[..n]);
-            k.comm = name;
+            *ctx.k.comm.lock() = name;
             Ok(0)
         }
         PR_GET_NAME => {
-            let name = k.comm;
-            arch::copy_to_user(&k.space, arg2, &name)?;
+            let name = *ctx.k.comm.lock();
+            ctx.user.write(arg2, &name)?;
             Ok(0)
         }
         PR_GET_DUMPABLE => Ok(1),

@@ -3,11 +3,11 @@
 //! when it is far.
 
 use super::SyscallFrame;
-use crate::arch::{self, copy_to_user};
 use crate::errno::{Errno, SysResult};
-use crate::kernel::{kernel, Kernel};
-use crate::sched::{self, Wake};
-use crate::time::NS_PER_SEC;
+use crate::mm::user::{UserMem, UserMemExt};
+use crate::task::sched::{self, Wake};
+use crate::task::Ctx;
+use crate::time::{mono_now, real_now, NS_PER_SEC};
 
 const CLOCK_REALTIME: u64 = 0;
 const CLOCK_MONOTONIC: u64 = 1;
@@ -23,9 +23,9 @@ const CLOCK_TAI: u64 = 11;
 const TIMER_ABSTIME: u64 = 1;
 
 /// Nanoseconds on `clock` now.
-fn now(k: &Kernel, clock: u64) -> Result<u64, Errno> {
+fn now(clock: u64) -> Result<u64, Errno> {
     Ok(match clock {
-        CLOCK_REALTIME | CLOCK_REALTIME_COARSE | CLOCK_REALTIME_ALARM | CLOCK_TAI => k.now_real(),
+        CLOCK_REALTIME | CLOCK_REALTIME_COARSE | CLOCK_REALTIME_ALARM | CLOCK_TAI => real_now(),
         // CPU-time clocks are approximated by time since boot (no per-thread
         // accounting yet).
         CLOCK_MONOTONIC
@@ -34,7 +34,7 @@ fn now(k: &Kernel, clock: u64) -> Result<u64, Errno> {
         | CLOCK_BOOTTIME
         | CLOCK_BOOTTIME_ALARM
         | CLOCK_PROCESS_CPUTIME_ID
-        | CLOCK_THREAD_CPUTIME_ID => k.now_mono(),
+        | CLOCK_THREAD_CPUTIME_ID => mono_now(),
         _ => return Err(Errno::EINVAL),
     })
 }
@@ -47,9 +47,8 @@ fn timespec(ns: u64) -> [u8; 16] {
 }
 
 /// Reads a `struct timespec` argument: EINVAL unless 0 <= nsec < 1e9 and sec >= 0.
-fn read_timespec(k: &Kernel, addr: u64) -> Result<u64, Errno> {
-    let mut b = [0u8; 16];
-    arch::copy_from_user(&k.space, addr, &mut b)?;
+fn read_timespec(user: &dyn UserMem, addr: u64) -> Result<u64, Errno> {
+    let b = user.read_array::<16>(addr)?;
     let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or_default());
     let nsec = i64::from_le_bytes(b[8..].try_into().unwrap_or_default());
     if sec < 0 || !(0..NS_PER_SEC as i64).contains(&nsec) {
@@ -58,42 +57,38 @@ fn read_timespec(k: &Kernel, addr: u64) -> Result<u64, Errno> {
     Ok((sec as u64).saturating_mul(NS_PER_SEC).saturating_add(nsec as u64))
 }
 
-pub fn clock_gettime(f: &mut SyscallFrame) -> SysResult {
-    let k = kernel();
-    let t = now(&k, f.rdi)?;
-    copy_to_user(&k.space, f.rsi, &timespec(t))?;
+pub fn clock_gettime(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let t = now(f.rdi)?;
+    ctx.user.write(f.rsi, &timespec(t))?;
     Ok(0)
 }
 
-pub fn clock_getres(f: &mut SyscallFrame) -> SysResult {
-    let k = kernel();
-    now(&k, f.rdi)?;
+pub fn clock_getres(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    now(f.rdi)?;
     if f.rsi != 0 {
-        copy_to_user(&k.space, f.rsi, &timespec(1))?;
+        ctx.user.write(f.rsi, &timespec(1))?;
     }
     Ok(0)
 }
 
-pub fn gettimeofday(f: &mut SyscallFrame) -> SysResult {
-    let k = kernel();
+pub fn gettimeofday(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if f.rdi != 0 {
-        let t = k.now_real();
+        let t = real_now();
         let mut b = [0u8; 16];
         b[..8].copy_from_slice(&(t / NS_PER_SEC).to_le_bytes());
         b[8..].copy_from_slice(&(t % NS_PER_SEC / 1000).to_le_bytes());
-        copy_to_user(&k.space, f.rdi, &b)?;
+        ctx.user.write(f.rdi, &b)?;
     }
     if f.rsi != 0 {
-        copy_to_user(&k.space, f.rsi, &[0u8; 8])?; // struct timezone: UTC
+        ctx.user.write(f.rsi, &[0u8; 8])?; // struct timezone: UTC
     }
     Ok(0)
 }
 
-pub fn time(f: &mut SyscallFrame) -> SysResult {
-    let k = kernel();
-    let secs = k.now_real() / NS_PER_SEC;
+pub fn time(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let secs = real_now() / NS_PER_SEC;
     if f.rdi != 0 {
-        copy_to_user(&k.space, f.rdi, &secs.to_le_bytes())?;
+        ctx.user.write_u64(f.rdi, secs)?;
     }
     Ok(secs)
 }
@@ -103,10 +98,7 @@ fn sleep_until(clock: u64, deadline: u64) -> Result<(), Errno> {
     loop {
         // As a monotonic deadline (real time may be stepped by nobody here, but
         // absolute real-time sleeps still count from the real clock).
-        let (now_c, now_m) = {
-            let k = kernel();
-            (now(&k, clock)?, k.now_mono())
-        };
+        let (now_c, now_m) = (now(clock)?, mono_now());
         if now_c >= deadline {
             return Ok(());
         }
@@ -118,29 +110,25 @@ fn sleep_until(clock: u64, deadline: u64) -> Result<(), Errno> {
 }
 
 /// Writes the time left until `deadline` on `clock` to `rem` (after EINTR).
-fn remaining(clock: u64, deadline: u64, rem: u64) -> Result<(), Errno> {
+fn remaining(user: &dyn UserMem, clock: u64, deadline: u64, rem: u64) -> Result<(), Errno> {
     if rem != 0 {
-        let k = kernel();
-        let left = deadline.saturating_sub(now(&k, clock)?);
-        copy_to_user(&k.space, rem, &timespec(left))?;
+        let left = deadline.saturating_sub(now(clock)?);
+        user.write(rem, &timespec(left))?;
     }
     Ok(())
 }
 
-pub fn nanosleep(f: &mut SyscallFrame) -> SysResult {
-    let (req, start) = {
-        let k = kernel();
-        (read_timespec(&k, f.rdi)?, k.now_mono())
-    };
+pub fn nanosleep(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let (req, start) = (read_timespec(ctx.user, f.rdi)?, mono_now());
     let deadline = start.saturating_add(req);
     if let Err(e) = sleep_until(CLOCK_MONOTONIC, deadline) {
-        remaining(CLOCK_MONOTONIC, deadline, f.rsi)?;
+        remaining(ctx.user, CLOCK_MONOTONIC, deadline, f.rsi)?;
         return Err(e);
     }
     Ok(0)
 }
 
-pub fn clock_nanosleep(f: &mut SyscallFrame) -> SysResult {
+pub fn clock_nanosleep(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [clock, flags, req, rem, ..] = f.args();
     if flags & !TIMER_ABSTIME != 0 {
         return Err(Errno::EINVAL);
@@ -148,14 +136,11 @@ pub fn clock_nanosleep(f: &mut SyscallFrame) -> SysResult {
     if matches!(clock, CLOCK_THREAD_CPUTIME_ID) {
         return Err(Errno::EINVAL);
     }
-    let (t, base) = {
-        let k = kernel();
-        (read_timespec(&k, req)?, now(&k, clock)?)
-    };
+    let (t, base) = (read_timespec(ctx.user, req)?, now(clock)?);
     let deadline = if flags & TIMER_ABSTIME != 0 { t } else { base.saturating_add(t) };
     if let Err(e) = sleep_until(clock, deadline) {
         if flags & TIMER_ABSTIME == 0 {
-            remaining(clock, deadline, rem)?;
+            remaining(ctx.user, clock, deadline, rem)?;
         }
         return Err(e);
     }

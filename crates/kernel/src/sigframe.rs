@@ -2,8 +2,10 @@
 //! (`struct rt_sigframe`: return address, `ucontext`, `siginfo`, then the extended
 //! FP state) that a handler gets and `rt_sigreturn` reads back.
 //!
-//! Pure layout code, tested on the host; the kernel side (`sched`, `syscall::signal`)
-//! decides when to deliver and writes these bytes to the user stack.
+//! Pure layout code, tested on the host; the task layer (`task::signal`) decides
+//! when to deliver and writes these bytes to the user stack.
+
+pub use onering_arch::UserRegs as Regs;
 
 /// Signal numbers used by the kernel.
 pub mod sig {
@@ -72,30 +74,6 @@ pub fn default_action(s: u64) -> Default {
         SIGCHLD | SIGCONT | SIGURG | SIGWINCH | SIGSTOP | SIGTSTP | SIGTTIN | SIGTTOU => Default::Ignore,
         _ => Default::Terminate,
     }
-}
-
-/// The program's registers as the signal frame's `sigcontext` holds them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(C)]
-pub struct Regs {
-    pub r8: u64,
-    pub r9: u64,
-    pub r10: u64,
-    pub r11: u64,
-    pub r12: u64,
-    pub r13: u64,
-    pub r14: u64,
-    pub r15: u64,
-    pub rdi: u64,
-    pub rsi: u64,
-    pub rbp: u64,
-    pub rbx: u64,
-    pub rdx: u64,
-    pub rax: u64,
-    pub rcx: u64,
-    pub rsp: u64,
-    pub rip: u64,
-    pub rflags: u64,
 }
 
 /// What a handler learns about the signal (`siginfo_t`, the fields we fill).

@@ -1,117 +1,33 @@
-//! Threads and the scheduler. Guest only.
+//! The scheduler. Guest only in what it runs; its bookkeeping builds on the host.
 //!
-//! A thread is a kernel stack plus the program state that is not on it (FS base,
-//! extended FP state, signal mask). Threads never leave ring 3: blocking in the
-//! kernel (futex, sleep) saves the callee-saved registers on the thread's kernel
-//! stack and continues another thread or the CPU's idle loop (`arch::thread`).
+//! Threads never leave ring 3: blocking in the kernel (futex, sleep) switches, in
+//! ring 3, to another thread or to the CPU's idle loop (`onering_arch::task`
+//! performs the switch and keeps it sound; this module decides what runs where).
 //!
-//! Thread structures are allocated once and recycled, never freed, so the running
-//! thread is a `&'static Thread` that the per-CPU slot names. One lock guards the run
-//! queue, the timers and every thread's state; the lock order is
-//! futex table -> kernel -> scheduler.
+//! One lock guards the run queues, the timers, the wait queues and every thread's
+//! scheduling state; it is the last lock in the kernel's lock order (see
+//! `task::kernel`). What each CPU does and how many threads wait for it is also
+//! published in atomics, which wakers and idle CPUs read without the lock.
 //!
 //! The idle loop polls the run queue and the earliest timer, spinning before it asks
 //! the VMM to halt the vCPU until the next deadline (PLATFORM.md: the guest cannot
 //! `hlt`).
 
-use crate::arch::{self, supervisor, thread as mach};
+use super::process::Process;
+use super::thread::{current, set_current, Thread, DEAD, RUNNABLE, RUNNING, SLEEPING};
 use crate::errno::Errno;
 use crate::placement::{self, CpuState, CpuView, SpinBudget};
-use crate::signal;
+use crate::sigframe;
+use crate::time::mono_now;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 use onering_abi::MAX_CPUS;
-use spin::{Mutex, Once};
-
-/// Most threads alive at once.
-pub const MAX_THREADS: usize = 4096;
-/// Each thread's kernel stack.
-pub const KSTACK_SIZE: u64 = 32 * 1024;
-
-const RUNNING: u8 = 0;
-const RUNNABLE: u8 = 1;
-const SLEEPING: u8 = 2;
-const DEAD: u8 = 3;
-
-pub struct Thread {
-    /// Allocation number (fixed for the structure's life): a small id for timers
-    /// and per-CPU bookkeeping.
-    slot: usize,
-    pub tid: AtomicU64,
-    /// Process id (thread-group id) and the process's slot in the kernel's table.
-    pub pid: AtomicU64,
-    /// The process's parent (0 for the program itself).
-    pub ppid: AtomicU64,
-    pub proc_slot: AtomicUsize,
-    /// Saved kernel stack pointer while switched out.
-    ctx: AtomicU64,
-    /// The CPU it runs on, or last ran on (NONE: never ran).
-    cpu: AtomicUsize,
-    /// CPUs it may run on (`sched_setaffinity`), bit n for CPU n.
-    affinity: AtomicU64,
-    on_cpu: AtomicBool,
-    kstack_top: u64,
-    state: AtomicU8,
-    wakeup: AtomicBool,
-    timed_out: AtomicBool,
-    deadline: AtomicU64,
-    pub fs_base: AtomicU64,
-    xstate: Mutex<Vec<mach::Align64>>,
-    /// Blocked and pending signals (bit n-1 for signal n), and what each pending
-    /// signal carries.
-    pub sigmask: AtomicU64,
-    pub pending: AtomicU64,
-    pub siginfo: Mutex<[signal::Info; 64]>,
-    /// `sigaltstack`: sp, flags, size.
-    pub altstack: Mutex<(u64, u32, u64)>,
-    pub clear_child_tid: AtomicU64,
-    /// `set_robust_list`: the head of its list of held robust mutexes (0: none).
-    pub robust_list: AtomicU64,
-    /// SA_RESTART: the number (+1; 0: none) of a call a signal interrupted, which
-    /// runs again if the handler delivered next has SA_RESTART; `restarts` lists the
-    /// frames of such handlers (their ucontext addresses), newest last.
-    pub restart_nr: AtomicU64,
-    pub restarts: Mutex<Vec<u64>>,
-    /// The signal mask to go back to after the handler, when a call with a
-    /// temporary mask (ppoll, epoll_pwait) was interrupted.
-    pub saved_mask: AtomicU64,
-    pub mask_saved: AtomicBool,
-    /// Set by a vfork child's exit for its parent thread.
-    pub vfork_done: AtomicBool,
-    /// Its process ended: the thread ends at its next chance.
-    pub doomed: AtomicBool,
-    /// The address of its last page fault that found the block already backed
-    /// (a second such fault there is SIGSEGV, not another retry).
-    pub last_fault: AtomicU64,
-}
-
-impl Thread {
-    pub fn tid(&self) -> u64 {
-        self.tid.load(Relaxed)
-    }
-    pub fn pid(&self) -> u64 {
-        self.pid.load(Relaxed)
-    }
-    /// Signals pending and not blocked.
-    pub fn deliverable(&self) -> u64 {
-        self.pending.load(Relaxed) & !self.sigmask.load(Relaxed)
-    }
-    /// CPUs it may run on.
-    pub fn affinity(&self) -> u64 {
-        self.affinity.load(Relaxed) & online()
-    }
-}
-
-const NONE: usize = usize::MAX;
-/// The idle loop's saved stack pointer, per CPU, and the flag `switch_context`
-/// clears when it leaves (nobody waits on it: only this CPU resumes its idle loop).
-static IDLE_CTX: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
-static IDLE_ON_CPU: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
-/// Whose extended state each CPU's registers hold (NONE: nobody's in particular).
-static FPU_OWNER: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(NONE) }; MAX_CPUS];
-/// XSAVE area size and features (from CPUID at boot).
-static XSAVE: Once<(u32, u64)> = Once::new();
+use onering_arch::frame::SyscallFrame;
+use onering_arch::mm::Chunk;
+use onering_arch::supervisor;
+use onering_arch::task::{self as arch_task, Task};
+use spin::Mutex;
 
 /// What each CPU does (`placement::CpuState`) and how many threads wait in its run
 /// queue: published for wakers and idle CPUs, which read them without the lock.
@@ -143,16 +59,12 @@ struct Sched {
     runq: [VecDeque<&'static Thread>; MAX_CPUS],
     /// Wait queues by key (pipes, wait4): threads to wake when the key changes.
     waitq: BTreeMap<u64, Vec<&'static Thread>>,
+    /// Sleepers with a deadline, by (deadline, task id).
     timers: BTreeMap<(u64, usize), &'static Thread>,
     /// Live threads by tid.
     live: BTreeMap<u64, &'static Thread>,
     /// Finished threads whose structures (and stacks) can be reused once off-CPU.
     free: Vec<&'static Thread>,
-    allocated: usize,
-    next_tid: u64,
-    /// Kernel stacks not yet handed out: the rest of the current 2 MiB chunk.
-    stack_next: u64,
-    stack_end: u64,
 }
 
 static SCHED: Mutex<Sched> = Mutex::new(Sched {
@@ -161,18 +73,22 @@ static SCHED: Mutex<Sched> = Mutex::new(Sched {
     timers: BTreeMap::new(),
     live: BTreeMap::new(),
     free: Vec::new(),
-    allocated: 0,
-    next_tid: 1,
-    stack_next: 0,
-    stack_end: 0,
 });
+
+/// The next thread id (the program's first thread is 1: it is pid 1).
+static NEXT_TID: AtomicU64 = AtomicU64::new(1);
+
+/// A new thread id (a new process's pid is its first thread's).
+pub fn alloc_tid() -> u64 {
+    NEXT_TID.fetch_add(1, Relaxed)
+}
 
 /// CPUs to notify once the lock is dropped (bit n for CPU n).
 type CpuSet = u64;
 
 /// This CPU's number.
 fn this_cpu() -> usize {
-    mach::cpu_id() % MAX_CPUS
+    onering_arch::cpu::cpu_id()
 }
 
 /// The CPUs the VM has.
@@ -223,7 +139,7 @@ impl Sched {
         for (c, v) in view.iter_mut().enumerate().take(n) {
             *v = CpuView { state: state(c), queued: self.runq[c].len() };
         }
-        let last = Some(t.cpu.load(Relaxed)).filter(|&c| c != NONE);
+        let last = t.task.last_cpu();
         let cpu = placement::choose(last, t.affinity(), this_cpu(), &view[..n]);
         self.push(cpu, t);
         cpu
@@ -236,7 +152,7 @@ impl Sched {
         }
         let d = t.deadline.swap(0, Relaxed);
         if d != 0 {
-            self.timers.remove(&(d, t.slot));
+            self.timers.remove(&(d, t.task.id()));
             self.publish_deadline();
         }
         1 << self.place(t)
@@ -288,7 +204,7 @@ fn notify(cpus: CpuSet) {
                 }
             }
             CpuState::Halted => supervisor::kick(c),
-            CpuState::Running if c == me => arm_timer(crate::kernel::mono_now() + TICK_NS),
+            CpuState::Running if c == me => arm_timer(mono_now() + TICK_NS),
             CpuState::Running => supervisor::reschedule(c),
         }
     }
@@ -301,12 +217,12 @@ fn notify_others(cpus: CpuSet) {
 
 /// Makes sure this CPU's APIC timer fires by `at` (monotonic ns).
 fn arm_timer(at: u64) {
-    let armed = mach::timer_armed();
+    let armed = onering_arch::cpu::timer_armed();
     if armed != 0 && armed <= at {
         return;
     }
-    mach::set_timer_armed(at);
-    supervisor::arm_timer(at.saturating_sub(crate::kernel::mono_now()));
+    onering_arch::cpu::set_timer_armed(at);
+    supervisor::arm_timer(at.saturating_sub(mono_now()));
 }
 
 /// When a thread starts on this CPU: threads waiting here need a preemption tick,
@@ -317,7 +233,7 @@ fn watch(cpu: usize) {
     if !queued && deadline == u64::MAX {
         return;
     }
-    let mut at = if queued { crate::kernel::mono_now() + TICK_NS } else { u64::MAX };
+    let mut at = if queued { mono_now() + TICK_NS } else { u64::MAX };
     if deadline != u64::MAX && !(0..ncpus()).any(|c| state(c) == CpuState::Polling) {
         // With every other CPU busy too, the sleeper would only wait here for the
         // running thread's `MIN_RUN_NS`: look then, not before.
@@ -327,15 +243,6 @@ fn watch(cpu: usize) {
     }
     if at != u64::MAX {
         arm_timer(at);
-    }
-}
-
-/// The thread running on this CPU.
-#[inline]
-pub fn current() -> &'static Thread {
-    match mach::current() {
-        Some(t) => t,
-        None => panic!("no current thread on cpu {}", arch::thread::cpu_id()),
     }
 }
 
@@ -349,113 +256,47 @@ pub fn threads_of(pid: u64) -> Vec<&'static Thread> {
     SCHED.lock().live.values().filter(|t| t.pid() == pid).copied().collect()
 }
 
-pub fn xsave_size() -> u64 {
-    u64::from(XSAVE.get().map_or(512, |x| x.0))
-}
-
-pub fn xfeatures() -> u64 {
-    XSAVE.get().map_or(3, |x| x.1)
-}
-
 /// What the thread being created starts with.
 pub struct Spawn {
-    pub pid: u64,
+    pub tid: u64,
+    pub proc: &'static Process,
     pub ppid: u64,
-    pub proc_slot: usize,
     /// The system-call frame it returns to the program with.
-    pub frame: crate::syscall::SyscallFrame,
+    pub frame: SyscallFrame,
     pub fs_base: u64,
     pub sigmask: u64,
-    /// Take the tid as the pid (a new process's first thread).
-    pub leader: bool,
     /// CPUs it may run on (the creator's).
     pub affinity: u64,
 }
 
 /// Creates a thread (runnable at once unless `start` is false); returns it. Its
-/// extended state is a copy of the caller's.
-pub fn spawn(sp: Spawn, chunks: &mut crate::mm::chunks::ChunkAllocator, start: bool) -> Result<&'static Thread, Errno> {
-    let mut s = SCHED.lock();
-    let t = match s.free.iter().position(|t| !t.on_cpu.load(Acquire)) {
-        Some(i) => s.free.swap_remove(i),
-        None => {
-            if s.allocated >= MAX_THREADS {
-                return Err(Errno::EAGAIN);
-            }
-            if s.stack_next == s.stack_end {
-                let c = chunks.alloc().ok_or(Errno::EAGAIN)?;
-                s.stack_next = onering_abi::layout::direct(c);
-                s.stack_end = s.stack_next + onering_abi::layout::HUGE_PAGE_SIZE;
-            }
-            let top = s.stack_next + KSTACK_SIZE;
-            s.stack_next = top;
-            let slot = s.allocated;
-            let words = (xsave_size() as usize).div_ceil(64);
-            let t: &'static Thread = alloc::boxed::Box::leak(alloc::boxed::Box::new(Thread {
-                slot,
-                tid: AtomicU64::new(0),
-                pid: AtomicU64::new(0),
-                ppid: AtomicU64::new(0),
-                proc_slot: AtomicUsize::new(0),
-                ctx: AtomicU64::new(0),
-                cpu: AtomicUsize::new(NONE),
-                affinity: AtomicU64::new(u64::MAX),
-                on_cpu: AtomicBool::new(false),
-                kstack_top: top,
-                state: AtomicU8::new(DEAD),
-                wakeup: AtomicBool::new(false),
-                timed_out: AtomicBool::new(false),
-                deadline: AtomicU64::new(0),
-                fs_base: AtomicU64::new(0),
-                xstate: Mutex::new(alloc::vec![mach::Align64([0; 64]); words]),
-                sigmask: AtomicU64::new(0),
-                pending: AtomicU64::new(0),
-                siginfo: Mutex::new([signal::Info::default(); 64]),
-                altstack: Mutex::new((0, signal::SS_DISABLE, 0)),
-                clear_child_tid: AtomicU64::new(0),
-                vfork_done: AtomicBool::new(false),
-                doomed: AtomicBool::new(false),
-                robust_list: AtomicU64::new(0),
-                restart_nr: AtomicU64::new(0),
-                saved_mask: AtomicU64::new(0),
-                mask_saved: AtomicBool::new(false),
-                restarts: Mutex::new(Vec::new()),
-                last_fault: AtomicU64::new(u64::MAX),
-            }));
-            s.allocated += 1;
-            t
+/// extended state is a copy of the caller's. `more` gives a chunk of memory when
+/// new kernel stacks are needed.
+pub fn spawn(sp: Spawn, start: bool, more: impl FnOnce() -> Option<Chunk>) -> Result<&'static Thread, Errno> {
+    let reuse = {
+        let mut s = SCHED.lock();
+        s.free.iter().position(|t| !t.task.running()).map(|i| s.free.swap_remove(i))
+    };
+    let t = match reuse {
+        Some(t) => t,
+        None => Thread::new(Task::new(more).ok_or(Errno::EAGAIN)?),
+    };
+    if t.task.prepare(&sp.frame, sp.fs_base).is_err() {
+        SCHED.lock().free.push(t);
+        return Err(Errno::EAGAIN);
+    }
+    t.reset(sp.tid, sp.proc, sp.ppid, sp.sigmask, sp.affinity);
+    sp.proc.join();
+    let cpus = {
+        let mut s = SCHED.lock();
+        s.live.insert(sp.tid, t);
+        t.state.store(SLEEPING, Relaxed);
+        if start {
+            s.make_runnable(t)
+        } else {
+            0
         }
     };
-    let tid = s.next_tid;
-    s.next_tid += 1;
-    t.tid.store(tid, Relaxed);
-    t.pid.store(if sp.leader { tid } else { sp.pid }, Relaxed);
-    t.proc_slot.store(sp.proc_slot, Relaxed);
-    t.ppid.store(sp.ppid, Relaxed);
-    t.fs_base.store(sp.fs_base, Relaxed);
-    t.sigmask.store(sp.sigmask, Relaxed);
-    t.pending.store(0, Relaxed);
-    // Never ran: no CPU's registers hold its extended state (the slot may be a
-    // finished thread's).
-    t.cpu.store(NONE, Relaxed);
-    t.affinity.store(sp.affinity, Relaxed);
-    *t.altstack.lock() = (0, signal::SS_DISABLE, 0);
-    t.clear_child_tid.store(0, Relaxed);
-    t.robust_list.store(0, Relaxed);
-    t.restart_nr.store(0, Relaxed);
-    t.mask_saved.store(false, Relaxed);
-    t.restarts.lock().clear();
-    t.vfork_done.store(false, Relaxed);
-    t.doomed.store(false, Relaxed);
-    t.last_fault.store(u64::MAX, Relaxed);
-    t.wakeup.store(false, Relaxed);
-    t.timed_out.store(false, Relaxed);
-    mach::xsave(&mut t.xstate.lock());
-    t.ctx.store(mach::init_stack(t.kstack_top, &sp.frame), Relaxed);
-    s.live.insert(tid, t);
-    t.state.store(SLEEPING, Relaxed);
-    let cpus = if start { s.make_runnable(t) } else { 0 };
-    drop(s);
     notify(cpus);
     Ok(t)
 }
@@ -466,58 +307,28 @@ pub fn start(t: &'static Thread) {
     notify(cpus);
 }
 
-/// Boot: the XSAVE size.
-pub fn init() {
-    XSAVE.call_once(mach::xsave_size);
-}
-
 /// Switches from the running context (thread `me`, or the idle loop when None) to
-/// `next`, which the caller took off a run queue.
+/// `next`, which the caller took off a run queue. A `me` that is DEAD is never
+/// resumed.
 fn switch(me: Option<&'static Thread>, next: Option<&'static Thread>) {
     let cpu = this_cpu();
-    arch::count(arch::Counter::Switches);
-    if let Some(m) = me {
-        if m.state.load(Relaxed) == DEAD {
-            FPU_OWNER[cpu].store(NONE, Relaxed);
-        } else {
-            m.fs_base.store(arch::fs_base(), Relaxed);
-            mach::xsave(&mut m.xstate.lock());
-            FPU_OWNER[cpu].store(m.slot, Relaxed);
-        }
-    }
-    let (save, off) = match me {
-        Some(m) => (&m.ctx, &m.on_cpu),
-        None => (&IDLE_CTX[cpu], &IDLE_ON_CPU[cpu]),
-    };
     match next {
         Some(n) => {
-            // It may still be leaving another CPU: wait until its context is saved.
-            while n.on_cpu.load(Acquire) {
-                core::hint::spin_loop();
-            }
-            n.on_cpu.store(true, Relaxed);
             n.state.store(RUNNING, Relaxed);
             set_state(cpu, CpuState::Running);
-            mach::set_current(Some(n));
-            mach::set_kstack_top(n.kstack_top);
-            arch::set_fs_base(n.fs_base.load(Relaxed));
-            // The registers hold its state only if it was the last to use them
-            // here and has not run anywhere else since.
-            if FPU_OWNER[cpu].load(Relaxed) != n.slot || n.cpu.load(Relaxed) != cpu {
-                mach::xrstor(&n.xstate.lock());
-                FPU_OWNER[cpu].store(n.slot, Relaxed);
-            }
-            n.cpu.store(cpu, Relaxed);
-            RUN_SINCE[cpu].store(crate::kernel::mono_now(), Relaxed);
+            set_current(Some(n));
+            RUN_SINCE[cpu].store(mono_now(), Relaxed);
             watch(cpu);
-            mach::switch_context(save, n.ctx.load(Relaxed), off);
         }
         None => {
-            mach::set_current(None);
+            set_current(None);
             set_state(cpu, CpuState::Polling);
-            IDLE_ON_CPU[cpu].store(true, Relaxed);
-            mach::switch_context(save, IDLE_CTX[cpu].load(Relaxed), off);
         }
+    }
+    let task = next.map(|n| n.task);
+    match me {
+        Some(m) if m.state.load(Relaxed) == DEAD => arch_task::exit_to(task),
+        _ => arch_task::switch(task),
     }
 }
 
@@ -544,12 +355,12 @@ pub fn block(deadline: Option<u64>) -> Wake {
         if me.deliverable() != 0 || me.doomed.load(Relaxed) {
             return Wake::Interrupted;
         }
-        let now = crate::kernel::mono_now();
+        let now = mono_now();
         if let Some(d) = deadline {
             if d <= now {
                 return Wake::TimedOut;
             }
-            s.timers.insert((d, me.slot), me);
+            s.timers.insert((d, me.task.id()), me);
             me.deadline.store(d, Relaxed);
             s.publish_deadline();
         }
@@ -587,11 +398,9 @@ pub fn wake(t: &'static Thread) {
 pub fn interrupt(t: &'static Thread) {
     let (cpus, elsewhere) = {
         let mut s = SCHED.lock();
-        let c = t.cpu.load(Relaxed);
-        if t.state.load(Relaxed) == RUNNING && c != this_cpu() && c < MAX_CPUS {
-            (0, Some(c))
-        } else {
-            (s.make_runnable(t), None)
+        match t.task.last_cpu() {
+            Some(c) if t.state.load(Relaxed) == RUNNING && c != this_cpu() => (0, Some(c)),
+            _ => (s.make_runnable(t), None),
         }
     };
     if let Some(c) = elsewhere {
@@ -643,7 +452,7 @@ pub fn wake_all(key: u64) {
 /// elsewhere, or is about to enter the kernel).
 pub fn kill_thread(t: &'static Thread) {
     t.doomed.store(true, Relaxed);
-    t.pending.fetch_or(signal::bit(signal::sig::SIGKILL), Relaxed);
+    t.pending.fetch_or(sigframe::bit(sigframe::sig::SIGKILL), Relaxed);
     interrupt(t);
 }
 
@@ -691,7 +500,7 @@ pub fn yield_now() {
 fn give_way(now_anyway: bool) {
     let me = current();
     let cpu = this_cpu();
-    let now = crate::kernel::mono_now();
+    let now = mono_now();
     let keep_until = RUN_SINCE[cpu].load(Relaxed).saturating_add(MIN_RUN_NS);
     let (next, cpus) = {
         let mut s = SCHED.lock();
@@ -724,7 +533,7 @@ pub fn exit_current() -> ! {
         let mut s = SCHED.lock();
         let d = me.deadline.swap(0, Relaxed);
         if d != 0 {
-            s.timers.remove(&(d, me.slot));
+            s.timers.remove(&(d, me.task.id()));
             s.publish_deadline();
         }
         for q in s.waitq.values_mut() {
@@ -735,6 +544,8 @@ pub fn exit_current() -> ! {
         s.free.push(me);
         s.pop(cpu)
     };
+    // From here on nothing of the process is touched: its slot may be reused.
+    me.process().leave();
     switch(Some(me), next);
     panic!("a finished thread was resumed");
 }
@@ -756,10 +567,10 @@ fn stealable(cpu: usize) -> bool {
 pub fn idle_loop() -> ! {
     let cpu = this_cpu();
     let mut budget = SpinBudget::new();
-    let mut idle_since = crate::kernel::mono_now();
+    let mut idle_since = mono_now();
     set_state(cpu, CpuState::Polling);
     loop {
-        let now = crate::kernel::mono_now();
+        let now = mono_now();
         if has_work(cpu, now) || stealable(cpu) {
             let (next, cpus) = {
                 let mut s = SCHED.lock();
@@ -770,7 +581,7 @@ pub fn idle_loop() -> ! {
             notify_others(cpus);
             if let Some(n) = next {
                 switch(None, Some(n));
-                idle_since = crate::kernel::mono_now();
+                idle_since = mono_now();
                 continue;
             }
         }
@@ -790,14 +601,14 @@ pub fn idle_loop() -> ! {
         budget.spun_out();
         set_state(cpu, CpuState::Halted);
         if !has_work(cpu, now) {
-            let start = crate::kernel::mono_now();
+            let start = mono_now();
             supervisor::halt((left - HALT_EARLY_NS).min(MAX_HALT_NS));
-            let end = crate::kernel::mono_now();
+            let end = mono_now();
             if QUEUED[cpu].load(SeqCst) > 0 {
                 budget.woken_after(end - start);
             }
         }
         set_state(cpu, CpuState::Polling);
-        idle_since = crate::kernel::mono_now();
+        idle_since = mono_now();
     }
 }

@@ -2,7 +2,7 @@
 //! wrote (format: `onering_abi::rootfs`). File contents are not copied: nodes point
 //! into the image. A malformed image stops the parse at the bad record.
 
-use super::vfs::{Data, Vfs, ROOT};
+use super::tree::{Data, Vfs, ROOT};
 use alloc::collections::BTreeMap;
 use onering_abi::rootfs::{Header, DIR, FILE, HEADER_SIZE, SYMLINK};
 

@@ -1,136 +1,23 @@
-//! Readiness, eventfd and epoll. Pure logic (tested on the host); the system calls
-//! live in `syscall/poll.rs`.
+//! epoll: an interest list of (descriptor, open file) pairs, and its file.
 //!
-//! Every pollable object (pipe, eventfd) has a wait key (threads blocked on it sleep
-//! on that key and are woken when it changes) and a generation, a counter bumped on
-//! every change (data in, data out, an end closed). Readiness is computed on demand
-//! from the object's state, so level-triggered epoll is a scan. Edge-triggered
-//! registrations remember the generation they last reported and report again only
-//! after a change: a new arrival is a new edge, as on Linux, and a spurious extra
-//! event is harmless (the reader gets EAGAIN). An epoll holds its files weakly: a
+//! Every pollable object (pipe, eventfd, later sockets) reports its readiness
+//! through `File::poll`: the ready events, a wait key (threads blocked on it sleep
+//! on that key and are woken when it changes) and a generation, a counter bumped
+//! on every change (data in, data out, an end closed). Readiness is computed on
+//! demand, so level-triggered epoll is a scan. Edge-triggered registrations
+//! remember the generation they last reported and report again only after a
+//! change: a new arrival is a new edge, as on Linux, and a spurious extra event is
+//! harmless (the reader gets EAGAIN). An epoll holds its files weakly: a
 //! registration disappears when its file is closed everywhere, as on Linux, and
-//! never keeps a pipe end open.
+//! never keeps a pipe end open. `epoll_wait` itself is in `syscall::poll`.
 
-use super::file::{FileRef, Kind, OpenFile};
 use crate::errno::Errno;
+use crate::file::{ev, key_of, File, FileRef, Meta, OpenFile};
 use alloc::collections::BTreeMap;
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
-
-/// Event bits (`poll` and `epoll`).
-pub mod ev {
-    pub const IN: u32 = 0x001;
-    pub const PRI: u32 = 0x002;
-    pub const OUT: u32 = 0x004;
-    pub const ERR: u32 = 0x008;
-    pub const HUP: u32 = 0x010;
-    pub const RDNORM: u32 = 0x040;
-    pub const WRNORM: u32 = 0x100;
-    pub const RDHUP: u32 = 0x2000;
-    pub const EXCLUSIVE: u32 = 1 << 28;
-    pub const WAKEUP: u32 = 1 << 29;
-    pub const ONESHOT: u32 = 1 << 30;
-    pub const ET: u32 = 1 << 31;
-    /// Always reported, asked for or not.
-    pub const ALWAYS: u32 = ERR | HUP;
-}
-
-/// A pollable object's state: ready events, generation, wait key.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Readiness {
-    pub events: u32,
-    pub gen: u64,
-    pub key: u64,
-}
-
-/// The readiness of an open file; None if it cannot be polled (epoll_ctl says
-/// EPERM, as Linux does for regular files and directories).
-pub fn readiness(of: &OpenFile) -> Option<Readiness> {
-    use ev::*;
-    match &of.kind {
-        Kind::PipeRead(p) => {
-            let p = p.lock();
-            // As Linux's pipe_poll: readable with data; hung up without writers
-            // (a read then returns 0).
-            let mut e = if p.available() > 0 { IN | RDNORM } else { 0 };
-            if p.writers == 0 && p.w_opens != of.partner.load(core::sync::atomic::Ordering::Relaxed) {
-                e |= HUP;
-            }
-            Some(Readiness { events: e, gen: p.gen, key: of.wait_key()? })
-        }
-        Kind::PipeWrite(p) => {
-            let p = p.lock();
-            let e = if p.readers == 0 {
-                OUT | WRNORM | ERR
-            } else if p.room() > 0 {
-                OUT | WRNORM
-            } else {
-                0
-            };
-            Some(Readiness { events: e, gen: p.gen, key: of.wait_key()? })
-        }
-        Kind::EventFd(e) => {
-            let e = e.lock();
-            Some(Readiness { events: e.events(), gen: e.gen, key: of.wait_key()? })
-        }
-        Kind::Node(_) | Kind::Epoll(_) => None,
-    }
-}
-
-/// The largest value an eventfd counter holds.
-pub const EVENTFD_MAX: u64 = u64::MAX - 1;
-
-/// `eventfd`: a 64-bit counter.
-#[derive(Debug, Default)]
-pub struct EventFd {
-    pub count: u64,
-    /// EFD_SEMAPHORE: a read takes 1, not everything.
-    pub semaphore: bool,
-    pub gen: u64,
-}
-
-impl EventFd {
-    pub fn new(count: u64, semaphore: bool) -> Self {
-        EventFd { count, semaphore, gen: 0 }
-    }
-
-    pub fn events(&self) -> u32 {
-        let mut e = 0;
-        if self.count > 0 {
-            e |= ev::IN | ev::RDNORM;
-        }
-        if self.count < EVENTFD_MAX {
-            e |= ev::OUT | ev::WRNORM;
-        }
-        e
-    }
-
-    /// A read: the value, or EAGAIN while the counter is 0.
-    pub fn read(&mut self) -> Result<u64, Errno> {
-        if self.count == 0 {
-            return Err(Errno::EAGAIN);
-        }
-        let v = if self.semaphore { 1 } else { self.count };
-        self.count -= v;
-        self.gen += 1;
-        Ok(v)
-    }
-
-    /// A write of `v`: EINVAL for the all-ones value, EAGAIN while it does not fit.
-    pub fn write(&mut self, v: u64) -> Result<(), Errno> {
-        if v == u64::MAX {
-            return Err(Errno::EINVAL);
-        }
-        if v > EVENTFD_MAX - self.count {
-            return Err(Errno::EAGAIN);
-        }
-        self.count += v;
-        if v > 0 {
-            self.gen += 1;
-        }
-        Ok(())
-    }
-}
+use core::any::Any;
+use spin::Mutex;
 
 /// `epoll_ctl` operations.
 pub const EPOLL_CTL_ADD: u64 = 1;
@@ -210,7 +97,7 @@ impl Epoll {
         let events = events & known;
         match op {
             EPOLL_CTL_ADD => {
-                if readiness(file).is_none() {
+                if file.poll().is_none() {
                     return Err(Errno::EPERM);
                 }
                 if self.regs.contains_key(&key) {
@@ -253,7 +140,7 @@ impl Epoll {
         REGS.fetch_sub(before - self.regs.len(), core::sync::atomic::Ordering::Relaxed);
         for r in self.regs.values_mut() {
             let Some(file) = r.file.upgrade() else { continue };
-            let Some(now) = readiness(&file) else { continue };
+            let Some(now) = file.poll() else { continue };
             out.keys.push(now.key);
             if r.disarmed || out.ready.len() >= max {
                 continue;
@@ -277,44 +164,53 @@ impl Epoll {
     }
 }
 
-/// The `poll`/`ppoll` events of one descriptor's open file for the `asked` events:
-/// files that cannot be polled are always readable and writable, as on Linux.
-pub fn poll_events(of: &OpenFile, asked: u32) -> (u32, Option<u64>) {
-    match readiness(of) {
-        Some(r) => (r.events & (asked | ev::ALWAYS), Some(r.key)),
-        None => ((ev::IN | ev::OUT | ev::RDNORM | ev::WRNORM) & asked, None),
+/// An epoll instance as an open file.
+pub struct EpollFile {
+    pub ep: Mutex<Epoll>,
+}
+
+impl EpollFile {
+    pub fn new() -> Self {
+        EpollFile { ep: Mutex::new(Epoll::new()) }
+    }
+
+    /// What a thread in `epoll_wait` sleeps on (besides its files' keys):
+    /// `epoll_ctl` wakes it.
+    pub fn key(&self) -> u64 {
+        key_of(self)
+    }
+}
+
+impl Default for EpollFile {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl File for EpollFile {
+    /// An anonymous inode, as Linux shows it: no file type, mode 0600.
+    fn stat(&self) -> Meta {
+        Meta { ino: self.key() & 0xffff_ffff, mode: 0o600, nlink: 1, ..Meta::default() }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::file::{oflag, pipe};
-    use spin::Mutex;
+    use crate::file::oflag;
+    use crate::fs::eventfd::EventFdFile;
+    use crate::fs::pipe::{pipe, PipeEnd};
 
     fn eventfd(n: u64) -> FileRef {
-        Arc::new(OpenFile::new(Kind::EventFd(Arc::new(Mutex::new(EventFd::new(n, false)))), oflag::O_RDWR))
+        OpenFile::new(EventFdFile::new(n, false), oflag::O_RDWR)
     }
 
     fn bump(f: &FileRef, v: u64) {
-        let Kind::EventFd(e) = &f.kind else { panic!() };
-        e.lock().write(v).unwrap();
-    }
-
-    #[test]
-    fn eventfd_counts() {
-        let mut e = EventFd::new(0, false);
-        assert_eq!(e.read(), Err(Errno::EAGAIN));
-        assert_eq!(e.events(), ev::OUT | ev::WRNORM);
-        e.write(3).unwrap();
-        e.write(4).unwrap();
-        assert_eq!(e.read(), Ok(7));
-        assert_eq!(e.write(u64::MAX), Err(Errno::EINVAL));
-        e.write(EVENTFD_MAX).unwrap();
-        assert_eq!(e.events(), ev::IN | ev::RDNORM);
-        assert_eq!(e.write(1), Err(Errno::EAGAIN));
-        let mut s = EventFd::new(2, true);
-        assert_eq!((s.read(), s.read(), s.read()), (Ok(1), Ok(1), Err(Errno::EAGAIN)));
+        f.downcast::<EventFdFile>().unwrap().counter.lock().write(v).unwrap();
     }
 
     #[test]
@@ -330,9 +226,7 @@ mod tests {
         assert_eq!(s.keys.len(), 1, "both ends wait on the pipe's key");
         assert!(ep.scan(16).ready.is_empty(), "no new edge");
         // Data arrives: level reports every time; the write end gets a new edge too.
-        if let Kind::PipeWrite(p) = &w.kind {
-            p.lock().write(b"hi").unwrap();
-        }
+        w.downcast::<PipeEnd>().unwrap().pipe().lock().write(b"hi").unwrap();
         assert_eq!(ep.scan(16).ready, [(ev::IN, 30), (ev::OUT, 40)]);
         assert_eq!(ep.scan(16).ready, [(ev::IN, 30)]);
         assert_eq!(ep.scan(1).ready.len(), 1, "at most max");
@@ -364,11 +258,11 @@ mod tests {
 
     #[test]
     fn unpollable_files() {
-        let f: FileRef = Arc::new(OpenFile::new(Kind::Node(1), oflag::O_RDONLY));
+        let f = OpenFile::new(crate::file::tests::Plain(1), oflag::O_RDONLY);
         let mut ep = Epoll::new();
         assert_eq!(ep.ctl(EPOLL_CTL_ADD, 3, &f, ev::IN, 0), Err(Errno::EPERM));
-        assert_eq!(poll_events(&f, ev::IN | ev::OUT), (ev::IN | ev::OUT, None));
+        assert_eq!(crate::file::poll_events(&f, ev::IN | ev::OUT), (ev::IN | ev::OUT, None));
         let (r, _w) = pipe(0);
-        assert_eq!(poll_events(&r, ev::IN).0, 0);
+        assert_eq!(crate::file::poll_events(&r, ev::IN).0, 0);
     }
 }

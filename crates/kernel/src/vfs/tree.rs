@@ -1,5 +1,5 @@
-//! The file tree: one in-memory tree of directories, files, symbolic links and
-//! devices. `/dev` holds the devices, `/tmp` is writable memory, and the rest is the
+//! The file tree: one in-memory tree of directories, files, symbolic links,
+//! devices and named pipes. `/dev` holds the devices, `/tmp` is writable memory, and the rest is the
 //! read-only copy of `--rootfs` (file contents stay where the VMM put them, in guest
 //! memory outside the heap). Pure logic: no user memory, no hostcalls.
 
@@ -23,6 +23,7 @@ const MAX_SYMLINKS: usize = 40;
 pub enum Device {
     Null,
     Zero,
+    Full,
     Random,
     Stdin,
     Stdout,
@@ -39,7 +40,7 @@ pub enum Data {
     Symlink(Vec<u8>),
     Device(Device),
     /// A named pipe (`mkfifo`): opening it gives an end of this pipe.
-    Fifo(alloc::sync::Arc<spin::Mutex<super::file::Pipe>>),
+    Fifo(alloc::sync::Arc<spin::Mutex<crate::pipebuf::PipeBuf>>),
 }
 
 #[derive(Debug)]
@@ -86,11 +87,13 @@ const NODE_COST: usize = 160;
 
 /// File type bits of `st_mode`.
 pub mod mode {
+    pub const S_IFMT: u32 = 0o170000;
     pub const S_IFDIR: u32 = 0o040000;
     pub const S_IFREG: u32 = 0o100000;
     pub const S_IFLNK: u32 = 0o120000;
     pub const S_IFCHR: u32 = 0o020000;
     pub const S_IFIFO: u32 = 0o010000;
+    pub const S_IFSOCK: u32 = 0o140000;
 }
 
 impl Node {
@@ -164,6 +167,7 @@ impl Vfs {
         for (name, d) in [
             (&b"null"[..], Device::Null),
             (b"zero", Device::Zero),
+            (b"full", Device::Full),
             (b"random", Device::Random),
             (b"urandom", Device::Random),
             (b"stdin", Device::Stdin),
@@ -460,12 +464,12 @@ impl Vfs {
     /// Creates a named pipe `name` in `dir`.
     pub fn mkfifo(&mut self, dir: Ino, name: &[u8], mode: u32, now: u64) -> Result<Ino, Errno> {
         let ino = self.create(dir, name, mode, false, now)?;
-        self.node_mut(ino).data = Data::Fifo(super::file::fifo_pipe());
+        self.node_mut(ino).data = Data::Fifo(alloc::sync::Arc::new(spin::Mutex::new(crate::pipebuf::PipeBuf::fifo())));
         Ok(ino)
     }
 
     /// The pipe of named pipe `ino`.
-    pub fn fifo(&self, ino: Ino) -> Option<alloc::sync::Arc<spin::Mutex<super::file::Pipe>>> {
+    pub fn fifo(&self, ino: Ino) -> Option<alloc::sync::Arc<spin::Mutex<crate::pipebuf::PipeBuf>>> {
         match &self.node(ino).data {
             Data::Fifo(p) => Some(p.clone()),
             _ => None,
@@ -590,15 +594,47 @@ impl Vfs {
         Ok(n)
     }
 
+    /// The bytes of a regular file.
+    pub fn bytes(&self, ino: Ino) -> Result<&[u8], Errno> {
+        match &self.node(ino).data {
+            Data::File(v) => Ok(v),
+            Data::Static(s) => Ok(s),
+            Data::Dir(_) => Err(Errno::EISDIR),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
     /// Writes `data` at `offset`, growing the file (holes read as zeros).
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8], now: u64) -> Result<usize, Errno> {
-        let end = offset.checked_add(data.len() as u64).filter(|e| *e <= MAX_FILE).ok_or(Errno::EFBIG)? as usize;
+        self.write_with(ino, offset, data.len(), now, |dst| {
+            dst.copy_from_slice(data);
+            Ok(())
+        })
+    }
+
+    /// Writes `len` bytes at `offset`, filled in place by `fill` (a copy from user
+    /// memory), growing the file. If `fill` fails, the file is as it was in size.
+    pub fn write_with(
+        &mut self,
+        ino: Ino,
+        offset: u64,
+        len: usize,
+        now: u64,
+        fill: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
+    ) -> Result<usize, Errno> {
+        let end = offset.checked_add(len as u64).filter(|e| *e <= MAX_FILE).ok_or(Errno::EFBIG)? as usize;
+        let old = self.node(ino).size() as usize;
         self.resize(ino, end, true, now)?;
-        let node = self.node_mut(ino);
-        if let Data::File(v) = &mut node.data {
-            v[offset as usize..end].copy_from_slice(data);
+        let mut result = Ok(len);
+        if let Data::File(v) = &mut self.node_mut(ino).data {
+            if let Err(e) = fill(&mut v[offset as usize..end]) {
+                result = Err(e);
+            }
         }
-        Ok(data.len())
+        if result.is_err() && end > old {
+            let _ = self.resize(ino, old, false, now);
+        }
+        result
     }
 
     /// Sets a file's length.

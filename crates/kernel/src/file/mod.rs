@@ -1,0 +1,293 @@
+//! The file interface: what every open file is to the system calls. Each kind of
+//! file (pipe end, eventfd, epoll, device, tree node, the standard streams, later
+//! sockets) is its own object behind the [`File`] trait (the objects are in
+//! `crate::fs`); an open file description ([`OpenFile`]) adds what `dup` shares,
+//! status flags and offset; the descriptor table is [`fdtable`].
+//!
+//! Every operation here is an attempt that never blocks: where it would have to
+//! wait it returns EAGAIN, and the caller (the system call, which knows whether the
+//! file is in blocking mode and how to sleep) waits on the file's wait key and tries
+//! again. So objects hold no thread state, and the interface depends only on pure
+//! layers (user memory, errno): it is unit-tested on the host.
+
+pub mod fdtable;
+
+use crate::errno::{Errno, SysResult};
+use crate::mm::user::UserMem;
+use crate::vfs::Ino;
+use alloc::boxed::Box;
+use alloc::sync::Arc;
+use core::any::Any;
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+pub use fdtable::{FdTable, MAX_FDS};
+
+/// `open` flags.
+pub mod oflag {
+    pub const O_ACCMODE: u32 = 3;
+    pub const O_RDONLY: u32 = 0;
+    pub const O_WRONLY: u32 = 1;
+    pub const O_RDWR: u32 = 2;
+    pub const O_CREAT: u32 = 0o100;
+    pub const O_EXCL: u32 = 0o200;
+    pub const O_NOCTTY: u32 = 0o400;
+    pub const O_TRUNC: u32 = 0o1000;
+    pub const O_APPEND: u32 = 0o2000;
+    pub const O_NONBLOCK: u32 = 0o4000;
+    pub const O_DIRECTORY: u32 = 0o200000;
+    pub const O_NOFOLLOW: u32 = 0o400000;
+    pub const O_CLOEXEC: u32 = 0o2000000;
+    pub const O_PATH: u32 = 0o10000000;
+    /// Flags F_SETFL may change.
+    pub const SETTABLE: u32 = O_APPEND | O_NONBLOCK;
+}
+
+/// Event bits (`poll` and `epoll`).
+pub mod ev {
+    pub const IN: u32 = 0x001;
+    pub const PRI: u32 = 0x002;
+    pub const OUT: u32 = 0x004;
+    pub const ERR: u32 = 0x008;
+    pub const HUP: u32 = 0x010;
+    pub const RDNORM: u32 = 0x040;
+    pub const WRNORM: u32 = 0x100;
+    pub const RDHUP: u32 = 0x2000;
+    pub const EXCLUSIVE: u32 = 1 << 28;
+    pub const WAKEUP: u32 = 1 << 29;
+    pub const ONESHOT: u32 = 1 << 30;
+    pub const ET: u32 = 1 << 31;
+    /// Always reported, asked for or not.
+    pub const ALWAYS: u32 = ERR | HUP;
+}
+
+/// A pollable object's state: ready events, a generation bumped on every change
+/// (edge-triggered epoll reports again only after a change), and the wait key
+/// threads waiting for it sleep on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    pub events: u32,
+    pub gen: u64,
+    pub key: u64,
+}
+
+/// File type bits of `st_mode`.
+pub mod mode {
+    pub const S_IFMT: u32 = 0o170000;
+    pub const S_IFDIR: u32 = 0o040000;
+    pub const S_IFREG: u32 = 0o100000;
+    pub const S_IFLNK: u32 = 0o120000;
+    pub const S_IFCHR: u32 = 0o020000;
+    pub const S_IFIFO: u32 = 0o010000;
+    pub const S_IFSOCK: u32 = 0o140000;
+}
+
+/// What `stat` reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Meta {
+    pub ino: u64,
+    pub mode: u32,
+    pub size: u64,
+    /// Device number (major, minor) of a device node.
+    pub rdev: (u32, u32),
+    pub mtime: u64,
+    pub atime: u64,
+    pub nlink: u64,
+    /// Owner; None: the program's user (anonymous objects).
+    pub owner: Option<(u32, u32)>,
+}
+
+/// One kind of open file. Defaults are what Linux says for a file that does not
+/// support the operation.
+pub trait File: Send + Sync + 'static {
+    /// Reads up to `len` bytes into user memory at `buf`, at `off` (pread) or the
+    /// description's offset. EAGAIN where it would block.
+    fn read(&self, of: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+        let _ = (of, user, buf, len, off);
+        Err(Errno::EINVAL)
+    }
+
+    /// Writes up to `len` bytes from user memory at `buf`. EAGAIN where it would
+    /// block, EPIPE when nobody reads.
+    fn write(&self, of: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+        let _ = (of, user, buf, len, off);
+        Err(Errno::EINVAL)
+    }
+
+    /// Readiness, or None if it cannot be polled (`poll` then says readable and
+    /// writable; `epoll_ctl` says EPERM, as Linux does for regular files).
+    fn poll(&self, of: &OpenFile) -> Option<Readiness> {
+        let _ = of;
+        None
+    }
+
+    /// What threads blocked on this file sleep on (None: it never blocks).
+    fn wait_key(&self) -> Option<u64> {
+        None
+    }
+
+    fn ioctl(&self, of: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
+        let _ = (of, user, request, arg);
+        Err(Errno::ENOTTY)
+    }
+
+    fn stat(&self) -> Meta;
+
+    /// `lseek`: the new offset.
+    fn seek(&self, of: &OpenFile, off: i64, whence: u64) -> SysResult {
+        let _ = (of, off, whence);
+        Err(Errno::ESPIPE)
+    }
+
+    /// The tree node it is (files, directories, devices): for `*at` calls, fchdir,
+    /// getdents and the attribute calls.
+    fn node(&self) -> Option<Ino> {
+        None
+    }
+
+    /// Whether a write that fails with EPIPE raises SIGPIPE (pipes and the standard
+    /// streams do; a socket decides per call, MSG_NOSIGNAL).
+    fn sigpipe(&self) -> bool {
+        false
+    }
+
+    /// For objects that must find their own kind among open files (epoll).
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// An open file description: shared by every descriptor `dup`ed from it (offset
+/// and status flags included), as on Linux; close-on-exec belongs to the
+/// descriptor. Flags and offset are atomics, so descriptors share it without a lock.
+pub struct OpenFile {
+    obj: Box<dyn File>,
+    /// Access mode and status flags (`O_APPEND`, `O_NONBLOCK`, ...).
+    flags: AtomicU32,
+    offset: AtomicU64,
+}
+
+impl core::fmt::Debug for OpenFile {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("OpenFile").field("flags", &self.flags()).field("offset", &self.offset()).finish()
+    }
+}
+
+pub type FileRef = Arc<OpenFile>;
+
+impl OpenFile {
+    pub fn new(obj: impl File, flags: u32) -> FileRef {
+        Arc::new(OpenFile { obj: Box::new(obj), flags: AtomicU32::new(flags), offset: AtomicU64::new(0) })
+    }
+
+    /// The object.
+    pub fn obj(&self) -> &dyn File {
+        &*self.obj
+    }
+
+    /// The object as its concrete kind, if it is one.
+    pub fn downcast<T: File>(&self) -> Option<&T> {
+        self.obj.as_any().downcast_ref::<T>()
+    }
+
+    pub fn flags(&self) -> u32 {
+        self.flags.load(Ordering::Relaxed)
+    }
+
+    pub fn set_flags(&self, f: u32) {
+        self.flags.store(f, Ordering::Relaxed)
+    }
+
+    pub fn nonblocking(&self) -> bool {
+        self.flags() & oflag::O_NONBLOCK != 0
+    }
+
+    pub fn offset(&self) -> u64 {
+        self.offset.load(Ordering::Relaxed)
+    }
+
+    pub fn set_offset(&self, o: u64) {
+        self.offset.store(o, Ordering::Relaxed)
+    }
+
+    pub fn readable(&self) -> bool {
+        let f = self.flags();
+        f & oflag::O_PATH == 0 && f & oflag::O_ACCMODE != oflag::O_WRONLY
+    }
+
+    pub fn writable(&self) -> bool {
+        let f = self.flags();
+        f & oflag::O_PATH == 0 && f & oflag::O_ACCMODE != oflag::O_RDONLY
+    }
+
+    /// `read` after the access checks every file shares.
+    pub fn read(&self, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+        if !self.readable() {
+            return Err(Errno::EBADF);
+        }
+        self.obj.read(self, user, buf, len, off)
+    }
+
+    /// `write` after the access checks every file shares.
+    pub fn write(&self, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+        if !self.writable() {
+            return Err(Errno::EBADF);
+        }
+        self.obj.write(self, user, buf, len, off)
+    }
+
+    pub fn poll(&self) -> Option<Readiness> {
+        self.obj.poll(self)
+    }
+
+    pub fn wait_key(&self) -> Option<u64> {
+        self.obj.wait_key()
+    }
+
+    pub fn node(&self) -> Option<Ino> {
+        self.obj.node()
+    }
+}
+
+/// The `poll`/`ppoll` events of an open file for the `asked` events, and its wait
+/// key: files that cannot be polled are always readable and writable, as on Linux.
+pub fn poll_events(of: &OpenFile, asked: u32) -> (u32, Option<u64>) {
+    match of.poll() {
+        Some(r) => (r.events & (asked | ev::ALWAYS), Some(r.key)),
+        None => ((ev::IN | ev::OUT | ev::RDNORM | ev::WRNORM) & asked, None),
+    }
+}
+
+/// A wait key made from an object's address (unique while it lives).
+pub fn key_of<T: ?Sized>(p: &T) -> u64 {
+    p as *const T as *const u8 as u64
+}
+
+#[cfg(test)]
+pub mod tests {
+    use super::*;
+
+    /// A file that only has a node number.
+    pub struct Plain(pub Ino);
+
+    impl File for Plain {
+        fn stat(&self) -> Meta {
+            Meta { ino: self.0 as u64, ..Meta::default() }
+        }
+        fn node(&self) -> Option<Ino> {
+            Some(self.0)
+        }
+        fn as_any(&self) -> &dyn Any {
+            self
+        }
+    }
+
+    #[test]
+    fn access_modes_are_checked_before_the_object() {
+        let f = OpenFile::new(Plain(1), oflag::O_WRONLY);
+        let u = crate::mm::user::FakeUser::new(0x1000, 16);
+        assert_eq!(f.read(&u, 0x1000, 1, None), Err(Errno::EBADF));
+        assert_eq!(f.write(&u, 0x1000, 1, None), Err(Errno::EINVAL), "the object's default");
+        assert!(f.downcast::<Plain>().is_some());
+        assert_eq!(poll_events(&f, ev::IN), (ev::IN, None));
+        let p = OpenFile::new(Plain(2), oflag::O_PATH);
+        assert!(!p.readable() && !p.writable());
+    }
+}

@@ -1,0 +1,100 @@
+//! Regular files, directories and symbolic links (opened with O_PATH) of the tree.
+//! Reads copy straight from the file's bytes to user memory under the tree's lock;
+//! writes copy from user memory into the file.
+
+use super::NodeRef;
+use crate::errno::{Errno, SysResult};
+use crate::file::{oflag, File, Meta, OpenFile};
+use crate::mm::user::UserMem;
+use crate::vfs::Ino;
+use core::any::Any;
+
+/// Linux caps one read or write at this many bytes.
+const MAX_RW_COUNT: u64 = 0x7fff_f000;
+const FIONREAD: u64 = 0x541b;
+
+pub struct NodeFile {
+    pub node: NodeRef,
+}
+
+impl File for NodeFile {
+    fn read(&self, of: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+        let len = len.min(MAX_RW_COUNT);
+        let at = off.unwrap_or(of.offset());
+        let n = {
+            let v = self.node.vfs.lock();
+            let bytes = v.bytes(self.node.ino)?;
+            let start = at.min(bytes.len() as u64) as usize;
+            // Only what the file holds is touched (a large untouched buffer is not
+            // backed for nothing).
+            let n = (len as usize).min(bytes.len() - start);
+            user.write(buf, &bytes[start..start + n])?;
+            n
+        };
+        if off.is_none() {
+            of.set_offset(at + n as u64);
+        }
+        Ok(n as u64)
+    }
+
+    fn write(&self, of: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+        let len = len.min(MAX_RW_COUNT);
+        let now = crate::time::real_now();
+        let (at, n) = {
+            let mut v = self.node.vfs.lock();
+            let at = match off {
+                Some(o) => o,
+                None if of.flags() & oflag::O_APPEND != 0 => v.node(self.node.ino).size(),
+                None => of.offset(),
+            };
+            // Checked first: a bad buffer must not grow the file.
+            user.check(buf, len, false)?;
+            let n = v.write_with(self.node.ino, at, len as usize, now, |dst| user.read(buf, dst))?;
+            (at, n)
+        };
+        if off.is_none() {
+            of.set_offset(at + n as u64);
+        }
+        Ok(n as u64)
+    }
+
+    fn ioctl(&self, of: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
+        match request {
+            FIONREAD => {
+                let v = self.node.vfs.lock();
+                let n = if v.node(self.node.ino).is_dir() {
+                    0
+                } else {
+                    v.node(self.node.ino).size().saturating_sub(of.offset())
+                };
+                user.write(arg, &(n as u32).to_le_bytes())?;
+                Ok(0)
+            }
+            _ => Err(Errno::ENOTTY),
+        }
+    }
+
+    fn stat(&self) -> Meta {
+        self.node.meta()
+    }
+
+    fn seek(&self, of: &OpenFile, off: i64, whence: u64) -> SysResult {
+        let base = match whence {
+            0 => 0,
+            1 => of.offset() as i64,
+            2 => self.node.vfs.lock().node(self.node.ino).size() as i64,
+            _ => return Err(Errno::EINVAL),
+        };
+        let new = base.checked_add(off).filter(|n| *n >= 0).ok_or(Errno::EINVAL)?;
+        of.set_offset(new as u64);
+        Ok(new as u64)
+    }
+
+    fn node(&self) -> Option<Ino> {
+        Some(self.node.ino)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}

@@ -1,0 +1,25 @@
+//! The context a system call runs in: the kernel, the calling thread and its
+//! process, and the user memory it copies through. Built once per call by the
+//! entry hook (no lock, no reference count: the thread and its process are
+//! `'static`), or by a host test around a kernel and a fake memory of its own.
+
+use super::kernel::Kernel;
+use super::process::Process;
+use super::thread::Thread;
+use crate::errno::Errno;
+use crate::file::FileRef;
+use crate::mm::user::UserMem;
+
+pub struct Ctx<'a> {
+    pub k: &'static Kernel,
+    pub thread: &'static Thread,
+    pub proc: &'static Process,
+    pub user: &'a dyn UserMem,
+}
+
+impl Ctx<'_> {
+    /// The open file of descriptor `fd`.
+    pub fn file(&self, fd: u64) -> Result<FileRef, Errno> {
+        self.proc.fds.lock().get(fd).cloned()
+    }
+}

@@ -1,0 +1,111 @@
+//! How threads and processes end: a thread's exit (its robust mutexes released,
+//! CLONE_CHILD_CLEARTID honoured), and the end of a process (the program's end is
+//! the VM's; a child becomes a zombie for its parent, its other threads end, a
+//! vfork parent resumes).
+
+use super::kernel::Kernel;
+use super::process;
+use super::sched;
+use super::thread::{current, Thread};
+use crate::futex::robust;
+use crate::mm::user::{UserMem, UserMemExt};
+use core::sync::atomic::Ordering::Relaxed;
+
+/// Wait status of a normal exit with `code`.
+pub fn exited(code: u64) -> u64 {
+    (code & 0xff) << 8
+}
+
+/// The wait-queue key of process `pid`'s wait4 callers.
+pub fn wait_key(pid: u64) -> u64 {
+    0x7761_6974_0000_0000 | pid
+}
+
+/// Ends the running thread; the last thread's exit (or `group`) ends its process
+/// with exit code `code`.
+pub fn exit_thread(k: &Kernel, user: &dyn UserMem, code: u64, group: bool) -> ! {
+    let me = current();
+    release_robust_list(k, user, me);
+    let ctid = me.clear_child_tid.swap(0, Relaxed);
+    if ctid != 0 {
+        // CHILD_CLEARTID: zero the word and wake one waiter (pthread_join).
+        if user.write_u32(ctid, 0).is_ok() {
+            super::futex::wake(k, ctid, 1, u32::MAX);
+        }
+    }
+    let p = me.process();
+    let left = p.threads.fetch_sub(1, Relaxed).saturating_sub(1);
+    if left == 0 || group {
+        end_process(k, me, exited(code));
+    }
+    sched::exit_current()
+}
+
+/// Ends the process of thread `t` with wait status `status`: for the program itself
+/// the VM's exit; a child becomes a zombie for its parent, whose vfork (if any)
+/// returns. Its threads other than the caller end; the caller, if it belongs to the
+/// process, must end itself.
+pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
+    let p = t.process();
+    let pid = p.pid();
+    if pid == 1 {
+        if status & 0x7f != 0 {
+            k.killed(status & 0x7f, 0, 0);
+        }
+        k.exit(status >> 8);
+    }
+    let Some(files) = p.end() else {
+        return; // another thread ended it already
+    };
+    let ppid = p.ppid.load(Relaxed);
+    if let Some(parent) = process::find(ppid) {
+        let mut f = parent.family.lock();
+        f.zombies.push((pid, status));
+        f.children = f.children.saturating_sub(1);
+    }
+    // Other threads of the process end with it (they never run again).
+    for other in sched::threads_of(pid) {
+        if !core::ptr::eq(other, current()) {
+            sched::kill_thread(other);
+        }
+    }
+    let parent = p.family.lock().vfork_parent.take();
+    if let Some(v) = parent {
+        v.vfork_done.store(true, Relaxed);
+        sched::wake(v);
+    }
+    sched::wake_all(wait_key(ppid));
+    // Its descriptors close last, outside every lock (closing a pipe end wakes
+    // the other end's threads).
+    drop(files);
+}
+
+/// A thread ends: each robust mutex it still holds becomes OWNER_DIED and one
+/// waiter is woken (see [`crate::futex::robust`]). Bad pointers end the walk.
+fn release_robust_list(k: &Kernel, user: &dyn UserMem, me: &Thread) {
+    let head = me.robust_list.swap(0, Relaxed);
+    if head == 0 {
+        return;
+    }
+    let tid = me.tid() as u32;
+    for w in robust::words(head, |a| user.read_u64(a).ok()) {
+        // Compare-and-swap until the word is ours no longer or was marked.
+        let mut old = match user.load_u32(w) {
+            Ok(v) => v,
+            Err(_) => continue,
+        };
+        loop {
+            let Some(new) = robust::owner_died(old, tid) else { break };
+            match user.cmpxchg_u32(w, old, new) {
+                Ok(found) if found == old => {
+                    if old & robust::FUTEX_WAITERS != 0 {
+                        super::futex::wake(k, w, 1, u32::MAX);
+                    }
+                    break;
+                }
+                Ok(found) => old = found,
+                Err(_) => break,
+            }
+        }
+    }
+}

@@ -1,0 +1,55 @@
+//! Waiting on and waking futex words: the user word is read and compared under the
+//! futex-table lock, so a wake between the check and the sleep is never lost (the
+//! scheduler's `block` also remembers a wake that arrives before it). The table
+//! itself (who waits where) is `crate::futex`; the system call is `syscall::futex`.
+
+use super::kernel::Kernel;
+use super::sched::{self, Wake};
+use super::thread::current;
+use crate::errno::{Errno, SysResult};
+use crate::mm::user::UserMem;
+
+/// Wakes the threads the table dequeued (after its lock is released); returns how many.
+pub fn wake_threads(tids: &[u64]) -> usize {
+    for tid in tids {
+        if let Some(t) = sched::thread(*tid) {
+            sched::wake(t);
+        }
+    }
+    tids.len()
+}
+
+/// Wakes up to `n` waiters of `addr` whose bitset meets `bitset`; returns how many.
+pub fn wake(k: &Kernel, addr: u64, n: usize, bitset: u32) -> usize {
+    let woken = k.futexes.lock().wake(addr, n, bitset);
+    wake_threads(&woken)
+}
+
+/// Sleeps while the word at `addr` holds `val`, until woken (with a matching
+/// bitset), `until` (monotonic ns) or a signal.
+pub fn wait(k: &Kernel, user: &dyn UserMem, addr: u64, val: u32, bitset: u32, until: Option<u64>) -> SysResult {
+    if bitset == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let me = current();
+    {
+        let mut table = k.futexes.lock();
+        let cur = user.load_u32(addr).map_err(|e| if e == Errno::EINVAL { e } else { Errno::EFAULT })?;
+        if cur != val {
+            return Err(Errno::EAGAIN);
+        }
+        table.enqueue(addr, me.tid(), bitset);
+    }
+    let w = sched::block(until);
+    // Still queued means nobody woke us: a timeout or a signal.
+    let queued = k.futexes.lock().remove(me.tid());
+    match (w, queued) {
+        (_, false) | (Wake::Woken, _) => Ok(0),
+        (Wake::TimedOut, true) => Err(Errno::ETIMEDOUT),
+        // Without a timeout the wait restarts after an SA_RESTART handler (with one,
+        // it would have to count the time already waited: EINTR, which callers
+        // of futex expect anyway).
+        (Wake::Interrupted, true) if until.is_none() => Err(Errno::ERESTARTSYS),
+        (Wake::Interrupted, true) => Err(Errno::EINTR),
+    }
+}

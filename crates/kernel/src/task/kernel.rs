@@ -1,0 +1,155 @@
+//! The kernel's state, one instance per VM, split by subsystem, each behind its own
+//! lock: memory (`mm`), the file tree (`vfs`), the console, the random generator,
+//! the futex table, and the settings fixed at boot (`cfg`). Processes and threads
+//! have their own tables (`process`, `sched`). System calls reach it through their
+//! context (`task::Ctx`), which host tests build around a kernel of their own;
+//! code entered without one (exceptions, interrupts) uses [`kernel`].
+//!
+//! Lock order (a lock may be taken while holding the ones before it, never after):
+//!
+//! 1. the process table, then a process's own locks (fds, fs, actions, rlimits,
+//!    family);
+//! 2. `vfs`;
+//! 3. a file object's lock (a pipe, an eventfd, an epoll);
+//! 4. the console;
+//! 5. the futex table;
+//! 6. `mm` (taken to check a user range; released before the copy, since a copy
+//!    that faults takes it again to back the page);
+//! 7. the scheduler (wait queues, run queues, timers).
+//!
+//! No lock is held across a hostcall that can block: the console sends its bytes
+//! after releasing its lock; stdin is read by the VMM's own thread.
+
+use super::console::Console;
+use crate::futex::FutexTable;
+use crate::mm::user::GuestUser;
+use crate::mm::UserSpace;
+use crate::rng::Rng;
+use crate::vfs::Vfs;
+use alloc::collections::BTreeSet;
+use alloc::format;
+use alloc::vec::Vec;
+use onering_abi::{flags, Hostcall};
+use spin::{Mutex, Once};
+
+/// What boot fixed and nothing changes.
+#[derive(Debug, Default)]
+pub struct Config {
+    /// `onering_abi::flags`.
+    pub flags: u64,
+    /// Host terminal size (rows << 16 | cols), 0 when stdout is not a terminal.
+    pub winsize: u64,
+    pub uid: u64,
+    pub gid: u64,
+    /// The program's path made absolute (for /proc/self/exe).
+    pub exe: Vec<u8>,
+}
+
+pub struct Kernel {
+    pub cfg: Config,
+    pub mm: Mutex<UserSpace>,
+    pub vfs: Mutex<Vfs>,
+    pub console: Console,
+    pub rng: Mutex<Rng>,
+    pub futexes: Mutex<FutexTable>,
+    /// The thread name (`prctl(PR_SET_NAME)`), NUL padded.
+    pub comm: Mutex<[u8; 16]>,
+    /// Unsupported system calls and messages already reported.
+    warned: Mutex<BTreeSet<u64>>,
+}
+
+static KERNEL: Once<Kernel> = Once::new();
+
+/// The kernel (installed at boot).
+pub fn kernel() -> &'static Kernel {
+    match KERNEL.get() {
+        Some(k) => k,
+        None => panic!("kernel state used before boot"),
+    }
+}
+
+/// Installs the kernel state (once, at boot).
+pub fn install(k: Kernel) -> &'static Kernel {
+    KERNEL.call_once(|| k)
+}
+
+/// Most distinct unsupported system calls reported.
+const MAX_WARNED: usize = 1024;
+
+impl Kernel {
+    pub fn new(cfg: Config, space: UserSpace, vfs: Vfs, seed: [u64; 2]) -> Kernel {
+        let mut comm = [0u8; 16];
+        let name = cfg.exe.rsplit(|b| *b == b'/').next().unwrap_or(&[]);
+        let n = name.len().min(15);
+        comm[..n].copy_from_slice(&name[..n]);
+        Kernel {
+            cfg,
+            mm: Mutex::new(space),
+            vfs: Mutex::new(vfs),
+            console: Console::new(),
+            rng: Mutex::new(Rng::new(seed)),
+            futexes: Mutex::new(FutexTable::new()),
+            comm: Mutex::new(comm),
+            warned: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// The program's memory.
+    pub fn user(&self) -> GuestUser<'_> {
+        GuestUser::new(&self.mm)
+    }
+
+    /// Writes a message of onering's own to stderr, in order with the program's output.
+    pub fn message(&self, text: &str) {
+        self.console.write_kernel(2, text.as_bytes());
+        self.console.flush();
+    }
+
+    /// Ends the VM with the program's exit status (after its output).
+    pub fn exit(&self, status: u64) -> ! {
+        self.console.flush();
+        onering_arch::hostcall::hostcall(Hostcall::Exit, &[status & 0xff]);
+        onering_arch::panic::halt_forever()
+    }
+
+    /// Ends the VM as a fatal signal would.
+    pub fn killed(&self, signal: u64, rip: u64, addr: u64) -> ! {
+        self.console.flush();
+        onering_arch::hostcall::hostcall(Hostcall::Killed, &[signal, rip, addr]);
+        onering_arch::panic::halt_forever()
+    }
+
+    /// Whether `key` is reported now (not yet reported, not `--quiet`, room left).
+    fn first_report(&self, key: u64) -> bool {
+        if self.cfg.flags & flags::QUIET != 0 {
+            return false;
+        }
+        let mut w = self.warned.lock();
+        // Numbers past the table are remembered too, up to a bound: a program calling
+        // millions of distinct bogus numbers must not exhaust the kernel heap.
+        if w.contains(&key) || w.len() >= MAX_WARNED {
+            return false;
+        }
+        w.insert(key);
+        true
+    }
+
+    /// Reports an unsupported system call on stderr, once per number.
+    pub fn report_unsupported(&self, nr: u64) {
+        if !self.first_report(nr) {
+            return;
+        }
+        let msg = match crate::sysnames::name(nr) {
+            Some(name) => format!("onering: unsupported syscall {name} ({nr})\n"),
+            None => format!("onering: unsupported syscall {nr}\n"),
+        };
+        self.message(&msg);
+    }
+
+    /// Reports one of onering's own limitations on stderr, once.
+    pub fn report_once(&self, msg: &'static str) {
+        if self.first_report((1 << 63) | msg.as_ptr() as u64) {
+            self.message(msg);
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! Processes: what a process owns besides its threads and the (shared) memory:
+//! descriptors, working directory and umask, signal dispositions, resource limits,
+//! and its children (zombies to reap, a vfork parent to release).
+//!
+//! The program is pid 1, as in a container. Process structures live in an arena
+//! of `&'static Process` slots that are reused, like threads: a thread finds its
+//! process by slot without a lock or a reference count on the system-call path.
+//! A slot is reused only once the process has ended and no thread structure refers
+//! to it any more (`members`), so a thread's process is never another process,
+//! even after that thread was killed with its process (it may still be on its way
+//! out). Each part has its own lock; see `task::kernel` for the lock order.
+
+use super::thread::Thread;
+use crate::errno::Errno;
+use crate::file::FdTable;
+use crate::vfs::{Hold, Ino};
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use spin::{Mutex, Once};
+
+/// Most processes alive (or not yet reusable) at once.
+pub const MAX_PROCS: usize = 4096;
+
+/// Working directory and umask.
+#[derive(Debug)]
+pub struct FsCtx {
+    pub cwd: Ino,
+    /// Keeps the working directory's node alive even if it is removed.
+    pub cwd_hold: Option<Hold>,
+    pub umask: u32,
+}
+
+/// A process's children.
+#[derive(Debug, Default)]
+pub struct Family {
+    /// Children that ended and were not waited for: (pid, wait status).
+    pub zombies: Vec<(u64, u64)>,
+    /// Children still running.
+    pub children: usize,
+    /// The parent thread suspended in vfork until this process exits.
+    pub vfork_parent: Option<&'static Thread>,
+}
+
+pub struct Process {
+    slot: usize,
+    pid: AtomicU64,
+    /// Parent's pid (0 for the program itself, as for a container's pid 1).
+    pub ppid: AtomicU64,
+    pub fds: Mutex<FdTable>,
+    pub fs: Mutex<FsCtx>,
+    /// `struct k_sigaction` of each signal 1..=64: handler, flags, restorer, mask.
+    pub actions: Mutex<[[u64; 4]; 64]>,
+    /// Resource limits set by the program (`prlimit64`), by resource number.
+    pub rlimits: Mutex<BTreeMap<u32, (u64, u64)>>,
+    /// Live threads.
+    pub threads: AtomicUsize,
+    pub family: Mutex<Family>,
+    /// Thread structures that name this process (live or on their way out).
+    members: AtomicUsize,
+    /// It ended (its slot is reusable once `members` is 0).
+    ended: AtomicBool,
+}
+
+impl core::fmt::Debug for Process {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Process").field("pid", &self.pid()).finish()
+    }
+}
+
+/// What a new process starts with.
+pub struct Start {
+    pub pid: u64,
+    pub ppid: u64,
+    pub fds: FdTable,
+    pub fs: FsCtx,
+    pub actions: [[u64; 4]; 64],
+    pub rlimits: BTreeMap<u32, (u64, u64)>,
+}
+
+static ARENA: [Once<&'static Process>; MAX_PROCS] = [const { Once::new() }; MAX_PROCS];
+
+struct Table {
+    /// Live processes: pid -> slot.
+    by_pid: BTreeMap<u64, usize>,
+    /// Slots allocated so far.
+    used: usize,
+}
+
+static TABLE: Mutex<Table> = Mutex::new(Table { by_pid: BTreeMap::new(), used: 0 });
+
+/// The process in arena slot `slot` (a slot a thread was given: always filled).
+pub(super) fn by_slot(slot: usize) -> &'static Process {
+    match ARENA.get(slot).and_then(Once::get) {
+        Some(p) => p,
+        None => panic!("process slot {slot} is empty"),
+    }
+}
+
+/// The live process `pid`.
+pub fn find(pid: u64) -> Option<&'static Process> {
+    let t = TABLE.lock();
+    t.by_pid.get(&pid).map(|s| by_slot(*s))
+}
+
+/// Every live process.
+pub fn all() -> Vec<&'static Process> {
+    let t = TABLE.lock();
+    t.by_pid.values().map(|s| by_slot(*s)).collect()
+}
+
+impl Process {
+    /// A new process (EAGAIN when the arena is full). It has no threads yet.
+    pub fn create(start: Start) -> Result<&'static Process, Errno> {
+        let mut t = TABLE.lock();
+        if t.by_pid.contains_key(&start.pid) {
+            return Err(Errno::EAGAIN);
+        }
+        // A slot whose process ended and which no thread names any more.
+        let reusable = (0..t.used).map(by_slot).find(|p| p.ended.load(Acquire) && p.members.load(Acquire) == 0);
+        let p = match reusable {
+            Some(p) => p,
+            None => {
+                if t.used >= MAX_PROCS {
+                    return Err(Errno::EAGAIN);
+                }
+                let slot = t.used;
+                let p: &'static Process = alloc::boxed::Box::leak(alloc::boxed::Box::new(Process {
+                    slot,
+                    pid: AtomicU64::new(0),
+                    ppid: AtomicU64::new(0),
+                    fds: Mutex::new(FdTable::new()),
+                    fs: Mutex::new(FsCtx { cwd: crate::vfs::ROOT, cwd_hold: None, umask: 0o022 }),
+                    actions: Mutex::new([[0; 4]; 64]),
+                    rlimits: Mutex::new(BTreeMap::new()),
+                    threads: AtomicUsize::new(0),
+                    family: Mutex::new(Family::default()),
+                    members: AtomicUsize::new(0),
+                    ended: AtomicBool::new(false),
+                }));
+                ARENA[slot].call_once(|| p);
+                t.used += 1;
+                p
+            }
+        };
+        p.pid.store(start.pid, Relaxed);
+        p.ppid.store(start.ppid, Relaxed);
+        *p.fds.lock() = start.fds;
+        *p.fs.lock() = start.fs;
+        *p.actions.lock() = start.actions;
+        *p.rlimits.lock() = start.rlimits;
+        p.threads.store(0, Relaxed);
+        *p.family.lock() = Family::default();
+        p.ended.store(false, Release);
+        t.by_pid.insert(start.pid, p.slot);
+        Ok(p)
+    }
+
+    pub fn pid(&self) -> u64 {
+        self.pid.load(Relaxed)
+    }
+
+    pub(super) fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// What a child made by vfork (or clone without CLONE_VM... not offered) starts
+    /// with: copies of the descriptors, working directory, dispositions and limits.
+    pub fn child_start(&self, pid: u64) -> Start {
+        let fs = self.fs.lock();
+        Start {
+            pid,
+            ppid: self.pid(),
+            fds: self.fds.lock().clone(),
+            fs: FsCtx { cwd: fs.cwd, cwd_hold: fs.cwd_hold.clone(), umask: fs.umask },
+            actions: *self.actions.lock(),
+            rlimits: self.rlimits.lock().clone(),
+        }
+    }
+
+    /// A thread structure now names this process.
+    pub(super) fn join(&self) {
+        self.members.fetch_add(1, AcqRel);
+    }
+
+    /// A thread structure no longer names it (the thread ended).
+    pub(super) fn leave(&self) {
+        self.members.fetch_sub(1, AcqRel);
+    }
+
+    /// The process ends: it leaves the table; what it owns is released now (its
+    /// files are returned, for the caller to drop outside its locks). The slot is
+    /// reused once its last thread is gone. None if it had ended already.
+    pub fn end(&self) -> Option<Vec<crate::file::FileRef>> {
+        if self.ended.swap(true, AcqRel) {
+            return None;
+        }
+        TABLE.lock().by_pid.remove(&self.pid());
+        let files = self.fds.lock().clear();
+        self.fs.lock().cwd_hold = None;
+        Some(files)
+    }
+
+    pub fn ended(&self) -> bool {
+        self.ended.load(Acquire)
+    }
+}

@@ -1,0 +1,173 @@
+//! Threads: what the kernel knows of each thread besides its machine state (an
+//! `onering_arch::task::Task`: kernel stack, saved context, FP state): ids, its
+//! process, scheduling state, and its signal state (mask, pending set and what each
+//! pending signal carries, alternate stack, restart bookkeeping).
+//!
+//! Thread structures are allocated once and recycled, never freed, so a thread is
+//! a `&'static Thread`; the running one is in a per-CPU slot (`current`). Fields
+//! are atomics or small locks: other threads read them (a signal's sender, the
+//! scheduler on another CPU).
+
+use super::process::Process;
+use crate::sigframe::{self, Info};
+use alloc::vec::Vec;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
+use onering_arch::cpu::CpuSlot;
+use onering_arch::task::Task;
+use spin::Mutex;
+
+/// Scheduling states.
+pub const RUNNING: u8 = 0;
+pub const RUNNABLE: u8 = 1;
+pub const SLEEPING: u8 = 2;
+pub const DEAD: u8 = 3;
+
+pub struct Thread {
+    /// The machine side: kernel stack, context, FS base, FP state.
+    pub task: &'static Task,
+    pub tid: AtomicU64,
+    /// Process id (thread-group id), the parent's, and the process's arena slot.
+    pub pid: AtomicU64,
+    pub ppid: AtomicU64,
+    proc: AtomicUsize,
+    /// CPUs it may run on (`sched_setaffinity`), bit n for CPU n.
+    pub(super) affinity: AtomicU64,
+    pub(super) state: AtomicU8,
+    pub(super) wakeup: AtomicBool,
+    pub(super) timed_out: AtomicBool,
+    pub(super) deadline: AtomicU64,
+    /// Blocked and pending signals (bit n-1 for signal n), and what each pending
+    /// signal carries.
+    pub sigmask: AtomicU64,
+    pub pending: AtomicU64,
+    pub siginfo: Mutex<[Info; 64]>,
+    /// `sigaltstack`: sp, flags, size.
+    pub altstack: Mutex<(u64, u32, u64)>,
+    pub clear_child_tid: AtomicU64,
+    /// `set_robust_list`: the head of its list of held robust mutexes (0: none).
+    pub robust_list: AtomicU64,
+    /// SA_RESTART: the number (+1; 0: none) of a call a signal interrupted, which
+    /// runs again if the handler delivered next has SA_RESTART; `restarts` lists the
+    /// frames of such handlers (their ucontext addresses), newest last.
+    pub restart_nr: AtomicU64,
+    pub restarts: Mutex<Vec<u64>>,
+    /// The signal mask to go back to after the handler, when a call with a
+    /// temporary mask (ppoll, epoll_pwait) was interrupted.
+    pub saved_mask: AtomicU64,
+    pub mask_saved: AtomicBool,
+    /// Set by a vfork child's exit for its parent thread.
+    pub vfork_done: AtomicBool,
+    /// Its process ended: the thread ends at its next chance.
+    pub doomed: AtomicBool,
+    /// The address of its last page fault that found the block already backed
+    /// (a second such fault there is SIGSEGV, not another retry).
+    pub last_fault: AtomicU64,
+    /// The system call it is in (number + 1; 0: none), for panic messages.
+    pub in_syscall: AtomicU64,
+}
+
+impl core::fmt::Debug for Thread {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Thread").field("tid", &self.tid()).field("pid", &self.pid()).finish()
+    }
+}
+
+/// The thread each CPU runs (None: its idle loop).
+static CURRENT: CpuSlot<Thread> = CpuSlot::new();
+
+/// The thread running on this CPU.
+#[inline]
+pub fn current() -> &'static Thread {
+    match CURRENT.get() {
+        Some(t) => t,
+        None => panic!("no current thread on cpu {}", onering_arch::cpu::cpu_id()),
+    }
+}
+
+/// The thread running on this CPU, if any (not the idle loop).
+pub fn try_current() -> Option<&'static Thread> {
+    CURRENT.get()
+}
+
+pub(super) fn set_current(t: Option<&'static Thread>) {
+    CURRENT.set(t)
+}
+
+impl Thread {
+    /// A new thread structure around `task` (not yet running anything).
+    pub fn new(task: &'static Task) -> &'static Thread {
+        alloc::boxed::Box::leak(alloc::boxed::Box::new(Thread {
+            task,
+            tid: AtomicU64::new(0),
+            pid: AtomicU64::new(0),
+            ppid: AtomicU64::new(0),
+            proc: AtomicUsize::new(0),
+            affinity: AtomicU64::new(u64::MAX),
+            state: AtomicU8::new(DEAD),
+            wakeup: AtomicBool::new(false),
+            timed_out: AtomicBool::new(false),
+            deadline: AtomicU64::new(0),
+            sigmask: AtomicU64::new(0),
+            pending: AtomicU64::new(0),
+            siginfo: Mutex::new([Info::default(); 64]),
+            altstack: Mutex::new((0, sigframe::SS_DISABLE, 0)),
+            clear_child_tid: AtomicU64::new(0),
+            robust_list: AtomicU64::new(0),
+            restart_nr: AtomicU64::new(0),
+            restarts: Mutex::new(Vec::new()),
+            saved_mask: AtomicU64::new(0),
+            mask_saved: AtomicBool::new(false),
+            vfork_done: AtomicBool::new(false),
+            doomed: AtomicBool::new(false),
+            last_fault: AtomicU64::new(u64::MAX),
+            in_syscall: AtomicU64::new(0),
+        }))
+    }
+
+    /// Resets the per-incarnation state for a new thread `tid` of `proc`.
+    pub(super) fn reset(&self, tid: u64, proc: &'static Process, ppid: u64, sigmask: u64, affinity: u64) {
+        self.tid.store(tid, Relaxed);
+        self.pid.store(proc.pid(), Relaxed);
+        self.ppid.store(ppid, Relaxed);
+        self.proc.store(proc.slot(), Relaxed);
+        self.sigmask.store(sigmask, Relaxed);
+        self.pending.store(0, Relaxed);
+        self.affinity.store(affinity, Relaxed);
+        *self.altstack.lock() = (0, sigframe::SS_DISABLE, 0);
+        self.clear_child_tid.store(0, Relaxed);
+        self.robust_list.store(0, Relaxed);
+        self.restart_nr.store(0, Relaxed);
+        self.mask_saved.store(false, Relaxed);
+        self.restarts.lock().clear();
+        self.vfork_done.store(false, Relaxed);
+        self.doomed.store(false, Relaxed);
+        self.last_fault.store(u64::MAX, Relaxed);
+        self.wakeup.store(false, Relaxed);
+        self.timed_out.store(false, Relaxed);
+        self.in_syscall.store(0, Relaxed);
+    }
+
+    pub fn tid(&self) -> u64 {
+        self.tid.load(Relaxed)
+    }
+
+    pub fn pid(&self) -> u64 {
+        self.pid.load(Relaxed)
+    }
+
+    /// Its process. A process is not reused while a thread structure refers to it
+    /// (see `process`), so this never names another process.
+    pub fn process(&self) -> &'static Process {
+        super::process::by_slot(self.proc.load(Relaxed))
+    }
+
+    /// Signals pending and not blocked.
+    pub fn deliverable(&self) -> u64 {
+        self.pending.load(Relaxed) & !self.sigmask.load(Relaxed)
+    }
+
+    /// CPUs it may run on.
+    pub fn affinity(&self) -> u64 {
+        self.affinity.load(Relaxed) & super::sched::online()
+    }
+}
