@@ -15,6 +15,6 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 # The guest-only half of the kernel (arch, boot, syscall handlers) builds only for
 # x86_64-unknown-none: lint it there too.
 CARGO_ENCODED_RUSTFLAGS=$(printf -- '-Crelocation-model=static\x1f-Ccode-model=kernel') \
-    cargo clippy -p onering-kernel --features guest --target x86_64-unknown-none --release \
+    cargo clippy -p onering-kernel -p onering-arch --features onering-kernel/guest --target x86_64-unknown-none --release \
     --target-dir target/guest-clippy -- -D warnings
 cargo test --workspace --release

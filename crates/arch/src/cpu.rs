@@ -203,8 +203,10 @@ mod imp {
 
 #[cfg(target_os = "none")]
 pub(crate) use imp::{clear_in_fault, page};
+pub use imp::{
+    count, cpu_id, fs_base, rdtsc, resched_pending, set_fs_base, set_timer_armed, take_resched, timer_armed,
+};
 pub(crate) use imp::{current_task_word, set_current_task_word, set_kstack_top};
-pub use imp::{count, cpu_id, fs_base, rdtsc, resched_pending, set_fs_base, set_timer_armed, take_resched, timer_armed};
 
 /// A `&'static T` per CPU, for the kernel's "what runs here" pointers (the current
 /// thread). Each CPU reads and writes only its own slot; a slot only ever holds a

@@ -325,7 +325,6 @@ fault_entry:
     options(att_syntax)
 );
 
-
 // SAFETY: the kernel's `entry_point!` defines these four symbols (jumps to its
 // hooks, with these signatures); the assembly above defines the last one. Both
 // sides are Rust: the reference to an Option is just a pointer.
@@ -367,4 +366,3 @@ pub fn resume_after_fault(regs: &UserRegs) -> ! {
     crate::cpu::clear_in_fault();
     full_return(regs)
 }
-

@@ -185,7 +185,19 @@ mod tests {
 
     #[test]
     fn a_call_made_again_keeps_its_arguments() {
-        let f = SyscallFrame { rdi: 1, rsi: 2, rdx: 3, r10: 4, r8: 5, r9: 6, rax: 7, rip: 8, rflags: 0x202, rsp: 9, ..Default::default() };
+        let f = SyscallFrame {
+            rdi: 1,
+            rsi: 2,
+            rdx: 3,
+            r10: 4,
+            r8: 5,
+            r9: 6,
+            rax: 7,
+            rip: 8,
+            rflags: 0x202,
+            rsp: 9,
+            ..Default::default()
+        };
         let r = f.regs();
         assert_eq!((r.rcx, r.r11), (8, 0x202), "as sysret leaves them");
         let g = SyscallFrame::from_regs(&r);

@@ -187,11 +187,8 @@ fn on_the_way_out(ctx: &Ctx, frame: &SyscallFrame) {
 /// in the program it is a signal (its handler, or its end).
 pub fn fault_hook(frame: &FaultFrame) -> ! {
     let k = kernel();
-    let addr = if frame.vector == vector::PAGE_FAULT {
-        onering_arch::hostcall::hostcall(Hostcall::FaultAddr, &[])
-    } else {
-        0
-    };
+    let addr =
+        if frame.vector == vector::PAGE_FAULT { onering_arch::hostcall::hostcall(Hostcall::FaultAddr, &[]) } else { 0 };
     if frame.vector == vector::PAGE_FAULT {
         first_touch(k, frame, addr);
     }

@@ -210,7 +210,12 @@ mod tests {
         // Writes and reads of odd sizes move the head around the ring many times.
         for round in 0..2000 {
             let w = (round * 37) % 9000 + 1;
-            let data: alloc::vec::Vec<u8> = (0..w).map(|_| { next = next.wrapping_add(1); next }).collect();
+            let data: alloc::vec::Vec<u8> = (0..w)
+                .map(|_| {
+                    next = next.wrapping_add(1);
+                    next
+                })
+                .collect();
             let n = p.write(&data).unwrap_or(0);
             next = next.wrapping_sub((w - n) as u8); // what did not fit is written again later
             let mut out = alloc::vec![0u8; (round * 53) % 7000 + 1];

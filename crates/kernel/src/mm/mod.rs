@@ -32,7 +32,16 @@ impl space::Mmu for PageTables {
         chunk.zero(offset, len)
     }
 
-    fn copy(&mut self, _from: u64, _to: u64, len: u64, src: &mut Chunk, src_off: u64, dst: Option<&mut Chunk>, dst_off: u64) {
+    fn copy(
+        &mut self,
+        _from: u64,
+        _to: u64,
+        len: u64,
+        src: &mut Chunk,
+        src_off: u64,
+        dst: Option<&mut Chunk>,
+        dst_off: u64,
+    ) {
         match dst {
             Some(d) => d.copy_from(dst_off, src, src_off, len),
             None => src.copy_within(src_off, dst_off, len),

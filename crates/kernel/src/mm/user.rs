@@ -157,6 +157,9 @@ impl FakeUser {
     }
 
     fn range(&self, addr: u64, len: u64) -> Result<core::ops::Range<usize>, Errno> {
+        if len == 0 {
+            return Ok(0..0);
+        }
         let size = self.mem.lock().len() as u64;
         let off = addr.checked_sub(self.base).ok_or(Errno::EFAULT)?;
         let end = off.checked_add(len).filter(|e| *e <= size).ok_or(Errno::EFAULT)?;

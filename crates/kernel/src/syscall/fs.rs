@@ -225,7 +225,11 @@ pub fn writev(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 enum Opened {
     File(FileRef),
     /// `seen`: how many times the other end had been opened (see `pipe::fifo_end`).
-    Fifo { end: FileRef, write: bool, seen: u64 },
+    Fifo {
+        end: FileRef,
+        write: bool,
+        seen: u64,
+    },
 }
 
 fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> Result<Opened, Errno> {
@@ -781,8 +785,7 @@ fn rename_at(ctx: &Ctx, olddir: u64, old: u64, newdir: u64, new: u64, flags: u64
     let (fdir, fname) = v.parent_of(fbase, &from)?;
     let (tdir, tname) = v.parent_of(tbase, &to)?;
     // A trailing slash on either side requires a directory.
-    if (from.ends_with(b"/") || to.ends_with(b"/")) && !v.lookup(fdir, fname, false).is_ok_and(|i| v.node(i).is_dir())
-    {
+    if (from.ends_with(b"/") || to.ends_with(b"/")) && !v.lookup(fdir, fname, false).is_ok_and(|i| v.node(i).is_dir()) {
         return Err(Errno::ENOTDIR);
     }
     let (fname, tname) = (fname.to_vec(), tname.to_vec());

@@ -30,7 +30,11 @@ const UTIME_OMIT: i64 = 0x3fff_fffe;
 enum Target {
     /// A descriptor's (or the working directory's) node itself (AT_EMPTY_PATH).
     Node(Ino),
-    Path { start: Ino, path: Vec<u8>, follow: bool },
+    Path {
+        start: Ino,
+        path: Vec<u8>,
+        follow: bool,
+    },
 }
 
 impl Target {

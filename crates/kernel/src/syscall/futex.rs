@@ -75,8 +75,13 @@ fn wake_op(ctx: &Ctx, addr: u64, n: u64, n2: u64, addr2: u64, op: u32) -> SysRes
     wake_op_cmp(op, 0).ok_or(Errno::ENOSYS)?;
     let woken = {
         let mut table = ctx.k.futexes.lock();
-        let old = update_u32(ctx.user, addr2, |old| wake_op_new(op, old).unwrap_or(old))
-            .map_err(|e| if e == Errno::EINVAL { e } else { Errno::EFAULT })?;
+        let old = update_u32(ctx.user, addr2, |old| wake_op_new(op, old).unwrap_or(old)).map_err(|e| {
+            if e == Errno::EINVAL {
+                e
+            } else {
+                Errno::EFAULT
+            }
+        })?;
         let mut w = table.wake(addr, n as u32 as usize, u32::MAX);
         if wake_op_cmp(op, old) == Some(true) {
             w.extend(table.wake(addr2, n2 as u32 as usize, u32::MAX));
@@ -110,11 +115,17 @@ pub fn futex(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
             if realtime {
                 return Err(Errno::ENOSYS);
             }
-            wait(ctx.k, ctx.user, addr, val as u32, u32::MAX, deadline(ctx.user, timeout, false, false)?)
+            wait(ctx.k, ctx.user, ctx.thread, addr, val as u32, u32::MAX, deadline(ctx.user, timeout, false, false)?)
         }
-        FUTEX_WAIT_BITSET => {
-            wait(ctx.k, ctx.user, addr, val as u32, val3 as u32, deadline(ctx.user, timeout, true, realtime)?)
-        }
+        FUTEX_WAIT_BITSET => wait(
+            ctx.k,
+            ctx.user,
+            ctx.thread,
+            addr,
+            val as u32,
+            val3 as u32,
+            deadline(ctx.user, timeout, true, realtime)?,
+        ),
         FUTEX_WAKE => Ok(wake(ctx.k, addr, val as u32 as usize, u32::MAX) as u64),
         FUTEX_WAKE_BITSET => {
             if val3 as u32 == 0 {

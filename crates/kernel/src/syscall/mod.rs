@@ -208,14 +208,20 @@ mod tests {
         let doc = include_str!("../../../../docs/syscalls.md");
         let mut rows = alloc::collections::BTreeMap::new();
         for line in doc.lines().filter_map(|l| l.strip_prefix("| ")) {
-            let cells: alloc::vec::Vec<&str> = line.split(" |").map(str::trim).collect();
-            let Some(nrs) = cells.first() else { continue };
+            let Some((nrs, _)) = line.split_once(" |") else { continue };
+            // The handler is the last cell.
+            let body = line.trim_end().trim_end_matches('|').trim_end();
+            let handler = body.rsplit_once(" | ").map_or("", |(_, h)| h).trim();
             for nr in nrs.split(',').filter_map(|n| n.trim().parse::<u64>().ok()) {
-                rows.insert(nr, cells.last().copied().unwrap_or("").trim_start_matches("| ").trim().to_string());
+                rows.insert(nr, handler.to_string());
             }
         }
         let table: alloc::collections::BTreeMap<u64, &str> = IMPLEMENTED.iter().map(|(n, _, h)| (*n, *h)).collect();
-        assert_eq!(rows.keys().collect::<alloc::vec::Vec<_>>(), table.keys().collect::<alloc::vec::Vec<_>>(), "docs/syscalls.md and the table list different calls");
+        assert_eq!(
+            rows.keys().collect::<alloc::vec::Vec<_>>(),
+            table.keys().collect::<alloc::vec::Vec<_>>(),
+            "docs/syscalls.md and the table list different calls"
+        );
         for (nr, handler) in &table {
             let (file, func) = handler.split_once("::").unwrap_or(("", handler));
             let want = alloc::format!("`syscall/{file}.rs: {func}`");

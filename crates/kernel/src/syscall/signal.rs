@@ -254,4 +254,3 @@ fn full_return(regs: &Regs) -> ! {
 fn full_return(regs: &Regs) -> ! {
     panic!("no return to a program on the host: {regs:?}")
 }
-

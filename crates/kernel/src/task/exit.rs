@@ -94,8 +94,7 @@ fn release_robust_list(k: &Kernel, user: &dyn UserMem, me: &Thread) {
             Ok(v) => v,
             Err(_) => continue,
         };
-        loop {
-            let Some(new) = robust::owner_died(old, tid) else { break };
+        while let Some(new) = robust::owner_died(old, tid) {
             match user.cmpxchg_u32(w, old, new) {
                 Ok(found) if found == old => {
                     if old & robust::FUTEX_WAITERS != 0 {

@@ -5,7 +5,7 @@
 
 use super::kernel::Kernel;
 use super::sched::{self, Wake};
-use super::thread::current;
+use super::thread::Thread;
 use crate::errno::{Errno, SysResult};
 use crate::mm::user::UserMem;
 
@@ -27,11 +27,18 @@ pub fn wake(k: &Kernel, addr: u64, n: usize, bitset: u32) -> usize {
 
 /// Sleeps while the word at `addr` holds `val`, until woken (with a matching
 /// bitset), `until` (monotonic ns) or a signal.
-pub fn wait(k: &Kernel, user: &dyn UserMem, addr: u64, val: u32, bitset: u32, until: Option<u64>) -> SysResult {
+pub fn wait(
+    k: &Kernel,
+    user: &dyn UserMem,
+    me: &Thread,
+    addr: u64,
+    val: u32,
+    bitset: u32,
+    until: Option<u64>,
+) -> SysResult {
     if bitset == 0 {
         return Err(Errno::EINVAL);
     }
-    let me = current();
     {
         let mut table = k.futexes.lock();
         let cur = user.load_u32(addr).map_err(|e| if e == Errno::EINVAL { e } else { Errno::EFAULT })?;

@@ -15,6 +15,8 @@ pub mod kernel;
 pub mod process;
 pub mod sched;
 pub mod signal;
+#[cfg(test)]
+pub mod testing;
 pub mod thread;
 
 pub use ctx::Ctx;
