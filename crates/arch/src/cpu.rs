@@ -70,13 +70,15 @@ mod imp {
     }
 
     pub(crate) fn set_kstack_top(top: u64) {
-        // SAFETY: as in `cpu_id`; `kstack_top` is read by the entry stubs of this CPU
+        // SAFETY: GS points at this CPU's header (mapped for the kernel's life);
+        // `kstack_top` is an aligned u64 read by the entry stubs of this CPU
         // only, and a volatile store is what they see next.
         unsafe { core::ptr::write_volatile(addr_of_mut!((*header()).kstack_top), top) }
     }
 
     pub(crate) fn clear_in_fault() {
-        // SAFETY: as in `cpu_id`; the ring-0 stub sets `in_fault` when it hands an
+        // SAFETY: GS points at this CPU's header (mapped for the kernel's life);
+        // `in_fault` is an aligned u64: the ring-0 stub sets it when it hands an
         // exception to ring 3, this CPU clears it when that handling is over.
         unsafe { core::ptr::write_volatile(addr_of_mut!((*header()).in_fault), 0) }
     }
@@ -106,7 +108,8 @@ mod imp {
     }
 
     pub fn set_timer_armed(at: u64) {
-        // SAFETY: as in `timer_armed`; a plain store to that word.
+        // SAFETY: TIMER_ARMED is an aligned, mapped word of this CPU's page that only
+        // this CPU and its preemption stub touch; a plain store to it.
         unsafe { word(TIMER_ARMED).write_volatile(at) }
     }
 

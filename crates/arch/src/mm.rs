@@ -251,7 +251,8 @@ mod tables {
                 return Ok(v & PTE_ADDR);
             }
             let t = self.alloc_table(chunks)?;
-            // SAFETY: as above; the new entry points at a zeroed table page we own.
+            // SAFETY: `e` is an aligned entry of a live table page (see the read
+            // above); the new entry points at a zeroed table page we own (`held`).
             unsafe { write_volatile(e, t | PTE_PRESENT | PTE_WRITE | PTE_USER) };
             Ok(t)
         }
@@ -292,7 +293,9 @@ mod tables {
 
         pub(super) fn clear(&mut self, virt: u64) {
             if let Some(e) = self.pd_entry(virt, None) {
-                // SAFETY: as in `set`.
+                // SAFETY: `e` is the page-directory entry of a user-half `virt` in the
+                // live tables (found by walking present entries); clearing it only
+                // unmaps the program's block there.
                 unsafe { write_volatile(e, 0) };
                 crate::supervisor::flush_tlb();
             }

@@ -55,7 +55,8 @@ fn bytes(a: &[Align64]) -> &[u8] {
 }
 
 fn bytes_mut(a: &mut [Align64]) -> &mut [u8] {
-    // SAFETY: as in `bytes`; the borrow is exclusive.
+    // SAFETY: Align64 is a repr(C) array of 64 bytes with no padding, so the slice
+    // is `64 * len` initialised bytes, borrowed exclusively for the result's life.
     unsafe { core::slice::from_raw_parts_mut(a.as_mut_ptr().cast::<u8>(), a.len() * 64) }
 }
 

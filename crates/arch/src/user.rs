@@ -117,7 +117,7 @@ onering_user_fault:
         if len == 0 {
             return Ok(());
         }
-        // SAFETY: as in `read`, the other way round: `src` is a live kernel buffer,
+        // SAFETY: `src` is a live kernel buffer of `len` bytes that the copy only reads;
         // the destination lies in the user half, faults are caught.
         ok(unsafe { onering_user_copy(dst, src.as_ptr() as u64, len) })
     }

@@ -2,9 +2,9 @@
 //!
 //! It runs in guest ring 3 beside the program it serves: a system call is a
 //! function call into [`syscall::dispatch`], not a trip to ring 0. Everything that
-//! needs `unsafe` or assembly (entry stubs, context switches, user-memory copies,
-//! page tables, hostcalls) is the framework crate `onering_arch`; this crate is
-//! safe Rust, which the compiler enforces.
+//! needs raw pointers or assembly (entry stubs, context switches, user-memory
+//! copies, page tables, hostcalls) is the framework crate `onering_arch`; this crate
+//! is safe Rust, which the compiler enforces (Cargo.toml forbids the lint).
 //!
 //! Layers, each using only those before it (docs/design.md has the diagram):
 //!
@@ -22,7 +22,6 @@
 //! 5. System calls (`syscall`): the table and one file of handlers per family.
 //! 6. `boot` (guest only): setup and the entry hooks.
 #![cfg_attr(not(test), no_std)]
-#![forbid(unsafe_code)]
 
 extern crate alloc;
 

@@ -3,7 +3,6 @@
 //! framework's entry code.
 #![no_std]
 #![no_main]
-#![forbid(unsafe_code)]
 
 onering_arch::entry_point! {
     main: onering_kernel::boot::kmain,
