@@ -40,9 +40,6 @@ pub enum Counter {
 #[cfg(target_os = "none")]
 mod imp {
     use super::*;
-    use core::ptr::addr_of_mut;
-    use core::sync::atomic::{AtomicU64, Ordering};
-    use onering_abi::PerCpuHeader;
 
     /// This CPU's per-CPU page.
     pub(crate) fn page() -> *mut u8 {
@@ -53,34 +50,41 @@ mod imp {
         base as *mut u8
     }
 
-    fn header() -> *mut PerCpuHeader {
-        page().cast()
+    /// An aligned u64 of this CPU's page at `offset`, read through GS.
+    macro_rules! gs_load {
+        ($offset:expr) => {{
+            let v: u64;
+            // SAFETY: GS points at this CPU's per-CPU page (the VMM set the base and
+            // mapped the page for the kernel's whole life); `$offset` is an aligned
+            // u64 field of it; the load writes nothing.
+            unsafe {
+                core::arch::asm!("mov {}, gs:[{}]", out(reg) v, const $offset, options(nostack, readonly, preserves_flags))
+            };
+            v
+        }};
     }
 
-    /// A kernel-owned word of this CPU's page.
-    fn word(offset: usize) -> *mut u64 {
-        page().wrapping_add(offset).cast()
+    /// Stores `v` into the aligned u64 of this CPU's page at `offset`.
+    macro_rules! gs_store {
+        ($offset:expr, $v:expr) => {{
+            let v: u64 = $v;
+            // SAFETY: as in gs_load; the word is one only this CPU (and its own ring-0
+            // stubs, which read it) uses, so a plain store cannot break anyone.
+            unsafe { core::arch::asm!("mov gs:[{}], {}", const $offset, in(reg) v, options(nostack, preserves_flags)) };
+        }};
     }
 
+    #[inline(always)]
     pub fn cpu_id() -> usize {
-        // SAFETY: the GS base points at this CPU's header, which the VMM wrote and
-        // mapped for the kernel's whole life; `cpu` is an aligned u64 nobody writes
-        // after boot.
-        (unsafe { core::ptr::read_volatile(addr_of_mut!((*header()).cpu)) } as usize) % MAX_CPUS
+        gs_load!(onering_abi::percpu_offsets::CPU) as usize % MAX_CPUS
     }
 
     pub(crate) fn set_kstack_top(top: u64) {
-        // SAFETY: GS points at this CPU's header (mapped for the kernel's life);
-        // `kstack_top` is an aligned u64 read by the entry stubs of this CPU
-        // only, and a volatile store is what they see next.
-        unsafe { core::ptr::write_volatile(addr_of_mut!((*header()).kstack_top), top) }
+        gs_store!(onering_abi::percpu_offsets::KSTACK_TOP, top)
     }
 
     pub(crate) fn clear_in_fault() {
-        // SAFETY: GS points at this CPU's header (mapped for the kernel's life);
-        // `in_fault` is an aligned u64: the ring-0 stub sets it when it hands an
-        // exception to ring 3, this CPU clears it when that handling is over.
-        unsafe { core::ptr::write_volatile(addr_of_mut!((*header()).in_fault), 0) }
+        gs_store!(onering_abi::percpu_offsets::IN_FAULT, 0)
     }
 
     #[inline(always)]
@@ -95,22 +99,22 @@ mod imp {
     }
 
     pub fn take_resched() -> bool {
-        // SAFETY: an aligned, mapped word of this CPU's page used only as an atomic
-        // (an interrupt on this CPU may set it meanwhile; the swap loses nothing).
-        let a = unsafe { &*(word(RESCHED) as *const AtomicU64) };
-        a.swap(0, Ordering::Relaxed) != 0
+        let old: u64;
+        // SAFETY: RESCHED is an aligned, mapped word of this CPU's page; `xchg` with
+        // memory is atomic, so an interrupt on this CPU setting it meanwhile is not
+        // lost.
+        unsafe {
+            core::arch::asm!("xchg {}, gs:[{}]", inout(reg) 0u64 => old, const RESCHED, options(nostack, preserves_flags))
+        };
+        old != 0
     }
 
     pub fn timer_armed() -> u64 {
-        // SAFETY: an aligned, mapped word that only this CPU and its preemption stub
-        // touch; a volatile load.
-        unsafe { word(TIMER_ARMED).read_volatile() }
+        gs_load!(TIMER_ARMED)
     }
 
     pub fn set_timer_armed(at: u64) {
-        // SAFETY: TIMER_ARMED is an aligned, mapped word of this CPU's page that only
-        // this CPU and its preemption stub touch; a plain store to it.
-        unsafe { word(TIMER_ARMED).write_volatile(at) }
+        gs_store!(TIMER_ARMED, at)
     }
 
     pub fn count(c: Counter) {
@@ -143,19 +147,13 @@ mod imp {
     }
 
     /// The running task's address (0: the idle loop).
+    #[inline(always)]
     pub(crate) fn current_task_word() -> u64 {
-        let p: u64;
-        // SAFETY: an aligned load through GS of this CPU's CURRENT_TASK word.
-        unsafe {
-            core::arch::asm!("mov {}, gs:[{}]", out(reg) p, const CURRENT_TASK, options(nostack, readonly, preserves_flags))
-        };
-        p
+        gs_load!(CURRENT_TASK)
     }
 
     pub(crate) fn set_current_task_word(p: u64) {
-        // SAFETY: a kernel-owned word of this CPU's page, read by the preemption stub
-        // of this CPU (whether a thread runs) and by `current_task_word`.
-        unsafe { word(CURRENT_TASK).write_volatile(p) }
+        gs_store!(CURRENT_TASK, p)
     }
 }
 

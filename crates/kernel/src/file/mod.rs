@@ -120,7 +120,8 @@ pub trait File: Send + Sync + 'static {
         None
     }
 
-    /// What threads blocked on this file sleep on (None: it never blocks).
+    /// What threads blocked on this file sleep on (None: it never blocks). Fixed
+    /// for the object's life (the address of something it owns, typically).
     fn wait_key(&self) -> Option<u64> {
         None
     }
@@ -144,6 +145,14 @@ pub trait File: Send + Sync + 'static {
         None
     }
 
+    /// Whether its reads or writes may wait for the host (the standard streams: a
+    /// hostcall that returns when the host's stdin has data or its stdout has
+    /// room). Other files' operations are short and may run under the descriptor
+    /// table's lock (see `syscall::fs::read`). Fixed for the object's life.
+    fn host_io(&self) -> bool {
+        false
+    }
+
     /// Whether a write that fails with EPIPE raises SIGPIPE (pipes and the standard
     /// streams do; a socket decides per call, MSG_NOSIGNAL).
     fn sigpipe(&self) -> bool {
@@ -162,6 +171,10 @@ pub struct OpenFile {
     /// Access mode and status flags (`O_APPEND`, `O_NONBLOCK`, ...).
     flags: AtomicU32,
     offset: AtomicU64,
+    /// The object's `wait_key` and `host_io`, which never change: read on every
+    /// read and write, so kept here rather than asked for each time.
+    key: Option<u64>,
+    host_io: bool,
 }
 
 impl core::fmt::Debug for OpenFile {
@@ -174,7 +187,8 @@ pub type FileRef = Arc<OpenFile>;
 
 impl OpenFile {
     pub fn new(obj: impl File, flags: u32) -> FileRef {
-        Arc::new(OpenFile { obj: Box::new(obj), flags: AtomicU32::new(flags), offset: AtomicU64::new(0) })
+        let (key, host_io) = (obj.wait_key(), obj.host_io());
+        Arc::new(OpenFile { obj: Box::new(obj), flags: AtomicU32::new(flags), offset: AtomicU64::new(0), key, host_io })
     }
 
     /// The object.
@@ -238,7 +252,12 @@ impl OpenFile {
     }
 
     pub fn wait_key(&self) -> Option<u64> {
-        self.obj.wait_key()
+        self.key
+    }
+
+    /// Whether its reads or writes may wait for the host (`File::host_io`).
+    pub fn host_io(&self) -> bool {
+        self.host_io
     }
 
     pub fn node(&self) -> Option<Ino> {

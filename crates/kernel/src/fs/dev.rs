@@ -19,6 +19,22 @@ pub struct DevFile {
 /// Linux caps one read or write at this many bytes.
 const MAX_RW_COUNT: u64 = 0x7fff_f000;
 
+/// Fills `len` bytes of user memory at `buf` with random bytes.
+#[inline(never)]
+fn random(rng: &Mutex<Rng>, user: &dyn UserMem, buf: u64, len: u64) -> SysResult {
+    let mut chunk = [0u8; 256];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(256) as usize;
+        rng.lock().fill(&mut chunk[..n]);
+        if let Err(e) = user.write(buf + done, &chunk[..n]) {
+            return if done > 0 { Ok(done) } else { Err(e) };
+        }
+        done += n as u64;
+    }
+    Ok(len)
+}
+
 impl File for DevFile {
     fn read(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, _: Option<u64>) -> SysResult {
         let len = len.min(MAX_RW_COUNT);
@@ -28,19 +44,7 @@ impl File for DevFile {
                 user.fill(buf, 0, len)?;
                 Ok(len)
             }
-            Device::Random => {
-                let mut chunk = [0u8; 256];
-                let mut done = 0;
-                while done < len {
-                    let n = (len - done).min(256) as usize;
-                    self.rng.lock().fill(&mut chunk[..n]);
-                    if let Err(e) = user.write(buf + done, &chunk[..n]) {
-                        return if done > 0 { Ok(done) } else { Err(e) };
-                    }
-                    done += n as u64;
-                }
-                Ok(len)
-            }
+            Device::Random => random(self.rng, user, buf, len),
             _ => Err(Errno::EBADF),
         }
     }

@@ -81,6 +81,10 @@ impl File for StdinFile {
         Some(self.node.ino)
     }
 
+    fn host_io(&self) -> bool {
+        self.forwarded
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
     }
@@ -112,6 +116,10 @@ impl File for StdoutFile {
 
     fn node(&self) -> Option<Ino> {
         Some(self.node.ino)
+    }
+
+    fn host_io(&self) -> bool {
+        true
     }
 
     /// Writing to a closed host pipe raises SIGPIPE, as `prog | head -1` expects.

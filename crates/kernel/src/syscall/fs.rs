@@ -118,18 +118,53 @@ fn write_error(of: &OpenFile, e: Errno) -> Errno {
 
 // ---- reading and writing ----------------------------------------------------------
 
+/// Transfers up to this long are first tried under the descriptor table's lock
+/// (`Ctx::with_file`), on files that never wait for the host: the common short
+/// read or write then costs no reference counting. Anything else, and a try that
+/// would block, goes the slow way, with its own reference to the file.
+const QUICK_MAX: u64 = 64 * 1024;
+
 pub fn read(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, buf, len, ..] = f.args();
+    if len <= QUICK_MAX {
+        let quick = ctx.with_file(fd, |of| (!of.host_io()).then(|| of.read(ctx.user, buf, len, None)))?;
+        match quick {
+            Some(Err(Errno::EAGAIN)) | None => {}
+            Some(r) => return r,
+        }
+    }
     let of = ctx.file(fd)?;
     blocking(&of, || of.read(ctx.user, buf, len, None))
 }
 
 pub fn write(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, buf, len, ..] = f.args();
-    let of = ctx.file(fd)?;
     let len = len.min(MAX_RW_COUNT);
-    // A blocking pipe takes everything, waiting for room as needed.
     let mut done = 0;
+    if len <= QUICK_MAX {
+        let quick = ctx.with_file(fd, |of| {
+            if of.host_io() {
+                return None;
+            }
+            let r = of.write(ctx.user, buf, len, None);
+            Some((r, of.nonblocking() || of.wait_key().is_none()))
+        })?;
+        match quick {
+            None | Some((Err(Errno::EAGAIN), false)) => {}
+            Some((Ok(n), finished)) if n < len && n > 0 && !finished => done = n,
+            Some((Ok(n), _)) => return Ok(n),
+            Some((Err(e), _)) => {
+                if e == Errno::EPIPE {
+                    // (SIGPIPE if the file says so, outside the table's lock.)
+                    let of = ctx.file(fd)?;
+                    return Err(write_error(&of, e));
+                }
+                return Err(e);
+            }
+        }
+    }
+    let of = ctx.file(fd)?;
+    // A blocking pipe takes everything, waiting for room as needed.
     loop {
         match blocking(&of, || of.write(ctx.user, buf + done, len - done, None)) {
             Ok(n) => {

@@ -22,6 +22,8 @@ pub mod signal;
 pub mod time;
 
 #[cfg(test)]
+pub mod testing;
+#[cfg(test)]
 mod tests_handlers;
 
 use crate::errno::SysResult;

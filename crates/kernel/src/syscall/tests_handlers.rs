@@ -3,8 +3,8 @@
 //! that would block or return to the program (sleeps, signal delivery, clone)
 //! need the guest; the guest programs in tests/guest cover them against the host.
 
+use super::testing::{TestEnv, USER_BASE};
 use crate::mm::user::{UserMem, UserMemExt};
-use crate::task::testing::{TestEnv, USER_BASE};
 
 const B: u64 = USER_BASE;
 const EPERM: i64 = -1;

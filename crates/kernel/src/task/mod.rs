@@ -15,8 +15,6 @@ pub mod kernel;
 pub mod process;
 pub mod sched;
 pub mod signal;
-#[cfg(test)]
-pub mod testing;
 pub mod thread;
 
 pub use ctx::Ctx;

@@ -124,8 +124,9 @@ impl Thread {
         }))
     }
 
-    /// Resets the per-incarnation state for a new thread `tid` of `proc`.
-    pub(super) fn reset(&self, tid: u64, proc: &'static Process, ppid: u64, sigmask: u64, affinity: u64) {
+    /// Resets the per-incarnation state for a new thread `tid` of `proc` (by
+    /// `sched::spawn`, and by host tests that make a thread of their own).
+    pub(crate) fn reset(&self, tid: u64, proc: &'static Process, ppid: u64, sigmask: u64, affinity: u64) {
         self.tid.store(tid, Relaxed);
         self.pid.store(proc.pid(), Relaxed);
         self.ppid.store(ppid, Relaxed);

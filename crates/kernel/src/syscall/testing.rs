@@ -2,13 +2,13 @@
 //! /dev and /tmp, 64 MiB of pretend memory, host page tables that change nothing),
 //! a process with the standard streams, a thread, and a fake user memory.
 
-use super::kernel::{Config, Kernel};
-use super::process::{FsCtx, Process, Start};
-use super::thread::Thread;
-use super::Ctx;
 use crate::file::{oflag, FdTable};
 use crate::mm::space::AddressSpace;
 use crate::mm::user::FakeUser;
+use crate::task::kernel::{Config, Kernel};
+use crate::task::process::{FsCtx, Process, Start};
+use crate::task::thread::Thread;
+use crate::task::{sched, Ctx};
 use crate::vfs::{Vfs, ROOT};
 use onering_arch::frame::SyscallFrame;
 use onering_arch::mm::ChunkAllocator;
@@ -53,7 +53,7 @@ impl TestEnv {
                 fds.insert(crate::fs::open_node(k, &v, ino, flags), false).expect("fd");
             }
         }
-        let pid = super::sched::alloc_tid() + 1_000_000;
+        let pid = sched::alloc_tid() + 1_000_000;
         let start = Start {
             pid,
             ppid: 0,
