@@ -31,9 +31,13 @@ pub enum Hostcall {
     /// (vector, error code, rip, cs, rflags, rsp, ss) from the top of the CPU's IST
     /// stack. Does not return.
     Fatal = 6,
-    /// Reads the host's stdin (`-i`): `args[0]` guest-virtual address, `args[1]`
-    /// length. Returns the bytes read (0 at end of file) or a negative errno.
-    Read = 7,
+    /// Asks for the host's stdin (`-i`): the VMM reads at most `args[1]` bytes into
+    /// the guest-virtual buffer at `args[0]` when the host has input, then posts the
+    /// result in the events page ([`crate::events`]) and wakes a vCPU. Returns at
+    /// once: 0 (accepted), -EBUSY (a request is outstanding), -EBADF (stdin is not
+    /// forwarded: no `-i`), -EFAULT (the buffer is not guest memory). The buffer
+    /// belongs to the VMM until the result is posted.
+    StdinRequest = 7,
     /// Halts this vCPU for at most `args[0]` nanoseconds: its thread sleeps in the
     /// VMM until then or until another vCPU kicks it (the guest cannot `hlt` on
     /// PVM). A kick that came before the halt makes it return at once.
@@ -53,7 +57,7 @@ impl Hostcall {
             4 => Self::Panic,
             5 => Self::FaultAddr,
             6 => Self::Fatal,
-            7 => Self::Read,
+            7 => Self::StdinRequest,
             8 => Self::Halt,
             9 => Self::Kick,
             _ => return None,
@@ -87,7 +91,7 @@ mod tests {
             Hostcall::Panic,
             Hostcall::FaultAddr,
             Hostcall::Fatal,
-            Hostcall::Read,
+            Hostcall::StdinRequest,
             Hostcall::Halt,
             Hostcall::Kick,
         ] {

@@ -16,7 +16,7 @@ pub mod layout;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 7;
+pub const ABI_VERSION: u64 = 8;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -77,6 +77,22 @@ pub mod lapic {
     pub const ICR_FIXED: u32 = 1 << 14;
 }
 
+/// The events page (at [`layout::EVENTS_PHYS`]): how the VMM's device threads
+/// tell the guest that something completed, without an interrupt per event. The
+/// VMM writes the device's result, then sets the device's bit in `PENDING`
+/// (atomically), then wakes a vCPU (a halted one through the halt/kick path, else
+/// an interrupt). The guest swaps `PENDING` to 0 when its scheduler looks (idle
+/// loop, blocking, preemption points) and reads the results of the bits it found.
+pub mod events {
+    /// u64: bit n set = device n has posted something.
+    pub const PENDING: u64 = 0;
+    /// i64: the last stdin request's result: bytes read (> 0), 0 at end of file,
+    /// or a negative errno.
+    pub const STDIN_RESULT: u64 = 8;
+    /// Device bits.
+    pub const STDIN: u64 = 1 << 0;
+}
+
 /// Bits of [`BootInfo::flags`].
 pub mod flags {
     /// `--quiet`: do not report unsupported system calls.
@@ -88,7 +104,7 @@ pub mod flags {
     /// Ring 0 may execute privileged instructions (hardware KVM). Clear on PVM, where
     /// `hlt`, `invlpg`, `wrmsr` and friends raise #GP once ring 3 has run.
     pub const PRIVILEGED_RING0: u64 = 1 << 3;
-    /// `-i`: the program's stdin reads the host's (the `Read` hostcall).
+    /// `-i`: the program's stdin reads the host's (the `StdinRequest` hostcall).
     pub const STDIN: u64 = 1 << 4;
 }
 

@@ -12,8 +12,9 @@
 //! - `task`: kernel stacks, context switches, extended register state.
 //! - `user`: fallible copies to and from the program's memory (faults caught).
 //! - `mm`: 2 MiB chunks of guest RAM (owned tokens) and the page tables' user half.
-//! - `boot`, `heap`, `hostcall`, `supervisor`, `panic`: boot resources, the kernel
-//!   heap, the VMM doorbell, the privileged operations, the panic handler.
+//! - `boot`, `heap`, `hostcall`, `events`, `supervisor`, `panic`: boot resources,
+//!   the kernel heap, the VMM doorbell, the VMM's device completions, the
+//!   privileged operations, the panic handler.
 //!
 //! Layering: this crate names nothing above it. It depends only on `onering-abi`
 //! (the VMM interface) and two small no_std crates (spin locks, a list allocator).
@@ -32,6 +33,7 @@ pub mod boot;
 pub mod cpu;
 #[cfg(target_os = "none")]
 pub mod entry;
+pub mod events;
 pub mod frame;
 pub mod heap;
 pub mod hostcall;

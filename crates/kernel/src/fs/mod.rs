@@ -67,10 +67,7 @@ pub fn open_node(k: &'static Kernel, v: &Vfs, ino: Ino, flags: u32) -> FileRef {
     let node = NodeRef::new(&k.vfs, v, ino);
     let ws = k.cfg.winsize;
     match v.device(ino) {
-        Some(Device::Stdin) => {
-            let forwarded = k.cfg.flags & onering_abi::flags::STDIN != 0;
-            OpenFile::new(stdio::StdinFile { node, forwarded, winsize: ws }, flags)
-        }
+        Some(Device::Stdin) => OpenFile::new(stdio::StdinFile { node, stdin: &k.stdin, winsize: ws }, flags),
         Some(d @ (Device::Stdout | Device::Stderr)) => {
             let fd = if d == Device::Stdout { 1 } else { 2 };
             OpenFile::new(stdio::StdoutFile { node, fd, console: &k.console, winsize: ws }, flags)

@@ -1,18 +1,19 @@
-//! The standard streams: /dev/stdin reads the host's stdin (with `-i`; without it
-//! the program's stdin is empty), /dev/stdout and /dev/stderr write to the console
-//! device (`task::console`), in order with everything else written.
+//! The standard streams: /dev/stdin reads the host's stdin through the stdin
+//! device (`task::stdin`: with `-i`; without it the program's stdin is empty),
+//! /dev/stdout and /dev/stderr write to the console device (`task::console`), in
+//! order with everything else written.
 //!
 //! A write the console cannot take right now (another vCPU is sending and there is
 //! no room) is EAGAIN here; the system call then waits on the console's key.
 
 use super::NodeRef;
 use crate::errno::{Errno, SysResult};
-use crate::file::{File, Meta, OpenFile};
+use crate::file::{File, Meta, OpenFile, Readiness};
 use crate::mm::user::UserMem;
 use crate::task::console::Console;
+use crate::task::stdin::Stdin;
 use crate::vfs::Ino;
 use core::any::Any;
-use onering_abi::Hostcall;
 
 const TIOCGWINSZ: u64 = 0x5413;
 
@@ -21,8 +22,7 @@ const MAX_RW_COUNT: u64 = 0x7fff_f000;
 
 pub struct StdinFile {
     pub node: NodeRef,
-    /// `-i`: reads go to the host.
-    pub forwarded: bool,
+    pub stdin: &'static Stdin,
     /// Host terminal size (rows << 16 | cols), 0 when not a terminal.
     pub winsize: u64,
 }
@@ -48,18 +48,15 @@ fn winsize(user: &dyn UserMem, ws: u64, arg: u64) -> SysResult {
 
 impl File for StdinFile {
     fn read(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, _: Option<u64>) -> SysResult {
-        let len = len.min(MAX_RW_COUNT);
-        if !self.forwarded || len == 0 {
-            return Ok(0);
-        }
-        // The VMM writes into the program's memory by its virtual address: checked
-        // (and backed) first. No kernel lock is held while the VMM waits for input.
-        user.check(buf, len, true)?;
-        let r = onering_arch::hostcall::hostcall(Hostcall::Read, &[buf, len]) as i64;
-        if r < 0 {
-            return Err(Errno::EIO);
-        }
-        Ok((r as u64).min(len))
+        self.stdin.read(user, buf, len.min(MAX_RW_COUNT))
+    }
+
+    fn poll(&self, _: &OpenFile) -> Option<Readiness> {
+        Some(self.stdin.poll())
+    }
+
+    fn wait_key(&self) -> Option<u64> {
+        Some(self.stdin.key())
     }
 
     fn ioctl(&self, _: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
@@ -79,10 +76,6 @@ impl File for StdinFile {
 
     fn node(&self) -> Option<Ino> {
         Some(self.node.ino)
-    }
-
-    fn host_io(&self) -> bool {
-        self.forwarded
     }
 
     fn as_any(&self) -> &dyn Any {

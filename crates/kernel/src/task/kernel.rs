@@ -18,9 +18,10 @@
 //! 7. the scheduler (wait queues, run queues, timers).
 //!
 //! No lock is held across a hostcall that can block: the console sends its bytes
-//! after releasing its lock; stdin is read by the VMM's own thread.
+//! after releasing its lock; stdin is read by the VMM's own thread (`task::stdin`).
 
 use super::console::Console;
+use super::stdin::Stdin;
 use crate::futex::FutexTable;
 use crate::mm::user::GuestUser;
 use crate::mm::UserSpace;
@@ -50,6 +51,7 @@ pub struct Kernel {
     pub mm: Mutex<UserSpace>,
     pub vfs: Mutex<Vfs>,
     pub console: Console,
+    pub stdin: Stdin,
     pub rng: Mutex<Rng>,
     pub futexes: Mutex<FutexTable>,
     /// The thread name (`prctl(PR_SET_NAME)`), NUL padded.
@@ -73,6 +75,19 @@ pub fn install(k: Kernel) -> &'static Kernel {
     KERNEL.call_once(|| k)
 }
 
+/// Looks at the devices' completions the VMM posted (the events page) and hands
+/// them on: called by the scheduler whenever it looks for work.
+pub fn service_events() {
+    let pending = onering_arch::events::take_pending();
+    if pending == 0 {
+        return;
+    }
+    let Some(k) = KERNEL.get() else { return };
+    if pending & onering_abi::events::STDIN != 0 {
+        k.stdin.complete(onering_arch::events::stdin_result());
+    }
+}
+
 /// Most distinct unsupported system calls reported.
 const MAX_WARNED: usize = 1024;
 
@@ -82,10 +97,12 @@ impl Kernel {
         let name = cfg.exe.rsplit(|b| *b == b'/').next().unwrap_or(&[]);
         let n = name.len().min(15);
         comm[..n].copy_from_slice(&name[..n]);
+        let stdin = Stdin::new(cfg.flags & flags::STDIN != 0);
         Kernel {
             cfg,
             mm: Mutex::new(space),
             vfs: Mutex::new(vfs),
+            stdin,
             console: Console::new(),
             rng: Mutex::new(Rng::new(seed)),
             futexes: Mutex::new(FutexTable::new()),

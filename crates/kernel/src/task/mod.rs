@@ -1,7 +1,7 @@
 //! Tasks: the layer that runs things. Threads and the scheduler, processes, the
 //! kernel's state and the context a system call runs in, signal delivery, futex
-//! waits, how threads and processes end, and the console device (which must be
-//! able to make a writer wait).
+//! waits, how threads and processes end, and the console and stdin devices
+//! (which must be able to make a thread wait).
 //!
 //! It builds on the pure libraries below it (memory, the file tree, the file
 //! interface, the signal frame...) and on `onering_arch` for the machine; the file
@@ -15,6 +15,7 @@ pub mod kernel;
 pub mod process;
 pub mod sched;
 pub mod signal;
+pub mod stdin;
 pub mod thread;
 
 pub use ctx::Ctx;

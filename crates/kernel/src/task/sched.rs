@@ -345,6 +345,7 @@ pub enum Wake {
 /// A `wake` that came after the caller registered itself (e.g. on a futex queue)
 /// but before this call is not lost.
 pub fn block(deadline: Option<u64>) -> Wake {
+    super::kernel::service_events();
     let me = current();
     let cpu = this_cpu();
     let (next, cpus) = {
@@ -498,6 +499,7 @@ pub fn yield_now() {
 }
 
 fn give_way(now_anyway: bool) {
+    super::kernel::service_events();
     let me = current();
     let cpu = this_cpu();
     let now = mono_now();
@@ -570,6 +572,7 @@ pub fn idle_loop() -> ! {
     let mut idle_since = mono_now();
     set_state(cpu, CpuState::Polling);
     loop {
+        super::kernel::service_events();
         let now = mono_now();
         if has_work(cpu, now) || stealable(cpu) {
             let (next, cpus) = {

@@ -1,0 +1,159 @@
+//! The host's stdin (with `-i`), as a request and a wait: no vCPU ever blocks in
+//! the VMM for input. A read with nothing buffered posts a request (the
+//! `StdinRequest` hostcall returns at once) and reports EAGAIN; the system call then
+//! sleeps on the device's key like any blocking read, and other threads run. The
+//! VMM's event loop reads the host's stdin when it has input, writes the bytes into
+//! this device's buffer, posts the result in the events page and wakes a vCPU,
+//! whose scheduler calls [`Stdin::complete`] (see `service_events`), which wakes
+//! the reader.
+//!
+//! A request asks for at most what the program asked for (up to 64 KiB), so onering
+//! takes no more of the host's stdin than the program did. End of file is reported
+//! to one read; the next read asks the host again (as a terminal's Ctrl-D).
+
+use crate::errno::{Errno, SysResult};
+use crate::file::{ev, key_of, Readiness};
+use crate::mm::user::UserMem;
+use alloc::vec::Vec;
+use onering_abi::Hostcall;
+use spin::Mutex;
+
+/// Largest request.
+const CAPACITY: usize = 64 * 1024;
+
+#[derive(Default)]
+struct State {
+    /// Bytes from the host: `len` of them from `head`. The VMM writes the buffer
+    /// while a request is outstanding; it is not touched (nor resized) then.
+    buf: Vec<u8>,
+    head: usize,
+    len: usize,
+    requested: bool,
+    eof: bool,
+    error: bool,
+    gen: u64,
+}
+
+pub struct Stdin {
+    /// `-i`: reads go to the host; without it stdin is empty.
+    forwarded: bool,
+    st: Mutex<State>,
+}
+
+impl Stdin {
+    pub fn new(forwarded: bool) -> Self {
+        Stdin { forwarded, st: Mutex::new(State::default()) }
+    }
+
+    /// What a reader that got EAGAIN waits on.
+    pub fn key(&self) -> u64 {
+        key_of(self)
+    }
+
+    /// Reads up to `len` bytes into user memory at `addr`: what is buffered, end of
+    /// file, or EAGAIN after asking the host (never waits).
+    pub fn read(&self, user: &dyn UserMem, addr: u64, len: u64) -> SysResult {
+        if !self.forwarded || len == 0 {
+            return Ok(0);
+        }
+        let mut st = self.st.lock();
+        if st.len > 0 {
+            let n = (len as usize).min(st.len);
+            let start = st.head;
+            user.write(addr, &st.buf[start..start + n])?;
+            st.head += n;
+            st.len -= n;
+            st.gen += 1;
+            return Ok(n as u64);
+        }
+        if st.eof {
+            st.eof = false;
+            return Ok(0);
+        }
+        if st.error {
+            st.error = false;
+            return Err(Errno::EIO);
+        }
+        if !st.requested {
+            let want = (len as usize).min(CAPACITY);
+            if st.buf.len() < want {
+                let more = want - st.buf.len();
+                st.buf.try_reserve_exact(more).map_err(|_| Errno::ENOMEM)?;
+                st.buf.resize(want, 0);
+            }
+            let r = onering_arch::hostcall::hostcall(Hostcall::StdinRequest, &[st.buf.as_ptr() as u64, want as u64]);
+            match r as i64 {
+                0 => st.requested = true,
+                // Not forwarded after all (the VMM decides too): an empty stdin.
+                r if r == -(Errno::EBADF as i64) => return Ok(0),
+                _ => return Err(Errno::EIO),
+            }
+        }
+        Err(Errno::EAGAIN)
+    }
+
+    /// The VMM posted the outstanding request's result (`result`: bytes read, 0 at
+    /// end of file, or a negative errno): readers may go on.
+    pub fn complete(&self, result: i64) {
+        {
+            let mut st = self.st.lock();
+            if !st.requested {
+                return;
+            }
+            st.requested = false;
+            st.head = 0;
+            match result {
+                r if r > 0 => st.len = (r as usize).min(st.buf.len()),
+                0 => st.eof = true,
+                _ => st.error = true,
+            }
+            st.gen += 1;
+        }
+        super::sched::wake_all(self.key());
+    }
+
+    /// Readable when bytes, end of file or an error wait to be read.
+    pub fn poll(&self) -> Readiness {
+        let st = self.st.lock();
+        let ready = !self.forwarded || st.len > 0 || st.eof || st.error;
+        Readiness { events: if ready { ev::IN | ev::RDNORM } else { 0 }, gen: st.gen, key: self.key() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mm::user::FakeUser;
+
+    #[test]
+    fn without_i_stdin_is_empty() {
+        let s = Stdin::new(false);
+        let u = FakeUser::new(0x1000, 64);
+        assert_eq!(s.read(&u, 0x1000, 10), Ok(0));
+        assert_eq!(s.poll().events, ev::IN | ev::RDNORM);
+    }
+
+    #[test]
+    fn a_request_then_its_bytes_then_end_of_file() {
+        let s = Stdin::new(true);
+        let u = FakeUser::new(0x1000, 64);
+        // (The host test's hostcalls return 0: the request is accepted.)
+        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN));
+        assert_eq!(s.poll().events, 0);
+        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "still outstanding: no second request");
+        s.st.lock().buf[..3].copy_from_slice(b"abc"); // what the VMM would write
+        s.complete(3);
+        assert_eq!(s.poll().events, ev::IN | ev::RDNORM);
+        assert_eq!(s.read(&u, 0x1000, 2), Ok(2));
+        assert_eq!(s.read(&u, 0x1002, 2), Ok(1));
+        assert_eq!(u.mem.lock()[..3], *b"abc");
+        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN));
+        s.complete(0);
+        assert_eq!(s.read(&u, 0x1000, 10), Ok(0), "end of file, once");
+        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "then the host is asked again");
+        s.complete(-5);
+        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EIO));
+        s.complete(1);
+        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "a result nobody asked for is ignored");
+    }
+}
