@@ -20,6 +20,10 @@ fn word(offset: u64) -> &'static AtomicU64 {
     &PAGE[(offset / 8) as usize % 2]
 }
 
+/// The stdin request's result was posted (its bit taken) and not yet collected by
+/// `hostcall::stdin_done`.
+static STDIN_POSTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
 /// Takes the devices' pending bits (0: nothing new). A cheap load first: the page
 /// is read on every scheduling decision.
 #[inline]
@@ -28,10 +32,26 @@ pub fn take_pending() -> u64 {
     if w.load(Ordering::Relaxed) == 0 {
         return 0;
     }
-    w.swap(0, Ordering::Acquire)
+    let bits = w.swap(0, Ordering::Acquire);
+    if bits & onering_abi::events::STDIN != 0 {
+        STDIN_POSTED.store(true, Ordering::Release);
+    }
+    bits
+}
+
+/// Whether the stdin result was posted; clears the mark.
+pub(crate) fn stdin_posted() -> bool {
+    STDIN_POSTED.swap(false, Ordering::AcqRel)
 }
 
 /// The last stdin request's result (valid once its bit was taken).
-pub fn stdin_result() -> i64 {
+pub(crate) fn stdin_result() -> i64 {
     word(onering_abi::events::STDIN_RESULT).load(Ordering::Acquire) as i64
+}
+
+/// Host tests: posts `bits` with stdin result `result`, as the VMM would.
+#[cfg(not(target_os = "none"))]
+pub(crate) fn host_post(bits: u64, result: i64) {
+    word(onering_abi::events::STDIN_RESULT).store(result as u64, Ordering::Release);
+    word(onering_abi::events::PENDING).fetch_or(bits, Ordering::Release);
 }

@@ -3,13 +3,97 @@
 //! header, the number to the doorbell page; that MMIO store exits to the VMM, which
 //! leaves the result in the block before it resumes the vCPU.
 //!
+//! The kernel gets typed calls, each sound whatever its arguments: the VMM only
+//! reads the kernel's memory (output) or writes memory this module holds (the stdin
+//! buffer, lent to the VMM and given back only once the VMM said it is done). The
+//! raw doorbell stays inside this crate.
+//!
 //! On the host (unit tests) a hostcall returns 0, or what a handler installed with
 //! `set_host_handler` says.
 
+use alloc::boxed::Box;
 use onering_abi::Hostcall;
+use spin::Mutex;
+
+/// Writes `data` (the kernel's memory: the console buffer, a message) to the host's
+/// `fd` (1 or 2): the VMM's result (the count, or -errno).
+pub fn write(fd: u32, data: &[u8]) -> i64 {
+    hostcall(Hostcall::Write, &[u64::from(fd), data.as_ptr() as u64, data.len() as u64]) as i64
+}
+
+/// Writes `len` bytes of the program's memory at `addr` to the host's `fd`: the VMM
+/// reads them through the page tables (a large write goes straight from the
+/// program). The count, or -errno (-EFAULT if the range is not mapped).
+pub fn write_user(fd: u32, addr: u64, len: u64) -> i64 {
+    hostcall(Hostcall::Write, &[u64::from(fd), addr, len]) as i64
+}
+
+/// Ends the VM with the program's exit status.
+pub fn exit(status: u64) -> ! {
+    hostcall(Hostcall::Exit, &[status & 0xff]);
+    crate::panic::halt_forever()
+}
+
+/// Ends the VM as a fatal signal would.
+pub fn killed(signal: u64, rip: u64, addr: u64) -> ! {
+    hostcall(Hostcall::Killed, &[signal, rip, addr]);
+    crate::panic::halt_forever()
+}
+
+/// The address of this vCPU's last page fault (CR2, which ring 0 here cannot read).
+pub fn fault_addr() -> u64 {
+    hostcall(Hostcall::FaultAddr, &[])
+}
+
+/// Why the VMM did not take a stdin request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StdinRefused {
+    /// No `-i`: the program's stdin is empty.
+    NotForwarded,
+    /// A request is outstanding already.
+    Busy,
+    /// Anything else the VMM said (-errno).
+    Other(i64),
+}
+
+/// The buffer lent to the VMM for the outstanding stdin request.
+static LENT: Mutex<Option<Box<[u8]>>> = Mutex::new(None);
+
+/// Asks the VMM to read the host's stdin into `buf` (when the host has input);
+/// the buffer is the VMM's until [`stdin_done`] gives it back. Refused: the buffer
+/// comes back at once.
+pub fn stdin_request(buf: Box<[u8]>) -> Result<(), (StdinRefused, Box<[u8]>)> {
+    let mut lent = LENT.lock();
+    if lent.is_some() {
+        return Err((StdinRefused::Busy, buf));
+    }
+    // The VMM writes at most `len` bytes at `addr`, and only until it posts the
+    // result; the buffer is kept here (not reachable by the kernel) until then.
+    let r = hostcall(Hostcall::StdinRequest, &[buf.as_ptr() as u64, buf.len() as u64]) as i64;
+    match r {
+        0 => {
+            *lent = Some(buf);
+            Ok(())
+        }
+        -9 => Err((StdinRefused::NotForwarded, buf)),
+        -16 => Err((StdinRefused::Busy, buf)),
+        r => Err((StdinRefused::Other(r), buf)),
+    }
+}
+
+/// The stdin request's buffer and result (bytes read, 0 at end of file, -errno),
+/// once the VMM has posted it (see `events`); None while it is outstanding (or
+/// when none was made).
+pub fn stdin_done() -> Option<(Box<[u8]>, i64)> {
+    if !crate::events::stdin_posted() {
+        return None;
+    }
+    let buf = LENT.lock().take()?;
+    Some((buf, crate::events::stdin_result()))
+}
 
 #[cfg(target_os = "none")]
-pub fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
+pub(crate) fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
     use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};
     use onering_abi::layout::{self, direct};
     let pc = crate::cpu::page().cast::<onering_abi::PerCpuHeader>();
@@ -42,7 +126,18 @@ pub fn set_host_handler(h: Option<HostHandler>) {
 }
 
 #[cfg(not(target_os = "none"))]
-pub fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
+pub(crate) fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
     let h = *HOST_HANDLER.lock().unwrap_or_else(|e| e.into_inner());
     h.map_or(0, |h| h(nr, args))
+}
+
+/// Host tests: what the VMM does for a stdin request (`data` into the lent buffer,
+/// or end of file when empty, the result posted in the events page).
+#[cfg(not(target_os = "none"))]
+pub fn host_complete_stdin(data: &[u8]) {
+    if let Some(buf) = LENT.lock().as_mut() {
+        let n = data.len().min(buf.len());
+        buf[..n].copy_from_slice(&data[..n]);
+        crate::events::host_post(onering_abi::events::STDIN, n as i64);
+    }
 }

@@ -16,7 +16,7 @@ use crate::task::{sched, signal, thread, Ctx};
 use crate::vfs::{rootfs, Vfs, ROOT};
 use core::sync::atomic::Ordering::Relaxed;
 use onering_abi::layout::{self, PAGE_SIZE};
-use onering_abi::{BootInfo, Hostcall};
+use onering_abi::BootInfo;
 use onering_arch::boot::Boot;
 use onering_arch::frame::{FaultFrame, SyscallFrame};
 
@@ -187,8 +187,7 @@ fn on_the_way_out(ctx: &Ctx, frame: &SyscallFrame) {
 /// in the program it is a signal (its handler, or its end).
 pub fn fault_hook(frame: &FaultFrame) -> ! {
     let k = kernel();
-    let addr =
-        if frame.vector == vector::PAGE_FAULT { onering_arch::hostcall::hostcall(Hostcall::FaultAddr, &[]) } else { 0 };
+    let addr = if frame.vector == vector::PAGE_FAULT { onering_arch::hostcall::fault_addr() } else { 0 };
     if frame.vector == vector::PAGE_FAULT {
         first_touch(k, frame, addr);
     }

@@ -14,7 +14,6 @@
 use crate::console::{ConsoleBuf, Step};
 use crate::errno::{Errno, SysResult};
 use crate::mm::user::UserMem;
-use onering_abi::Hostcall;
 use spin::Mutex;
 
 struct State {
@@ -33,17 +32,21 @@ impl Default for Console {
     }
 }
 
-/// Where the bytes of a write are.
+/// Where the bytes of a write are: the program's memory (and its length), or the
+/// kernel's.
 #[derive(Clone, Copy)]
 enum Src<'a> {
-    User(&'a dyn UserMem, u64),
+    User(&'a dyn UserMem, u64, usize),
     Kernel(&'a [u8]),
 }
 
-/// Sends `len` bytes at guest-virtual `addr` to the host's `fd` (the VMM reads
-/// them through the page tables): the count, or EPIPE/EIO.
-fn send(fd: u32, addr: u64, len: usize) -> Result<u64, Errno> {
-    let r = onering_arch::hostcall::hostcall(Hostcall::Write, &[u64::from(fd), addr, len as u64]) as i64;
+/// Sends bytes to the host's `fd` (the VMM reads them through the page tables):
+/// the count, or EPIPE/EIO.
+fn send(fd: u32, src: Src) -> Result<u64, Errno> {
+    let r = match src {
+        Src::Kernel(data) => onering_arch::hostcall::write(fd, data),
+        Src::User(_, addr, len) => onering_arch::hostcall::write_user(fd, addr, len as u64),
+    };
     match r {
         r if r >= 0 => Ok(r as u64),
         // The VMM returns -errno; guard against nonsense rather than trust it.
@@ -69,7 +72,7 @@ impl Console {
         if len == 0 {
             return Ok(0);
         }
-        self.put(fd, Src::User(user, addr), len as usize)
+        self.put(fd, Src::User(user, addr, len as usize), len as usize)
     }
 
     /// Writes onering's own bytes (its messages), waiting if need be.
@@ -92,7 +95,7 @@ impl Console {
                     st.flushing = true;
                     drop(st);
                     let r = taken.map(|(f, bytes)| {
-                        let r = send(f, bytes.as_ptr() as u64, bytes.len());
+                        let r = send(f, Src::Kernel(&bytes));
                         self.st.lock().buf.recycle(bytes);
                         r
                     });
@@ -102,22 +105,18 @@ impl Console {
                     }
                 }
                 Step::Direct => {
-                    let addr = match src {
-                        Src::User(user, addr) => {
-                            user.check(addr, len as u64, false)?;
-                            addr
-                        }
-                        Src::Kernel(data) => data.as_ptr() as u64,
-                    };
+                    if let Src::User(user, addr, len) = src {
+                        user.check(addr, len as u64, false)?;
+                    }
                     st.flushing = true;
                     drop(st);
-                    let r = send(fd, addr, len);
+                    let r = send(fd, src);
                     self.done();
                     return r;
                 }
                 Step::Append => {
                     let now = st.buf.append(fd, len, |dst| match src {
-                        Src::User(user, addr) => user.read(addr, dst),
+                        Src::User(user, addr, _) => user.read(addr, dst),
                         Src::Kernel(data) => {
                             dst.copy_from_slice(data);
                             Ok(())
@@ -139,7 +138,7 @@ impl Console {
         while let Some((fd, bytes)) = st.buf.take() {
             st.flushing = true;
             drop(st);
-            let r = send(fd, bytes.as_ptr() as u64, bytes.len());
+            let r = send(fd, Src::Kernel(&bytes));
             st = self.st.lock();
             st.buf.recycle(bytes);
             if let Err(e) = r {

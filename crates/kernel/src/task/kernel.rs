@@ -30,7 +30,7 @@ use crate::vfs::Vfs;
 use alloc::collections::BTreeSet;
 use alloc::format;
 use alloc::vec::Vec;
-use onering_abi::{flags, Hostcall};
+use onering_abi::flags;
 use spin::{Mutex, Once};
 
 /// What boot fixed and nothing changes.
@@ -84,7 +84,7 @@ pub fn service_events() {
     }
     let Some(k) = KERNEL.get() else { return };
     if pending & onering_abi::events::STDIN != 0 {
-        k.stdin.complete(onering_arch::events::stdin_result());
+        k.stdin.complete();
     }
 }
 
@@ -125,15 +125,13 @@ impl Kernel {
     /// Ends the VM with the program's exit status (after its output).
     pub fn exit(&self, status: u64) -> ! {
         self.console.flush();
-        onering_arch::hostcall::hostcall(Hostcall::Exit, &[status & 0xff]);
-        onering_arch::panic::halt_forever()
+        onering_arch::hostcall::exit(status)
     }
 
     /// Ends the VM as a fatal signal would.
     pub fn killed(&self, signal: u64, rip: u64, addr: u64) -> ! {
         self.console.flush();
-        onering_arch::hostcall::hostcall(Hostcall::Killed, &[signal, rip, addr]);
-        onering_arch::panic::halt_forever()
+        onering_arch::hostcall::killed(signal, rip, addr)
     }
 
     /// Whether `key` is reported now (not yet reported, not `--quiet`, room left).

@@ -14,8 +14,9 @@
 use crate::errno::{Errno, SysResult};
 use crate::file::{ev, key_of, Readiness};
 use crate::mm::user::UserMem;
-use alloc::vec::Vec;
-use onering_abi::Hostcall;
+use alloc::boxed::Box;
+use alloc::vec;
+use onering_arch::hostcall::{stdin_done, stdin_request, StdinRefused};
 use spin::Mutex;
 
 /// Largest request.
@@ -23,9 +24,9 @@ const CAPACITY: usize = 64 * 1024;
 
 #[derive(Default)]
 struct State {
-    /// Bytes from the host: `len` of them from `head`. The VMM writes the buffer
-    /// while a request is outstanding; it is not touched (nor resized) then.
-    buf: Vec<u8>,
+    /// Bytes from the host: `len` of them from `head`. While a request is
+    /// outstanding its buffer is lent to the VMM (held by `onering_arch`).
+    buf: Box<[u8]>,
     head: usize,
     len: usize,
     requested: bool,
@@ -76,40 +77,43 @@ impl Stdin {
         }
         if !st.requested {
             let want = (len as usize).min(CAPACITY);
-            if st.buf.len() < want {
-                let more = want - st.buf.len();
-                st.buf.try_reserve_exact(more).map_err(|_| Errno::ENOMEM)?;
-                st.buf.resize(want, 0);
-            }
-            let r = onering_arch::hostcall::hostcall(Hostcall::StdinRequest, &[st.buf.as_ptr() as u64, want as u64]);
-            match r as i64 {
-                0 => st.requested = true,
-                // Not forwarded after all (the VMM decides too): an empty stdin.
-                r if r == -(Errno::EBADF as i64) => return Ok(0),
-                _ => return Err(Errno::EIO),
+            let buf =
+                if st.buf.len() == want { core::mem::take(&mut st.buf) } else { vec![0u8; want].into_boxed_slice() };
+            match stdin_request(buf) {
+                Ok(()) => st.requested = true,
+                Err((why, buf)) => {
+                    st.buf = buf;
+                    return match why {
+                        // Not forwarded after all (the VMM decides too): an empty stdin.
+                        StdinRefused::NotForwarded => Ok(0),
+                        _ => Err(Errno::EIO),
+                    };
+                }
             }
         }
         Err(Errno::EAGAIN)
     }
 
-    /// The VMM posted the outstanding request's result (`result`: bytes read, 0 at
-    /// end of file, or a negative errno): readers may go on.
-    pub fn complete(&self, result: i64) {
-        {
-            let mut st = self.st.lock();
-            if !st.requested {
-                return;
-            }
-            st.requested = false;
-            st.head = 0;
-            match result {
-                r if r > 0 => st.len = (r as usize).min(st.buf.len()),
-                0 => st.eof = true,
-                _ => st.error = true,
-            }
-            st.gen += 1;
-        }
+    /// The VMM posted the outstanding request's result: its buffer comes back with
+    /// the bytes read (or end of file, or an error), and readers may go on.
+    pub fn complete(&self) {
+        let Some((buf, result)) = stdin_done() else { return };
+        self.settle(buf, result);
         super::sched::wake_all(self.key());
+    }
+
+    fn settle(&self, buf: Box<[u8]>, result: i64) {
+        let mut st = self.st.lock();
+        st.requested = false;
+        st.head = 0;
+        st.len = 0;
+        match result {
+            r if r > 0 => st.len = (r as usize).min(buf.len()),
+            0 => st.eof = true,
+            _ => st.error = true,
+        }
+        st.buf = buf;
+        st.gen += 1;
     }
 
     /// Readable when bytes, end of file or an error wait to be read.
@@ -137,23 +141,25 @@ mod tests {
     fn a_request_then_its_bytes_then_end_of_file() {
         let s = Stdin::new(true);
         let u = FakeUser::new(0x1000, 64);
+        let vmm = |data: &[u8]| {
+            onering_arch::hostcall::host_complete_stdin(data);
+            let _ = onering_arch::events::take_pending();
+            s.complete();
+        };
         // (The host test's hostcalls return 0: the request is accepted.)
         assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN));
         assert_eq!(s.poll().events, 0);
         assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "still outstanding: no second request");
-        s.st.lock().buf[..3].copy_from_slice(b"abc"); // what the VMM would write
-        s.complete(3);
+        vmm(b"abc");
         assert_eq!(s.poll().events, ev::IN | ev::RDNORM);
         assert_eq!(s.read(&u, 0x1000, 2), Ok(2));
         assert_eq!(s.read(&u, 0x1002, 2), Ok(1));
         assert_eq!(u.mem.lock()[..3], *b"abc");
         assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN));
-        s.complete(0);
+        vmm(b"");
         assert_eq!(s.read(&u, 0x1000, 10), Ok(0), "end of file, once");
         assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "then the host is asked again");
-        s.complete(-5);
-        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EIO));
-        s.complete(1);
-        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "a result nobody asked for is ignored");
+        s.complete();
+        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "nothing was posted: still waiting");
     }
 }
