@@ -173,6 +173,26 @@ impl Task {
         Some(self.cpu.load(Relaxed)).filter(|&c| c != NONE)
     }
 
+    /// The system-call frame at the top of its kernel stack, as the entry code
+    /// pushed it, if this is the running task and it is in a system call (for panic
+    /// messages; the number is still in `rax` until the call returns).
+    pub fn syscall_frame(&self) -> Option<SyscallFrame> {
+        if !current().is_some_and(|c| core::ptr::eq(c, self)) {
+            return None;
+        }
+        #[cfg(target_os = "none")]
+        {
+            let at = self.kstack_top - core::mem::size_of::<SyscallFrame>() as u64;
+            // SAFETY: [at, kstack_top) is the top of this task's own kernel stack (cut
+            // from a chunk the arena keeps, never freed), which the running task
+            // (this one) owns; a volatile copy of plain integers, whatever they
+            // hold (garbage if the task is not in a system call).
+            Some(unsafe { (at as *const SyscallFrame).read_volatile() })
+        }
+        #[cfg(not(target_os = "none"))]
+        None
+    }
+
     /// Whether the address lies on its kernel stack.
     pub fn on_stack(&self, addr: u64) -> bool {
         addr < self.kstack_top && addr >= self.kstack_top - KSTACK_SIZE

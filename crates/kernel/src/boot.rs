@@ -149,11 +149,9 @@ pub fn syscall_hook(frame: &mut SyscallFrame) {
     let k = kernel();
     let t = thread::current();
     let user = k.user();
-    let ctx = Ctx { k, thread: t, proc: t.process(), user: &user };
+    let ctx = Ctx { k, thread: t, user: &user };
     let nr = frame.rax;
-    t.in_syscall.store(nr.wrapping_add(1), Relaxed);
     frame.rax = crate::syscall::dispatch(&ctx, frame);
-    t.in_syscall.store(0, Relaxed);
     if frame.rax == crate::errno::Errno::ERESTARTSYS.to_ret() {
         // Interrupted by a signal: EINTR, or (SA_RESTART) again after the handler.
         frame.rax = signal::restart_or_eintr(nr);
@@ -261,8 +259,12 @@ fn panic_note(w: &mut dyn core::fmt::Write) {
     let cpu = onering_arch::cpu::cpu_id();
     match thread::try_current() {
         Some(t) => {
-            let nr = t.in_syscall.load(Relaxed);
-            let call = nr.checked_sub(1).and_then(crate::sysnames::name).unwrap_or("none");
+            // The system call the thread is in, if any: the frame at the top of its
+            // kernel stack still holds the number.
+            let call = match t.task.syscall_frame() {
+                Some(f) => crate::sysnames::name(f.rax).unwrap_or("an unknown one"),
+                None => "none",
+            };
             let _ = write!(w, " (cpu {cpu}, thread {} of process {}, system call {call})", t.tid(), t.pid());
         }
         None => {

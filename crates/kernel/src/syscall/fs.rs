@@ -58,7 +58,7 @@ pub(super) fn is_cwd(dirfd: u64) -> bool {
 /// [`dir`]). Read before the tree is locked.
 pub(super) fn start_dir(ctx: &Ctx, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
     if path.first() == Some(&b'/') || is_cwd(dirfd) {
-        return Ok(ctx.proc.fs.lock().cwd);
+        return Ok(ctx.proc().fs.lock().cwd);
     }
     ctx.file(dirfd)?.node().ok_or(Errno::ENOTDIR)
 }
@@ -274,7 +274,7 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
     if acc == 3 {
         return Err(Errno::EINVAL);
     }
-    let umask = ctx.proc.fs.lock().umask;
+    let umask = ctx.proc().fs.lock().umask;
     let now = real_now();
     let mut v = ctx.k.vfs.lock();
     let base = dir(&v, start)?;
@@ -350,7 +350,7 @@ fn open_file(ctx: &Ctx, dirfd: u64, path: u64, flags: u64, mode: u64) -> SysResu
     let flags = flags as u32;
     let cloexec = flags & oflag::O_CLOEXEC != 0;
     let (end, write, seen) = match open_at(ctx, dirfd, path, flags, mode)? {
-        Opened::File(f) => return ctx.proc.fds.lock().insert(f, cloexec),
+        Opened::File(f) => return ctx.proc().fds.lock().insert(f, cloexec),
         Opened::Fifo { end, write, seen } => (end, write, seen),
     };
     let Some(pipe) = end.downcast::<crate::fs::pipe::PipeEnd>().map(|p| p.pipe().clone()) else {
@@ -367,7 +367,7 @@ fn open_file(ctx: &Ctx, dirfd: u64, path: u64, flags: u64, mode: u64) -> SysResu
         };
         if ready {
             sched::finish_wait(key);
-            return ctx.proc.fds.lock().insert(end, cloexec);
+            return ctx.proc().fds.lock().insert(end, cloexec);
         }
         let w = sched::block(None);
         sched::finish_wait(key);
@@ -390,7 +390,7 @@ pub fn openat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 pub fn close(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     // The file is dropped after the table's lock: a pipe end's last close wakes
     // the other end's threads.
-    let file = ctx.proc.fds.lock().take(f.rdi)?;
+    let file = ctx.proc().fds.lock().take(f.rdi)?;
     drop(file);
     Ok(0)
 }
@@ -403,7 +403,7 @@ pub fn lseek(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 pub fn dup(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let file = ctx.file(f.rdi)?;
-    ctx.proc.fds.lock().insert(file, false)
+    ctx.proc().fds.lock().insert(file, false)
 }
 
 pub fn dup2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
@@ -412,7 +412,7 @@ pub fn dup2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if old as u32 == new as u32 {
         return Ok(new as u32 as u64);
     }
-    let replaced = ctx.proc.fds.lock().install(new, file, false)?;
+    let replaced = ctx.proc().fds.lock().install(new, file, false)?;
     drop(replaced);
     Ok(new as u32 as u64)
 }
@@ -423,7 +423,7 @@ pub fn dup3(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         return Err(Errno::EINVAL);
     }
     let file = ctx.file(old)?;
-    let replaced = ctx.proc.fds.lock().install(new, file, flags != 0)?;
+    let replaced = ctx.proc().fds.lock().install(new, file, flags != 0)?;
     drop(replaced);
     Ok(new as u32 as u64)
 }
@@ -432,9 +432,11 @@ pub fn fcntl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, cmd, arg, ..] = f.args();
     let file = ctx.file(fd)?;
     match cmd {
-        F_DUPFD | F_DUPFD_CLOEXEC => ctx.proc.fds.lock().insert_from(arg as u32 as usize, file, cmd == F_DUPFD_CLOEXEC),
-        F_GETFD => Ok(u64::from(ctx.proc.fds.lock().cloexec(fd)?)),
-        F_SETFD => ctx.proc.fds.lock().set_cloexec(fd, arg & FD_CLOEXEC != 0).map(|_| 0),
+        F_DUPFD | F_DUPFD_CLOEXEC => {
+            ctx.proc().fds.lock().insert_from(arg as u32 as usize, file, cmd == F_DUPFD_CLOEXEC)
+        }
+        F_GETFD => Ok(u64::from(ctx.proc().fds.lock().cloexec(fd)?)),
+        F_SETFD => ctx.proc().fds.lock().set_cloexec(fd, arg & FD_CLOEXEC != 0).map(|_| 0),
         F_GETFL => Ok(u64::from(file.flags())),
         F_SETFL => {
             file.set_flags((file.flags() & !oflag::SETTABLE) | (arg as u32 & oflag::SETTABLE));
@@ -456,7 +458,7 @@ pub fn ioctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
             }
             Ok(0)
         }
-        FIOCLEX | FIONCLEX => ctx.proc.fds.lock().set_cloexec(fd, request == FIOCLEX).map(|_| 0),
+        FIOCLEX | FIONCLEX => ctx.proc().fds.lock().set_cloexec(fd, request == FIOCLEX).map(|_| 0),
         _ => of.obj().ioctl(&of, ctx.user, request, arg),
     }
 }
@@ -470,7 +472,7 @@ fn pipe_call(ctx: &Ctx, fds_addr: u64, flags: u64) -> SysResult {
     let (r, w) = make_pipe_ends(flags as u32);
     let cloexec = flags & oflag::O_CLOEXEC as u64 != 0;
     let (rfd, wfd) = {
-        let mut fds = ctx.proc.fds.lock();
+        let mut fds = ctx.proc().fds.lock();
         let rfd = fds.insert(r, cloexec)?;
         match fds.insert(w, cloexec) {
             Ok(wfd) => (rfd, wfd),
@@ -525,7 +527,7 @@ fn write_stat(ctx: &Ctx, addr: u64, m: &Meta) -> SysResult {
 fn stat_target(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u64) -> Result<Meta, Errno> {
     if flags & AT_EMPTY_PATH != 0 && ctx.user.read_cstr(path_addr, PATH_MAX - 1)?.is_empty() {
         if is_cwd(dirfd) {
-            let cwd = ctx.proc.fs.lock().cwd;
+            let cwd = ctx.proc().fs.lock().cwd;
             return Ok(crate::fs::meta_of(&ctx.k.vfs.lock(), cwd));
         }
         return Ok(ctx.file(dirfd)?.obj().stat());
@@ -626,7 +628,7 @@ pub fn faccessat2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 pub fn getcwd(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [buf, size, ..] = f.args();
-    let cwd = ctx.proc.fs.lock().cwd;
+    let cwd = ctx.proc().fs.lock().cwd;
     let mut path = ctx.k.vfs.lock().path_of(cwd)?;
     path.push(0);
     if (path.len() as u64) > size {
@@ -638,7 +640,7 @@ pub fn getcwd(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 pub fn chdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let path = path_arg(ctx, f.rdi)?;
-    let cwd = ctx.proc.fs.lock().cwd;
+    let cwd = ctx.proc().fs.lock().cwd;
     let (ino, hold) = {
         let v = ctx.k.vfs.lock();
         let ino = dir(&v, v.lookup(cwd, &path, true)?)?;
@@ -659,7 +661,7 @@ pub fn fchdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 fn set_cwd(ctx: &Ctx, ino: Ino, hold: crate::vfs::Hold) -> SysResult {
     let old = {
-        let mut fs = ctx.proc.fs.lock();
+        let mut fs = ctx.proc().fs.lock();
         fs.cwd = ino;
         fs.cwd_hold.replace(hold)
     };
@@ -792,7 +794,7 @@ pub fn rmdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 fn make_dir(ctx: &Ctx, dirfd: u64, path_addr: u64, mode_arg: u64) -> SysResult {
     let path = path_arg(ctx, path_addr)?;
     let start = start_dir(ctx, dirfd, &path)?;
-    let umask = ctx.proc.fs.lock().umask;
+    let umask = ctx.proc().fs.lock().umask;
     let now = real_now();
     let mut v = ctx.k.vfs.lock();
     let base = dir(&v, start)?;
@@ -853,7 +855,7 @@ pub fn ftruncate(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 }
 
 pub fn umask(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
-    let mut fs = ctx.proc.fs.lock();
+    let mut fs = ctx.proc().fs.lock();
     let old = fs.umask;
     fs.umask = f.rdi as u32 & 0o777;
     Ok(u64::from(old))

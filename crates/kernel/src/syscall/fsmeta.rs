@@ -60,7 +60,7 @@ impl Target {
 
 fn fd_node(ctx: &Ctx, fd: u64) -> Result<Ino, Errno> {
     if is_cwd(fd) {
-        return Ok(ctx.proc.fs.lock().cwd);
+        return Ok(ctx.proc().fs.lock().cwd);
     }
     ctx.file(fd)?.node().ok_or(Errno::EINVAL)
 }
@@ -318,7 +318,7 @@ pub fn linkat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 fn make_node(ctx: &Ctx, dirfd: u64, path_addr: u64, m: u64) -> SysResult {
     let path = path_arg(ctx, path_addr)?;
     let start = start_dir(ctx, dirfd, &path)?;
-    let umask = ctx.proc.fs.lock().umask;
+    let umask = ctx.proc().fs.lock().umask;
     let now = real_now();
     let mut v = ctx.k.vfs.lock();
     let base = dir(&v, start)?;

@@ -28,7 +28,7 @@ const NONBLOCK: u64 = oflag::O_NONBLOCK as u64;
 const EP_MAX_EVENTS: u64 = 0x7fff_ffff / 12;
 
 fn install(ctx: &Ctx, f: FileRef, flags: u64) -> SysResult {
-    ctx.proc.fds.lock().insert(f, flags & CLOEXEC != 0)
+    ctx.proc().fds.lock().insert(f, flags & CLOEXEC != 0)
 }
 
 fn make_eventfd(ctx: &Ctx, init: u64, flags: u64) -> SysResult {

@@ -156,11 +156,11 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
     let thread = flags & CLONE_THREAD != 0;
     let tid = sched::alloc_tid();
     // A new process: its pid is its first thread's tid.
-    let proc = if thread { ctx.proc } else { Process::create(ctx.proc.child_start(tid))? };
+    let proc = if thread { ctx.proc() } else { Process::create(ctx.proc().child_start(tid))? };
     let spawn = Spawn {
         tid,
         proc,
-        ppid: if thread { me.ppid.load(Relaxed) } else { ctx.proc.pid() },
+        ppid: if thread { me.ppid.load(Relaxed) } else { ctx.proc().pid() },
         frame: child_frame(f, stack),
         fs_base: if flags & CLONE_SETTLS != 0 { tls } else { cpu::fs_base() },
         sigmask: me.sigmask.load(Relaxed),
@@ -181,7 +181,7 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
         if flags & CLONE_VFORK != 0 {
             proc.family.lock().vfork_parent = Some(me);
         }
-        ctx.proc.family.lock().children += 1;
+        ctx.proc().family.lock().children += 1;
     }
     // The tid stores are best effort, as on Linux: a bad pointer is ignored.
     if flags & CLONE_PARENT_SETTID != 0 {
@@ -214,7 +214,7 @@ pub fn execve(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if path.is_empty() {
         return Err(Errno::ENOENT);
     }
-    let cwd = ctx.proc.fs.lock().cwd;
+    let cwd = ctx.proc().fs.lock().cwd;
     {
         let v = ctx.k.vfs.lock();
         let ino = v.lookup(cwd, &path, true)?;
@@ -241,7 +241,7 @@ pub fn wait4(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         return Err(Errno::EINVAL);
     }
     let want = pid as i64;
-    let key = wait_key(ctx.proc.pid());
+    let key = wait_key(ctx.proc().pid());
     if status != 0 {
         ctx.user.check(status, 4, true)?;
     }
@@ -251,7 +251,7 @@ pub fn wait4(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     loop {
         sched::prepare_wait(key);
         let found = {
-            let mut fam = ctx.proc.family.lock();
+            let mut fam = ctx.proc().family.lock();
             match fam.zombies.iter().position(|&(z, _)| want == -1 || want == 0 || z as i64 == want) {
                 Some(i) => Some(fam.zombies.remove(i)),
                 None if fam.children == 0 => {
@@ -344,7 +344,7 @@ fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
 
 fn rlimit(ctx: &Ctx, resource: u64, new: u64, old: u64) -> SysResult {
     let resource = u32::try_from(resource).map_err(|_| Errno::EINVAL)?;
-    let cur = match ctx.proc.rlimits.lock().get(&resource) {
+    let cur = match ctx.proc().rlimits.lock().get(&resource) {
         Some(l) => *l,
         None => default_rlimit(resource).ok_or(Errno::EINVAL)?,
     };
@@ -366,7 +366,7 @@ fn rlimit(ctx: &Ctx, resource: u64, new: u64, old: u64) -> SysResult {
         ctx.user.write(old, &b)?;
     }
     if let Some(l) = set {
-        ctx.proc.rlimits.lock().insert(resource, l);
+        ctx.proc().rlimits.lock().insert(resource, l);
     }
     Ok(0)
 }

@@ -43,7 +43,7 @@ pub fn rt_sigaction(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         ctx.user.check(oact, 32, true)?;
     }
     let old = {
-        let mut actions = ctx.proc.actions.lock();
+        let mut actions = ctx.proc().actions.lock();
         let old = actions[s as usize - 1];
         if let Some(n) = new {
             actions[s as usize - 1] = n;

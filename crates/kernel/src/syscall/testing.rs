@@ -70,7 +70,7 @@ impl TestEnv {
     }
 
     pub fn ctx(&self) -> Ctx<'_> {
-        Ctx { k: self.k, thread: self.thread, proc: self.proc, user: &self.user }
+        Ctx { k: self.k, thread: self.thread, user: &self.user }
     }
 
     /// Makes system call `nr` with `args`: its result as Linux returns it.

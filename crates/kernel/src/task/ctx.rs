@@ -13,14 +13,19 @@ use crate::mm::user::UserMem;
 pub struct Ctx<'a> {
     pub k: &'static Kernel,
     pub thread: &'static Thread,
-    pub proc: &'static Process,
     pub user: &'a dyn UserMem,
 }
 
 impl Ctx<'_> {
+    /// The calling thread's process (looked up when a call needs it: most do not).
+    #[inline]
+    pub fn proc(&self) -> &'static Process {
+        self.thread.process()
+    }
+
     /// The open file of descriptor `fd`.
     pub fn file(&self, fd: u64) -> Result<FileRef, Errno> {
-        self.proc.fds.lock().get(fd).cloned()
+        self.proc().fds.lock().get(fd).cloned()
     }
 
     /// Runs `f` on the open file of descriptor `fd` under the descriptor table's
@@ -28,7 +33,7 @@ impl Ctx<'_> {
     /// third of a null system call here). Only for short operations that take no
     /// lock before the table's in the lock order and wait for nothing.
     pub fn with_file<R>(&self, fd: u64, f: impl FnOnce(&FileRef) -> R) -> Result<R, Errno> {
-        let fds = self.proc.fds.lock();
+        let fds = self.proc().fds.lock();
         Ok(f(fds.get(fd)?))
     }
 }

@@ -62,8 +62,6 @@ pub struct Thread {
     /// The address of its last page fault that found the block already backed
     /// (a second such fault there is SIGSEGV, not another retry).
     pub last_fault: AtomicU64,
-    /// The system call it is in (number + 1; 0: none), for panic messages.
-    pub in_syscall: AtomicU64,
 }
 
 impl core::fmt::Debug for Thread {
@@ -120,7 +118,6 @@ impl Thread {
             vfork_done: AtomicBool::new(false),
             doomed: AtomicBool::new(false),
             last_fault: AtomicU64::new(u64::MAX),
-            in_syscall: AtomicU64::new(0),
         }))
     }
 
@@ -145,7 +142,6 @@ impl Thread {
         self.last_fault.store(u64::MAX, Relaxed);
         self.wakeup.store(false, Relaxed);
         self.timed_out.store(false, Relaxed);
-        self.in_syscall.store(0, Relaxed);
     }
 
     pub fn tid(&self) -> u64 {
