@@ -7,13 +7,13 @@
 //! in the guest because the VMM must validate it anyway (exit status 126), and
 //! copying it straight into place costs the guest no page touches at boot.
 
-use crate::elf::Program;
 use crate::kernel_image;
-use crate::rewrite;
 use crate::stack::{self, StackError, StackSpec};
 use crate::x86::{self, PageTables, X86Error, PTE_GLOBAL, PTE_PCD, PTE_PWT};
 use onering_abi::layout::{self, align_down, align_up, direct, HUGE_PAGE_SIZE};
 use onering_abi::{vvar, BootInfo, MemRegion, PerCpuHeader, UserMapping, ABI_VERSION, BOOT_MAGIC};
+use onering_rewrite::elf::{self, Program};
+use onering_rewrite::{functions, rewrite};
 use thiserror::Error;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -118,34 +118,6 @@ fn placement(prog: &Program) -> (u64, u64) {
     (bias, hi.wrapping_add(bias))
 }
 
-/// Function ranges (loaded addresses) for decoding: the symbol table's; in a stripped
-/// file the unwind information's (.eh_frame FDEs, else the .eh_frame_hdr index's
-/// function starts, each running to the next).
-pub(crate) fn function_ranges(prog: &Program, file: &[u8], bias: u64) -> Vec<(u64, u64)> {
-    let symbols = crate::elf::functions(file);
-    if !symbols.is_empty() {
-        return symbols.into_iter().map(|(a, s)| (a.wrapping_add(bias), s)).collect();
-    }
-    let fdes = crate::elf::eh_frame_functions(file);
-    if !fdes.is_empty() {
-        return fdes.into_iter().map(|(a, s)| (a.wrapping_add(bias), s)).collect();
-    }
-    let starts = crate::elf::unwind_function_starts(file, prog);
-    let end_of = |a: u64| {
-        prog.segments.iter().find(|s| a >= s.vaddr && a < s.vaddr + s.filesz).map(|s| s.vaddr + s.filesz).unwrap_or(a)
-    };
-    starts
-        .iter()
-        .enumerate()
-        .map(|(i, &a)| {
-            let seg_end = end_of(a);
-            let end = starts.get(i + 1).map_or(seg_end, |&n| n.min(seg_end));
-            (a.wrapping_add(bias), end.saturating_sub(a))
-        })
-        .filter(|(_, s)| *s > 0)
-        .collect()
-}
-
 /// Plans the rewriting of `prog`'s system-call sites, trampolines after its image.
 /// Independent of guest memory, so it can run while the VM is being created.
 pub fn plan_rewrite(prog: &Program, file: &[u8]) -> rewrite::Plan {
@@ -153,13 +125,13 @@ pub fn plan_rewrite(prog: &Program, file: &[u8]) -> rewrite::Plan {
     let code: Vec<rewrite::Code> = prog
         .segments
         .iter()
-        .filter(|s| s.flags & crate::elf::PF_X != 0)
+        .filter(|s| s.flags & elf::PF_X != 0)
         .map(|s| rewrite::Code {
             addr: s.vaddr.wrapping_add(bias),
             bytes: &file[s.offset as usize..(s.offset + s.filesz) as usize],
         })
         .collect();
-    let functions = function_ranges(prog, file, bias);
+    let functions = functions::ranges(prog, file, bias);
     let target = rewrite::Target {
         entry: kernel_image::SYSCALL_ENTRY,
         user_rsp: onering_abi::percpu_offsets::USER_RSP as u32,
@@ -399,7 +371,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::elf::tests::tiny_elf;
+    use onering_rewrite::testing::tiny_elf;
 
     fn spec(mem: u64) -> LoadSpec<'static> {
         LoadSpec {
