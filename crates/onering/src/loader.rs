@@ -12,7 +12,7 @@ use crate::stack::{self, StackError, StackSpec};
 use crate::x86::{self, PageTables, X86Error, PTE_GLOBAL, PTE_PCD, PTE_PWT};
 use onering_abi::layout::{self, align_down, align_up, direct, HUGE_PAGE_SIZE};
 use onering_abi::{vvar, BootInfo, MemRegion, PerCpuHeader, UserMapping, ABI_VERSION, BOOT_MAGIC};
-use onering_rewrite::elf::{self, Program};
+use onering_rewrite::elf::Program;
 use onering_rewrite::{functions, rewrite};
 use thiserror::Error;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
@@ -122,22 +122,19 @@ fn placement(prog: &Program) -> (u64, u64) {
 /// Independent of guest memory, so it can run while the VM is being created.
 pub fn plan_rewrite(prog: &Program, file: &[u8]) -> rewrite::Plan {
     let (bias, vhi) = placement(prog);
-    let code: Vec<rewrite::Code> = prog
-        .segments
-        .iter()
-        .filter(|s| s.flags & elf::PF_X != 0)
-        .map(|s| rewrite::Code {
-            addr: s.vaddr.wrapping_add(bias),
-            bytes: &file[s.offset as usize..(s.offset + s.filesz) as usize],
-        })
-        .collect();
+    let code = rewrite::program_code(prog, file, bias);
     let functions = functions::ranges(prog, file, bias);
     let target = rewrite::Target {
         entry: kernel_image::SYSCALL_ENTRY,
         user_rsp: onering_abi::percpu_offsets::USER_RSP as u32,
         kstack_top: onering_abi::percpu_offsets::KSTACK_TOP as u32,
     };
-    rewrite::plan(&code, &functions, align_up(vhi, 64), &target)
+    // An image that ends at the top of the address space gets no rewrite: `load`
+    // refuses it anyway (it does not lie in user space).
+    match vhi.checked_next_multiple_of(64) {
+        Some(base) => rewrite::plan(&code, &functions, base, &target),
+        None => rewrite::Plan::default(),
+    }
 }
 
 /// Writes everything into `mem`; returns the boot info (also written to memory,
@@ -192,7 +189,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     }
     for s in &prog.segments {
         let pa = img_phys + (s.vaddr.wrapping_add(bias) - img_virt);
-        write(mem, pa, &file[s.offset as usize..(s.offset + s.filesz) as usize])?;
+        write(mem, pa, s.bytes(file))?;
     }
     for patch in &rewrite.patches {
         write(mem, img_phys + (patch.addr - img_virt), &patch.bytes)?;

@@ -1,7 +1,15 @@
 //! Parsing and validating the program's ELF file: enough to load a static x86-64
 //! executable (ET_EXEC, or ET_DYN without an interpreter: static-pie), and a clear
-//! reason for everything else. Pure: works on a byte slice.
+//! reason for everything else. Pure: works on a byte slice, and total: every field is
+//! read through [`crate::bytes`], so no file, however crafted, makes it panic.
+//!
+//! It lives in this crate rather than in the VMM because it is the first parser of
+//! the same untrusted bytes the function discovery and the rewriter read: one pure
+//! crate holds everything that interprets the file, and is fuzzed as one (the
+//! rewriter's tests also need the segments). The VMM keeps what needs guest
+//! memory: copying the segments into place.
 
+use crate::bytes::{slice, u16_at, u32_at, u64_at, u8_at};
 use thiserror::Error;
 
 pub const PT_LOAD: u32 = 1;
@@ -62,16 +70,6 @@ pub struct Program {
     pub segments: Vec<Segment>,
 }
 
-pub(crate) fn u16_at(b: &[u8], o: usize) -> u16 {
-    u16::from_le_bytes([b[o], b[o + 1]])
-}
-pub(crate) fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
-}
-pub(crate) fn u64_at(b: &[u8], o: usize) -> u64 {
-    u64::from_le_bytes(b[o..o + 8].try_into().unwrap())
-}
-
 fn machine_name(m: u16) -> &'static str {
     match m {
         3 => "32-bit x86 (i386)",
@@ -89,63 +87,76 @@ fn machine_name(m: u16) -> &'static str {
     }
 }
 
+impl Segment {
+    /// The segment's bytes in `file` (the file it was parsed from); empty if they do
+    /// not lie in it.
+    pub fn bytes<'a>(&self, file: &'a [u8]) -> &'a [u8] {
+        slice(file, self.offset, self.filesz).unwrap_or(&[])
+    }
+
+    /// The end of the segment in memory (exclusive), saturated.
+    pub fn end(&self) -> u64 {
+        self.vaddr.saturating_add(self.memsz)
+    }
+}
+
 impl Program {
     /// Parses and validates `file`.
     pub fn parse(file: &[u8]) -> Result<Program, ElfError> {
-        if file.len() < 16 || &file[..4] != b"\x7fELF" {
+        if file.len() < 16 || file.get(..4) != Some(b"\x7fELF") {
             return Err(ElfError::NotElf);
         }
-        match file[4] {
-            1 => return Err(ElfError::Class32),
-            2 => {}
+        match u8_at(file, 4) {
+            Some(1) => return Err(ElfError::Class32),
+            Some(2) => {}
             _ => return Err(ElfError::Malformed("unknown ELF class")),
         }
-        if file[5] == 2 {
-            return Err(ElfError::BigEndian);
+        match u8_at(file, 5) {
+            Some(1) => {}
+            Some(2) => return Err(ElfError::BigEndian),
+            _ => return Err(ElfError::Malformed("unknown data encoding")),
         }
-        if file[5] != 1 {
-            return Err(ElfError::Malformed("unknown data encoding"));
-        }
+        const SHORT: ElfError = ElfError::Malformed("file shorter than an ELF header");
         if file.len() < EHDR_SIZE {
-            return Err(ElfError::Malformed("file shorter than an ELF header"));
+            return Err(SHORT);
         }
-        let machine = u16_at(file, 18);
+        let machine = u16_at(file, 18).ok_or(SHORT)?;
         if machine != EM_X86_64 {
             return Err(ElfError::Machine(machine_name(machine)));
         }
-        let pie = match u16_at(file, 16) {
+        let pie = match u16_at(file, 16).ok_or(SHORT)? {
             ET_EXEC => false,
             ET_DYN => true,
             ET_REL => return Err(ElfError::NotExecutable("a relocatable object file (.o)")),
             ET_CORE => return Err(ElfError::NotExecutable("a core dump")),
             _ => return Err(ElfError::NotExecutable("an ELF file of unknown type")),
         };
-        let entry = u64_at(file, 24);
-        let phoff = u64_at(file, 32);
-        let phentsize = u16_at(file, 54) as usize;
-        let phnum = u16_at(file, 56) as usize;
-        if phentsize != PHDR_SIZE {
+        let entry = u64_at(file, 24).ok_or(SHORT)?;
+        let phoff = u64_at(file, 32).ok_or(SHORT)?;
+        let phentsize = u16_at(file, 54).ok_or(SHORT)?;
+        let phnum = u64::from(u16_at(file, 56).ok_or(SHORT)?);
+        if usize::from(phentsize) != PHDR_SIZE {
             return Err(ElfError::Malformed("unexpected program header size"));
         }
-        (phnum as u64)
+        const PAST_END: ElfError = ElfError::Malformed("program headers past the end of the file");
+        phnum
             .checked_mul(PHDR_SIZE as u64)
             .and_then(|n| n.checked_add(phoff))
             .filter(|e| *e <= file.len() as u64)
-            .ok_or(ElfError::Malformed("program headers past the end of the file"))?;
+            .ok_or(PAST_END)?;
         let mut segments = Vec::new();
         let mut phdr_vaddr = None;
         let mut eh_frame_hdr = None;
         for i in 0..phnum {
-            let p = &file[phoff as usize + i * PHDR_SIZE..][..PHDR_SIZE];
-            let kind = u32_at(p, 0);
-            let (offset, vaddr, filesz, memsz) = (u64_at(p, 8), u64_at(p, 16), u64_at(p, 32), u64_at(p, 40));
+            // In the file: checked above (and again here, without a panic path).
+            let p = slice(file, phoff + i * PHDR_SIZE as u64, PHDR_SIZE as u64).ok_or(PAST_END)?;
+            let field = |at: usize| u64_at(p, at).unwrap_or(0);
+            let kind = u32_at(p, 0).unwrap_or(0);
+            let (offset, vaddr, filesz, memsz) = (field(8), field(16), field(32), field(40));
             match kind {
                 PT_INTERP => {
-                    let end = offset.checked_add(filesz).filter(|e| *e <= file.len() as u64);
-                    let name = match end {
-                        Some(end) => String::from_utf8_lossy(&file[offset as usize..end as usize])
-                            .trim_end_matches('\0')
-                            .to_string(),
+                    let name = match slice(file, offset, filesz) {
+                        Some(bytes) => String::from_utf8_lossy(bytes).trim_end_matches('\0').to_string(),
                         None => "unreadable".to_string(),
                     };
                     return Err(ElfError::Dynamic(name));
@@ -159,13 +170,13 @@ impl Program {
                     if filesz > memsz {
                         return Err(ElfError::Malformed("segment larger in the file than in memory"));
                     }
-                    if offset.checked_add(filesz).is_none_or(|e| e > file.len() as u64) {
+                    if slice(file, offset, filesz).is_none() {
                         return Err(ElfError::Malformed("segment extends past the end of the file"));
                     }
                     if vaddr.checked_add(memsz).is_none() {
                         return Err(ElfError::Malformed("segment wraps around the address space"));
                     }
-                    segments.push(Segment { vaddr, offset, filesz, memsz, flags: u32_at(p, 4) });
+                    segments.push(Segment { vaddr, offset, filesz, memsz, flags: u32_at(p, 4).unwrap_or(0) });
                 }
                 _ => {}
             }
@@ -174,18 +185,16 @@ impl Program {
             return Err(ElfError::NoLoad);
         }
         segments.sort_by_key(|s| s.vaddr);
-        for w in segments.windows(2) {
-            if w[0].vaddr + w[0].memsz > w[1].vaddr {
-                return Err(ElfError::Malformed("overlapping segments"));
-            }
+        if segments.windows(2).any(|w| matches!(w, [a, b] if a.end() > b.vaddr)) {
+            return Err(ElfError::Malformed("overlapping segments"));
         }
-        Ok(Program { pie, entry, phoff, phnum: phnum as u64, phdr_vaddr, eh_frame_hdr, segments })
+        Ok(Program { pie, entry, phoff, phnum, phdr_vaddr, eh_frame_hdr, segments })
     }
 
     /// Lowest and highest (exclusive) virtual address of the loaded image, unbiased.
     pub fn span(&self) -> (u64, u64) {
         let lo = self.segments.first().map(|s| s.vaddr).unwrap_or(0);
-        let hi = self.segments.iter().map(|s| s.vaddr + s.memsz).max().unwrap_or(0);
+        let hi = self.segments.iter().map(Segment::end).max().unwrap_or(0);
         (lo, hi)
     }
 
@@ -195,8 +204,11 @@ impl Program {
         self.phdr_vaddr.or_else(|| {
             self.segments
                 .iter()
-                .find(|s| s.offset <= self.phoff && self.phoff + self.phnum * PHDR_SIZE as u64 <= s.offset + s.filesz)
-                .map(|s| s.vaddr + (self.phoff - s.offset))
+                .find(|s| {
+                    let headers_end = self.phnum.checked_mul(PHDR_SIZE as u64).and_then(|n| n.checked_add(self.phoff));
+                    s.offset <= self.phoff && headers_end.is_some_and(|e| Some(e) <= s.offset.checked_add(s.filesz))
+                })
+                .map(|s| s.vaddr.wrapping_add(self.phoff - s.offset))
         })
     }
 }

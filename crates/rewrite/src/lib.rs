@@ -4,6 +4,7 @@
 //! it is tested, and fuzzed, on the host; the VMM (`crates/onering`) only copies the
 //! result into guest memory.
 //!
+//! - [`bytes`]: total reads of the untrusted file, the only way the parsers read it.
 //! - [`elf`]: the ELF and program headers: is this a static x86-64 executable, and
 //!   what is loaded where (exit status 126 and a reason otherwise).
 //! - [`functions`]: where functions start and end (symbol table, `.eh_frame`,
@@ -13,6 +14,7 @@
 //! - [`testing`]: hand-made ELF files for tests (here and in the VMM's).
 #![forbid(unsafe_code)]
 
+pub mod bytes;
 pub mod elf;
 pub mod functions;
 pub mod rewrite;

@@ -27,6 +27,7 @@
 //!
 //! A site whose neighbourhood cannot be moved safely stays as it is and traps.
 
+use crate::elf::{Program, PF_X};
 use crate::x86len::{self, Flow};
 use yaxpeax_arch::{Decoder as _, LengthedInstruction, U8Reader};
 use yaxpeax_x86::long_mode::{InstDecoder, Instruction as X86, Opcode, Operand, RegSpec};
@@ -70,6 +71,16 @@ pub struct Plan {
 pub struct Code<'a> {
     pub addr: u64,
     pub bytes: &'a [u8],
+}
+
+/// The executable segments of `prog` (parsed from `file`) as code to rewrite, at
+/// their loaded addresses (`bias` added).
+pub fn program_code<'a>(prog: &Program, file: &'a [u8], bias: u64) -> Vec<Code<'a>> {
+    prog.segments
+        .iter()
+        .filter(|s| s.flags & PF_X != 0)
+        .map(|s| Code { addr: s.vaddr.wrapping_add(bias), bytes: s.bytes(file) })
+        .collect()
 }
 
 /// What an instruction means to the rewriter.
@@ -131,7 +142,7 @@ fn classify(i: &X86, ip: u64) -> (Kind, Option<i32>, usize) {
             _ => {}
         }
     }
-    let kind = match site_or_branch(i, ip + len as u64) {
+    let kind = match site_or_branch(i, ip.wrapping_add(len as u64)) {
         Some(k) => k,
         None => match i.opcode() {
             RETURN => Kind::Return,
@@ -150,7 +161,8 @@ fn classify(i: &X86, ip: u64) -> (Kind, Option<i32>, usize) {
 /// leaves 0, 1, 2 or 4 bytes after it.
 fn disp_offset(bytes: &[u8], disp: i32) -> Option<usize> {
     let want = disp.to_le_bytes();
-    (2..=bytes.len().checked_sub(4)?).find(|&p| bytes[p..p + 4] == want && matches!(bytes.len() - p - 4, 0 | 1 | 2 | 4))
+    (2..=bytes.len().checked_sub(4)?)
+        .find(|&p| bytes.get(p..p + 4) == Some(&want[..]) && matches!(bytes.len() - p - 4, 0 | 1 | 2 | 4))
 }
 
 /// Decodes one instruction of `bytes` at `ip`.
@@ -159,11 +171,14 @@ fn decode_one(decoder: &InstDecoder, ip: u64, bytes: &[u8]) -> Ins {
         return Ins { ip, len: 1, kind: Kind::Other, rip_rel: None };
     };
     let (kind, rip_disp, len) = classify(&i, ip);
-    let next = ip + len as u64;
+    let Some(ins_bytes) = bytes.get(..len).filter(|b| !b.is_empty()) else {
+        return Ins { ip, len: 1, kind: Kind::Other, rip_rel: None };
+    };
+    let next = ip.wrapping_add(len as u64);
     let (kind, rip_rel) = match rip_disp {
         None => (kind, None),
         // A rip-relative operand is moved only if its displacement can be found.
-        Some(d) => match disp_offset(&bytes[..len], d) {
+        Some(d) => match disp_offset(ins_bytes, d) {
             Some(at) => (kind, Some((next.wrapping_add(d as i64 as u64), at))),
             None => (Kind::Other, None),
         },
@@ -177,8 +192,8 @@ fn decode_n(addr: u64, bytes: &[u8], max: usize) -> Vec<Ins> {
     let decoder = InstDecoder::default();
     let mut out = Vec::new();
     let mut pos = 0usize;
-    while pos < bytes.len() && out.len() < max {
-        let ins = decode_one(&decoder, addr + pos as u64, &bytes[pos..]);
+    while let Some(rest) = bytes.get(pos..).filter(|r| !r.is_empty() && out.len() < max) {
+        let ins = decode_one(&decoder, addr + pos as u64, rest);
         pos += ins.len;
         out.push(ins);
     }
@@ -189,9 +204,9 @@ fn decode_n(addr: u64, bytes: &[u8], max: usize) -> Vec<Ins> {
 /// a site or a direct branch (and where to), from the length decoder.
 fn scan(addr: u64, bytes: &[u8], mut f: impl FnMut(u64, Kind)) {
     let mut pos = 0usize;
-    while pos < bytes.len() {
+    while let Some(rest) = bytes.get(pos..).filter(|r| !r.is_empty()) {
         let ip = addr + pos as u64;
-        match x86len::decode(&bytes[pos..], ip) {
+        match x86len::decode(rest, ip) {
             Some((len, flow)) => {
                 f(
                     ip,
@@ -215,23 +230,34 @@ fn has_syscall_bytes(b: &[u8]) -> bool {
     memchr::memmem::find(b, &[0x0f, 0x05]).is_some()
 }
 
+/// The pieces of `code` to decode one by one: each function wholly inside a piece
+/// of code, and the gaps between them; only those that may hold a site. `code`
+/// pieces must not wrap around the address space; `functions` must be sorted.
 fn units<'a>(code: &[Code<'a>], functions: &[(u64, u64)]) -> Vec<Code<'a>> {
     let mut out = Vec::new();
     for c in code {
-        let end = c.addr + c.bytes.len() as u64;
-        let piece =
-            |from: u64, to: u64| Code { addr: from, bytes: &c.bytes[(from - c.addr) as usize..(to - c.addr) as usize] };
+        let end = c.addr.saturating_add(c.bytes.len() as u64);
+        // [from, to) lies inside `c` at every call below.
+        let piece = |from: u64, to: u64| Code {
+            addr: from,
+            bytes: c.bytes.get((from - c.addr) as usize..(to - c.addr) as usize).unwrap_or(&[]),
+        };
         let mut at = c.addr;
-        // `functions` is sorted by address; overlapping entries are skipped.
-        for &(a, s) in functions.iter().filter(|(a, s)| *a >= c.addr && a.checked_add(*s).is_some_and(|e| e <= end)) {
+        // Functions from the first at or after the piece's start (a binary search, so
+        // many pieces and many functions cost n log n); overlapping entries are skipped.
+        let first = functions.partition_point(|f| f.0 < c.addr);
+        for &(a, s) in functions.get(first..).unwrap_or(&[]).iter().take_while(|f| f.0 < end) {
+            let Some(e) = a.checked_add(s).filter(|e| *e <= end) else {
+                continue;
+            };
             if a < at {
                 continue;
             }
             if a > at {
                 out.push(piece(at, a));
             }
-            out.push(piece(a, a + s));
-            at = a + s;
+            out.push(piece(a, e));
+            at = e;
         }
         if at < end {
             out.push(piece(at, end));
@@ -256,12 +282,13 @@ fn movable(i: &Ins, last: bool) -> bool {
 fn encode(ins: &[Ins], code: &Code, mut rip: u64) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     for i in ins {
-        let start = (i.ip - code.addr) as usize;
-        let mut b = code.bytes.get(start..start + i.len)?.to_vec();
+        let start = usize::try_from(i.ip.checked_sub(code.addr)?).ok()?;
+        let mut b = code.bytes.get(start..start.checked_add(i.len)?)?.to_vec();
+        let next = rip.checked_add(i.len as u64)?;
         if let Some((target, at)) = i.rip_rel {
-            b[at..at + 4].copy_from_slice(&rel32(rip + i.len as u64, target)?);
+            b.get_mut(at..at + 4)?.copy_from_slice(&rel32(next, target)?);
         }
-        rip += i.len as u64;
+        rip = next;
         out.extend(b);
     }
     Some(out)
@@ -287,31 +314,47 @@ fn trampoline(pre: &[Ins], post: &[Ins], code: &Code, at: u64, back: u64, t: &Ta
     // pushfq ; pop %r11 (on the kernel stack)
     out.extend([0x9c, 0x41, 0x5b]);
     // lea R(%rip), %rcx ; jmp *E(%rip)  -- R follows the jmp
-    let lea_at = at + out.len() as u64;
-    let r = lea_at + 7 + 6;
+    // (Addresses are checked: `at` is the caller's and may lie anywhere.)
+    let lea_at = at.checked_add(out.len() as u64)?;
+    let r = lea_at.checked_add(7 + 6)?;
     out.extend([0x48, 0x8d, 0x0d]);
     out.extend(rel32(lea_at + 7, r)?);
     let post_code = encode(post, code, r)?;
-    let e = r + post_code.len() as u64 + JMP_LEN as u64;
+    let e = r.checked_add(post_code.len() as u64 + JMP_LEN as u64)?;
     out.extend([0xff, 0x25]);
     out.extend(rel32(lea_at + 13, e)?);
     out.extend(&post_code);
     // jmp back
-    let jmp_back_at = at + out.len() as u64;
+    let jmp_back_at = at.checked_add(out.len() as u64)?;
     out.push(0xe9);
-    out.extend(rel32(jmp_back_at + 5, back)?);
+    out.extend(rel32(jmp_back_at.checked_add(5)?, back)?);
     out.extend(t.entry.to_le_bytes());
     Some(out)
 }
 
 /// Finds and rewrites the `syscall` sites of `code`; trampolines go at `base`
-/// (which must be within ±2 GiB of the code). `functions` are the symbol table's
-/// function ranges (loaded addresses), empty if there are none.
+/// (which must be within ±2 GiB of the code). `functions` are function ranges
+/// (loaded addresses) from [`crate::functions::ranges`], empty if there are none.
+///
+/// Total on any input: code that would wrap around the address space is left alone,
+/// function ranges may be anything (unsorted, overlapping, outside the code), and
+/// every patch lies inside the code it was given (the fuzz tests check this).
 pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target) -> Plan {
+    let code: Vec<Code> = code.iter().copied().filter(|c| c.addr.checked_add(c.bytes.len() as u64).is_some()).collect();
+    // Ranges come sorted from the file's tables; a load bias that wraps some of them
+    // around (a hostile static-pie) unsorts them.
+    let mut sorted;
+    let functions = if functions.is_sorted() {
+        functions
+    } else {
+        sorted = functions.to_vec();
+        sorted.sort_unstable();
+        &sorted[..]
+    };
     // Pass 1, streaming (no instruction is kept: a large binary has hundreds of
     // thousands): every direct branch target, and for each site where decoding may
     // restart to see the instructions just before it.
-    let units = units(code, functions);
+    let units = units(&code, functions);
     let mut targets: Vec<u64> = Vec::new();
     let mut sites: Vec<(usize, u64, u64)> = Vec::new(); // (unit, restart address, site)
     for (n, unit) in units.iter().enumerate() {
@@ -339,9 +382,12 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
     let mut plan = Plan { sites: sites.len(), ..Plan::default() };
     let mut done_until = 0u64; // code below this address is already patched
     for (n, restart, site) in sites {
-        let unit = &units[n];
+        let Some(unit) = units.get(n) else { continue };
+        // In the unit: `restart <= site`, and `done_until` counts only if it is above
+        // `restart` (so inside the unit) and not above the site.
         let from = restart.max(done_until).min(site);
-        let local = decode_n(from, &unit.bytes[(from - unit.addr) as usize..], 2 * REACH + 2);
+        let bytes = unit.bytes.get((from - unit.addr) as usize..).unwrap_or(&[]);
+        let local = decode_n(from, bytes, 2 * REACH + 2);
         let Some(idx) = local.iter().position(|i| i.ip == site) else {
             continue; // decoding from `done_until` lost the instruction boundaries
         };
@@ -350,7 +396,9 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
             continue;
         };
         let (ws, we) = (local[lo].ip, local[hi].next_ip());
-        let at = base + plan.trampolines.len() as u64;
+        let Some(at) = base.checked_add(plan.trampolines.len() as u64) else {
+            continue;
+        };
         let Some(tramp) = trampoline(&local[lo..idx], &local[idx + 1..=hi], unit, at, we, target) else {
             continue;
         };

@@ -30,3 +30,44 @@ pub fn tiny_elf(code: &[u8]) -> Vec<u8> {
     f.extend_from_slice(code);
     f
 }
+
+/// `elf` with sections appended: each `(name, address, bytes)` as an allocated
+/// PROGBITS section, then a `.shstrtab`, then the section headers (a null one first),
+/// as a linker lays them out.
+pub fn with_sections(elf: &[u8], sections: &[(&str, u64, &[u8])]) -> Vec<u8> {
+    let mut f = elf.to_vec();
+    let mut names = vec![0u8];
+    let mut headers = vec![[0u8; 64]];
+    let mut header = |name: u32, kind: u32, addr: u64, offset: u64, size: u64| {
+        let mut h = [0u8; 64];
+        h[0..4].copy_from_slice(&name.to_le_bytes());
+        h[4..8].copy_from_slice(&kind.to_le_bytes());
+        h[8..16].copy_from_slice(&2u64.to_le_bytes());
+        h[16..24].copy_from_slice(&addr.to_le_bytes());
+        h[24..32].copy_from_slice(&offset.to_le_bytes());
+        h[32..40].copy_from_slice(&size.to_le_bytes());
+        headers.push(h);
+    };
+    for (name, addr, data) in sections {
+        f.resize(f.len().next_multiple_of(8), 0);
+        let name_at = names.len() as u32;
+        names.extend(name.as_bytes());
+        names.push(0);
+        header(name_at, 1, *addr, f.len() as u64, data.len() as u64);
+        f.extend_from_slice(data);
+    }
+    let strtab_name = names.len() as u32;
+    names.extend(b".shstrtab\0");
+    header(strtab_name, 3, 0, f.len() as u64, names.len() as u64);
+    f.extend(&names);
+    f.resize(f.len().next_multiple_of(8), 0);
+    let shoff = f.len() as u64;
+    for h in &headers {
+        f.extend(h);
+    }
+    f[40..48].copy_from_slice(&shoff.to_le_bytes());
+    f[58..60].copy_from_slice(&64u16.to_le_bytes());
+    f[60..62].copy_from_slice(&(headers.len() as u16).to_le_bytes());
+    f[62..64].copy_from_slice(&(headers.len() as u16 - 1).to_le_bytes());
+    f
+}

@@ -9,7 +9,7 @@ mod common;
 use iced_x86::{Code as Op, FlowControl, Instruction, Mnemonic};
 use onering_rewrite::elf::{self, Program};
 use onering_rewrite::functions;
-use onering_rewrite::rewrite::{plan, Code, Plan, Target};
+use onering_rewrite::rewrite::{plan, program_code, Plan, Target};
 use onering_rewrite::x86len::{self, Flow};
 use std::path::Path;
 
@@ -20,12 +20,7 @@ fn check(path: &Path) -> Plan {
     let file = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let prog = Program::parse(&file).unwrap();
     let bias = if prog.pie { common::PIE_BASE } else { 0 };
-    let code: Vec<Code> = prog
-        .segments
-        .iter()
-        .filter(|s| s.flags & elf::PF_X != 0)
-        .map(|s| Code { addr: s.vaddr + bias, bytes: &file[s.offset as usize..(s.offset + s.filesz) as usize] })
-        .collect();
+    let code = program_code(&prog, &file, bias);
     let functions = functions::ranges(&prog, &file, bias);
     let base = (prog.span().1 + bias).next_multiple_of(64);
     let start = std::time::Instant::now();
@@ -185,4 +180,18 @@ fn glibc_static_busybox() {
 #[test]
 fn go_static() {
     check(&common::go_hello());
+}
+
+#[test]
+fn stripped_binaries_keep_their_unwind_ranges() {
+    // Debian's busybox is stripped: its functions come from .eh_frame, which must
+    // parse in full (a record the parser took for broken would discard them all).
+    let file = std::fs::read(common::busybox()).unwrap();
+    assert!(functions::functions(&file).is_empty(), "busybox has no symbols");
+    let fdes = functions::eh_frame_functions(&file);
+    assert!(fdes.len() > 1000, "{} FDEs", fdes.len());
+    let file = std::fs::read(common::musl_hello_stripped()).unwrap();
+    assert!(functions::functions(&file).is_empty());
+    let with_symbols = functions::eh_frame_functions(&std::fs::read(common::musl_hello()).unwrap());
+    assert_eq!(functions::eh_frame_functions(&file), with_symbols);
 }
