@@ -120,15 +120,15 @@ impl Machine {
         if c.started.load(Ordering::Acquire) {
             return Ok(());
         }
-        let (entry, stack, arg) = crate::loader::cpu_start(cpu);
-        let vcpu = crate::vm::create_vcpu(
+        let (entry, stack, arg) = crate::layout::cpu_start(cpu);
+        let vcpu = super::vcpu::create_vcpu(
             &self.vm,
             &self.cpuid,
             cpu,
             entry,
             stack,
             arg,
-            crate::kernel_image::SYSCALL_TRAP_ENTRY,
+            crate::embedded::kernel_image::SYSCALL_TRAP_ENTRY,
         )
         .map_err(|e| format!("cannot start vCPU {cpu}: {e}"))?;
         std::thread::Builder::new()
