@@ -7,6 +7,7 @@
 //! It takes a plain `VmConfig`, not the command line: `cli` parses and validates
 //! options and the program file, maps errors to exit statuses and prints messages.
 
+use crate::devices::{self, BusError};
 use crate::embedded::{kernel_image, vdso};
 use crate::exit::Outcome;
 use crate::loader::rootfs::{self, RootfsError};
@@ -56,6 +57,8 @@ pub enum BuildError {
     BootInfo(LoadError),
     #[error("{0}")]
     Rootfs(#[from] RootfsError),
+    #[error("{0}")]
+    Bus(#[from] BusError),
 }
 
 impl BuildError {
@@ -165,6 +168,7 @@ pub fn run(
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     loader::write_boot_info(&mem, &bi).map_err(BuildError::BootInfo)?;
     vm::advise_pool(&mem, bi.phys_free_start);
+    let bus = devices::standard_bus()?;
     let finish: Finish = Box::new(move |mem, outcome| {
         trace.mark("VM ended");
         trace.print();
@@ -172,6 +176,6 @@ pub fn run(
     });
     // The VM (and its memory) stays until the process exits: its teardown (~0.6 ms
     // here) happens after onering has exited, see sys::exit_leaving_teardown.
-    let machine = vstate::Machine::new(mem, vmfd, cpuid, config.smp, finish);
+    let machine = vstate::Machine::new(mem, bus, vmfd, cpuid, config.smp, finish);
     Machine::run_boot_cpu(machine, vcpu, &|| trace.mark("first exit from the guest"))
 }

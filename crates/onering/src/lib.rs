@@ -43,6 +43,7 @@ macro_rules! say_raw {
 pub mod arch;
 pub mod builder;
 pub mod cli;
+pub mod devices;
 pub mod embedded;
 pub mod exit;
 pub mod layout;

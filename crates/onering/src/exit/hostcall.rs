@@ -154,6 +154,7 @@ mod tests {
 
     struct TestEnv {
         mem: GuestMemoryMmap,
+        bus: crate::devices::MmioBus,
         out: Vec<(u32, Vec<u8>)>,
         fail: Option<std::io::ErrorKind>,
         halts: u32,
@@ -163,6 +164,9 @@ mod tests {
     impl Env for TestEnv {
         fn mem(&self) -> &GuestMemoryMmap {
             &self.mem
+        }
+        fn bus(&self) -> &crate::devices::MmioBus {
+            &self.bus
         }
         fn cpu(&self) -> u64 {
             0
@@ -198,14 +202,15 @@ mod tests {
     fn env() -> TestEnv {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap();
         PageTables::new(&mem).map_2m(0x40_0000, 0x40_0000, 0).unwrap();
-        TestEnv { mem, out: vec![], fail: None, halts: 0, kicks: vec![] }
+        let bus = crate::devices::standard_bus().unwrap();
+        TestEnv { mem, bus, out: vec![], fail: None, halts: 0, kicks: vec![] }
     }
 
     fn call(e: &mut TestEnv, nr: Hostcall, args: &[u64]) -> Action {
         for (i, a) in args.iter().enumerate() {
             e.mem.write_obj(*a, GuestAddress(layout::hostcall_block(0) + 8 * i as u64)).unwrap();
         }
-        handle(VmExit::MmioWrite { addr: onering_abi::layout::HOSTCALL_DOORBELL_PHYS, data: nr as u64 }, e)
+        handle(VmExit::MmioWrite { addr: onering_abi::layout::HOSTCALL_DOORBELL_PHYS, data: nr as u64, len: 8 }, e)
     }
 
     fn ret(e: &TestEnv) -> i64 {

@@ -12,6 +12,7 @@
 //! the guest broke) reports the outcome and ends the whole process, whatever the
 //! other vCPUs are doing, so no guest can keep the VMM alive after that.
 
+use crate::devices::MmioBus;
 use crate::exit::{self, Action, Env, Outcome, VmExit};
 use kvm_bindings::CpuId;
 use kvm_ioctls::{VcpuFd, VmFd};
@@ -32,6 +33,8 @@ struct Cpu {
 
 pub struct Machine {
     pub mem: GuestMemoryMmap,
+    /// The MMIO devices; fixed before the first vCPU runs.
+    pub bus: MmioBus,
     vm: VmFd,
     cpuid: CpuId,
     cpus: Vec<Cpu>,
@@ -49,11 +52,27 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Machine {
     /// A machine of `ncpus` vCPUs (vCPU 0 already created by the caller). It lives
     /// until the process exits.
-    pub fn new(mem: GuestMemoryMmap, vm: VmFd, cpuid: CpuId, ncpus: u64, finish: Finish) -> &'static Machine {
+    pub fn new(
+        mem: GuestMemoryMmap,
+        bus: MmioBus,
+        vm: VmFd,
+        cpuid: CpuId,
+        ncpus: u64,
+        finish: Finish,
+    ) -> &'static Machine {
         let cpus = (0..ncpus)
             .map(|i| Cpu { started: AtomicBool::new(i == 0), kicked: Mutex::new(false), wake: Condvar::new() })
             .collect();
-        Box::leak(Box::new(Machine { mem, vm, cpuid, cpus, starting: Mutex::new(()), ending: Mutex::new(()), finish }))
+        Box::leak(Box::new(Machine {
+            mem,
+            bus,
+            vm,
+            cpuid,
+            cpus,
+            starting: Mutex::new(()),
+            ending: Mutex::new(()),
+            finish,
+        }))
     }
 
     /// Runs vCPU 0 on the calling thread; ends the process when the VM ends.
@@ -78,8 +97,10 @@ impl Machine {
                 Err(e) => return Outcome::GuestError(format!("KVM_RUN failed on vCPU {cpu}: {e}")),
             };
             let mut env = VcpuEnv { m: self, vcpu, cpu };
-            if let Action::Stop(o) = exit::handle(exit, &mut env) {
-                return o;
+            match exit::handle(exit, &mut env) {
+                Action::Resume => {}
+                Action::CompleteRead { addr, len, value } => super::vcpu::complete_mmio_read(vcpu, addr, len, value),
+                Action::Stop(o) => return o,
             }
         }
     }
@@ -155,6 +176,9 @@ struct VcpuEnv<'a> {
 impl Env for VcpuEnv<'_> {
     fn mem(&self) -> &GuestMemoryMmap {
         &self.m.mem
+    }
+    fn bus(&self) -> &MmioBus {
+        &self.m.bus
     }
     fn cpu(&self) -> u64 {
         self.cpu
