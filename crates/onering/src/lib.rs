@@ -45,6 +45,7 @@ pub mod builder;
 pub mod cli;
 pub mod devices;
 pub mod embedded;
+pub mod event_loop;
 pub mod exit;
 pub mod layout;
 pub mod loader;

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 const LAYERS: &[&[&str]] = &[
     &["sys", "embedded", "trace"],
     &["layout"],
-    &["arch", "devices"],
+    &["arch", "devices", "event_loop"],
     &["loader", "exit"],
     &["vstate"],
     &["builder"],

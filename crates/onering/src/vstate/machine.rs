@@ -8,11 +8,16 @@
 //! makes that halt return at once, so the guest's "check, then halt" cannot lose a
 //! wake-up.
 //!
+//! Device back ends on the event loop (`crate::event_loop`, held here and started
+//! only when a device registers with it) tell the guest about work with
+//! [`Machine::kick`], the same wake-up a `Kick` hostcall gives.
+//!
 //! Ending: the first vCPU whose exit stops the VM (the program exited, was killed,
 //! the guest broke) reports the outcome and ends the whole process, whatever the
 //! other vCPUs are doing, so no guest can keep the VMM alive after that.
 
 use crate::devices::MmioBus;
+use crate::event_loop::LazyEventLoop;
 use crate::exit::{self, Action, Env, Outcome, VmExit};
 use kvm_bindings::CpuId;
 use kvm_ioctls::{VcpuFd, VmFd};
@@ -35,6 +40,9 @@ pub struct Machine {
     pub mem: GuestMemoryMmap,
     /// The MMIO devices; fixed before the first vCPU runs.
     pub bus: MmioBus,
+    /// Where device back ends wait for host file descriptors; not started until one
+    /// registers.
+    pub events: LazyEventLoop,
     vm: VmFd,
     cpuid: CpuId,
     cpus: Vec<Cpu>,
@@ -66,6 +74,7 @@ impl Machine {
         Box::leak(Box::new(Machine {
             mem,
             bus,
+            events: LazyEventLoop::new(),
             vm,
             cpuid,
             cpus,
@@ -116,7 +125,9 @@ impl Machine {
     }
 
     fn halt(&self, cpu: u64, d: Duration) {
-        let c = &self.cpus[cpu as usize];
+        let Some(c) = self.cpus.get(cpu as usize) else {
+            return;
+        };
         let mut kicked = lock(&c.kicked);
         if !*kicked {
             kicked = c.wake.wait_timeout(kicked, d).map_or_else(|e| e.into_inner().0, |r| r.0);
@@ -124,8 +135,16 @@ impl Machine {
         *kicked = false;
     }
 
-    fn kick(&'static self, cpu: u64) -> Result<(), String> {
-        let c = &self.cpus[cpu as usize];
+    /// Wakes vCPU `cpu` out of its halt, or starts it if it never ran. Sticky: a
+    /// kick that comes before the halt makes that halt return at once. For the `Kick`
+    /// hostcall, and for device back ends (on the event loop's thread) that have
+    /// work for the guest: they kick the vCPU that should look, and it returns from
+    /// its `Halt` hostcall to the guest kernel, which checks the device. Errors: no
+    /// such vCPU, or starting it failed.
+    pub fn kick(&'static self, cpu: u64) -> Result<(), String> {
+        let Some(c) = self.cpus.get(cpu as usize) else {
+            return Err(format!("no vCPU {cpu}"));
+        };
         if !c.started.load(Ordering::Acquire) {
             return self.start(cpu);
         }
@@ -137,7 +156,9 @@ impl Machine {
     /// Creates vCPU `cpu` and its thread, which enters the kernel's entry.
     fn start(&'static self, cpu: u64) -> Result<(), String> {
         let _g = lock(&self.starting);
-        let c = &self.cpus[cpu as usize];
+        let Some(c) = self.cpus.get(cpu as usize) else {
+            return Err(format!("no vCPU {cpu}"));
+        };
         if c.started.load(Ordering::Acquire) {
             return Ok(());
         }
