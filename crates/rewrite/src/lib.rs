@@ -12,11 +12,14 @@
 //! - [`x86len`]: the instruction-length decoder of the rewriter's first pass.
 //! - [`rewrite`]: finding `syscall` sites and planning their patches and trampolines.
 //! - [`testing`]: hand-made ELF files for tests (here and in the VMM's).
+//! - [`fuzz`]: a seeded generator, a fuzz driver and the fuzz targets (byte
+//!   functions the tests and cargo-fuzz share).
 #![forbid(unsafe_code)]
 
 pub mod bytes;
 pub mod elf;
 pub mod functions;
+pub mod fuzz;
 pub mod rewrite;
 pub mod testing;
 pub mod x86len;

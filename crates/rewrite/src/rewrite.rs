@@ -531,4 +531,17 @@ mod tests {
             plan(&[Code { addr: 0x401000, bytes: &[0xb8, 1, 0, 0, 0, 0x0f, 0x05, 0xc3] }], &[], 0x7000_0000_0000, &T);
         assert_eq!((p.sites, p.rewritten), (1, 0));
     }
+
+    /// Many pieces of code and many function ranges: the split into units is a
+    /// binary search per piece, not a scan of every function for every piece.
+    #[test]
+    fn many_pieces_and_many_functions_are_cheap() {
+        let bytes = [0x0f, 0x05, 0x90, 0x90];
+        let code: Vec<Code> = (0..60_000u64).map(|i| Code { addr: 0x40_0000 + i * 0x10, bytes: &bytes }).collect();
+        let functions: Vec<(u64, u64)> = (0..200_000u64).map(|i| (0x40_0000 + i * 3, 2)).collect();
+        let t = std::time::Instant::now();
+        let p = plan(&code, &functions, 0x1000_0000, &T);
+        assert!(p.sites > 40_000, "{}", p.sites); // functions that split a `0f 05` hide it
+        assert!(t.elapsed().as_secs() < 2, "{:?}", t.elapsed());
+    }
 }
