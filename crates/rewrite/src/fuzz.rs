@@ -399,7 +399,7 @@ mod tests {
 
     #[test]
     fn the_driver_counts_panics_errors_and_hangs() {
-        let r = run("self-test", 10, 7, Duration::from_secs(60), |_, i| match i {
+        let r = run("driver-self-test (2 failures expected)", 10, 7, Duration::from_secs(60), |_, i| match i {
             3 => Err("three".into()),
             5 => panic!("five"),
             _ => Ok(()),
@@ -407,7 +407,7 @@ mod tests {
         assert_eq!((r.inputs, r.failures), (10, 2));
         assert_eq!(r.first[0], (3, "three".into()));
         assert_eq!(r.first[1], (5, "panicked: five".into()));
-        let r = run("self-test-hang", 3, 7, Duration::from_millis(100), |_, i| {
+        let r = run("driver-self-test (1 hang expected)", 3, 7, Duration::from_millis(100), |_, i| {
             if i == 1 {
                 std::thread::sleep(Duration::from_secs(1));
             }
