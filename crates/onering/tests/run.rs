@@ -295,6 +295,50 @@ fn hostile_arguments_get_errors_not_crashes() {
     assert_eq!(status(&o), 0);
 }
 
+/// The `.eh_frame` section's file offset in a 64-bit ELF file (a test helper; the
+/// file is our own build).
+fn eh_frame_offset(elf: &[u8]) -> usize {
+    let word = |at: usize, n: usize| {
+        let mut v = [0u8; 8];
+        v[..n].copy_from_slice(&elf[at..at + n]);
+        u64::from_le_bytes(v) as usize
+    };
+    let (shoff, shnum, shstrndx) = (word(40, 8), word(60, 2), word(62, 2));
+    let names = word(shoff + shstrndx * 64 + 24, 8);
+    (0..shnum)
+        .map(|i| shoff + i * 64)
+        .find(|h| elf[names + word(*h, 4)..].starts_with(b".eh_frame\0"))
+        .map(|h| word(h + 24, 8))
+        .expect("an .eh_frame section")
+}
+
+/// The crash of the "Foundations" issue: a stripped static program whose first
+/// `.eh_frame` record has length 1 made the rewriter's function discovery slice out
+/// of bounds, and onering aborted (status 134). Linux runs such a file (the unwind
+/// tables matter only to an unwinder), so onering must run it too, rewritten: the
+/// damaged table is ignored and the functions come from `.eh_frame_hdr`.
+#[test]
+fn a_damaged_eh_frame_does_not_stop_the_program() {
+    let mut elf = std::fs::read(build("hello", "musl-gcc", &["-static", "-s"], "-stripped")).unwrap();
+    let at = eh_frame_offset(&elf);
+    elf[at..at + 4].copy_from_slice(&1u32.to_le_bytes());
+    let bad = temp_file("bad-eh-frame", &elf, 0o755);
+    let host = Command::new(&bad).output().unwrap();
+    assert_eq!(host.status.code(), Some(0), "the host runs it");
+    for extra in [&["--stats"][..], &["--no-rewrite"]] {
+        let mut args = vec!["run"];
+        args.extend_from_slice(extra);
+        args.push(bad.to_str().unwrap());
+        let o = onering(&args);
+        assert_eq!(status(&o), 0, "{extra:?}: {}", stderr(&o));
+        assert_eq!(stdout(&o), stdout(&host), "{extra:?}");
+    }
+    let o = onering(&["run", "--stats", bad.to_str().unwrap()]);
+    let e = stderr(&o);
+    let sites = e.split(" syscall sites, ").next().and_then(|s| s.rsplit(' ').next()).unwrap_or("?");
+    assert!(sites != "0" && e.contains(&format!(" syscall sites, {sites} rewritten, 0 left")), "{e}");
+}
+
 #[test]
 fn a_wild_jump_is_the_programs_fault() {
     let o = run(&musl("wildjump"), &[]);

@@ -1,9 +1,11 @@
 //! `--rootfs DIR`: flattens a host directory into the image format of
 //! `onering_abi::rootfs`, which the guest kernel turns into the read-only part of its
 //! file tree. Directories, regular files and symbolic links are copied (links are not
-//! followed); sockets, devices and FIFOs are skipped.
+//! followed); sockets, devices and FIFOs are skipped. Also resolves `-w DIR`, which
+//! must name a directory of that tree (or `/`, `/dev`, `/tmp`).
 
 use onering_abi::rootfs::{Header, DIR, FILE, SYMLINK};
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
@@ -17,6 +19,8 @@ pub enum RootfsError {
     Read(String, std::io::Error),
     #[error("--rootfs: path too long: {0}")]
     PathTooLong(String),
+    #[error("-w {0}: no such directory in the VM")]
+    NoWorkdir(String),
 }
 
 fn push(out: &mut Vec<u8>, kind: u32, mode: u32, mtime_ns: u64, path: &[u8], data: &[u8]) {
@@ -68,6 +72,26 @@ pub fn build(root: &Path) -> Result<Vec<u8>, RootfsError> {
         }
     }
     Ok(out)
+}
+
+/// The `-w` directory as an absolute guest path (empty for none); it must exist in the
+/// VM: in the rootfs, or /, /dev or /tmp.
+pub fn workdir(workdir: Option<&OsStr>, rootfs: Option<&Path>) -> Result<Vec<u8>, RootfsError> {
+    let Some(w) = workdir else {
+        return Ok(Vec::new());
+    };
+    let mut path = w.as_bytes().to_vec();
+    if path.first() != Some(&b'/') {
+        path.insert(0, b'/');
+    }
+    let builtin =
+        [&b"/"[..], b"/dev", b"/tmp"].iter().any(|b| path.strip_suffix(b"/").unwrap_or(&path) == *b || path == *b);
+    let in_rootfs =
+        rootfs.is_some_and(|r| r.join(OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(&path))).is_dir());
+    if !builtin && !in_rootfs {
+        return Err(RootfsError::NoWorkdir(w.to_string_lossy().into_owned()));
+    }
+    Ok(path)
 }
 
 #[cfg(test)]

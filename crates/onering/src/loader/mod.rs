@@ -6,14 +6,23 @@
 //! what is left is the kernel's to allocate. The program is loaded here rather than
 //! in the guest because the VMM must validate it anyway (exit status 126), and
 //! copying it straight into place costs the guest no page touches at boot.
+//!
+//! `stack` builds the program's initial stack (argv, envp, auxv), `rootfs` the image
+//! of a `--rootfs` directory; the program file itself was parsed, and its rewrite
+//! planned, by `onering_rewrite`: this module only places the result.
 
-use crate::elf::Program;
-use crate::kernel_image;
-use crate::rewrite;
-use crate::stack::{self, StackError, StackSpec};
-use crate::x86::{self, PageTables, X86Error, PTE_GLOBAL, PTE_PCD, PTE_PWT};
+pub mod rootfs;
+pub mod stack;
+
+use crate::arch::paging::{PTE_GLOBAL, PTE_PCD, PTE_PWT};
+use crate::arch::{tables, ArchError, PageTables};
+use crate::embedded::kernel_image;
+use crate::layout::{cpu_stack_tops, ram_ranges, stacks_base};
 use onering_abi::layout::{self, align_down, align_up, direct, HUGE_PAGE_SIZE};
 use onering_abi::{vvar, BootInfo, MemRegion, PerCpuHeader, UserMapping, ABI_VERSION, BOOT_MAGIC};
+use onering_rewrite::elf::Program;
+use onering_rewrite::{functions, rewrite};
+use stack::{StackError, StackSpec};
 use thiserror::Error;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
@@ -32,7 +41,7 @@ pub enum LoadError {
     #[error("{0}")]
     Stack(#[from] StackError),
     #[error("building the machine: {0}")]
-    X86(#[from] X86Error),
+    Arch(#[from] ArchError),
     #[error("writing guest memory at {0:#x} failed")]
     Memory(u64),
 }
@@ -84,24 +93,6 @@ fn heap_size(mem: u64) -> u64 {
     }
 }
 
-/// Guest-physical start of the per-CPU stacks: the first chunk after the kernel.
-fn stacks_base() -> u64 {
-    align_up(kernel_image::MEM_END - layout::KERNEL_VBASE, HUGE_PAGE_SIZE)
-}
-
-/// Guest-physical tops of the stacks of `cpu`: (kernel stack, fault stack, IST).
-fn cpu_stack_tops(cpu: u64) -> (u64, u64, u64) {
-    let k = stacks_base() + cpu * layout::CPU_STACKS_SIZE + layout::KERNEL_STACK_SIZE;
-    let f = k + layout::FAULT_STACK_SIZE;
-    (k, f, f + layout::IST_STACK_SIZE)
-}
-
-/// Where a fatal exception's frame is (vector, error code, rip, cs, rflags, rsp, ss):
-/// the top of the CPU's IST stack, where the ring-0 stub leaves it.
-pub fn fatal_frame_phys(cpu: u64) -> u64 {
-    cpu_stack_tops(cpu).2 - 7 * 8
-}
-
 /// How many system-call sites were found and rewritten.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RewriteStats {
@@ -118,60 +109,29 @@ fn placement(prog: &Program) -> (u64, u64) {
     (bias, hi.wrapping_add(bias))
 }
 
-/// Function ranges (loaded addresses) for decoding: the symbol table's; in a stripped
-/// file the unwind information's (.eh_frame FDEs, else the .eh_frame_hdr index's
-/// function starts, each running to the next).
-pub(crate) fn function_ranges(prog: &Program, file: &[u8], bias: u64) -> Vec<(u64, u64)> {
-    let symbols = crate::elf::functions(file);
-    if !symbols.is_empty() {
-        return symbols.into_iter().map(|(a, s)| (a.wrapping_add(bias), s)).collect();
-    }
-    let fdes = crate::elf::eh_frame_functions(file);
-    if !fdes.is_empty() {
-        return fdes.into_iter().map(|(a, s)| (a.wrapping_add(bias), s)).collect();
-    }
-    let starts = crate::elf::unwind_function_starts(file, prog);
-    let end_of = |a: u64| {
-        prog.segments.iter().find(|s| a >= s.vaddr && a < s.vaddr + s.filesz).map(|s| s.vaddr + s.filesz).unwrap_or(a)
-    };
-    starts
-        .iter()
-        .enumerate()
-        .map(|(i, &a)| {
-            let seg_end = end_of(a);
-            let end = starts.get(i + 1).map_or(seg_end, |&n| n.min(seg_end));
-            (a.wrapping_add(bias), end.saturating_sub(a))
-        })
-        .filter(|(_, s)| *s > 0)
-        .collect()
-}
-
 /// Plans the rewriting of `prog`'s system-call sites, trampolines after its image.
 /// Independent of guest memory, so it can run while the VM is being created.
 pub fn plan_rewrite(prog: &Program, file: &[u8]) -> rewrite::Plan {
     let (bias, vhi) = placement(prog);
-    let code: Vec<rewrite::Code> = prog
-        .segments
-        .iter()
-        .filter(|s| s.flags & crate::elf::PF_X != 0)
-        .map(|s| rewrite::Code {
-            addr: s.vaddr.wrapping_add(bias),
-            bytes: &file[s.offset as usize..(s.offset + s.filesz) as usize],
-        })
-        .collect();
-    let functions = function_ranges(prog, file, bias);
+    let code = rewrite::program_code(prog, file, bias);
+    let functions = functions::ranges(prog, file, bias);
     let target = rewrite::Target {
         entry: kernel_image::SYSCALL_ENTRY,
         user_rsp: onering_abi::percpu_offsets::USER_RSP as u32,
         kstack_top: onering_abi::percpu_offsets::KSTACK_TOP as u32,
     };
-    rewrite::plan(&code, &functions, align_up(vhi, 64), &target)
+    // An image that ends at the top of the address space gets no rewrite: `load`
+    // refuses it anyway (it does not lie in user space).
+    match vhi.checked_next_multiple_of(64) {
+        Some(base) => rewrite::plan(&code, &functions, base, &target),
+        None => rewrite::Plan::default(),
+    }
 }
 
 /// Writes everything into `mem`; returns the boot info (also written to memory,
 /// except the clock fields, which `write_boot_info` fills in just before the start).
 pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8]) -> Result<(BootInfo, RewriteStats)> {
-    let ram = crate::vm::ram_ranges(spec.mem_size);
+    let ram = ram_ranges(spec.mem_size);
     let low_end = ram[0].0 .0 + ram[0].1 as u64;
 
     // Fixed costs: boot area, kernel, per-CPU stacks, heap, the program's stack.
@@ -220,7 +180,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     }
     for s in &prog.segments {
         let pa = img_phys + (s.vaddr.wrapping_add(bias) - img_virt);
-        write(mem, pa, &file[s.offset as usize..(s.offset + s.filesz) as usize])?;
+        write(mem, pa, s.bytes(file))?;
     }
     for patch in &rewrite.patches {
         write(mem, img_phys + (patch.addr - img_virt), &patch.bytes)?;
@@ -288,17 +248,17 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     pt.map_range(stack_virt, stack_phys, layout::STACK_SIZE, 0)?;
 
     // Descriptor tables and per-CPU state.
-    x86::write_gdt(mem, spec.ncpus)?;
-    let stubs = x86::Stubs {
+    tables::write_gdt(mem, spec.ncpus)?;
+    let stubs = tables::Stubs {
         exceptions: kernel_image::EXCEPTION_STUBS,
         interrupt: kernel_image::INTERRUPT_STUB,
         tlb_flush: kernel_image::TLB_FLUSH_STUB,
         preempt: kernel_image::PREEMPT_STUB,
     };
-    x86::write_idt(mem, &stubs)?;
+    tables::write_idt(mem, &stubs)?;
     for cpu in 0..spec.ncpus {
         let (kstack, fstack, ist) = cpu_stack_tops(cpu);
-        x86::write_tss(mem, cpu, direct(ist))?;
+        tables::write_tss(mem, cpu, direct(ist))?;
         let header = PerCpuHeader {
             self_ptr: layout::percpu_virt(cpu),
             cpu,
@@ -349,12 +309,6 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     Ok((bi, RewriteStats { sites: rewrite.sites, rewritten: rewrite.rewritten }))
 }
 
-/// The kernel's first-instruction state for CPU `cpu`: (entry, stack, rdi).
-pub fn cpu_start(cpu: u64) -> (u64, u64, u64) {
-    let (kstack, _, _) = cpu_stack_tops(cpu);
-    (kernel_image::ENTRY, direct(kstack), direct(layout::BOOT_INFO_PHYS))
-}
-
 fn words_to_bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
@@ -399,7 +353,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::elf::tests::tiny_elf;
+    use onering_rewrite::testing::tiny_elf;
 
     fn spec(mem: u64) -> LoadSpec<'static> {
         LoadSpec {
@@ -436,17 +390,17 @@ mod tests {
     fn loads_a_program_and_maps_it() {
         let file = tiny_elf(&[0xf4, 0x90, 0x90]);
         let prog = Program::parse(&file).unwrap();
-        let mem = GuestMemoryMmap::from_ranges(&crate::vm::ram_ranges(64 << 20)).unwrap();
+        let mem = GuestMemoryMmap::from_ranges(&ram_ranges(64 << 20)).unwrap();
         let (bi, _) = load(&mem, &spec(64 << 20), &prog, &file).unwrap();
         assert_eq!(bi.entry, 0x401000);
         assert_eq!(bi.brk_start, 0x401103);
-        let (pa, _) = x86::translate(&mem, layout::BOOT_PT_PHYS, 0x401000).unwrap();
+        let (pa, _) = crate::arch::translate(&mem, layout::BOOT_PT_PHYS, 0x401000).unwrap();
         let b: u8 = mem.read_obj(GuestAddress(pa)).unwrap();
         assert_eq!(b, 0xf4);
-        let (sp_pa, _) = x86::translate(&mem, layout::BOOT_PT_PHYS, bi.user_sp).unwrap();
+        let (sp_pa, _) = crate::arch::translate(&mem, layout::BOOT_PT_PHYS, bi.user_sp).unwrap();
         let argc: u64 = mem.read_obj(GuestAddress(sp_pa)).unwrap();
         assert_eq!(argc, 0);
-        assert!(x86::translate(&mem, layout::BOOT_PT_PHYS, kernel_image::ENTRY).is_some());
+        assert!(crate::arch::translate(&mem, layout::BOOT_PT_PHYS, kernel_image::ENTRY).is_some());
         assert!(bi.phys_free_start < 64 << 20);
         assert_eq!(bi.vdso_base, 0, "no vDSO asked for");
     }
@@ -455,16 +409,16 @@ mod tests {
     fn the_vdso_follows_the_image_with_its_clock_page_below() {
         let file = tiny_elf(&[0x90]);
         let prog = Program::parse(&file).unwrap();
-        let mem = GuestMemoryMmap::from_ranges(&crate::vm::ram_ranges(64 << 20)).unwrap();
+        let mem = GuestMemoryMmap::from_ranges(&ram_ranges(64 << 20)).unwrap();
         let vdso = [0x7fu8, b'E', b'L', b'F', 1, 2, 3];
         let (bi, _) = load(&mem, &LoadSpec { vdso: Some(&vdso), ..spec(64 << 20) }, &prog, &file).unwrap();
         assert_eq!(bi.vdso_base, 0x403000, "a page for the clock between the image and the vDSO");
         assert_eq!(bi.brk_start, 0x404000, "the break after the vDSO");
-        let (pa, _) = x86::translate(&mem, layout::BOOT_PT_PHYS, bi.vdso_base).unwrap();
+        let (pa, _) = crate::arch::translate(&mem, layout::BOOT_PT_PHYS, bi.vdso_base).unwrap();
         let mut got = [0u8; 7];
         mem.read_slice(&mut got, GuestAddress(pa)).unwrap();
         assert_eq!(got, vdso);
-        assert!(crate::vdso::IMAGE.starts_with(b"\x7fELF"));
+        assert!(crate::embedded::vdso::IMAGE.starts_with(b"\x7fELF"));
     }
 
     #[test]

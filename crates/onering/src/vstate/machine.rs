@@ -8,10 +8,16 @@
 //! makes that halt return at once, so the guest's "check, then halt" cannot lose a
 //! wake-up.
 //!
+//! Device back ends on the event loop (`crate::event_loop`, held here and started
+//! only when a device registers with it) tell the guest about work with
+//! [`Machine::kick`], the same wake-up a `Kick` hostcall gives.
+//!
 //! Ending: the first vCPU whose exit stops the VM (the program exited, was killed,
 //! the guest broke) reports the outcome and ends the whole process, whatever the
 //! other vCPUs are doing, so no guest can keep the VMM alive after that.
 
+use crate::devices::MmioBus;
+use crate::event_loop::LazyEventLoop;
 use crate::exit::{self, Action, Env, Outcome, VmExit};
 use kvm_bindings::CpuId;
 use kvm_ioctls::{VcpuFd, VmFd};
@@ -32,6 +38,11 @@ struct Cpu {
 
 pub struct Machine {
     pub mem: GuestMemoryMmap,
+    /// The MMIO devices; fixed before the first vCPU runs.
+    pub bus: MmioBus,
+    /// Where device back ends wait for host file descriptors; not started until one
+    /// registers.
+    pub events: LazyEventLoop,
     vm: VmFd,
     cpuid: CpuId,
     cpus: Vec<Cpu>,
@@ -49,11 +60,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 impl Machine {
     /// A machine of `ncpus` vCPUs (vCPU 0 already created by the caller). It lives
     /// until the process exits.
-    pub fn new(mem: GuestMemoryMmap, vm: VmFd, cpuid: CpuId, ncpus: u64, finish: Finish) -> &'static Machine {
+    pub fn new(
+        mem: GuestMemoryMmap,
+        bus: MmioBus,
+        vm: VmFd,
+        cpuid: CpuId,
+        ncpus: u64,
+        finish: Finish,
+    ) -> &'static Machine {
         let cpus = (0..ncpus)
             .map(|i| Cpu { started: AtomicBool::new(i == 0), kicked: Mutex::new(false), wake: Condvar::new() })
             .collect();
-        Box::leak(Box::new(Machine { mem, vm, cpuid, cpus, starting: Mutex::new(()), ending: Mutex::new(()), finish }))
+        Box::leak(Box::new(Machine {
+            mem,
+            bus,
+            events: LazyEventLoop::new(),
+            vm,
+            cpuid,
+            cpus,
+            starting: Mutex::new(()),
+            ending: Mutex::new(()),
+            finish,
+        }))
     }
 
     /// Runs vCPU 0 on the calling thread; ends the process when the VM ends.
@@ -78,8 +106,10 @@ impl Machine {
                 Err(e) => return Outcome::GuestError(format!("KVM_RUN failed on vCPU {cpu}: {e}")),
             };
             let mut env = VcpuEnv { m: self, vcpu, cpu };
-            if let Action::Stop(o) = exit::handle(exit, &mut env) {
-                return o;
+            match exit::handle(exit, &mut env) {
+                Action::Resume => {}
+                Action::CompleteRead { addr, len, value } => super::vcpu::complete_mmio_read(vcpu, addr, len, value),
+                Action::Stop(o) => return o,
             }
         }
     }
@@ -95,7 +125,9 @@ impl Machine {
     }
 
     fn halt(&self, cpu: u64, d: Duration) {
-        let c = &self.cpus[cpu as usize];
+        let Some(c) = self.cpus.get(cpu as usize) else {
+            return;
+        };
         let mut kicked = lock(&c.kicked);
         if !*kicked {
             kicked = c.wake.wait_timeout(kicked, d).map_or_else(|e| e.into_inner().0, |r| r.0);
@@ -103,8 +135,16 @@ impl Machine {
         *kicked = false;
     }
 
-    fn kick(&'static self, cpu: u64) -> Result<(), String> {
-        let c = &self.cpus[cpu as usize];
+    /// Wakes vCPU `cpu` out of its halt, or starts it if it never ran. Sticky: a
+    /// kick that comes before the halt makes that halt return at once. For the `Kick`
+    /// hostcall, and for device back ends (on the event loop's thread) that have
+    /// work for the guest: they kick the vCPU that should look, and it returns from
+    /// its `Halt` hostcall to the guest kernel, which checks the device. Errors: no
+    /// such vCPU, or starting it failed.
+    pub fn kick(&'static self, cpu: u64) -> Result<(), String> {
+        let Some(c) = self.cpus.get(cpu as usize) else {
+            return Err(format!("no vCPU {cpu}"));
+        };
         if !c.started.load(Ordering::Acquire) {
             return self.start(cpu);
         }
@@ -116,19 +156,21 @@ impl Machine {
     /// Creates vCPU `cpu` and its thread, which enters the kernel's entry.
     fn start(&'static self, cpu: u64) -> Result<(), String> {
         let _g = lock(&self.starting);
-        let c = &self.cpus[cpu as usize];
+        let Some(c) = self.cpus.get(cpu as usize) else {
+            return Err(format!("no vCPU {cpu}"));
+        };
         if c.started.load(Ordering::Acquire) {
             return Ok(());
         }
-        let (entry, stack, arg) = crate::loader::cpu_start(cpu);
-        let vcpu = crate::vm::create_vcpu(
+        let (entry, stack, arg) = crate::layout::cpu_start(cpu);
+        let vcpu = super::vcpu::create_vcpu(
             &self.vm,
             &self.cpuid,
             cpu,
             entry,
             stack,
             arg,
-            crate::kernel_image::SYSCALL_TRAP_ENTRY,
+            crate::embedded::kernel_image::SYSCALL_TRAP_ENTRY,
         )
         .map_err(|e| format!("cannot start vCPU {cpu}: {e}"))?;
         std::thread::Builder::new()
@@ -155,6 +197,9 @@ struct VcpuEnv<'a> {
 impl Env for VcpuEnv<'_> {
     fn mem(&self) -> &GuestMemoryMmap {
         &self.m.mem
+    }
+    fn bus(&self) -> &MmioBus {
+        &self.m.bus
     }
     fn cpu(&self) -> u64 {
         self.cpu

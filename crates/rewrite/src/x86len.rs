@@ -209,7 +209,7 @@ pub fn decode(b: &[u8], ip: u64) -> Option<(usize, Flow)> {
     let rel = |len: usize, size: usize| -> Option<Flow> {
         let d = b.get(len - size..len)?;
         let disp = if size == 1 { d[0] as i8 as i64 } else { i32::from_le_bytes([d[0], d[1], d[2], d[3]]) as i64 };
-        Some(Flow::Branch((ip + len as u64).wrapping_add(disp as u64)))
+        Some(Flow::Branch(ip.wrapping_add(len as u64).wrapping_add(disp as u64)))
     };
     match op {
         0x0f => {

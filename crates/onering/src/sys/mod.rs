@@ -1,5 +1,6 @@
 //! The VMM's only unsafe code: the few host calls that Rust's standard library and
-//! the rust-vmm crates do not wrap safely. Each says why it is sound.
+//! the rust-vmm crates do not wrap safely. Each says why it is sound. (The process
+//! entry, `entry.rs`, is the binary's: see main.rs.)
 #![allow(unsafe_code)]
 
 use kvm_bindings::kvm_userspace_memory_region;
@@ -115,17 +116,4 @@ pub fn hardware_virtualization() -> bool {
     let vmx = std::arch::x86_64::__cpuid(1).ecx & (1 << 5) != 0;
     let svm = std::arch::x86_64::__cpuid(0x8000_0001).ecx & (1 << 2) != 0;
     vmx || svm
-}
-
-/// The process entry (`#![no_main]` in main.rs): the C library calls this without
-/// Rust's runtime set-up, which onering does not need. Broken pipes must surface as
-/// EPIPE (the guest gets the error), so SIGPIPE is ignored as Rust's runtime would.
-#[cfg(not(test))]
-#[unsafe(no_mangle)]
-pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
-    // SAFETY: setting a signal disposition to SIG_IGN has no memory effects.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-    }
-    libc::c_int::from(crate::onering_main())
 }

@@ -1,0 +1,181 @@
+//! Builds the VM for one program and runs it (Firecracker's `builder`): opens KVM,
+//! maps and registers guest memory, creates the interrupt controller and vCPU 0,
+//! lays the guest out, and hands everything to `vstate::Machine`, which runs the VM
+//! until the program ends and then ends the process. The order of the steps is the
+//! start-up budget's (docs/design.md, Start-up); `trace` times each.
+//!
+//! It takes a plain `VmConfig`, not the command line: `cli` parses and validates
+//! options and the program file, maps errors to exit statuses and prints messages.
+
+use crate::devices::{self, BusError};
+use crate::embedded::{kernel_image, vdso};
+use crate::exit::Outcome;
+use crate::loader::rootfs::{self, RootfsError};
+use crate::loader::{self, LoadError, LoadSpec, RewriteStats};
+use crate::trace::Trace;
+use crate::vstate::{self, vcpu, vm, Finish, Machine, VmError};
+use onering_rewrite::elf::Program;
+use std::convert::Infallible;
+use std::ffi::OsStr;
+use std::io::{IsTerminal, Read};
+use std::path::Path;
+use thiserror::Error;
+use vm_memory::GuestMemoryMmap;
+
+/// What to run, and how.
+pub struct VmConfig<'a> {
+    /// Guest memory in bytes (the caller checked it is at most `layout::MAX_RAM`).
+    pub mem: u64,
+    /// vCPUs (the caller checked the range).
+    pub smp: u64,
+    /// The program's arguments, `argv[0]` (the path as given) first.
+    pub argv: Vec<Vec<u8>>,
+    /// Its environment, `KEY=VALUE` each.
+    pub envp: Vec<Vec<u8>>,
+    /// The path as given (AT_EXECFN).
+    pub execfn: &'a [u8],
+    /// `--rootfs DIR`, `-w DIR`.
+    pub rootfs: Option<&'a Path>,
+    pub workdir: Option<&'a OsStr>,
+    /// `-i`, `-q`; rewrite `syscall` instructions (not `--no-rewrite`); map the vDSO
+    /// (not `--no-vdso`).
+    pub interactive: bool,
+    pub quiet: bool,
+    pub rewrite: bool,
+    pub vdso: bool,
+}
+
+/// Why the VM could not be built.
+#[derive(Debug, Error)]
+pub enum BuildError {
+    #[error("{0}")]
+    Vm(#[from] VmError),
+    /// Laying out the guest failed; `program` is the path as shown in messages.
+    #[error("{program}: {error}")]
+    Load { program: String, error: LoadError },
+    #[error("{0}")]
+    BootInfo(LoadError),
+    #[error("{0}")]
+    Rootfs(#[from] RootfsError),
+    #[error("{0}")]
+    Bus(#[from] BusError),
+}
+
+impl BuildError {
+    /// Whether the program is at fault (exit status 126) rather than onering or its
+    /// configuration (125).
+    pub fn is_program_error(&self) -> bool {
+        matches!(self, BuildError::Load { error, .. } if error.is_program_error())
+    }
+}
+
+/// What the caller does once the VM ended (after the trace is printed): reports how,
+/// and returns the exit status.
+pub type OnExit = Box<dyn Fn(&GuestMemoryMmap, Outcome, RewriteStats) -> u8 + Send + Sync>;
+
+fn random16() -> [u8; 16] {
+    let mut r = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut r);
+    }
+    r
+}
+
+/// Builds the VM for `prog` (parsed from `file`; `shown` is its path for messages)
+/// and runs it. Returns only if building failed: once the VM runs, the process ends
+/// with it (see `Machine::run_boot_cpu`).
+pub fn run(
+    config: &VmConfig,
+    prog: &Program,
+    file: &[u8],
+    shown: &str,
+    trace: &'static Trace,
+    on_exit: OnExit,
+) -> Result<Infallible, BuildError> {
+    let plan = config.rewrite.then(|| loader::plan_rewrite(prog, file));
+    trace.mark("rewrite planned");
+
+    let mem_size = onering_abi::layout::align_up(config.mem, onering_abi::layout::HUGE_PAGE_SIZE);
+    let kvm = vm::open_kvm()?;
+    let mem = vm::guest_memory(mem_size)?;
+    trace.mark("/dev/kvm opened, guest memory mapped");
+    let vmfd = vm::create_vm(&kvm)?;
+    trace.mark("VM created");
+    vm::register_memory(&vmfd, &mem)?;
+    trace.mark("memory registered");
+    vm::create_irqchip(&vmfd)?;
+    trace.mark("interrupt controller created");
+    let cpuid = vm::supported_cpuid(&kvm)?;
+    let (entry, stack, arg) = crate::layout::cpu_start(0);
+    let vcpu = vcpu::create_vcpu(&vmfd, &cpuid, 0, entry, stack, arg, kernel_image::SYSCALL_TRAP_ENTRY)?;
+    trace.mark("vCPU created");
+
+    let mut flags = 0;
+    if config.quiet {
+        flags |= onering_abi::flags::QUIET;
+    }
+    if config.interactive {
+        flags |= onering_abi::flags::STDIN;
+    }
+    if crate::sys::hardware_virtualization() {
+        flags |= onering_abi::flags::PRIVILEGED_RING0;
+    }
+    if std::io::stdout().is_terminal() {
+        flags |= onering_abi::flags::STDOUT_TTY;
+    }
+    if std::io::stderr().is_terminal() {
+        flags |= onering_abi::flags::STDERR_TTY;
+    }
+    let image = match config.rootfs {
+        Some(dir) => rootfs::build(dir)?,
+        None => Vec::new(),
+    };
+    let workdir = rootfs::workdir(config.workdir, config.rootfs)?;
+    let (uid, gid) = crate::sys::ids();
+    let spec = LoadSpec {
+        mem_size,
+        ncpus: config.smp,
+        argv: &config.argv,
+        envp: &config.envp,
+        execfn: config.execfn,
+        vdso: config.vdso.then_some(vdso::IMAGE),
+        flags,
+        winsize: if flags & onering_abi::flags::STDOUT_TTY != 0 { crate::sys::winsize(1) } else { 0 },
+        uid,
+        gid,
+        random: random16(),
+        seed: {
+            let r = random16();
+            [
+                u64::from_le_bytes(r[..8].try_into().unwrap_or_default()),
+                u64::from_le_bytes(r[8..].try_into().unwrap_or_default()),
+            ]
+        },
+        // Linux's AT_HWCAP on x86-64: CPUID leaf 1 EDX.
+        hwcap: u64::from(std::arch::x86_64::__cpuid(1).edx),
+        rewrite: plan.as_ref(),
+        rootfs: &image,
+        workdir: &workdir,
+    };
+
+    let (mut bi, rewritten) =
+        loader::load(&mem, &spec, prog, file).map_err(|error| BuildError::Load { program: shown.into(), error })?;
+    trace.mark("guest memory laid out");
+    let (tsc_hz, boot_tsc) = vcpu::tsc(&vcpu)?;
+    bi.tsc_hz = tsc_hz;
+    bi.boot_tsc = boot_tsc;
+    bi.boot_realtime_ns =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    loader::write_boot_info(&mem, &bi).map_err(BuildError::BootInfo)?;
+    vm::advise_pool(&mem, bi.phys_free_start);
+    let bus = devices::standard_bus()?;
+    let finish: Finish = Box::new(move |mem, outcome| {
+        trace.mark("VM ended");
+        trace.print();
+        on_exit(mem, outcome, rewritten)
+    });
+    // The VM (and its memory) stays until the process exits: its teardown (~0.6 ms
+    // here) happens after onering has exited, see sys::exit_leaving_teardown.
+    let machine = vstate::Machine::new(mem, bus, vmfd, cpuid, config.smp, finish);
+    Machine::run_boot_cpu(machine, vcpu, &|| trace.mark("first exit from the guest"))
+}

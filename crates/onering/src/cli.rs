@@ -1,0 +1,383 @@
+//! The command line: `onering run [OPTIONS] <PROGRAM> [ARGS]...`. Parses options,
+//! reads and validates the program file, maps every failure to docker's exit
+//! statuses (125 onering failed, 126 not runnable, 127 not found; otherwise the
+//! program's status, or 128 + signal) and prints onering's own messages, each
+//! starting with `onering:`. The VM itself is built and run by `builder`.
+
+use crate::builder::{self, VmConfig};
+use crate::exit::{self, Outcome};
+use crate::loader::RewriteStats;
+use crate::trace::Trace;
+use clap::{Args, Parser, Subcommand};
+use onering_rewrite::elf;
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::PermissionsExt;
+use vm_memory::GuestMemoryMmap;
+
+#[derive(Parser)]
+#[command(
+    name = "onering",
+    version,
+    about = "Run one unmodified static Linux program in its own thin KVM virtual machine"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Boot a VM, run PROGRAM in it, stream its output and exit with its status.
+    Run(RunArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// Guest memory, e.g. 64M, 256M, 1G (a plain number is bytes).
+    #[arg(long, default_value = "256M", value_parser = parse_size)]
+    mem: u64,
+    /// Number of vCPUs.
+    #[arg(long, default_value_t = 1)]
+    smp: u64,
+    /// Set an environment variable (KEY=VALUE, or KEY to copy it from the host).
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE")]
+    env: Vec<OsString>,
+    /// Pass the host's whole environment (the -e values override it).
+    #[arg(long)]
+    env_host: bool,
+    /// A host directory copied, read-only, into the VM as its file tree (with /dev
+    /// and a writable in-memory /tmp on top).
+    #[arg(long, value_name = "DIR")]
+    rootfs: Option<std::path::PathBuf>,
+    /// The program's working directory inside the VM (default /).
+    #[arg(short = 'w', long = "workdir", value_name = "DIR")]
+    workdir: Option<OsString>,
+    /// Keep stdin open: the program reads the host's (as `docker run -i`); without
+    /// it the program's stdin is empty.
+    #[arg(short = 'i', long)]
+    interactive: bool,
+    /// Do not report unsupported system calls.
+    #[arg(short, long)]
+    quiet: bool,
+    /// At exit, report how many system-call sites were rewritten and how many calls
+    /// still trapped.
+    #[arg(long)]
+    stats: bool,
+    /// Leave `syscall` instructions alone: every system call traps (slow; for
+    /// comparison and debugging).
+    #[arg(long)]
+    no_rewrite: bool,
+    /// Give the program no vDSO: clock_gettime and gettimeofday become system calls
+    /// (for comparison and debugging).
+    #[arg(long)]
+    no_vdso: bool,
+    /// The static x86-64 ELF program.
+    program: OsString,
+    /// Its arguments (everything after PROGRAM goes to the program).
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<OsString>,
+}
+
+/// Parses sizes like `256M`, `1G`, `512m`, `64MiB`, `1048576`.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let digits = lower.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let unit = &lower[digits.len()..];
+    let n: u64 = digits.parse().map_err(|_| format!("'{s}' is not a size (try 256M or 1G)"))?;
+    let shift = match unit {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(format!("'{s}' has an unknown unit (use K, M or G)")),
+    };
+    n.checked_mul(1 << shift).ok_or_else(|| format!("'{s}' is too large"))
+}
+
+/// Why `onering run` did not run the program; each maps to docker's exit status.
+enum Failure {
+    /// onering itself failed (no KVM, bad options, too little memory): 125.
+    Onering(String),
+    /// The file exists but cannot be run: 126.
+    NotRunnable(String),
+    /// The file does not exist: 127.
+    NotFound(String),
+}
+
+impl Failure {
+    fn status(&self) -> u8 {
+        match self {
+            Failure::Onering(_) => 125,
+            Failure::NotRunnable(_) => 126,
+            Failure::NotFound(_) => 127,
+        }
+    }
+    fn message(&self) -> &str {
+        match self {
+            Failure::Onering(m) | Failure::NotRunnable(m) | Failure::NotFound(m) => m,
+        }
+    }
+}
+
+/// Everything after the program belongs to the program (`onering run prog --mem x`
+/// passes `--mem x` to prog), as with `docker run`. clap would still parse options
+/// there, so a `--` goes in front of the program before clap sees the arguments.
+fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
+    const TAKES_VALUE: &[&str] = &["--mem", "--smp", "-e", "--env", "--rootfs", "-w", "--workdir"];
+    let Some(run) = args.iter().position(|a| a == "run") else {
+        return args;
+    };
+    let mut i = run + 1;
+    while i < args.len() {
+        let a = args[i].to_string_lossy();
+        if a == "--" {
+            break;
+        }
+        if TAKES_VALUE.contains(&a.as_ref()) {
+            i += 2;
+        } else if a.starts_with('-') {
+            i += 1;
+        } else {
+            args.insert(i, "--".into());
+            break;
+        }
+    }
+    args
+}
+
+/// onering's `main`: runs the command line of this process and returns the exit
+/// status (unless the VM ran: then the process ends with it).
+pub fn main() -> u8 {
+    let cli = match Cli::try_parse_from(separate_program(std::env::args_os().collect())) {
+        Ok(c) => c,
+        Err(e) if !e.use_stderr() => {
+            // --help, --version
+            let _ = e.print();
+            return 0;
+        }
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            // Plain `onering`: the help, as a usage error.
+            let _ = e.print();
+            return 125;
+        }
+        Err(e) => {
+            let text = e.render().to_string();
+            say_raw!("onering: {}", text.strip_prefix("error: ").unwrap_or(&text));
+            return 125;
+        }
+    };
+    match cli.command {
+        Command::Run(args) => match run(args) {
+            Ok(never) => match never {},
+            Err(f) => {
+                say!("onering: {}", f.message());
+                f.status()
+            }
+        },
+    }
+}
+
+/// The guest environment: the host's if asked, then each -e.
+fn environment(args: &RunArgs) -> Vec<Vec<u8>> {
+    let mut vars: Vec<(OsString, OsString)> = if args.env_host { std::env::vars_os().collect() } else { Vec::new() };
+    for e in &args.env {
+        let bytes = e.as_bytes();
+        let (key, value) = match bytes.iter().position(|b| *b == b'=') {
+            Some(i) => (OsString::from_vec(bytes[..i].to_vec()), OsString::from_vec(bytes[i + 1..].to_vec())),
+            None => match std::env::var_os(e) {
+                Some(v) => (e.clone(), v),
+                None => continue,
+            },
+        };
+        vars.retain(|(k, _)| *k != key);
+        vars.push((key, value));
+    }
+    vars.into_iter()
+        .map(|(k, v)| {
+            let mut kv = k.into_vec();
+            kv.push(b'=');
+            kv.extend(v.into_vec());
+            kv
+        })
+        .collect()
+}
+
+fn read_program(path: &OsString) -> Result<Vec<u8>, Failure> {
+    let shown = path.to_string_lossy();
+    let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => Failure::NotFound(format!("{shown}: no such file")),
+        std::io::ErrorKind::PermissionDenied => Failure::NotRunnable(format!("{shown}: permission denied")),
+        _ => Failure::NotRunnable(format!("{shown}: {e}")),
+    })?;
+    if meta.is_dir() {
+        return Err(Failure::NotRunnable(format!("{shown}: is a directory")));
+    }
+    if meta.permissions().mode() & 0o111 == 0 {
+        return Err(Failure::NotRunnable(format!("{shown}: permission denied (not executable)")));
+    }
+    std::fs::read(path).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))
+}
+
+fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
+    let trace: &'static Trace = Box::leak(Box::new(Trace::from_env()));
+    if args.smp == 0 || args.smp > onering_abi::MAX_CPUS as u64 {
+        return Err(Failure::Onering(format!("--smp {} is out of range (1 to {})", args.smp, onering_abi::MAX_CPUS)));
+    }
+    let host_cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    if args.smp > host_cpus {
+        say!(
+            "onering: warning: --smp {} is more than this host's {host_cpus} CPUs: vCPUs will take turns, and \
+             threads that spin waiting for each other get slow",
+            args.smp
+        );
+    }
+    if args.mem > onering_abi::layout::MAX_RAM {
+        return Err(Failure::Onering(format!(
+            "--mem {} MiB is more than the {} GiB onering supports",
+            args.mem >> 20,
+            onering_abi::layout::MAX_RAM >> 30
+        )));
+    }
+    let path = &args.program;
+    let shown = path.to_string_lossy().into_owned();
+    let file = read_program(path)?;
+    let prog = elf::Program::parse(&file).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))?;
+    trace.mark("program read and validated");
+
+    let config = VmConfig {
+        mem: args.mem,
+        smp: args.smp,
+        argv: std::iter::once(&args.program).chain(&args.args).map(|a| a.as_bytes().to_vec()).collect(),
+        envp: environment(&args),
+        execfn: path.as_bytes(),
+        rootfs: args.rootfs.as_deref(),
+        workdir: args.workdir.as_deref(),
+        interactive: args.interactive,
+        quiet: args.quiet,
+        rewrite: !args.no_rewrite,
+        vdso: !args.no_vdso,
+    };
+    let (stats, ncpus) = (args.stats, args.smp);
+    let on_exit: builder::OnExit = Box::new(move |mem, outcome, rewritten| {
+        if stats {
+            print_stats(mem, rewritten, ncpus);
+        }
+        report(outcome)
+    });
+    builder::run(&config, &prog, &file, &shown, trace, on_exit).map_err(|e| {
+        if e.is_program_error() {
+            Failure::NotRunnable(e.to_string())
+        } else {
+            Failure::Onering(e.to_string())
+        }
+    })
+}
+
+fn signal_name(sig: u64) -> String {
+    let name = match sig {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        4 => "SIGILL",
+        5 => "SIGTRAP",
+        6 => "SIGABRT",
+        7 => "SIGBUS",
+        8 => "SIGFPE",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        15 => "SIGTERM",
+        _ => return format!("signal {sig}"),
+    };
+    name.to_string()
+}
+
+/// `--stats`: system-call sites rewritten and left, calls that trapped, interrupts,
+/// local-APIC stores and thread switches (each CPU counts its own), and how often
+/// vCPUs halted in the VMM and were kicked awake.
+fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
+    use onering_abi::percpu_offsets as pc;
+    use std::sync::atomic::Ordering::Relaxed;
+    use vm_memory::Bytes;
+    let sum = |offset: usize| -> u64 {
+        (0..ncpus)
+            .map(|cpu| {
+                let at = onering_abi::layout::PERCPU_PHYS + cpu * onering_abi::layout::PERCPU_STRIDE + offset as u64;
+                mem.read_obj::<u64>(vm_memory::GuestAddress(at)).unwrap_or(0)
+            })
+            .sum()
+    };
+    say!(
+        "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped; \
+         {} interrupts, {} APIC stores, {} thread switches; {} halts, {} kicks",
+        r.sites,
+        r.rewritten,
+        r.sites - r.rewritten,
+        sum(pc::TRAPS),
+        sum(pc::INTERRUPTS),
+        sum(pc::LAPIC_WRITES),
+        sum(pc::SWITCHES),
+        exit::HALTS.load(Relaxed),
+        exit::KICKS.load(Relaxed)
+    );
+}
+
+/// Prints how the VM ended (if not by a plain exit) and returns the exit status.
+fn report(outcome: Outcome) -> u8 {
+    match outcome {
+        Outcome::Exited(s) => s,
+        // A broken pipe is routine at the end of a pipeline: no message, as a shell.
+        Outcome::Killed { signal: 13, .. } => 128 + 13,
+        Outcome::Killed { signal, rip, addr } => {
+            let at = if signal == 11 || signal == 7 { format!(" (fault address {addr:#x})") } else { String::new() };
+            say!("onering: program killed by {} at {rip:#x}{at}", signal_name(signal));
+            128 + (signal as u8 & 0x7f)
+        }
+        Outcome::KernelPanic(msg) => {
+            say!("onering: kernel panic: {msg}");
+            125
+        }
+        Outcome::Fatal { vector, rip, error } => {
+            say!("onering: unrecoverable exception {vector} at {rip:#x} (error code {error:#x})");
+            125
+        }
+        Outcome::GuestError(msg) => {
+            say!("onering: the VM stopped: {msg}");
+            125
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn program_arguments_are_separated() {
+        let v = |s: &[&str]| s.iter().map(OsString::from).collect::<Vec<_>>();
+        assert_eq!(
+            separate_program(v(&["onering", "run", "--mem", "1G", "-e", "A=1", "-q", "p", "--mem", "x"])),
+            v(&["onering", "run", "--mem", "1G", "-e", "A=1", "-q", "--", "p", "--mem", "x"])
+        );
+        assert_eq!(
+            separate_program(v(&["onering", "run", "--mem=1G", "p"])),
+            v(&["onering", "run", "--mem=1G", "--", "p"])
+        );
+        assert_eq!(separate_program(v(&["onering", "run", "--", "p", "-x"])), v(&["onering", "run", "--", "p", "-x"]));
+        assert_eq!(separate_program(v(&["onering", "--help"])), v(&["onering", "--help"]));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("256M"), Ok(256 << 20));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert_eq!(parse_size("64mib"), Ok(64 << 20));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("12X").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+}

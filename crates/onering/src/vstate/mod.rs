@@ -1,0 +1,36 @@
+//! The VM and vCPU state KVM holds: the /dev/kvm, VM and vCPU file descriptors,
+//! guest memory and its registration (`vm`), vCPU creation with its initial
+//! registers (`vcpu`), and the running machine: one host thread per vCPU, halting and
+//! kicking, and ending the process when the VM ends (`machine`). The only layer that
+//! makes KVM ioctls; the register values come from `arch`, what to do on an exit
+//! from `exit`.
+
+pub mod machine;
+pub mod vcpu;
+pub mod vm;
+
+use thiserror::Error;
+
+pub use machine::{Finish, Machine};
+
+/// Why creating or running the VM failed (exit status 125).
+#[derive(Debug, Error)]
+pub enum VmError {
+    #[error("/dev/kvm does not exist: this machine does not offer KVM")]
+    NoKvm,
+    #[error("permission denied opening /dev/kvm (run as root or join the kvm group)")]
+    KvmPermission,
+    #[error("cannot open /dev/kvm: {0}")]
+    KvmOpen(std::io::Error),
+    #[error("cannot allocate {0} MiB of guest memory: {1}")]
+    Memory(u64, String),
+    #[error("KVM {0} failed: {1}")]
+    Ioctl(&'static str, kvm_ioctls::Error),
+}
+
+pub type Result<T> = std::result::Result<T, VmError>;
+
+/// Names a failed ioctl.
+pub(crate) fn ioctl<T>(what: &'static str, r: std::result::Result<T, kvm_ioctls::Error>) -> Result<T> {
+    r.map_err(|e| VmError::Ioctl(what, e))
+}

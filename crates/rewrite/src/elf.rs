@@ -1,0 +1,302 @@
+//! Parsing and validating the program's ELF file: enough to load a static x86-64
+//! executable (ET_EXEC, or ET_DYN without an interpreter: static-pie), and a clear
+//! reason for everything else. Pure: works on a byte slice, and total: every field is
+//! read through [`crate::bytes`], so no file, however crafted, makes it panic.
+//!
+//! It lives in this crate rather than in the VMM because it is the first parser of
+//! the same untrusted bytes the function discovery and the rewriter read: one pure
+//! crate holds everything that interprets the file, and is fuzzed as one (the
+//! rewriter's tests also need the segments). The VMM keeps what needs guest
+//! memory: copying the segments into place.
+
+use crate::bytes::{slice, u16_at, u32_at, u64_at, u8_at};
+use thiserror::Error;
+
+pub const PT_LOAD: u32 = 1;
+pub const PT_INTERP: u32 = 3;
+pub const PT_PHDR: u32 = 6;
+pub const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
+const ET_REL: u16 = 1;
+const ET_EXEC: u16 = 2;
+const ET_DYN: u16 = 3;
+const ET_CORE: u16 = 4;
+const EM_X86_64: u16 = 62;
+const EHDR_SIZE: usize = 64;
+const PHDR_SIZE: usize = 56;
+
+/// Why a file is not a program onering can run (exit status 126).
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ElfError {
+    #[error("not an ELF executable")]
+    NotElf,
+    #[error("a 32-bit ELF file; onering runs 64-bit x86-64 programs")]
+    Class32,
+    #[error("a big-endian ELF file; onering runs x86-64 programs")]
+    BigEndian,
+    #[error("built for {0}, not x86-64")]
+    Machine(&'static str),
+    #[error("not an executable but {0}")]
+    NotExecutable(&'static str),
+    #[error("dynamically linked (interpreter {0}); onering runs statically linked programs")]
+    Dynamic(String),
+    #[error("truncated or malformed ELF file: {0}")]
+    Malformed(&'static str),
+    #[error("has no loadable segments")]
+    NoLoad,
+}
+
+/// One loadable segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub vaddr: u64,
+    pub offset: u64,
+    pub filesz: u64,
+    pub memsz: u64,
+    pub flags: u32,
+}
+
+/// A validated static executable.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    /// Position-independent (static-pie): loaded at a base of our choosing.
+    pub pie: bool,
+    pub entry: u64,
+    pub phoff: u64,
+    pub phnum: u64,
+    /// Virtual address of the program headers if a PT_PHDR says so.
+    pub phdr_vaddr: Option<u64>,
+    /// The `.eh_frame_hdr` (PT_GNU_EH_FRAME): (file offset, size, virtual address).
+    pub eh_frame_hdr: Option<(u64, u64, u64)>,
+    pub segments: Vec<Segment>,
+}
+
+fn machine_name(m: u16) -> &'static str {
+    match m {
+        3 => "32-bit x86 (i386)",
+        8 => "MIPS",
+        20 => "PowerPC",
+        21 => "PowerPC64",
+        22 => "s390",
+        40 => "32-bit ARM",
+        43 => "SPARC v9",
+        50 => "IA-64",
+        183 => "64-bit ARM (aarch64)",
+        243 => "RISC-V",
+        258 => "LoongArch",
+        _ => "another architecture",
+    }
+}
+
+impl Segment {
+    /// The segment's bytes in `file` (the file it was parsed from); empty if they do
+    /// not lie in it.
+    pub fn bytes<'a>(&self, file: &'a [u8]) -> &'a [u8] {
+        slice(file, self.offset, self.filesz).unwrap_or(&[])
+    }
+
+    /// The end of the segment in memory (exclusive), saturated.
+    pub fn end(&self) -> u64 {
+        self.vaddr.saturating_add(self.memsz)
+    }
+}
+
+impl Program {
+    /// Parses and validates `file`.
+    pub fn parse(file: &[u8]) -> Result<Program, ElfError> {
+        if file.len() < 16 || file.get(..4) != Some(b"\x7fELF") {
+            return Err(ElfError::NotElf);
+        }
+        match u8_at(file, 4) {
+            Some(1) => return Err(ElfError::Class32),
+            Some(2) => {}
+            _ => return Err(ElfError::Malformed("unknown ELF class")),
+        }
+        match u8_at(file, 5) {
+            Some(1) => {}
+            Some(2) => return Err(ElfError::BigEndian),
+            _ => return Err(ElfError::Malformed("unknown data encoding")),
+        }
+        const SHORT: ElfError = ElfError::Malformed("file shorter than an ELF header");
+        if file.len() < EHDR_SIZE {
+            return Err(SHORT);
+        }
+        let machine = u16_at(file, 18).ok_or(SHORT)?;
+        if machine != EM_X86_64 {
+            return Err(ElfError::Machine(machine_name(machine)));
+        }
+        let pie = match u16_at(file, 16).ok_or(SHORT)? {
+            ET_EXEC => false,
+            ET_DYN => true,
+            ET_REL => return Err(ElfError::NotExecutable("a relocatable object file (.o)")),
+            ET_CORE => return Err(ElfError::NotExecutable("a core dump")),
+            _ => return Err(ElfError::NotExecutable("an ELF file of unknown type")),
+        };
+        let entry = u64_at(file, 24).ok_or(SHORT)?;
+        let phoff = u64_at(file, 32).ok_or(SHORT)?;
+        let phentsize = u16_at(file, 54).ok_or(SHORT)?;
+        let phnum = u64::from(u16_at(file, 56).ok_or(SHORT)?);
+        if usize::from(phentsize) != PHDR_SIZE {
+            return Err(ElfError::Malformed("unexpected program header size"));
+        }
+        const PAST_END: ElfError = ElfError::Malformed("program headers past the end of the file");
+        phnum
+            .checked_mul(PHDR_SIZE as u64)
+            .and_then(|n| n.checked_add(phoff))
+            .filter(|e| *e <= file.len() as u64)
+            .ok_or(PAST_END)?;
+        let mut segments = Vec::new();
+        let mut phdr_vaddr = None;
+        let mut eh_frame_hdr = None;
+        for i in 0..phnum {
+            // In the file: checked above (and again here, without a panic path).
+            let p = slice(file, phoff + i * PHDR_SIZE as u64, PHDR_SIZE as u64).ok_or(PAST_END)?;
+            let field = |at: usize| u64_at(p, at).unwrap_or(0);
+            let kind = u32_at(p, 0).unwrap_or(0);
+            let (offset, vaddr, filesz, memsz) = (field(8), field(16), field(32), field(40));
+            match kind {
+                PT_INTERP => {
+                    let name = match slice(file, offset, filesz) {
+                        Some(bytes) => String::from_utf8_lossy(bytes).trim_end_matches('\0').to_string(),
+                        None => "unreadable".to_string(),
+                    };
+                    return Err(ElfError::Dynamic(name));
+                }
+                PT_PHDR => phdr_vaddr = Some(vaddr),
+                PT_GNU_EH_FRAME => eh_frame_hdr = Some((offset, filesz, vaddr)),
+                PT_LOAD => {
+                    if memsz == 0 {
+                        continue;
+                    }
+                    if filesz > memsz {
+                        return Err(ElfError::Malformed("segment larger in the file than in memory"));
+                    }
+                    if slice(file, offset, filesz).is_none() {
+                        return Err(ElfError::Malformed("segment extends past the end of the file"));
+                    }
+                    if vaddr.checked_add(memsz).is_none() {
+                        return Err(ElfError::Malformed("segment wraps around the address space"));
+                    }
+                    segments.push(Segment { vaddr, offset, filesz, memsz, flags: u32_at(p, 4).unwrap_or(0) });
+                }
+                _ => {}
+            }
+        }
+        if segments.is_empty() {
+            return Err(ElfError::NoLoad);
+        }
+        segments.sort_by_key(|s| s.vaddr);
+        if segments.windows(2).any(|w| matches!(w, [a, b] if a.end() > b.vaddr)) {
+            return Err(ElfError::Malformed("overlapping segments"));
+        }
+        Ok(Program { pie, entry, phoff, phnum, phdr_vaddr, eh_frame_hdr, segments })
+    }
+
+    /// Lowest and highest (exclusive) virtual address of the loaded image, unbiased.
+    pub fn span(&self) -> (u64, u64) {
+        let lo = self.segments.first().map(|s| s.vaddr).unwrap_or(0);
+        let hi = self.segments.iter().map(Segment::end).max().unwrap_or(0);
+        (lo, hi)
+    }
+
+    /// Where the program headers are in memory (unbiased): PT_PHDR, or the loaded
+    /// segment that contains them in the file.
+    pub fn phdr_addr(&self) -> Option<u64> {
+        self.phdr_vaddr.or_else(|| {
+            self.segments
+                .iter()
+                .find(|s| {
+                    let headers_end = self.phnum.checked_mul(PHDR_SIZE as u64).and_then(|n| n.checked_add(self.phoff));
+                    s.offset <= self.phoff && headers_end.is_some_and(|e| Some(e) <= s.offset.checked_add(s.filesz))
+                })
+                .map(|s| s.vaddr.wrapping_add(self.phoff - s.offset))
+        })
+    }
+}
+
+/// Executable segments have this flag.
+pub const PF_X: u32 = 1;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::tiny_elf;
+
+    fn set_phdr(f: &mut [u8], i: usize, kind: u32, offset: u64, filesz: u64) {
+        let p = 64 + i * 56;
+        f[p..p + 4].copy_from_slice(&kind.to_le_bytes());
+        f[p + 8..p + 16].copy_from_slice(&offset.to_le_bytes());
+        f[p + 32..p + 40].copy_from_slice(&filesz.to_le_bytes());
+    }
+
+    #[test]
+    fn parses_a_static_executable() {
+        let p = Program::parse(&tiny_elf(&[0xcc; 16])).unwrap();
+        assert!(!p.pie);
+        assert_eq!(p.entry, 0x401000);
+        assert_eq!(p.segments.len(), 1);
+        assert_eq!(p.span(), (0x401000, 0x401110));
+        assert_eq!(p.phdr_addr(), None, "headers are not inside the loaded segment");
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_run() {
+        let good = tiny_elf(&[0x90]);
+        assert_eq!(Program::parse(b"#!/bin/sh\necho hi\n"), Err(ElfError::NotElf));
+        assert_eq!(Program::parse(b""), Err(ElfError::NotElf));
+        let mut f = good.clone();
+        f[4] = 1;
+        assert_eq!(Program::parse(&f), Err(ElfError::Class32));
+        let mut f = good.clone();
+        f[5] = 2;
+        assert_eq!(Program::parse(&f), Err(ElfError::BigEndian));
+        let mut f = good.clone();
+        f[18] = 183;
+        assert_eq!(Program::parse(&f), Err(ElfError::Machine("64-bit ARM (aarch64)")));
+        let mut f = good.clone();
+        f[16] = 1;
+        assert!(matches!(Program::parse(&f), Err(ElfError::NotExecutable(_))));
+        let mut f = good.clone();
+        f.extend_from_slice(b"/lib/ld-musl-x86_64.so.1\0");
+        let off = f.len() as u64 - 25;
+        set_phdr(&mut f, 0, PT_INTERP, off, 25);
+        assert_eq!(Program::parse(&f), Err(ElfError::Dynamic("/lib/ld-musl-x86_64.so.1".into())));
+        let mut f = good.clone();
+        set_phdr(&mut f, 0, 4, 0, 0); // PT_NOTE only
+        assert_eq!(Program::parse(&f), Err(ElfError::NoLoad));
+    }
+
+    #[test]
+    fn truncated_and_garbage_inputs_never_panic() {
+        let good = tiny_elf(&[0x90; 64]);
+        for len in 0..good.len() {
+            let _ = Program::parse(&good[..len]);
+        }
+        // Every single-byte corruption of the header and program header.
+        for i in 0..120 {
+            for v in [0u8, 1, 0x7f, 0xff] {
+                let mut f = good.clone();
+                f[i] = v;
+                let _ = Program::parse(&f);
+            }
+        }
+        let mut f = good.clone();
+        f[56..58].copy_from_slice(&0xffffu16.to_le_bytes());
+        assert!(matches!(Program::parse(&f), Err(ElfError::Malformed(_))));
+        let mut f = good.clone();
+        set_phdr(&mut f, 0, PT_LOAD, 0x1000, 1 << 40);
+        assert!(matches!(Program::parse(&f), Err(ElfError::Malformed(_))));
+        // A pseudo-random byte soup.
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for _ in 0..2000 {
+            let mut f = good.clone();
+            for _ in 0..8 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let i = (x % 128) as usize;
+                f[i] = (x >> 32) as u8;
+            }
+            let _ = Program::parse(&f);
+        }
+    }
+}
