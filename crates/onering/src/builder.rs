@@ -176,6 +176,6 @@ pub fn run(
     });
     // The VM (and its memory) stays until the process exits: its teardown (~0.6 ms
     // here) happens after onering has exited, see sys::exit_leaving_teardown.
-    let machine = vstate::Machine::new(mem, bus, vmfd, cpuid, config.smp, finish);
+    let machine = vstate::Machine::new(mem, bus, vmfd, cpuid, config.smp, config.interactive, finish);
     Machine::run_boot_cpu(machine, vcpu, &|| trace.mark("first exit from the guest"))
 }

@@ -73,17 +73,32 @@ impl Env for FuzzEnv<'_> {
             _ => Err(std::io::ErrorKind::BrokenPipe.into()),
         }
     }
-    fn input(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        if buf.len() > PIECE {
-            self.broken.push(format!("a stdin read of {} bytes", buf.len()));
+    fn stdin_request(&mut self, virt: u64, len: u64) -> i64 {
+        // The real device, answered at once with random input (or a failing read).
+        let stdin = onering::vstate::stdin::Stdin::new(!self.rng.one_in(16));
+        match stdin.request(self.mem, virt, len) {
+            Ok(()) => {
+                if len > PIECE as u64 {
+                    self.broken.push(format!("a stdin request of {len} bytes was taken"));
+                }
+                SEEN[INPUTS].fetch_add(1, Relaxed);
+                let n = self.rng.index(len as usize + 1);
+                let data = vec![0x5a; n];
+                struct Failing;
+                impl std::io::Read for Failing {
+                    fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                        Err(std::io::ErrorKind::Other.into())
+                    }
+                }
+                if self.rng.one_in(8) {
+                    stdin.complete(self.mem, &mut Failing);
+                } else {
+                    stdin.complete(self.mem, &mut &data[..]);
+                }
+                0
+            }
+            Err(e) => e,
         }
-        if self.rng.one_in(8) {
-            return Err(std::io::ErrorKind::Other.into());
-        }
-        SEEN[INPUTS].fetch_add(1, Relaxed);
-        let n = self.rng.index(buf.len() + 1);
-        buf[..n].fill(0x5a);
-        Ok(n)
     }
     fn halt(&mut self, d: Duration) {
         SEEN[HALTS].fetch_add(1, Relaxed);

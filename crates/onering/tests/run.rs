@@ -571,6 +571,50 @@ fn stdin_is_empty_unless_forwarded_with_i() {
     assert_eq!(&o.stdout[data.len()..], b"200000 bytes\n");
 }
 
+/// A thread blocked reading stdin (`-i`, nothing written, stdin kept open) holds up
+/// nobody: another thread keeps making system calls at full speed, whatever the
+/// number of vCPUs (stdin is a request to the VMM and a wait in the scheduler).
+#[test]
+fn a_thread_blocked_on_stdin_holds_up_nobody() {
+    let bin = build_many("stdin_block", &["stdin_block.c"]);
+    require_kvm();
+    for smp in ["1", "2", "4"] {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_onering"))
+            .args(["run", "-i", "--smp", smp, bin.to_str().unwrap()])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _keep_open = child.stdin.take();
+        let o = child.wait_with_output().unwrap();
+        assert_eq!(status(&o), 0, "--smp {smp}: {}{}", stdout(&o), stderr(&o));
+        assert!(stdout(&o).contains("blocked reader: calls"), "--smp {smp}: {}", stdout(&o));
+    }
+}
+
+/// Stdin that epoll cannot watch (a regular file, /dev/null) is read at once.
+#[test]
+fn stdin_from_a_file_or_dev_null() {
+    let bin = musl("echo_stdin");
+    require_kvm();
+    let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
+    let path = temp_file("stdin-data", &data, 0o644);
+    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(["run", "-i", bin.to_str().unwrap()])
+        .stdin(std::fs::File::open(&path).unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(&o.stdout[..data.len()], &data[..]);
+    assert_eq!(&o.stdout[data.len()..], b"100000 bytes\n");
+    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
+        .args(["run", "-i", bin.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&o), "0 bytes\n");
+}
+
 #[test]
 fn syscall_sites_are_rewritten_and_stats_tell() {
     let o = onering(&["run", "--stats", musl("hello").to_str().unwrap()]);

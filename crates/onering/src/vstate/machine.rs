@@ -21,7 +21,7 @@ use crate::event_loop::LazyEventLoop;
 use crate::exit::{self, Action, Env, Outcome, VmExit};
 use kvm_bindings::CpuId;
 use kvm_ioctls::{VcpuFd, VmFd};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
@@ -43,6 +43,8 @@ pub struct Machine {
     /// Where device back ends wait for host file descriptors; not started until one
     /// registers.
     pub events: LazyEventLoop,
+    /// The host's stdin (`-i`), as a request-and-wait device.
+    pub stdin: super::stdin::Stdin,
     vm: VmFd,
     cpuid: CpuId,
     cpus: Vec<Cpu>,
@@ -66,6 +68,7 @@ impl Machine {
         vm: VmFd,
         cpuid: CpuId,
         ncpus: u64,
+        interactive: bool,
         finish: Finish,
     ) -> &'static Machine {
         let cpus = (0..ncpus)
@@ -75,6 +78,7 @@ impl Machine {
             mem,
             bus,
             events: LazyEventLoop::new(),
+            stdin: super::stdin::Stdin::new(interactive),
             vm,
             cpuid,
             cpus,
@@ -153,6 +157,36 @@ impl Machine {
         Ok(())
     }
 
+    /// Tells the guest that a device posted something in the events page: every
+    /// started vCPU is kicked (a halted one wakes; one about to halt will not), and
+    /// vCPU 0 is interrupted with the reschedule vector (an MSI through KVM's
+    /// in-kernel APIC), in case all of them are running the program.
+    pub fn notify_guest(&'static self) {
+        for (i, c) in self.cpus.iter().enumerate() {
+            if c.started.load(Ordering::Acquire) {
+                let _ = self.kick(i as u64);
+            }
+        }
+        let msi = kvm_bindings::kvm_msi {
+            address_lo: onering_abi::layout::LAPIC_PHYS as u32, // destination APIC 0
+            data: u32::from(onering_abi::vectors::RESCHEDULE),
+            ..Default::default()
+        };
+        let _ = self.vm.signal_msi(msi);
+    }
+
+    /// The `StdinRequest` hostcall: takes the request and has the host's stdin
+    /// watched (see `stdin`). 0 or -errno.
+    fn stdin_request(&'static self, virt: u64, len: u64) -> i64 {
+        match self.stdin.request(&self.mem, virt, len) {
+            Ok(()) => {
+                super::stdin::watch(&self.stdin, &self.mem, &self.events, move || self.notify_guest());
+                0
+            }
+            Err(e) => e,
+        }
+    }
+
     /// Creates vCPU `cpu` and its thread, which enters the kernel's entry.
     fn start(&'static self, cpu: u64) -> Result<(), String> {
         let _g = lock(&self.starting);
@@ -207,8 +241,8 @@ impl Env for VcpuEnv<'_> {
     fn cr2(&mut self) -> u64 {
         self.vcpu.get_sregs().map_or(0, |s| s.cr2)
     }
-    fn input(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        std::io::stdin().lock().read(buf)
+    fn stdin_request(&mut self, virt: u64, len: u64) -> i64 {
+        self.m.stdin_request(virt, len)
     }
     fn halt(&mut self, d: Duration) {
         self.m.halt(self.cpu, d)

@@ -1,0 +1,202 @@
+//! The host's stdin as a device (`-i`): the guest asks (`StdinRequest` hostcall),
+//! the VMM answers when the host has input, and no vCPU ever waits for it.
+//!
+//! A request names a guest buffer (guest-virtual, translated through the guest's
+//! page tables, as every hostcall address) and a length of at most 64 KiB. The
+//! hostcall returns at once; the request waits on the event loop for the host's
+//! stdin to be readable, then one `read(2)` fills (part of) the buffer, the result
+//! goes to the events page (`onering_abi::events`: the result word, then the
+//! device's pending bit), and the guest is woken: every vCPU gets a (sticky) kick,
+//! which wakes a halted one and makes a halting one return at once, and vCPU 0
+//! gets an interrupt (the reschedule vector, by an MSI through KVM's in-kernel
+//! APIC), in case every vCPU is busy running the program. The guest's scheduler
+//! takes the pending bit and wakes the reader.
+//!
+//! A stdin epoll cannot watch (a regular file, /dev/null) is read at once, on the
+//! vCPU's thread: such reads do not wait. Without `-i` a request is EBADF: the VMM,
+//! not only the guest kernel, keeps the host's stdin from a program that was not
+//! given it.
+
+use crate::arch::translate;
+use crate::event_loop::{LazyEventLoop, Next};
+use onering_abi::{events, layout};
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, VolatileMemory};
+
+/// Largest request.
+pub const MAX_REQUEST: u64 = 64 * 1024;
+const EBADF: i64 = 9;
+const EFAULT: i64 = 14;
+const EBUSY: i64 = 16;
+const EIO: i64 = 5;
+const EINVAL: i64 = 22;
+
+/// What the guest asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Request {
+    virt: u64,
+    len: u64,
+}
+
+pub struct Stdin {
+    forwarded: bool,
+    pending: Mutex<Option<Request>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Whether every byte of `[virt, virt + len)` has a translation.
+fn mapped(mem: &GuestMemoryMmap, virt: u64, len: u64) -> bool {
+    let mut done = 0;
+    while done < len {
+        let Some((_, avail)) = virt.checked_add(done).and_then(|va| translate(mem, layout::BOOT_PT_PHYS, va)) else {
+            return false;
+        };
+        done += avail;
+    }
+    true
+}
+
+/// Copies `data` to guest-virtual `virt`, page by page; stops at the first byte
+/// without a translation (the guest may have changed its tables: its problem).
+fn copy_in(mem: &GuestMemoryMmap, virt: u64, data: &[u8]) -> usize {
+    let mut done = 0usize;
+    while done < data.len() {
+        let Some((pa, avail)) = virt.checked_add(done as u64).and_then(|va| translate(mem, layout::BOOT_PT_PHYS, va))
+        else {
+            break;
+        };
+        let n = (avail as usize).min(data.len() - done);
+        if mem.write_slice(&data[done..done + n], GuestAddress(pa)).is_err() {
+            break;
+        }
+        done += n;
+    }
+    done
+}
+
+/// Posts a stdin result in the events page: the result, then the pending bit.
+pub fn post(mem: &GuestMemoryMmap, result: i64) {
+    let at = |off: u64| GuestAddress(layout::EVENTS_PHYS + off);
+    let _ = mem.store(result as u64, at(events::STDIN_RESULT), Ordering::Release);
+    if let Ok(slice) = mem.get_slice(at(events::PENDING), 8) {
+        if let Ok(word) = slice.get_atomic_ref::<AtomicU64>(0) {
+            word.fetch_or(events::STDIN, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Stdin {
+    pub fn new(forwarded: bool) -> Self {
+        Stdin { forwarded, pending: Mutex::new(None) }
+    }
+
+    /// Takes a request: 0, or -EBADF (no `-i`), -EBUSY (one is outstanding),
+    /// -EINVAL (a length of 0 or over 64 KiB), -EFAULT (the buffer is not mapped).
+    /// `watch` is called to have the host's stdin watched (or read at once).
+    pub fn request(&self, mem: &GuestMemoryMmap, virt: u64, len: u64) -> Result<(), i64> {
+        if !self.forwarded {
+            return Err(-EBADF);
+        }
+        if len == 0 || len > MAX_REQUEST {
+            return Err(-EINVAL);
+        }
+        if !mapped(mem, virt, len) {
+            return Err(-EFAULT);
+        }
+        let mut p = lock(&self.pending);
+        if p.is_some() {
+            return Err(-EBUSY);
+        }
+        *p = Some(Request { virt, len });
+        Ok(())
+    }
+
+    /// The host's stdin is readable (or cannot be watched): one read for the
+    /// outstanding request, posted to the guest. False if there was none.
+    pub fn complete(&self, mem: &GuestMemoryMmap, input: &mut impl Read) -> bool {
+        let Some(req) = lock(&self.pending).take() else {
+            return false;
+        };
+        let mut buf = vec![0u8; req.len as usize];
+        let result = loop {
+            match input.read(&mut buf) {
+                Ok(n) => break copy_in(mem, req.virt, &buf[..n]) as i64,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break -EIO,
+            }
+        };
+        post(mem, result);
+        true
+    }
+}
+
+/// Starts watching the host's stdin for the outstanding request: on the event loop,
+/// or, for a stdin epoll cannot watch, by reading now. `wake` tells the guest.
+pub fn watch(
+    stdin: &'static Stdin,
+    mem: &'static GuestMemoryMmap,
+    events: &LazyEventLoop,
+    wake: impl Fn() + Send + 'static,
+) {
+    let dup = std::io::stdin().as_fd().try_clone_to_owned().map(std::fs::File::from);
+    let registered = match (dup, events.get()) {
+        (Ok(file), Ok(l)) => l
+            .register(file, vmm_sys_util::epoll::EventSet::IN | vmm_sys_util::epoll::EventSet::HANG_UP, move |f, _| {
+                if stdin.complete(mem, f) {
+                    wake();
+                }
+                Next::Remove
+            })
+            .is_ok(),
+        _ => false,
+    };
+    if !registered {
+        // A regular file or /dev/null (epoll refuses them): reading does not wait.
+        let _ = stdin.complete(mem, &mut std::io::stdin().lock());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arch::PageTables;
+
+    fn memory() -> GuestMemoryMmap {
+        let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap();
+        let mut pt = PageTables::new(&mem);
+        pt.map_2m(0x40_0000, 0x40_0000, 0).unwrap();
+        mem
+    }
+
+    #[test]
+    fn requests_are_checked_and_answered() {
+        let mem = memory();
+        let off = Stdin::new(false);
+        assert_eq!(off.request(&mem, 0x40_0000, 10), Err(-EBADF), "no -i: the VMM refuses");
+        let s = Stdin::new(true);
+        assert_eq!(s.request(&mem, 0x40_0000, 0), Err(-EINVAL));
+        assert_eq!(s.request(&mem, 0x40_0000, MAX_REQUEST + 1), Err(-EINVAL));
+        assert_eq!(s.request(&mem, 0x1000_0000, 10), Err(-EFAULT), "not mapped");
+        assert_eq!(s.request(&mem, 0x5f_fff0, 32), Err(-EFAULT), "runs off the mapping");
+        assert_eq!(s.request(&mem, 0x40_0000, 10), Ok(()));
+        assert_eq!(s.request(&mem, 0x40_0000, 10), Err(-EBUSY));
+        assert!(s.complete(&mem, &mut &b"hello world"[..]));
+        let mut got = [0u8; 10];
+        mem.read_slice(&mut got, GuestAddress(0x40_0000)).unwrap();
+        assert_eq!(&got, b"hello worl", "at most what was asked");
+        let word = |off| mem.read_obj::<u64>(GuestAddress(layout::EVENTS_PHYS + off)).unwrap();
+        assert_eq!(word(events::STDIN_RESULT), 10);
+        assert_eq!(word(events::PENDING), events::STDIN);
+        assert!(!s.complete(&mem, &mut &b"x"[..]), "nothing outstanding");
+        // End of file.
+        assert_eq!(s.request(&mem, 0x40_0000, 10), Ok(()));
+        assert!(s.complete(&mem, &mut &b""[..]));
+        assert_eq!(word(events::STDIN_RESULT), 0);
+    }
+}
