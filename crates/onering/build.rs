@@ -27,6 +27,7 @@ fn main() {
         println!("cargo:rerun-if-changed={}", root.join(dep).display());
     }
 
+    ensure_target();
     let target_dir = out.join("kernel-target");
     let link_script = root.join("crates/kernel/link.ld");
     let flags = [
@@ -117,6 +118,33 @@ fn main() {
     );
     std::fs::write(out.join("kernel_image.rs"), consts).unwrap();
     build_vdso(&manifest.join("vdso"), &out);
+}
+
+/// The guest kernel needs the `x86_64-unknown-none` target. rust-toolchain.toml lists
+/// it, and rustup installs it with a toolchain it installs, but not into a toolchain
+/// that is already there: then add it now (once), so that `cargo build --release`
+/// works on a fresh machine as the README says.
+fn ensure_target() {
+    const TARGET: &str = "x86_64-unknown-none";
+    let rustc = std::env::var_os("RUSTC").unwrap_or_else(|| "rustc".into());
+    let sysroot = Command::new(&rustc).args(["--print", "sysroot"]).output();
+    let Ok(sysroot) = sysroot else { return };
+    let sysroot = PathBuf::from(String::from_utf8_lossy(&sysroot.stdout).trim());
+    if sysroot.join("lib/rustlib").join(TARGET).exists() {
+        return;
+    }
+    println!("cargo:warning=installing the {TARGET} target for the guest kernel (rustup target add {TARGET})");
+    // The toolchain of this build: rustup tells the proxies which one through
+    // RUSTUP_TOOLCHAIN.
+    let mut add = Command::new("rustup");
+    add.args(["target", "add", TARGET]);
+    if let Some(tc) = std::env::var_os("RUSTUP_TOOLCHAIN") {
+        add.arg("--toolchain").arg(tc);
+    }
+    match add.status() {
+        Ok(s) if s.success() => {}
+        _ => println!("cargo:warning=could not install {TARGET}: run `rustup target add {TARGET}`"),
+    }
 }
 
 /// Compiles the vDSO (vdso/vdso.c: clock_gettime and friends from the TSC) into a
