@@ -17,7 +17,7 @@ mkdir -p "$out"
 cargo build --release -q
 export PATH="$PATH:/usr/local/go/bin"
 (cd bench/go && CGO_ENABLED=0 go build -o "../../$out/gobench" .)
-onering=./target/release/onering
+onering=${ONERING:-./target/release/onering} # ONERING=path compares another build
 ratio() { awk -v h="$1" -v r="$2" 'BEGIN{printf "%.2fx", h/r}'; }
 printf '%-36s %-6s %12s %12s %8s\n' "benchmark" "CPUs" "host" "onering" "ratio"
 declare -A best

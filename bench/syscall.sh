@@ -12,7 +12,7 @@ out=target/bench
 mkdir -p "$out"
 cargo build --release -q
 musl-gcc -static -O2 bench/syscall.c -o "$out/syscall"
-onering=./target/release/onering
+onering=${ONERING:-./target/release/onering} # ONERING=path compares another build
 host_rw=$("$out/syscall" rw "$N")
 ring_rw=$("$onering" run "$out/syscall" rw "$N")
 trap_rw=$("$onering" run --no-rewrite "$out/syscall" rw "$TRAP_N")

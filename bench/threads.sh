@@ -31,7 +31,7 @@ gcc -static -O2 bench/wake.c -o "$out/wake" -pthread
 musl-gcc -static -O2 bench/timerlat.c -o "$out/timerlat"
 printf '#include <unistd.h>\nint main(void){sleep(5);return 0;}\n' >"$out/sleep5.c"
 musl-gcc -static -O2 "$out/sleep5.c" -o "$out/sleep5"
-onering=./target/release/onering
+onering=${ONERING:-./target/release/onering} # ONERING=path compares another build
 ratio() { awk -v h="$1" -v r="$2" 'BEGIN{printf "%.2fx", h/r}'; }
 
 echo "(a) producer/consumer, $ITEMS items (ns/item; host/onering)"

@@ -1,7 +1,7 @@
 //! The scheduler's pure decisions, tested on the host: which CPU a thread that
 //! becomes runnable goes to, and how long an idle CPU spins before it halts.
 //!
-//! Costs behind the choices (PLATFORM.md): a polling idle CPU picks a thread up in
+//! Costs behind the choices (docs/platform.md): a polling idle CPU picks a thread up in
 //! well under a microsecond; waking a halted one is an exit on the waker (~18 µs)
 //! plus the host waking the vCPU thread; interrupting a busy one is an APIC exit
 //! plus an interrupt (~25-60 µs). So a thread goes where it is cheapest to start.

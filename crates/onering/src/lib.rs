@@ -21,7 +21,7 @@
 //!   calls the standard library and rust-vmm crates do not wrap).
 //!
 //! The program file is parsed, and its `syscall` instructions rewritten, by the pure
-//! crate `onering_rewrite`. See docs/design-vmm.md.
+//! crate `onering_rewrite`. See docs/design.md (The VMM).
 #![deny(unsafe_code)]
 
 /// A message of onering's own on stderr. Never panics: a closed stderr must not

@@ -10,7 +10,7 @@
 //! published in atomics, which wakers and idle CPUs read without the lock.
 //!
 //! The idle loop polls the run queue and the earliest timer, spinning before it asks
-//! the VMM to halt the vCPU until the next deadline (PLATFORM.md: the guest cannot
+//! the VMM to halt the vCPU until the next deadline (docs/platform.md: the guest cannot
 //! `hlt`).
 
 use super::process::Process;

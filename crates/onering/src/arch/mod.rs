@@ -1,6 +1,6 @@
 //! x86-64 machine state the VMM builds before the first instruction: page tables
 //! (`paging`), GDT, IDT and TSSs (`tables`), each vCPU's registers, MSRs and local
-//! APIC (`regs`) and CPUID (`cpuid`). PLATFORM.md explains why the VMM does all of
+//! APIC (`regs`) and CPUID (`cpuid`). docs/platform.md explains why the VMM does all of
 //! it: the guest cannot write control registers or MSRs here, and ring-0 code before
 //! the first ring-3 entry runs emulated, 1-2 µs per instruction.
 //!

@@ -15,7 +15,7 @@
 //! A device with a back end on the host (a virtio device's queues over a tap or a
 //! file, a console on stdin) registers its file descriptors with the event loop
 //! (`crate::event_loop`) and, when there is work for the guest, wakes a vCPU with
-//! `Machine::kick` (see docs/design-vmm.md).
+//! `Machine::kick` (see docs/design.md, The VMM).
 
 pub mod bus;
 pub mod doorbell;

@@ -2,7 +2,7 @@
 //! vCPU 0 runs on the main thread, the others start when the guest first kicks
 //! them (a program that never has two runnable threads pays nothing for `--smp`).
 //!
-//! Halting: the guest cannot `hlt` here (PLATFORM.md), so an idle vCPU makes the
+//! Halting: the guest cannot `hlt` here (docs/platform.md), so an idle vCPU makes the
 //! `Halt` hostcall and its thread sleeps on a condition variable until its deadline
 //! or a `Kick` from another vCPU. A kick is sticky: one that arrives before the halt
 //! makes that halt return at once, so the guest's "check, then halt" cannot lose a
