@@ -25,9 +25,11 @@ pub(crate) const RESCHED: usize = 0x908;
 /// When (monotonic ns) this CPU's APIC timer is armed to fire; 0 when it is not.
 /// The preemption stub clears it.
 pub(crate) const TIMER_ARMED: usize = 0x910;
+/// The kernel's per-CPU pointer (`CurrentSlot`).
+pub(crate) const KERNEL_SLOT: usize = 0x918;
 
 const _: () = assert!(FULL_REGS + core::mem::size_of::<crate::frame::UserRegs>() <= CURRENT_TASK);
-const _: () = assert!(TIMER_ARMED + 8 <= onering_abi::layout::PERCPU_STRIDE as usize);
+const _: () = assert!(KERNEL_SLOT + 8 <= onering_abi::layout::PERCPU_STRIDE as usize);
 const _: () = assert!(core::mem::size_of::<onering_abi::PerCpuHeader>() <= FULL_REGS);
 
 /// The counters of a CPU's header that the kernel (not a ring-0 stub) keeps.
@@ -155,6 +157,15 @@ mod imp {
     pub(crate) fn set_current_task_word(p: u64) {
         gs_store!(CURRENT_TASK, p)
     }
+
+    #[inline(always)]
+    pub(crate) fn kernel_slot() -> u64 {
+        gs_load!(KERNEL_SLOT)
+    }
+
+    pub(crate) fn set_kernel_slot(p: u64) {
+        gs_store!(KERNEL_SLOT, p)
+    }
 }
 
 #[cfg(not(target_os = "none"))]
@@ -200,6 +211,13 @@ mod imp {
     pub(crate) fn set_current_task_word(p: u64) {
         CURRENT.store(p, Relaxed)
     }
+    static SLOT: AtomicU64 = AtomicU64::new(0);
+    pub(crate) fn kernel_slot() -> u64 {
+        SLOT.load(Relaxed)
+    }
+    pub(crate) fn set_kernel_slot(p: u64) {
+        SLOT.store(p, Relaxed)
+    }
 }
 
 #[cfg(target_os = "none")]
@@ -207,7 +225,7 @@ pub(crate) use imp::{clear_in_fault, page};
 pub use imp::{
     count, cpu_id, fs_base, rdtsc, resched_pending, set_fs_base, set_timer_armed, take_resched, timer_armed,
 };
-pub(crate) use imp::{current_task_word, set_current_task_word, set_kstack_top};
+pub(crate) use imp::{current_task_word, kernel_slot, set_current_task_word, set_kernel_slot, set_kstack_top};
 
 /// A `&'static T` per CPU, for the kernel's "what runs here" pointers (the current
 /// thread). Each CPU reads and writes only its own slot; a slot only ever holds a
@@ -240,5 +258,41 @@ impl<T: Sync + 'static> CpuSlot<T> {
 impl<T: Sync + 'static> Default for CpuSlot<T> {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// The kernel's one per-CPU pointer that costs a single `%gs` load to read (the
+/// current thread): a `&'static T` in a word of the per-CPU page. Only one slot
+/// exists, handed out once by [`CurrentSlot::claim`], so the word only ever holds
+/// the `T` of that one claim, and reading it back as a `&'static T` is sound.
+pub struct CurrentSlot<T: 'static>(core::marker::PhantomData<fn() -> &'static T>);
+
+static SLOT_CLAIMED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+impl<T: Sync + 'static> CurrentSlot<T> {
+    /// The slot, the first time this is called (None after).
+    pub fn claim() -> Option<CurrentSlot<T>> {
+        (!SLOT_CLAIMED.swap(true, core::sync::atomic::Ordering::AcqRel))
+            .then_some(CurrentSlot(core::marker::PhantomData))
+    }
+
+    /// This CPU's value.
+    #[inline(always)]
+    pub fn get(&self) -> Option<&'static T> {
+        let p = kernel_slot() as *const T;
+        // SAFETY: the word is 0 or holds a pointer `set` made from a `&'static T` of
+        // this slot's `T` (the only slot, the only writer), valid and shared forever.
+        unsafe { p.as_ref() }
+    }
+
+    /// Sets this CPU's value.
+    pub fn set(&self, v: Option<&'static T>) {
+        set_kernel_slot(v.map_or(0, |r| r as *const T as u64));
+    }
+}
+
+impl<T: 'static> core::fmt::Debug for CurrentSlot<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("CurrentSlot")
     }
 }

@@ -7,8 +7,8 @@
 //!   the return with every register chosen; the kernel's hooks are named once with
 //!   [`entry_point!`].
 //! - `frame`: the user context the entry code saves (pure types).
-//! - `cpu`: this vCPU's number and per-CPU words, counters, TSC, FS base, and a
-//!   typed per-CPU pointer.
+//! - `cpu`: this vCPU's number and per-CPU words, counters, TSC, FS base, and
+//!   typed per-CPU pointers; `sref`: a changeable `&'static T`.
 //! - `task`: kernel stacks, context switches, extended register state.
 //! - `user`: fallible copies to and from the program's memory (faults caught).
 //! - `mm`: 2 MiB chunks of guest RAM (owned tokens) and the page tables' user half.
@@ -39,6 +39,7 @@ pub mod heap;
 pub mod hostcall;
 pub mod mm;
 pub mod panic;
+pub mod sref;
 pub mod supervisor;
 pub mod task;
 pub mod user;

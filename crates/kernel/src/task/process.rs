@@ -3,8 +3,9 @@
 //! and its children (zombies to reap, a vfork parent to release).
 //!
 //! The program is pid 1, as in a container. Process structures live in an arena
-//! of `&'static Process` slots that are reused, like threads: a thread finds its
-//! process by slot without a lock or a reference count on the system-call path.
+//! of `&'static Process` slots that are reused, like threads: a thread reaches its
+//! process through a `StaticRef` (one load) without a lock or a reference count on
+//! the system-call path.
 //! A slot is reused only once the process has ended and no thread structure refers
 //! to it any more (`members`), so a thread's process is never another process,
 //! even after that thread was killed with its process (it may still be on its way
@@ -158,10 +159,6 @@ impl Process {
 
     pub fn pid(&self) -> u64 {
         self.pid.load(Relaxed)
-    }
-
-    pub(super) fn slot(&self) -> usize {
-        self.slot
     }
 
     /// What a child made by vfork (or clone without CLONE_VM... not offered) starts

@@ -11,10 +11,11 @@
 use super::process::Process;
 use crate::sigframe::{self, Info};
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering::Relaxed};
-use onering_arch::cpu::CpuSlot;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
+use onering_arch::cpu::CurrentSlot;
+use onering_arch::sref::StaticRef;
 use onering_arch::task::Task;
-use spin::Mutex;
+use spin::{Mutex, Once};
 
 /// Scheduling states.
 pub const RUNNING: u8 = 0;
@@ -29,7 +30,8 @@ pub struct Thread {
     /// Process id (thread-group id), the parent's, and the process's arena slot.
     pub pid: AtomicU64,
     pub ppid: AtomicU64,
-    proc: AtomicUsize,
+    /// Its process (one load on the system-call path).
+    proc: StaticRef<Process>,
     /// CPUs it may run on (`sched_setaffinity`), bit n for CPU n.
     pub(super) affinity: AtomicU64,
     pub(super) state: AtomicU8,
@@ -70,25 +72,33 @@ impl core::fmt::Debug for Thread {
     }
 }
 
-/// The thread each CPU runs (None: its idle loop).
-static CURRENT: CpuSlot<Thread> = CpuSlot::new();
+/// The thread each CPU runs (None: its idle loop), in arch's one-load per-CPU slot.
+static CURRENT: Once<CurrentSlot<Thread>> = Once::new();
+
+fn slot() -> &'static CurrentSlot<Thread> {
+    CURRENT.call_once(|| match CurrentSlot::claim() {
+        Some(s) => s,
+        None => panic!("the per-CPU current slot is taken"),
+    })
+}
 
 /// The thread running on this CPU.
 #[inline]
 pub fn current() -> &'static Thread {
-    match CURRENT.get() {
+    match try_current() {
         Some(t) => t,
         None => panic!("no current thread on cpu {}", onering_arch::cpu::cpu_id()),
     }
 }
 
 /// The thread running on this CPU, if any (not the idle loop).
+#[inline]
 pub fn try_current() -> Option<&'static Thread> {
-    CURRENT.get()
+    CURRENT.get()?.get()
 }
 
 pub(super) fn set_current(t: Option<&'static Thread>) {
-    CURRENT.set(t)
+    slot().set(t)
 }
 
 impl Thread {
@@ -99,7 +109,7 @@ impl Thread {
             tid: AtomicU64::new(0),
             pid: AtomicU64::new(0),
             ppid: AtomicU64::new(0),
-            proc: AtomicUsize::new(0),
+            proc: StaticRef::empty(),
             affinity: AtomicU64::new(u64::MAX),
             state: AtomicU8::new(DEAD),
             wakeup: AtomicBool::new(false),
@@ -127,7 +137,7 @@ impl Thread {
         self.tid.store(tid, Relaxed);
         self.pid.store(proc.pid(), Relaxed);
         self.ppid.store(ppid, Relaxed);
-        self.proc.store(proc.slot(), Relaxed);
+        self.proc.set(Some(proc));
         self.sigmask.store(sigmask, Relaxed);
         self.pending.store(0, Relaxed);
         self.affinity.store(affinity, Relaxed);
@@ -154,8 +164,12 @@ impl Thread {
 
     /// Its process. A process is not reused while a thread structure refers to it
     /// (see `process`), so this never names another process.
+    #[inline]
     pub fn process(&self) -> &'static Process {
-        super::process::by_slot(self.proc.load(Relaxed))
+        match self.proc.get() {
+            Some(p) => p,
+            None => panic!("thread {} has no process", self.tid()),
+        }
     }
 
     /// Signals pending and not blocked.
