@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need and runs all of them: formatting and lints, host unit
-# tests (ELF, stack, page tables, exits, the kernel's memory manager and console),
-# and the guest programs run through `onering run`. Needs /dev/kvm: without it the
-# guest tests fail loudly.
+# tests (ELF, rewriter, exits, the kernel's libraries and handlers, fuzzing),
+# and the guest programs run through `onering run` on 1, 2 and 4 vCPUs. Needs
+# /dev/kvm: without it the guest tests fail loudly.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
@@ -18,3 +18,8 @@ CARGO_ENCODED_RUSTFLAGS=$(printf -- '-Crelocation-model=static\x1f-Ccode-model=k
     cargo clippy -p onering-kernel -p onering-arch --features onering-kernel/guest --target x86_64-unknown-none --release \
     --target-dir target/guest-clippy -- -D warnings
 cargo test --workspace --release
+# The guest programs again on 2 and 4 vCPUs (tests that choose their own keep it).
+for smp in 2 4; do
+    echo "test: guest programs with --smp $smp" >&2
+    ONERING_TEST_SMP=$smp cargo test --release -p onering --test run --test go
+done

@@ -49,7 +49,19 @@ fn guest() -> &'static Path {
 
 fn onering(args: &[&str]) -> Output {
     assert!(Path::new("/dev/kvm").exists(), "these tests need /dev/kvm, and this machine has none");
-    Command::new(env!("CARGO_BIN_EXE_onering")).args(args).stdin(Stdio::null()).output().unwrap()
+    Command::new(env!("CARGO_BIN_EXE_onering")).args(with_test_smp(args)).stdin(Stdio::null()).output().unwrap()
+}
+
+/// `ONERING_TEST_SMP=N` runs every test that does not choose its vCPUs with
+/// `--smp N` (scripts/test.sh runs the suite with 1, 2 and 4).
+fn with_test_smp(args: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    if let Ok(n) = std::env::var("ONERING_TEST_SMP") {
+        if a.first().map(String::as_str) == Some("run") && !a.iter().any(|s| s == "--smp") {
+            a.insert(1, format!("--smp={n}"));
+        }
+    }
+    a
 }
 
 fn text(b: &[u8]) -> String {

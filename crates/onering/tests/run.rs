@@ -54,7 +54,26 @@ fn musl(name: &str) -> PathBuf {
 
 fn onering(args: &[&str]) -> Output {
     require_kvm();
-    Command::new(env!("CARGO_BIN_EXE_onering")).args(args).stdin(Stdio::null()).output().unwrap()
+    cmd(args).stdin(Stdio::null()).output().unwrap()
+}
+
+/// The onering command with `args` (and `--smp` from ONERING_TEST_SMP).
+fn cmd(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_onering"));
+    c.args(with_test_smp(args));
+    c
+}
+
+/// `ONERING_TEST_SMP=N` runs every test that does not choose its vCPUs with
+/// `--smp N` (scripts/test.sh runs the suite with 1, 2 and 4).
+fn with_test_smp(args: &[&str]) -> Vec<String> {
+    let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    if let Ok(n) = std::env::var("ONERING_TEST_SMP") {
+        if a.first().map(String::as_str) == Some("run") && !a.iter().any(|s| s == "--smp") {
+            a.insert(1, format!("--smp={n}"));
+        }
+    }
+    a
 }
 
 fn run(bin: &Path, args: &[&str]) -> Output {
@@ -67,8 +86,11 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// The stderr of a run, without the warning `--smp` above the host's CPU count
+/// prints (ONERING_TEST_SMP=4 on a 2-CPU machine).
 fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
+    let s = String::from_utf8_lossy(&o.stderr);
+    s.split_inclusive('\n').filter(|l| !l.starts_with("onering: warning: --smp")).collect()
 }
 
 fn status(o: &Output) -> i32 {
@@ -100,26 +122,14 @@ fn environment_is_exactly_what_was_given() {
     let hello = musl("hello");
     let p = hello.to_str().unwrap();
     // No -e: nothing from the host leaks in.
-    let o = Command::new(env!("CARGO_BIN_EXE_onering")).args(["run", p]).env("GREETING", "from host").output().unwrap();
+    let o = cmd(&["run", p]).env("GREETING", "from host").output().unwrap();
     assert!(stdout(&o).contains("GREETING=(unset)\n"), "{}", stdout(&o));
     // -e KEY copies one variable; --env-host copies all; -e overrides.
-    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(["run", "-e", "GREETING", p])
-        .env("GREETING", "copied")
-        .output()
-        .unwrap();
+    let o = cmd(&["run", "-e", "GREETING", p]).env("GREETING", "copied").output().unwrap();
     assert!(stdout(&o).contains("GREETING=copied\n"));
-    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(["run", "--env-host", p])
-        .env("GREETING", "all")
-        .output()
-        .unwrap();
+    let o = cmd(&["run", "--env-host", p]).env("GREETING", "all").output().unwrap();
     assert!(stdout(&o).contains("GREETING=all\n"));
-    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(["run", "--env-host", "-e", "GREETING=mine", p])
-        .env("GREETING", "all")
-        .output()
-        .unwrap();
+    let o = cmd(&["run", "--env-host", "-e", "GREETING=mine", p]).env("GREETING", "all").output().unwrap();
     assert!(stdout(&o).contains("GREETING=mine\n"));
 }
 
@@ -280,11 +290,7 @@ fn onering_failures_are_125() {
     expect_failure(&onering(&["run", "--smp", "0", p]), 125, "--smp 0 is out of range");
     expect_failure(&onering(&["run", "--bogus", p]), 125, "");
     expect_failure(&onering(&["run"]), 125, "");
-    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(["run", p])
-        .env("ONERING_KVM_DEVICE", "/nonexistent/kvm")
-        .output()
-        .unwrap();
+    let o = cmd(&["run", p]).env("ONERING_KVM_DEVICE", "/nonexistent/kvm").output().unwrap();
     expect_failure(&o, 125, "does not offer KVM");
 }
 
@@ -471,11 +477,7 @@ fn exit_from_a_thread_ends_the_program_on_any_vcpu_count() {
 fn a_glibc_program_started_by_a_relative_path() {
     // glibc's start-up asserts that /proc/self/exe is absolute.
     let bin = glibc("threads");
-    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(["run", "--smp", "2", "./threads-glibc"])
-        .current_dir(bin.parent().unwrap())
-        .output()
-        .unwrap();
+    let o = cmd(&["run", "--smp", "2", "./threads-glibc"]).current_dir(bin.parent().unwrap()).output().unwrap();
     assert_eq!(status(&o), 0, "{}", stderr(&o));
     assert!(stdout(&o).contains("ok "), "{}", stdout(&o));
 }
@@ -490,7 +492,8 @@ fn smp_out_of_range_is_refused() {
     }
     let o = onering(&["run", "--smp", "64", hello.to_str().unwrap()]);
     assert_eq!(status(&o), 0, "{}", stderr(&o));
-    assert!(stderr(&o).contains("warning: --smp 64"), "{}", stderr(&o));
+    let raw = String::from_utf8_lossy(&o.stderr);
+    assert!(raw.contains("warning: --smp 64"), "{raw}");
 }
 
 #[test]
@@ -547,18 +550,10 @@ fn stdin_is_empty_unless_forwarded_with_i() {
     use std::io::Write;
     let bin = musl("echo_stdin");
     require_kvm();
-    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(["run", bin.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .output()
-        .unwrap();
+    let o = cmd(&["run", bin.to_str().unwrap()]).stdin(Stdio::piped()).output().unwrap();
     assert_eq!(stdout(&o), "0 bytes\n");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(["run", "-i", bin.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child =
+        cmd(&["run", "-i", bin.to_str().unwrap()]).stdin(Stdio::piped()).stdout(Stdio::piped()).spawn().unwrap();
     let data: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
     let mut input = child.stdin.take().unwrap();
     let writer = {
@@ -579,8 +574,7 @@ fn a_thread_blocked_on_stdin_holds_up_nobody() {
     let bin = build_many("stdin_block", &["stdin_block.c"]);
     require_kvm();
     for smp in ["1", "2", "4"] {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_onering"))
-            .args(["run", "-i", "--smp", smp, bin.to_str().unwrap()])
+        let mut child = cmd(&["run", "-i", "--smp", smp, bin.to_str().unwrap()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -600,18 +594,10 @@ fn stdin_from_a_file_or_dev_null() {
     require_kvm();
     let data: Vec<u8> = (0..100_000u32).map(|i| (i % 253) as u8).collect();
     let path = temp_file("stdin-data", &data, 0o644);
-    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(["run", "-i", bin.to_str().unwrap()])
-        .stdin(std::fs::File::open(&path).unwrap())
-        .output()
-        .unwrap();
+    let o = cmd(&["run", "-i", bin.to_str().unwrap()]).stdin(std::fs::File::open(&path).unwrap()).output().unwrap();
     assert_eq!(&o.stdout[..data.len()], &data[..]);
     assert_eq!(&o.stdout[data.len()..], b"100000 bytes\n");
-    let o = Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(["run", "-i", bin.to_str().unwrap()])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
+    let o = cmd(&["run", "-i", bin.to_str().unwrap()]).stdin(Stdio::null()).output().unwrap();
     assert_eq!(stdout(&o), "0 bytes\n");
 }
 
@@ -692,16 +678,11 @@ fn a_closed_pipe_ends_the_program_with_sigpipe_as_on_linux() {
     let bin = musl("bigout");
     require_kvm();
     // onering's stdout is a pipe whose reader goes away after 100 bytes.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_onering"))
-        .args(["run", bin.to_str().unwrap()])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = cmd(&["run", bin.to_str().unwrap()]).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut first = [0u8; 100];
     std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut first).unwrap();
     drop(child.stdout.take());
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(141), "{}", String::from_utf8_lossy(&o.stderr));
-    assert_eq!(String::from_utf8_lossy(&o.stderr), "", "no message for a broken pipe");
+    assert_eq!(stderr(&o), "", "no message for a broken pipe");
 }
