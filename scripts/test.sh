@@ -21,5 +21,5 @@ cargo test --workspace --release
 # The guest programs again on 2 and 4 vCPUs (tests that choose their own keep it).
 for smp in 2 4; do
     echo "test: guest programs with --smp $smp" >&2
-    ONERING_TEST_SMP=$smp cargo test --release -p onering --test run --test go
+    ONERING_TEST_SMP=$smp cargo test --release -p onering --test run --test go --test stdio --test signals
 done

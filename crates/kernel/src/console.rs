@@ -51,7 +51,10 @@ impl ConsoleBuf {
 
     /// What a write of `len` bytes to `fd` needs first.
     pub fn plan(&self, fd: u32, len: usize) -> Step {
-        if !self.buf.is_empty() && (fd != self.fd || len > CAPACITY - self.buf.len()) {
+        // A write that will not be appended (another stream, no room, or large
+        // enough to go direct) waits for what is buffered to go first: nothing may
+        // overtake bytes written before it.
+        if !self.buf.is_empty() && (fd != self.fd || len > CAPACITY - self.buf.len() || len > CAPACITY / 2) {
             Step::FlushFirst
         } else if len > CAPACITY / 2 {
             Step::Direct
@@ -145,6 +148,19 @@ mod tests {
         put(&mut c, 1, &half);
         assert_eq!(c.pending(), CAPACITY, "exactly fills the buffer");
         assert_eq!(c.plan(1, 1), Step::FlushFirst);
+    }
+
+    /// The bug that corrupted `tar | tar` and compressors' output: a large write
+    /// went direct while smaller bytes written before it were still buffered.
+    #[test]
+    fn a_large_write_never_overtakes_buffered_bytes() {
+        let mut c = ConsoleBuf::new();
+        put(&mut c, 1, b"before");
+        for len in [CAPACITY / 2 + 1, CAPACITY - 100, CAPACITY, 10 * CAPACITY] {
+            assert_eq!(c.plan(1, len), Step::FlushFirst, "{len}");
+        }
+        c.take();
+        assert_eq!(c.plan(1, CAPACITY / 2 + 1), Step::Direct);
     }
 
     #[test]

@@ -173,15 +173,27 @@ pub fn encode(f: &Frame) -> [u8; FRAME_SIZE] {
     put(&mut b, m + 184, f.fp);
     put(&mut b, SIGMASK_OFFSET, f.old_mask);
     let si = INFO_OFFSET as usize;
-    b[si..si + 4].copy_from_slice(&(f.info.signo as u32).to_le_bytes());
-    b[si + 8..si + 12].copy_from_slice(&f.info.code.to_le_bytes());
-    if f.info.addr != 0 || matches!(f.info.signo, sig::SIGSEGV | sig::SIGBUS | sig::SIGILL | sig::SIGFPE) {
-        put(&mut b, si + 16, f.info.addr);
-    } else {
-        b[si + 16..si + 20].copy_from_slice(&f.info.pid.to_le_bytes());
-        b[si + 20..si + 24].copy_from_slice(&f.info.uid.to_le_bytes());
-    }
+    b[si..si + INFO_SIZE].copy_from_slice(&f.info.encode());
     b
+}
+
+/// `sizeof(siginfo_t)`.
+pub const INFO_SIZE: usize = 128;
+
+impl Info {
+    /// The bytes of `siginfo_t` (for a handler's frame and `rt_sigtimedwait`).
+    pub fn encode(&self) -> [u8; INFO_SIZE] {
+        let mut b = [0u8; INFO_SIZE];
+        b[0..4].copy_from_slice(&(self.signo as u32).to_le_bytes());
+        b[8..12].copy_from_slice(&self.code.to_le_bytes());
+        if self.addr != 0 || matches!(self.signo, sig::SIGSEGV | sig::SIGBUS | sig::SIGILL | sig::SIGFPE) {
+            b[16..24].copy_from_slice(&self.addr.to_le_bytes());
+        } else {
+            b[16..20].copy_from_slice(&self.pid.to_le_bytes());
+            b[20..24].copy_from_slice(&self.uid.to_le_bytes());
+        }
+        b
+    }
 }
 
 /// Linux's `_fpx_sw_bytes`, written into the XSAVE area's reserved bytes so that

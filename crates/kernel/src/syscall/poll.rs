@@ -220,7 +220,7 @@ pub fn epoll_pwait(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 }
 
 /// A `struct timespec` timeout (0: none) as a deadline; Some(0) for a zero timeout.
-fn ts_deadline(user: &dyn UserMem, addr: u64) -> Result<Option<u64>, Errno> {
+pub(super) fn ts_deadline(user: &dyn UserMem, addr: u64) -> Result<Option<u64>, Errno> {
     if addr == 0 {
         return Ok(None);
     }

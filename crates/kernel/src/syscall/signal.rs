@@ -1,12 +1,16 @@
 //! Signal system calls: dispositions, masks, the alternate stack, sending
-//! (kill, tkill, tgkill) and `rt_sigreturn`. Sending and delivery themselves are
+//! (kill, tkill, tgkill), waiting (pause, rt_sigsuspend, rt_sigtimedwait) and
+//! `rt_sigreturn`. Sending and delivery themselves are
 //! `task::signal`; the frame's layout is `crate::sigframe`.
 
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
 use crate::mm::user::UserMemExt;
 use crate::sigframe::{self as sigs, bit, code, sig, Info, Regs, SS_DISABLE, SS_ONSTACK, UNBLOCKABLE};
-use crate::task::signal::{deliver, ignored, on_altstack, restart_or_eintr, send, send_to_process, terminate};
+use crate::task::sched::Wake;
+use crate::task::signal::{
+    deliver, ignored, on_altstack, restart_or_eintr, send, send_to_process, take_waited, terminate,
+};
 use crate::task::{sched, Ctx};
 use core::sync::atomic::Ordering::Relaxed;
 
@@ -181,6 +185,76 @@ pub fn tgkill(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 pub fn tkill(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     thread_kill(ctx, None, f.rdi, f.rsi)
+}
+
+/// Sleeps until a signal is delivered (a handler runs, or the program ends).
+fn until_signal() -> Errno {
+    loop {
+        if sched::block(None) == Wake::Interrupted {
+            return Errno::EINTR;
+        }
+    }
+}
+
+pub fn pause(_: &Ctx, _: &mut SyscallFrame) -> SysResult {
+    Err(until_signal())
+}
+
+/// `rt_sigsuspend`: waits for a signal with a temporary mask, which stays until
+/// the signal's handler has been entered (its frame restores the old one).
+pub fn rt_sigsuspend(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    if f.rsi != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let t = ctx.thread;
+    let mask = ctx.user.read_u64(f.rdi)? & !UNBLOCKABLE;
+    t.saved_mask.store(t.sigmask.load(Relaxed), Relaxed);
+    t.mask_saved.store(true, Relaxed);
+    t.sigmask.store(mask, Relaxed);
+    Err(until_signal())
+}
+
+/// `rt_sigtimedwait`: takes a pending signal of the set (usually blocked) without
+/// running its handler; EAGAIN at the timeout, EINTR for another signal.
+pub fn rt_sigtimedwait(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [set, info, timeout, size, ..] = f.args();
+    if size != 8 {
+        return Err(Errno::EINVAL);
+    }
+    let set = ctx.user.read_u64(set)? & !UNBLOCKABLE;
+    let deadline = super::poll::ts_deadline(ctx.user, timeout)?;
+    if info != 0 {
+        ctx.user.check(info, sigs::INFO_SIZE as u64, true)?;
+    }
+    let t = ctx.thread;
+    loop {
+        // Registered first: a signal sent from here on wakes the wait below.
+        t.sigwait.store(set, Relaxed);
+        if let Some(i) = take_waited(set) {
+            t.sigwait.store(0, Relaxed);
+            if info != 0 {
+                ctx.user.write(info, &i.encode())?;
+            }
+            return Ok(i.signo);
+        }
+        let w = match deadline {
+            Some(d) if d <= crate::time::mono_now() => Wake::TimedOut,
+            d => sched::block(d),
+        };
+        t.sigwait.store(0, Relaxed);
+        match w {
+            Wake::Woken => {}
+            Wake::TimedOut | Wake::Interrupted => {
+                if let Some(i) = take_waited(set) {
+                    if info != 0 {
+                        ctx.user.write(info, &i.encode())?;
+                    }
+                    return Ok(i.signo);
+                }
+                return Err(if w == Wake::TimedOut { Errno::EAGAIN } else { Errno::EINTR });
+            }
+        }
+    }
 }
 
 /// Makes call `regs.rax` again with the argument registers of `regs` (after an

@@ -353,7 +353,7 @@ pub fn block(deadline: Option<u64>) -> Wake {
         if me.wakeup.swap(false, Relaxed) {
             return Wake::Woken;
         }
-        if me.deliverable() != 0 || me.doomed.load(Relaxed) {
+        if me.wakes_for() != 0 || me.doomed.load(Relaxed) {
             return Wake::Interrupted;
         }
         let now = mono_now();

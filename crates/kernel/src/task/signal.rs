@@ -42,27 +42,29 @@ pub fn send(t: &'static Thread, s: u64, info: Info) {
     }
     let act = p.actions.lock()[s as usize - 1];
     if s == sig::SIGKILL {
-        let mine = t.pid() == current().pid();
+        let mine = super::thread::try_current().is_some_and(|c| c.pid() == t.pid());
         super::exit::end_process(kernel(), t, s);
         if mine {
             sched::exit_current();
         }
         return;
     }
-    if ignored(&act, s) {
+    // As on Linux, a blocked signal is kept even if ignored (its disposition may
+    // change before it is unblocked, and `rt_sigtimedwait` takes blocked ones).
+    if ignored(&act, s) && t.sigmask.load(Relaxed) & bit(s) == 0 {
         return;
     }
     t.siginfo.lock()[s as usize - 1] = info;
     t.pending.fetch_or(bit(s), Relaxed);
-    if t.deliverable() & bit(s) != 0 {
+    if t.wakes_for() & bit(s) != 0 {
         sched::interrupt(t);
     }
 }
 
-/// A process-directed signal goes to a thread that does not block it (the caller
-/// if it can take it), else stays pending on the first thread.
+/// A process-directed signal goes to a thread that does not block it or waits for
+/// it in `rt_sigtimedwait` (the main thread first), else stays pending on the main
+/// thread. Also from the idle loop (a signal from the host).
 pub fn send_to_process(pid: u64, s: u64, info: Info) -> Result<(), Errno> {
-    let me = current();
     let threads = sched::threads_of(pid);
     if threads.is_empty() {
         return Err(Errno::ESRCH);
@@ -70,13 +72,39 @@ pub fn send_to_process(pid: u64, s: u64, info: Info) -> Result<(), Errno> {
     if s == 0 {
         return Ok(());
     }
-    let pick = if me.pid() == pid && me.sigmask.load(Relaxed) & bit(s) == 0 {
-        me
-    } else {
-        threads.iter().copied().find(|t| t.sigmask.load(Relaxed) & bit(s) == 0).unwrap_or(threads[0])
-    };
+    // As Linux: the main thread if it can take it, else another that can.
+    let takes = |t: &Thread| t.sigmask.load(Relaxed) & bit(s) == 0 || t.sigwait.load(Relaxed) & bit(s) != 0;
+    let leader = threads.iter().copied().find(|t| t.tid() == pid).unwrap_or(threads[0]);
+    let pick = if takes(leader) { leader } else { threads.iter().copied().find(|t| takes(t)).unwrap_or(leader) };
+    if s != sig::SIGKILL {
+        pick.shared.fetch_or(bit(s), Relaxed);
+    }
     send(pick, s, info);
     Ok(())
+}
+
+/// Takes a pending signal of `set` for the running thread, without running its
+/// handler (`rt_sigtimedwait`): its own first, then one sent to its process that
+/// waits on another thread.
+pub fn take_waited(set: u64) -> Option<Info> {
+    let me = current();
+    let take = |t: &Thread, from: u64| {
+        let ready = t.pending.load(Relaxed) & from;
+        if ready == 0 {
+            return None;
+        }
+        let s = u64::from(ready.trailing_zeros()) + 1;
+        // (Only the thread that clears the bit takes the signal.)
+        if t.pending.fetch_and(!bit(s), Relaxed) & bit(s) == 0 {
+            return None;
+        }
+        t.shared.fetch_and(!bit(s), Relaxed);
+        Some(t.siginfo.lock()[s as usize - 1])
+    };
+    if let Some(i) = take(me, set) {
+        return Some(i);
+    }
+    sched::threads_of(me.pid()).into_iter().find_map(|t| take(t, set & t.shared.load(Relaxed)))
 }
 
 /// SIGPIPE after a write got EPIPE: raised for the writing thread (by default it
@@ -113,6 +141,7 @@ pub fn deliver(k: &Kernel, user: &dyn UserMem, regs: Regs) -> Regs {
         }
         let s = u64::from(ready.trailing_zeros()) + 1;
         t.pending.fetch_and(!bit(s), Relaxed);
+        t.shared.fetch_and(!bit(s), Relaxed);
         let info = t.siginfo.lock()[s as usize - 1];
         let act = {
             let mut actions = t.process().actions.lock();

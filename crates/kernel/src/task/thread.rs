@@ -57,6 +57,11 @@ pub struct Thread {
     /// temporary mask (ppoll, epoll_pwait) was interrupted.
     pub saved_mask: AtomicU64,
     pub mask_saved: AtomicBool,
+    /// The signals `rt_sigtimedwait` waits for (blocked ones too wake it).
+    pub sigwait: AtomicU64,
+    /// Which of the pending signals were sent to the process as a whole (another
+    /// thread's `rt_sigtimedwait` may take those).
+    pub shared: AtomicU64,
     /// Set by a vfork child's exit for its parent thread.
     pub vfork_done: AtomicBool,
     /// Its process ended: the thread ends at its next chance.
@@ -125,6 +130,8 @@ impl Thread {
             restarts: Mutex::new(Vec::new()),
             saved_mask: AtomicU64::new(0),
             mask_saved: AtomicBool::new(false),
+            sigwait: AtomicU64::new(0),
+            shared: AtomicU64::new(0),
             vfork_done: AtomicBool::new(false),
             doomed: AtomicBool::new(false),
             last_fault: AtomicU64::new(u64::MAX),
@@ -146,6 +153,8 @@ impl Thread {
         self.robust_list.store(0, Relaxed);
         self.restart_nr.store(0, Relaxed);
         self.mask_saved.store(false, Relaxed);
+        self.sigwait.store(0, Relaxed);
+        self.shared.store(0, Relaxed);
         self.restarts.lock().clear();
         self.vfork_done.store(false, Relaxed);
         self.doomed.store(false, Relaxed);
@@ -175,6 +184,12 @@ impl Thread {
     /// Signals pending and not blocked.
     pub fn deliverable(&self) -> u64 {
         self.pending.load(Relaxed) & !self.sigmask.load(Relaxed)
+    }
+
+    /// Pending signals that end a wait: deliverable ones, and those
+    /// `rt_sigtimedwait` waits for.
+    pub fn wakes_for(&self) -> u64 {
+        self.pending.load(Relaxed) & (!self.sigmask.load(Relaxed) | self.sigwait.load(Relaxed))
     }
 
     /// CPUs it may run on.

@@ -1,0 +1,99 @@
+//! Helpers shared by the guest-program tests: building the C programs in
+//! tests/guest/c with musl-gcc (once per process), running onering (with the
+//! `--smp` of ONERING_TEST_SMP for tests that do not choose), reading results.
+//!
+//! These tests need /dev/kvm and musl-gcc; without them they fail, loudly.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::{Mutex, OnceLock};
+
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+pub fn out_dir() -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join("guest-c");
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+pub fn require_kvm() {
+    assert!(Path::new("/dev/kvm").exists(), "these tests need /dev/kvm, and this machine has none");
+}
+
+/// A musl static build of tests/guest/c/NAME.c (with pthreads), once per process.
+pub fn musl(name: &str) -> PathBuf {
+    static LOCK: Mutex<()> = Mutex::new(());
+    static BUILT: OnceLock<Mutex<Vec<PathBuf>>> = OnceLock::new();
+    let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let src = root().join("tests/guest/c").join(format!("{name}.c"));
+    let bin = out_dir().join(format!("{name}-common"));
+    let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
+    if built.lock().unwrap().contains(&bin) {
+        return bin;
+    }
+    let out = Command::new("musl-gcc")
+        .args(["-static", "-O2"])
+        .arg(&src)
+        .arg("-o")
+        .arg(&bin)
+        .arg("-lpthread")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run musl-gcc (apt-get install musl-tools): {e}"));
+    assert!(out.status.success(), "musl-gcc {name}.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    built.lock().unwrap().push(bin.clone());
+    bin
+}
+
+/// The onering command with `args` (and `--smp` from ONERING_TEST_SMP).
+pub fn cmd(args: &[&str]) -> Command {
+    require_kvm();
+    let mut a: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    if let Ok(n) = std::env::var("ONERING_TEST_SMP") {
+        if a.first().map(String::as_str) == Some("run") && !a.iter().any(|s| s == "--smp") {
+            a.insert(1, format!("--smp={n}"));
+        }
+    }
+    let mut c = Command::new(env!("CARGO_BIN_EXE_onering"));
+    c.args(a);
+    c
+}
+
+/// Runs onering with `args`, stdin empty, collecting the output.
+pub fn onering(args: &[&str]) -> Output {
+    cmd(args).stdin(Stdio::null()).output().unwrap()
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The stderr of a run, without the warning `--smp` above the host's CPU count
+/// prints (ONERING_TEST_SMP=4 on a 2-CPU machine).
+pub fn stderr(o: &Output) -> String {
+    let s = String::from_utf8_lossy(&o.stderr);
+    s.split_inclusive('\n').filter(|l| !l.starts_with("onering: warning: --smp")).collect()
+}
+
+pub fn status(o: &Output) -> i32 {
+    o.status.code().expect("onering itself was killed by a signal")
+}
+
+/// A fresh directory under the test's temporary directory.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// The raw stderr of a run, without that warning (printed before the program runs).
+pub fn stderr_bytes(o: &Output) -> &[u8] {
+    let e = &o.stderr[..];
+    match e.strip_prefix(b"onering: warning: --smp".as_slice()) {
+        Some(rest) => rest.iter().position(|b| *b == b'\n').map_or(&[][..], |i| &rest[i + 1..]),
+        None => e,
+    }
+}
