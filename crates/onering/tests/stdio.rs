@@ -112,23 +112,26 @@ fn tar_and_gzip_stream_through_a_pipe_intact() {
     std::fs::copy("/bin/busybox", rootfs.join("bin/busybox")).unwrap();
     let out = temp_dir("tar-out");
     let root = rootfs.to_str().unwrap();
-    let tar = cmd(&["run", "--rootfs", root, "/bin/busybox", "tar", "cf", "-", "-C", "/", "data"])
+    let mut tar = cmd(&["run", "--rootfs", root, "/bin/busybox", "tar", "cf", "-", "-C", "/", "data"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let x = Command::new("tar").arg("xf").arg("-").arg("-C").arg(&out).stdin(tar.stdout.unwrap()).output().unwrap();
+    let x =
+        Command::new("tar").arg("xf").arg("-").arg("-C").arg(&out).stdin(tar.stdout.take().unwrap()).output().unwrap();
+    assert!(tar.wait().unwrap().success());
     assert!(x.status.success(), "host tar: {}", String::from_utf8_lossy(&x.stderr));
     let diff = Command::new("diff").arg("-r").arg(rootfs.join("data")).arg(out.join("data")).output().unwrap();
     assert!(diff.status.success(), "{}", String::from_utf8_lossy(&diff.stdout));
 
     let big = "/data/d0/f9";
-    let gz = cmd(&["run", "--rootfs", root, "/bin/busybox", "gzip", "-c", big])
+    let mut gz = cmd(&["run", "--rootfs", root, "/bin/busybox", "gzip", "-c", big])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let un = Command::new("gzip").arg("-dc").stdin(gz.stdout.unwrap()).output().unwrap();
+    let un = Command::new("gzip").arg("-dc").stdin(gz.stdout.take().unwrap()).output().unwrap();
+    assert!(gz.wait().unwrap().success());
     assert!(un.status.success(), "host gunzip: {}", String::from_utf8_lossy(&un.stderr));
     assert!(un.stdout == std::fs::read(rootfs.join("data/d0/f9")).unwrap(), "gzip round trip differs");
 }
