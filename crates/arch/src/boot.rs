@@ -50,11 +50,12 @@ pub(crate) fn init(boot_info: u64) -> Boot {
         let start = if i == 0 { info.phys_free_start } else { r.start };
         chunks.add_range(start, r.start.saturating_add(r.size));
     }
+    let Some(mut page_tables) = PageTables::claim() else { panic!("the page tables were claimed before boot") };
     Boot {
         info,
         chunks,
-        page_tables: PageTables::default(),
-        user_blocks: crate::mm::boot_blocks(&info.user_maps),
+        user_blocks: crate::mm::boot_blocks(&info.user_maps, info.phys_free_start, &mut page_tables),
+        page_tables,
         rootfs: reserved(info, info.rootfs_phys, info.rootfs_size),
         workdir: reserved(info, info.workdir_phys, info.workdir_len),
     }

@@ -1,6 +1,6 @@
 //! This vCPU: its number, the words of its per-CPU page that the ring-0 stubs and
 //! the kernel share (reschedule request, timer armed), its `--stats` counters, the
-//! TSC and the FS base, and `CpuSlot`, a typed per-CPU pointer for the kernel.
+//! TSC and the FS base, and `CurrentSlot`, the kernel's typed per-CPU pointer.
 //!
 //! The GS base points at the vCPU's per-CPU page (the VMM sets it; ring 0 here
 //! cannot `swapgs`, so it never changes). The page starts with the ABI's
@@ -12,7 +12,6 @@
 //! On the host (unit tests of the kernel) the same functions exist for one pretend
 //! CPU, backed by plain statics.
 
-use core::sync::atomic::AtomicPtr;
 use onering_abi::MAX_CPUS;
 
 /// Where, in each per-CPU page, `entry::full_return` finds the registers to load.
@@ -70,8 +69,10 @@ mod imp {
     macro_rules! gs_store {
         ($offset:expr, $v:expr) => {{
             let v: u64 = $v;
-            // SAFETY: as in gs_load; the word is one only this CPU (and its own ring-0
-            // stubs, which read it) uses, so a plain store cannot break anyone.
+            // SAFETY: GS points at this CPU's per-CPU page (the VMM set the base and
+            // mapped the page for the kernel's whole life); `$offset` is an aligned
+            // u64 field of it that only this CPU (and its own ring-0 stubs, which
+            // read it) uses, so a plain store there cannot break anyone else.
             unsafe { core::arch::asm!("mov gs:[{}], {}", const $offset, in(reg) v, options(nostack, preserves_flags)) };
         }};
     }
@@ -81,7 +82,12 @@ mod imp {
         gs_load!(onering_abi::percpu_offsets::CPU) as usize % MAX_CPUS
     }
 
-    pub(crate) fn set_kstack_top(top: u64) {
+    /// Where the entry stubs put the next system call's or interrupt's frame.
+    ///
+    /// # Safety
+    /// `top` is the top of a kernel stack that belongs to the task this CPU is
+    /// about to run, and nothing else runs on it.
+    pub(crate) unsafe fn set_kstack_top(top: u64) {
         gs_store!(onering_abi::percpu_offsets::KSTACK_TOP, top)
     }
 
@@ -182,7 +188,9 @@ mod imp {
     pub fn cpu_id() -> usize {
         0
     }
-    pub(crate) fn set_kstack_top(_: u64) {}
+    /// # Safety
+    /// None on the host (nothing uses it); the guest version's contract applies.
+    pub(crate) unsafe fn set_kstack_top(_: u64) {}
     pub fn resched_pending() -> bool {
         RESCHED_FLAG.load(Relaxed) != 0
     }
@@ -226,40 +234,6 @@ pub use imp::{
     count, cpu_id, fs_base, rdtsc, resched_pending, set_fs_base, set_timer_armed, take_resched, timer_armed,
 };
 pub(crate) use imp::{current_task_word, kernel_slot, set_current_task_word, set_kernel_slot, set_kstack_top};
-
-/// A `&'static T` per CPU, for the kernel's "what runs here" pointers (the current
-/// thread). Each CPU reads and writes only its own slot; a slot only ever holds a
-/// `&'static T` that `set` stored (or nothing), so reading it back as one is sound.
-pub struct CpuSlot<T: 'static> {
-    slots: [AtomicPtr<T>; MAX_CPUS],
-}
-
-impl<T: Sync + 'static> CpuSlot<T> {
-    pub const fn new() -> Self {
-        CpuSlot { slots: [const { AtomicPtr::new(core::ptr::null_mut()) }; MAX_CPUS] }
-    }
-
-    /// This CPU's value.
-    #[inline(always)]
-    pub fn get(&self) -> Option<&'static T> {
-        let p = self.slots[cpu_id()].load(core::sync::atomic::Ordering::Relaxed);
-        // SAFETY: the slot is null or holds a pointer `set` made from a `&'static T`
-        // (the only writer), which stays valid and shared forever.
-        unsafe { p.as_ref() }
-    }
-
-    /// Sets this CPU's value.
-    pub fn set(&self, v: Option<&'static T>) {
-        let p = v.map_or(core::ptr::null_mut(), |r| r as *const T as *mut T);
-        self.slots[cpu_id()].store(p, core::sync::atomic::Ordering::Relaxed);
-    }
-}
-
-impl<T: Sync + 'static> Default for CpuSlot<T> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
 
 /// The kernel's one per-CPU pointer that costs a single `%gs` load to read (the
 /// current thread): a `&'static T` in a word of the per-CPU page. Only one slot

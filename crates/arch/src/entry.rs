@@ -345,24 +345,119 @@ extern "C" fn arch_start(boot_info: u64) -> ! {
     unsafe { onering_hook_main(&mut boot) }
 }
 
-/// Returns to the program (or to kernel code interrupted by a fault) with exactly
-/// `regs`. Never comes back.
-pub fn full_return(regs: &UserRegs) -> ! {
+/// Loads every register from `regs` and jumps to `regs.rip`. Never comes back.
+///
+/// # Safety
+/// `regs.rip` must be program code (anything in the user half: the program's own
+/// business), or the kernel state the CPU was really in when an exception
+/// interrupted it, or a user-access routine's landing with that routine's state.
+unsafe fn jump_to(regs: &UserRegs) -> ! {
     let pc = crate::cpu::page();
     // SAFETY: FULL_REGS lies in this CPU's per-CPU page, which the kernel owns past
     // the ABI header (room for UserRegs before CURRENT_TASK, checked in cpu.rs);
     // nothing else on this CPU uses it until the jump below, which loads every
-    // register from it and jumps to `regs.rip` without touching any stack.
+    // register from it and jumps to `regs.rip` without touching any stack; what it
+    // jumps to is the caller's promise.
     unsafe {
         (pc.add(crate::cpu::FULL_REGS) as *mut UserRegs).write_volatile(*regs);
         onering_full_return()
     }
 }
 
+/// Returns to the program with exactly `regs` (after a signal frame, an
+/// interrupt, `rt_sigreturn`). Never comes back. A kernel address in `regs.rip` is a
+/// kernel bug: it panics rather than jump there.
+pub fn full_return(regs: &UserRegs) -> ! {
+    assert!(
+        crate::user::in_user_half(regs.rip, 1),
+        "a return to the program with rip {:#x}, outside its half",
+        regs.rip
+    );
+    // SAFETY: rip lies in the program's half, checked just above.
+    unsafe { jump_to(regs) }
+}
+
 /// Ends this CPU's handling of an exception (the ring-0 stub marked it) and
-/// returns with `regs`: the program, its signal handler, or a user-access routine's
-/// failure landing.
+/// returns to the program with `regs` (its state, or its signal handler's entry).
 pub fn resume_after_fault(regs: &UserRegs) -> ! {
     crate::cpu::clear_in_fault();
     full_return(regs)
+}
+
+/// Ends this CPU's handling of the exception in `frame` and runs the interrupted
+/// instruction again, program or kernel (a page that was just backed).
+pub fn retry_fault(frame: &crate::frame::FaultFrame) -> ! {
+    crate::cpu::clear_in_fault();
+    // SAFETY: `frame` was made by the exception stubs (FaultFrame cannot be made or
+    // copied elsewhere), so its registers are exactly the state the CPU was in.
+    unsafe { jump_to(&frame.regs()) }
+}
+
+/// A handler for a program's exception once it is off the fault stack (`frame`
+/// is a copy on the thread's kernel stack; `a`, `b` are the caller's).
+pub type FaultContinuation = fn(frame: &crate::frame::FaultFrame, a: u64, b: u64) -> !;
+
+/// Leaves the CPU's fault stack for the running task's kernel stack, with a copy
+/// of `frame`, and continues in `then`: the exception is the program's (it was
+/// running its own code), so its kernel stack is free, and from there the kernel
+/// may block, switch away or end the thread, and take another exception (a first
+/// touch while writing a signal frame) on the fault stack. Panics with no task.
+pub fn leave_fault_stack(frame: &crate::frame::FaultFrame, a: u64, b: u64, then: FaultContinuation) -> ! {
+    let Some(task) = crate::task::current() else { panic!("a program exception with no task running") };
+    // Below the stack pointer if the program was on its kernel stack (a rewritten
+    // site's trampoline) with its red zone, else from the top.
+    let top = if task.on_stack(frame.rsp) { frame.rsp - 128 } else { task.stack_top() };
+    let at = (top - core::mem::size_of::<crate::frame::FaultFrame>() as u64) & !15;
+    assert!(task.on_stack(at), "no room on the kernel stack for the exception frame");
+    let copy = frame.duplicate();
+    // SAFETY: [at, top) lies in the running task's own kernel stack (checked), which
+    // nothing uses while the program runs its own code: the exception interrupted
+    // the program, not the kernel (`fail_user_access` and kernel faults were handled
+    // before), and below `frame.rsp` when the program's trampoline was using it.
+    unsafe { (at as *mut crate::frame::FaultFrame).write(copy) };
+    crate::cpu::clear_in_fault();
+    #[cfg(target_os = "none")]
+    // SAFETY: switches to the kernel stack just below the copy (16-byte aligned, so
+    // the callee sees the usual alignment after `call`) and calls `fault_continue`,
+    // which never returns; the fault stack is abandoned (its in-use mark cleared
+    // above). The copy stays valid: nothing else uses that part of the stack.
+    unsafe {
+        core::arch::asm!(
+            "mov rsp, rdi",
+            "call {cont}",
+            "ud2",
+            cont = sym fault_continue,
+            in("rdi") at,
+            in("rsi") a,
+            in("rdx") b,
+            in("rcx") then as usize,
+            options(noreturn)
+        )
+    }
+    #[cfg(not(target_os = "none"))]
+    {
+        let _ = (a, b, then);
+        panic!("no exceptions on the host");
+    }
+}
+
+#[cfg(target_os = "none")]
+extern "C" fn fault_continue(frame: *const crate::frame::FaultFrame, a: u64, b: u64, then: usize) -> ! {
+    // SAFETY: `leave_fault_stack` passes the address of the copy it just wrote on
+    // this stack (valid, aligned, not used by anything else) and the continuation it
+    // was given, as a plain address of a function of that type.
+    let (frame, then) = unsafe { (&*frame, core::mem::transmute::<usize, FaultContinuation>(then)) };
+    then(frame, a, b)
+}
+
+/// If the exception in `frame` was raised by a user-memory access routine
+/// (`crate::user`), ends this CPU's handling of it and makes that routine return
+/// failure; otherwise returns.
+pub fn fail_user_access(frame: &crate::frame::FaultFrame) {
+    if let Some(regs) = crate::user::fixup(frame) {
+        crate::cpu::clear_in_fault();
+        // SAFETY: `fixup` gives the routine's own state (the genuine frame's) at its
+        // failure landing, which needs nothing but returns.
+        unsafe { jump_to(&regs) }
+    }
 }

@@ -116,8 +116,13 @@ pub struct UserRegs {
 
 /// Registers at an exception or interrupt, as the ring-0 stubs lay them out
 /// (general registers, then vector and error code, then the `iretq` frame).
+///
+/// Only the stubs make one (non-exhaustive, no Clone: the kernel can neither build
+/// nor copy one): a `&FaultFrame` is the state the CPU really was in, which
+/// `entry::retry_fault` may resume even in the kernel.
 #[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Debug)]
+#[non_exhaustive]
 pub struct FaultFrame {
     pub r15: u64,
     pub r14: u64,
@@ -144,6 +149,34 @@ pub struct FaultFrame {
 }
 
 impl FaultFrame {
+    /// A copy (arch only: a copy is still the genuine state).
+    pub(crate) fn duplicate(&self) -> FaultFrame {
+        FaultFrame {
+            r15: self.r15,
+            r14: self.r14,
+            r13: self.r13,
+            r12: self.r12,
+            r11: self.r11,
+            r10: self.r10,
+            r9: self.r9,
+            r8: self.r8,
+            rbp: self.rbp,
+            rdi: self.rdi,
+            rsi: self.rsi,
+            rdx: self.rdx,
+            rcx: self.rcx,
+            rbx: self.rbx,
+            rax: self.rax,
+            vector: self.vector,
+            error: self.error,
+            rip: self.rip,
+            cs: self.cs,
+            rflags: self.rflags,
+            rsp: self.rsp,
+            ss: self.ss,
+        }
+    }
+
     /// The interrupted registers.
     pub fn regs(&self) -> UserRegs {
         UserRegs {

@@ -12,7 +12,10 @@
 //!
 //! [`PageTables`] edits the live tables the VMM built (root at `BOOT_PT_PHYS`),
 //! only ever entries of the lower (user) half, and only to map chunks; the kernel's
-//! own mappings (image, direct map, MMIO) are the VMM's and never change.
+//! own mappings (image, direct map, MMIO) are the VMM's and never change. There is
+//! one instance (`boot` claims it). A chunk mapped into the program's half is
+//! memory the program writes at will: until it is unmapped it cannot be freed
+//! (and so handed out again) or kept as kernel memory; both check (`MAPPED`).
 //!
 //! On the host (tests) chunks and the allocator work the same; page tables and chunk
 //! contents are not touched.
@@ -170,6 +173,7 @@ impl ChunkAllocator {
     /// never reused.
     pub fn free(&mut self, chunk: Chunk) {
         let phys = chunk.phys;
+        assert_unmapped(phys);
         for r in &mut self.ranges {
             let end = r.base + r.chunks as u64 * HUGE_PAGE_SIZE;
             if phys >= r.base && phys < end {
@@ -194,14 +198,29 @@ pub enum MapError {
     BadAddress,
 }
 
-/// The live page tables' user half. One instance exists (handed out by `boot`).
-#[derive(Debug, Default)]
+/// The live page tables' user half. One instance exists (`claim`, by `boot`).
+#[derive(Debug)]
 pub struct PageTables {
     /// Page-table pages not used yet: the rest of the last chunk taken for them.
     pool_next: u64,
     pool_end: u64,
     /// Chunks holding page-table pages (kept for the kernel's life).
     held: Vec<Chunk>,
+    /// What each mapped block maps: virtual block address -> chunk address.
+    mapped: alloc::collections::BTreeMap<u64, u64>,
+}
+
+impl PageTables {
+    const fn new() -> Self {
+        PageTables { pool_next: 0, pool_end: 0, held: Vec::new(), mapped: alloc::collections::BTreeMap::new() }
+    }
+
+    /// The one editor of the live tables (None the second time).
+    #[cfg(target_os = "none")]
+    pub(crate) fn claim() -> Option<PageTables> {
+        static CLAIMED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+        (!CLAIMED.swap(true, core::sync::atomic::Ordering::AcqRel)).then(PageTables::new)
+    }
 }
 
 #[cfg(target_os = "none")]
@@ -245,14 +264,17 @@ mod tables {
             // SAFETY: `table` is a page-table page in RAM (the VMM's root, or one read
             // from a present entry written by the VMM or by `alloc_table`); its
             // entries are aligned u64s in the direct map. Only this structure (one
-            // instance, used under the caller's lock) edits user-half entries.
+            // instance, `claim`, used through `&mut`) edits user-half entries, so the
+            // entry cannot change under us.
             let v = unsafe { read_volatile(e) };
             if v & PTE_PRESENT != 0 {
                 return Ok(v & PTE_ADDR);
             }
             let t = self.alloc_table(chunks)?;
-            // SAFETY: `e` is an aligned entry of a live table page (see the read
-            // above); the new entry points at a zeroed table page we own (`held`).
+            // SAFETY: `e` is an aligned entry, in the direct map, of a page-table page
+            // in RAM that only this one instance edits (as for the read above); the
+            // new entry points at a zeroed table page we own (`held`), so the
+            // translation it adds maps nothing yet.
             unsafe { write_volatile(e, t | PTE_PRESENT | PTE_WRITE | PTE_USER) };
             Ok(t)
         }
@@ -270,8 +292,9 @@ mod tables {
                 None => {
                     let mut table = layout::BOOT_PT_PHYS;
                     for shift in [39, 30] {
-                        // SAFETY: walking present entries of the live tables through
-                        // the direct map, as in `next_level`.
+                        // SAFETY: `table` is the VMM's root or a table page named by a
+                        // present entry (the VMM's or `alloc_table`'s), a page of RAM
+                        // whose aligned entries the direct map reaches; a read.
                         let v = unsafe { read_volatile(entry(table, idx(shift))) };
                         if v & PTE_PRESENT == 0 {
                             return None;
@@ -285,17 +308,20 @@ mod tables {
 
         pub(super) fn set(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator) -> Result<(), MapError> {
             let e = self.pd_entry(virt, Some(chunks)).ok_or(MapError::NoMemory)?;
-            // SAFETY: `e` is the page-directory entry of a user-half `virt` in a live
-            // table (see `next_level`).
+            // SAFETY: `e` is the aligned page-directory entry, in the direct map, of a
+            // user-half `virt` (checked by `map_block`) in a table page only this
+            // instance edits; the entry maps `chunk`, which `MAPPED` now keeps from
+            // being freed or kept as kernel memory until it is unmapped.
             unsafe { write_volatile(e, chunk.phys() | PTE_PRESENT | PTE_WRITE | PTE_USER | PTE_HUGE) };
             Ok(())
         }
 
         pub(super) fn clear(&mut self, virt: u64) {
             if let Some(e) = self.pd_entry(virt, None) {
-                // SAFETY: `e` is the page-directory entry of a user-half `virt` in the
-                // live tables (found by walking present entries); clearing it only
-                // unmaps the program's block there.
+                // SAFETY: `e` is the aligned page-directory entry, in the direct map,
+                // of a user-half `virt` (checked by `unmap_block`) in a table page
+                // only this instance edits; clearing it only unmaps the program's
+                // block there.
                 unsafe { write_volatile(e, 0) };
                 crate::supervisor::flush_tlb();
             }
@@ -310,42 +336,79 @@ impl PageTables {
         if !virt.is_multiple_of(HUGE_PAGE_SIZE) || virt >= onering_abi::layout::USER_END {
             return Err(MapError::BadAddress);
         }
+        // (A block mapped again: the old chunk is released first.)
+        self.unmap_block(virt);
         #[cfg(target_os = "none")]
-        return self.set(virt, chunk, chunks);
-        #[cfg(not(target_os = "none"))]
         {
-            let _ = (chunk, chunks);
-            Ok(())
+            *MAPPED.lock().entry(chunk.phys).or_insert(0) += 1;
+            if let Err(e) = self.set(virt, chunk, chunks) {
+                self.forget(chunk.phys);
+                return Err(e);
+            }
         }
+        #[cfg(not(target_os = "none"))]
+        let _ = chunks;
+        self.mapped.insert(virt, chunk.phys);
+        Ok(())
     }
 
     /// Removes the mapping of the block at `virt` (if it is one of the program's).
     pub fn unmap_block(&mut self, virt: u64) {
+        let Some(phys) = self.mapped.remove(&virt) else { return };
         #[cfg(target_os = "none")]
-        if virt.is_multiple_of(HUGE_PAGE_SIZE) && virt < onering_abi::layout::USER_END {
+        {
             self.clear(virt);
+            self.forget(phys);
         }
         #[cfg(not(target_os = "none"))]
-        let _ = virt;
+        let _ = phys;
+    }
+
+    /// One mapping of chunk `phys` fewer.
+    #[cfg(target_os = "none")]
+    fn forget(&self, phys: u64) {
+        let mut m = MAPPED.lock();
+        if let Some(n) = m.get_mut(&phys) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&phys);
+            }
+        }
     }
 }
 
 /// Host tests: a page-table editor that changes nothing.
 #[cfg(not(target_os = "none"))]
 pub fn host_page_tables() -> PageTables {
-    PageTables::default()
+    PageTables::new()
 }
 
 /// The boot-time chunks the VMM placed (program image, stack), by virtual block
 /// address: the kernel adopts them into the address space.
 pub type BootBlocks = Vec<(u64, Chunk)>;
 
+/// The blocks the VMM mapped before boot (`maps`), recorded in the page tables
+/// `pt` as mapped: each must be a 2 MiB aligned block of the program's half backed
+/// by a 2 MiB aligned chunk below `free_start` (RAM the allocator never hands out).
 #[cfg(target_os = "none")]
-pub(crate) fn boot_blocks(maps: &[onering_abi::UserMapping]) -> BootBlocks {
+pub(crate) fn boot_blocks(maps: &[onering_abi::UserMapping], free_start: u64, pt: &mut PageTables) -> BootBlocks {
     let mut out = Vec::new();
     for m in maps {
+        let ok = m.virt.is_multiple_of(HUGE_PAGE_SIZE)
+            && m.phys.is_multiple_of(HUGE_PAGE_SIZE)
+            && m.size.is_multiple_of(HUGE_PAGE_SIZE)
+            && crate::user::in_user_half(m.virt, m.size)
+            && m.phys.checked_add(m.size).is_some_and(|end| end <= free_start);
+        assert!(
+            ok,
+            "boot mapping {:#x} -> {:#x} ({:#x} bytes) is not a set of user blocks below the free memory",
+            m.virt, m.phys, m.size
+        );
         for off in (0..m.size).step_by(HUGE_PAGE_SIZE as usize) {
-            out.push((m.virt + off, Chunk { phys: m.phys + off }));
+            let (virt, phys) = (m.virt + off, m.phys + off);
+            pt.mapped.insert(virt, phys);
+            *MAPPED.lock().entry(phys).or_insert(0) += 1;
+            out.push((virt, Chunk { phys }));
         }
     }
     out
@@ -354,7 +417,21 @@ pub(crate) fn boot_blocks(maps: &[onering_abi::UserMapping]) -> BootBlocks {
 /// Stack memory for tasks: arch keeps the chunks it cuts kernel stacks from for
 /// the kernel's life (the token is consumed; the memory is never freed).
 pub(crate) fn keep(chunk: Chunk) -> u64 {
+    assert_unmapped(chunk.phys);
     chunk.phys
+}
+
+/// How many user mappings each mapped chunk has (guest-physical address -> count).
+#[cfg(target_os = "none")]
+static MAPPED: spin::Mutex<alloc::collections::BTreeMap<u64, u32>> =
+    spin::Mutex::new(alloc::collections::BTreeMap::new());
+
+/// A chunk the program can still reach must not become free or kernel memory.
+fn assert_unmapped(phys: u64) {
+    #[cfg(target_os = "none")]
+    assert!(!MAPPED.lock().contains_key(&phys), "chunk {phys:#x} released while the program can still reach it");
+    #[cfg(not(target_os = "none"))]
+    let _ = phys;
 }
 
 #[cfg(test)]
@@ -394,7 +471,7 @@ mod tests {
         let mut a = ChunkAllocator::new();
         a.add_range(0, 4 * M);
         let c = a.alloc().unwrap();
-        let mut pt = PageTables::default();
+        let mut pt = PageTables::new();
         assert_eq!(pt.map_block(0x1000, &c, &mut a), Err(MapError::BadAddress));
         assert_eq!(pt.map_block(onering_abi::layout::USER_END, &c, &mut a), Err(MapError::BadAddress));
         assert_eq!(pt.map_block(0x4000_0000, &c, &mut a), Ok(()));

@@ -6,8 +6,14 @@
 use core::fmt::Write;
 use spin::Once;
 
-/// Adds context to a panic message (the kernel registers one at boot).
-pub type Note = fn(&mut dyn Write);
+/// Adds context to a panic message (the kernel registers one at boot). The token
+/// unlocks what may only be looked at when nothing will run again
+/// (`Task::syscall_frame`).
+pub type Note = fn(&mut dyn Write, &Panicking);
+
+/// Proof that the kernel is panicking: made only by the panic handler.
+#[derive(Debug)]
+pub struct Panicking(());
 
 static NOTE: Once<Note> = Once::new();
 
@@ -44,7 +50,7 @@ fn panic(info: &core::panic::PanicInfo) -> ! {
     let mut buf = Buf { b: [0; 2048], n: 0 };
     let _ = write!(buf, "{info}");
     if let Some(note) = NOTE.get() {
-        note(&mut buf);
+        note(&mut buf, &Panicking(()));
     }
     crate::hostcall::hostcall(onering_abi::Hostcall::Panic, &[buf.b.as_ptr() as u64, buf.n as u64]);
     halt_forever()

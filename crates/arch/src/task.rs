@@ -174,9 +174,12 @@ impl Task {
     }
 
     /// The system-call frame at the top of its kernel stack, as the entry code
-    /// pushed it, if this is the running task and it is in a system call (for panic
-    /// messages; the number is still in `rax` until the call returns).
-    pub fn syscall_frame(&self) -> Option<SyscallFrame> {
+    /// pushed it, if this is the running task and it is in a system call: for panic
+    /// messages only (the number is still in `rax` until the call returns), hence
+    /// the token, which only the panic handler makes. The system-call path holds a
+    /// `&mut` to that frame; reading it is sound only because that code never runs
+    /// again after a panic.
+    pub fn syscall_frame(&self, _: &crate::panic::Panicking) -> Option<SyscallFrame> {
         if !current().is_some_and(|c| core::ptr::eq(c, self)) {
             return None;
         }
@@ -193,6 +196,11 @@ impl Task {
         None
     }
 
+    /// The top of its kernel stack.
+    pub(crate) fn stack_top(&self) -> u64 {
+        self.kstack_top
+    }
+
     /// Whether the address lies on its kernel stack.
     pub fn on_stack(&self, addr: u64) -> bool {
         addr < self.kstack_top && addr >= self.kstack_top - KSTACK_SIZE
@@ -205,11 +213,14 @@ impl Task {
     /// state is the caller's (copied now). Busy if it is on a CPU.
     pub fn prepare(&self, frame: &SyscallFrame, fs_base: u64) -> Result<(), Busy> {
         self.on_cpu.compare_exchange(false, true, Acquire, Relaxed).map_err(|_| Busy)?;
-        let sp = init_stack(self.kstack_top, frame);
+        // SAFETY: the task's own kernel stack, and we hold its `on_cpu`: no CPU
+        // runs on it.
+        let sp = unsafe { init_stack(self.kstack_top, frame) };
         self.ctx.store(sp, Relaxed);
         self.fs_base.store(fs_base, Relaxed);
         self.cpu.store(NONE, Relaxed);
-        save_fpu(&mut self.fpu.lock(), false);
+        // SAFETY: a task's area is sized and aligned for XSAVE (`area`).
+        unsafe { save_fpu(&mut self.fpu.lock(), false) };
         self.on_cpu.store(false, Release);
         Ok(())
     }
@@ -217,19 +228,24 @@ impl Task {
     /// Writes the FP state the program has now into a signal frame at `addr`
     /// (`size` bytes, 64-byte aligned): the running task's area gets a full XSAVE
     /// first, which is also a valid image for its next switch.
+    /// Only for the running task: the registers hold its state.
     pub fn save_fpu_to_user(&self, addr: u64, size: u64) -> Result<(), Fault> {
+        assert!(self.is_current(), "the FP state of task {} saved while it is not running", self.id);
         if !addr.is_multiple_of(64) || size < 576 || size > xsave_size() {
             return Err(Fault);
         }
         let mut a = self.fpu.lock();
-        save_fpu(&mut a, false);
+        // SAFETY: a task's area is sized and aligned for XSAVE (`area`).
+        unsafe { save_fpu(&mut a, false) };
         user::write(addr, &bytes(&a)[..size as usize])
     }
 
     /// Loads FP state from a signal frame at `addr` after copying it into the
     /// kernel and checking that XRSTOR accepts it: MXCSR without reserved bits,
     /// features within XCR0, a standard-format header with zero reserved bytes.
+    /// Only for the running task: its registers get the state.
     pub fn restore_fpu_from_user(&self, addr: u64, size: u64) -> Result<(), Fault> {
+        assert!(self.is_current(), "the FP state of task {} restored while it is not running", self.id);
         if !addr.is_multiple_of(64) || size < 576 || size > xsave_size() {
             return Err(Fault);
         }
@@ -243,29 +259,60 @@ impl Task {
         let word = |o: usize| u64::from_le_bytes(img[o..o + 8].try_into().unwrap_or_default());
         let mxcsr = u32::from_le_bytes(img[24..28].try_into().unwrap_or_default());
         let (xstate_bv, xcomp_bv) = (word(512), word(520));
-        if mxcsr & 0xffff_0000 != 0
+        if mxcsr & !mxcsr_mask() != 0
             || xstate_bv & !xfeatures() != 0
             || xcomp_bv != 0
             || (528..576).step_by(8).any(|o| word(o) != 0)
         {
             return Err(Fault);
         }
-        load_fpu(&s);
+        // SAFETY: the scratch area is sized and aligned for XSAVE, and the image in
+        // it passed the checks above (reserved MXCSR bits, features, header), so
+        // XRSTOR accepts it.
+        unsafe { load_fpu(&s) };
         Ok(())
     }
+
+    /// Whether this is the task the CPU runs.
+    fn is_current(&self) -> bool {
+        current().is_some_and(|c| core::ptr::eq(c, self))
+    }
+}
+
+/// The MXCSR bits this CPU supports (FXSAVE's MXCSR_MASK; 0xffbf when it reports
+/// none, as the SDM says).
+fn mxcsr_mask() -> u32 {
+    static MASK: spin::Once<u32> = spin::Once::new();
+    *MASK.call_once(|| {
+        let mut a = area(512);
+        #[cfg(target_os = "none")]
+        {
+            // SAFETY: FXSAVE writes 512 bytes to a 16-byte aligned area: `area(512)`
+            // is that large and 64-byte aligned; it only stores the FP state.
+            unsafe { core::arch::asm!("fxsave64 [{}]", in(reg) a.as_mut_ptr(), options(nostack)) };
+        }
+        let b = bytes_mut(&mut a);
+        match u32::from_le_bytes(b[28..32].try_into().unwrap_or_default()) {
+            0 => 0xffbf,
+            m => m,
+        }
+    })
 }
 
 /// Saves the registers' extended state into `area`; `opt`: with XSAVEOPT, only
 /// what is in use and changed since `area` was last loaded. That is sound because
 /// the kernel never writes a task's area between loading and saving it, except
 /// with a full save of the same registers (`prepare`, signal frames).
-fn save_fpu(area: &mut [Align64], opt: bool) {
+///
+/// # Safety
+/// `area` holds at least `xsave_size()` bytes (it was made by `area`).
+unsafe fn save_fpu(area: &mut [Align64], opt: bool) {
     #[cfg(target_os = "none")]
     {
         let opt = opt && XSAVE.get().is_some_and(|x| x.2);
-        // SAFETY: `area` is 64-byte aligned and as large as CPUID says XSAVE writes
-        // (it was sized by `xsave_size`); the kernel is built without SSE, so the
-        // registers hold the program's state.
+        // SAFETY: `area` is 64-byte aligned (Align64) and as large as CPUID says
+        // XSAVE writes (the caller's promise); the kernel is built without SSE, so
+        // the registers hold the program's state.
         unsafe {
             if opt {
                 core::arch::asm!("xsaveopt64 [{}]", in(reg) area.as_mut_ptr(), in("eax") u32::MAX, in("edx") u32::MAX, options(nostack))
@@ -278,12 +325,16 @@ fn save_fpu(area: &mut [Align64], opt: bool) {
     let _ = (area, opt);
 }
 
-/// Loads extended state from `area`: an image XSAVE wrote, a zeroed area (every
-/// component in its initial state), or one `restore_fpu_from_user` checked.
-fn load_fpu(area: &[Align64]) {
+/// Loads extended state from `area`.
+///
+/// # Safety
+/// `area` holds at least `xsave_size()` bytes and a valid XSAVE image: one XSAVE
+/// wrote, a zeroed area (every component in its initial state), or one
+/// `restore_fpu_from_user` checked.
+unsafe fn load_fpu(area: &[Align64]) {
     #[cfg(target_os = "none")]
-    // SAFETY: `area` is aligned, large enough, and holds a valid XSAVE image (see
-    // above), so XRSTOR cannot fault.
+    // SAFETY: `area` is aligned (Align64), large enough and a valid image (the
+    // caller's promise), so XRSTOR reads only it and cannot fault.
     unsafe {
         core::arch::asm!("xrstor64 [{}]", in(reg) area.as_ptr(), in("eax") u32::MAX, in("edx") u32::MAX, options(nostack))
     }
@@ -329,13 +380,17 @@ onering_switch_context:
         static syscall_return: u8;
     }
 
-    pub(super) fn init_stack(top: u64, frame: &SyscallFrame) -> u64 {
+    /// Lays out a new context on the kernel stack below `top`: the stack pointer
+    /// to resume it with.
+    ///
+    /// # Safety
+    /// `[top - KSTACK_SIZE, top)` is a task's kernel stack that no CPU runs on.
+    pub(super) unsafe fn init_stack(top: u64, frame: &SyscallFrame) -> u64 {
         const CALLEE_SAVED: u64 = 6;
         let frame_at = top - core::mem::size_of::<SyscallFrame>() as u64;
         let sp = frame_at - (CALLEE_SAVED + 1) * 8;
-        // SAFETY: [sp, top) lies in the task's own kernel stack (KSTACK_SIZE bytes
-        // below `top`, cut from a chunk the arena keeps), and the caller holds the
-        // task's `on_cpu`, so no CPU runs on it.
+        // SAFETY: [sp, top) is the top ~200 bytes of the kernel stack below `top`,
+        // which the caller promises no CPU runs on; the writes stay inside it.
         unsafe {
             let p = sp as *mut u64;
             for i in 0..CALLEE_SAVED as usize {
@@ -347,13 +402,18 @@ onering_switch_context:
         sp
     }
 
-    pub(super) fn jump(save: &AtomicU64, next: u64, off: &AtomicBool) {
-        // SAFETY: `next` is a stack pointer saved by this function (or written by
-        // `init_stack`) for a context that no CPU runs: the caller took its `on_cpu`
-        // and its `ctx` (so it is resumed once). `save` and `off` are atomics of a
-        // task or of this CPU's idle slots, which live forever. The assembly saves
-        // the callee-saved registers on the current stack, stores the stack pointer
-        // in `save`, then clears `off`, and returns on `next`'s stack.
+    /// Saves this context in `save` (then clears `off`) and resumes the one saved
+    /// at `next`.
+    ///
+    /// # Safety
+    /// `next` is a stack pointer saved by this function (or made by `init_stack`)
+    /// for a context no CPU runs, taken once (the caller took its `on_cpu` and its
+    /// `ctx`); `save` and `off` live forever.
+    pub(super) unsafe fn jump(save: &AtomicU64, next: u64, off: &AtomicBool) {
+        // SAFETY: the caller's promises above. The assembly saves the callee-saved
+        // registers on the current stack, stores the stack pointer in `save`, then
+        // clears `off`, and returns on `next`'s stack, popping what `jump` or
+        // `init_stack` put there.
         unsafe { onering_switch_context(save.as_ptr(), next, off.as_ptr() as *mut u8) }
     }
 }
@@ -361,13 +421,17 @@ onering_switch_context:
 #[cfg(target_os = "none")]
 use machine::{init_stack, jump};
 
+/// # Safety
+/// None on the host (it writes nothing).
 #[cfg(not(target_os = "none"))]
-fn init_stack(top: u64, _: &SyscallFrame) -> u64 {
+unsafe fn init_stack(top: u64, _: &SyscallFrame) -> u64 {
     top
 }
 
+/// # Safety
+/// None on the host (it only panics).
 #[cfg(not(target_os = "none"))]
-fn jump(_: &AtomicU64, _: u64, _: &AtomicBool) {
+unsafe fn jump(_: &AtomicU64, _: u64, _: &AtomicBool) {
     panic!("tasks cannot be switched on the host");
 }
 
@@ -392,7 +456,8 @@ pub fn switch(next: Option<&'static Task>) {
     }
     if let Some(m) = me {
         m.fs_base.store(crate::cpu::fs_base(), Relaxed);
-        save_fpu(&mut m.fpu.lock(), true);
+        // SAFETY: a task's area is sized and aligned for XSAVE (`area`).
+        unsafe { save_fpu(&mut m.fpu.lock(), true) };
         FPU_OWNER[cpu].store(m.id + 1, Relaxed);
     }
     let (save, off) = match me {
@@ -430,16 +495,23 @@ fn go(cpu: usize, save: &AtomicU64, off: &AtomicBool, next: Option<&'static Task
                 panic!("task {} has no context to resume", n.id);
             }
             crate::cpu::set_current_task_word(n as *const Task as u64);
-            crate::cpu::set_kstack_top(n.kstack_top);
+            // SAFETY: `n`'s own kernel stack; we hold its `on_cpu`, so only this
+            // CPU runs it from here on.
+            unsafe { crate::cpu::set_kstack_top(n.kstack_top) };
             crate::cpu::set_fs_base(n.fs_base.load(Relaxed));
             // The registers hold its state only if it was the last to use them here
             // and has not run anywhere else since.
             if FPU_OWNER[cpu].load(Relaxed) != n.id + 1 || n.cpu.load(Relaxed) != cpu {
-                load_fpu(&n.fpu.lock());
+                // SAFETY: a task's area is sized for XSAVE and holds what XSAVE
+                // wrote or zeros (`new`), or a checked image.
+                unsafe { load_fpu(&n.fpu.lock()) };
                 FPU_OWNER[cpu].store(n.id + 1, Relaxed);
             }
             n.cpu.store(cpu, Relaxed);
-            jump(save, sp, off);
+            // SAFETY: `sp` was saved by `jump` or made by `init_stack` for `n`, whose
+            // `on_cpu` we took and whose `ctx` we took (swapped to 0): resumed once.
+            // `save`/`off` are a task's or this CPU's idle slots (static).
+            unsafe { jump(save, sp, off) };
         }
         None => {
             crate::cpu::set_current_task_word(0);
@@ -448,7 +520,9 @@ fn go(cpu: usize, save: &AtomicU64, off: &AtomicBool, next: Option<&'static Task
             if sp == 0 {
                 panic!("cpu {cpu} has no idle loop to go back to");
             }
-            jump(save, sp, off);
+            // SAFETY: this CPU's idle context, saved by `jump` and taken once
+            // (swapped to 0); `save`/`off` are static.
+            unsafe { jump(save, sp, off) };
         }
     }
 }

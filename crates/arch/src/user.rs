@@ -5,7 +5,7 @@
 //! Each access is a tiny assembly routine with one instruction that can fault. If
 //! it does, the kernel's fault handler first gives the memory manager a chance to
 //! back the page (a lazily backed mapping) and retries; otherwise it calls
-//! [`fixup`], which resumes the routine at a landing that returns failure. So a bad
+//! `entry::fail_user_access`, which resumes the routine at a landing that returns failure. So a bad
 //! pointer becomes `Err(Fault)` (EFAULT for the program), never a fault in the
 //! kernel. Addresses are checked to lie in the program's half first, where a fault
 //! can only be a missing mapping.
@@ -173,8 +173,9 @@ onering_user_fault:
     }
 
     /// If the exception in `frame` was raised by one of these routines, the
-    /// registers to resume with: the same, at the landing that returns failure.
-    pub fn fixup(frame: &FaultFrame) -> Option<UserRegs> {
+    /// registers to resume with: the same, at the landing that returns failure
+    /// (`entry::fail_user_access` resumes there).
+    pub(crate) fn fixup(frame: &FaultFrame) -> Option<UserRegs> {
         // Only the addresses of the labels are taken.
         let (start, end, land) = (
             core::ptr::addr_of!(onering_user_access_start) as u64,
@@ -210,7 +211,7 @@ mod imp {
     pub fn cmpxchg_u32(_: u64, _: u32, _: u32) -> Result<u32, Fault> {
         Err(Fault)
     }
-    pub fn fixup(_: &FaultFrame) -> Option<UserRegs> {
+    pub(crate) fn fixup(_: &FaultFrame) -> Option<UserRegs> {
         None
     }
 }

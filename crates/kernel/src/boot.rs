@@ -182,16 +182,23 @@ fn on_the_way_out(ctx: &Ctx, frame: &SyscallFrame) {
 /// Every exception raised in ring 3 (on the CPU's fault stack): a first touch of
 /// lazily backed memory is backed and the instruction runs again; a fault in a
 /// user-memory copy makes that copy fail; anything else in the kernel is a panic;
-/// in the program it is a signal (its handler, or its end).
+/// in the program it is a signal (its handler, or its end), handled off the fault
+/// stack (`program_fault`). Nothing here blocks or takes a lock the interrupted
+/// kernel code may hold, except the memory manager's (a user copy never runs
+/// under it).
 pub fn fault_hook(frame: &FaultFrame) -> ! {
     let k = kernel();
     let addr = if frame.vector == vector::PAGE_FAULT { onering_arch::hostcall::fault_addr() } else { 0 };
+    let mut oom = false;
     if frame.vector == vector::PAGE_FAULT {
-        first_touch(k, frame, addr);
+        oom = first_touch(k, frame, addr);
     }
-    if let Some(regs) = onering_arch::user::fixup(frame) {
-        onering_arch::entry::resume_after_fault(&regs);
+    if oom && frame.rip >= layout::KERNEL_VBASE {
+        // In a user copy: it fails, and the thread's way out of the kernel ends the
+        // program, once no lock is held.
+        out_of_memory_later(k);
     }
+    onering_arch::entry::fail_user_access(frame);
     // The top 2 GiB hold only the kernel image, the upper half the kernel's memory:
     // a fault there is the kernel's. A program jumping to a wild address in its
     // own half gets SIGSEGV as on Linux.
@@ -200,6 +207,17 @@ pub fn fault_hook(frame: &FaultFrame) -> ! {
             "exception {} at {:#x} in the kernel (error {:#x}, rsp {:#x}, address {:#x})",
             frame.vector, frame.rip, frame.error, frame.rsp, addr
         );
+    }
+    onering_arch::entry::leave_fault_stack(frame, addr, oom as u64, program_fault)
+}
+
+/// The program's own exception, on its thread's kernel stack: the end of the
+/// program if memory ran out, else a signal.
+fn program_fault(frame: &FaultFrame, addr: u64, oom: u64) -> ! {
+    let k = kernel();
+    if oom != 0 {
+        k.report_oom();
+        k.killed(sig::SIGKILL, frame.rip, addr)
     }
     let s = signal_for(frame.vector);
     if s == sig::SIGKILL {
@@ -218,9 +236,19 @@ pub fn fault_hook(frame: &FaultFrame) -> ! {
     onering_arch::entry::resume_after_fault(&regs)
 }
 
+/// Memory ran out under a user copy in the kernel: the copy fails, and the
+/// program ends with the message when the thread leaves the kernel (SIGKILL).
+fn out_of_memory_later(k: &Kernel) {
+    k.oom.store(true, Relaxed);
+    if let Some(t) = thread::try_current() {
+        t.pending.fetch_or(crate::sigframe::bit(sig::SIGKILL), Relaxed);
+    }
+}
+
 /// A page fault that may be the first touch of a block backed on demand: backs it
-/// and runs the instruction again; returns only if the fault is not that.
-fn first_touch(k: &Kernel, frame: &FaultFrame, addr: u64) {
+/// and runs the instruction again; returns if the fault is not that (false) or if
+/// there was no memory left to back it (true).
+fn first_touch(k: &Kernel, frame: &FaultFrame, addr: u64) -> bool {
     let t = thread::try_current();
     let outcome = k.mm.lock().fault_in(addr);
     match outcome {
@@ -230,16 +258,10 @@ fn first_touch(k: &Kernel, frame: &FaultFrame, addr: u64) {
             }
         }
         Fault::Backed if t.is_some_and(|t| t.last_fault.swap(addr, Relaxed) != addr) => {}
-        Fault::Backed | Fault::Segv => return,
-        Fault::OutOfMemory => {
-            k.report_once(
-                "onering: out of memory: the program touched more memory than the VM has (raise --mem); \
-                 killed, as Linux's OOM killer would\n",
-            );
-            k.killed(sig::SIGKILL, frame.rip, addr)
-        }
+        Fault::Backed | Fault::Segv => return false,
+        Fault::OutOfMemory => return true,
     }
-    onering_arch::entry::resume_after_fault(&frame.regs())
+    onering_arch::entry::retry_fault(frame)
 }
 
 /// On the running thread's kernel stack, when the APIC timer or a reschedule IPI
@@ -255,13 +277,13 @@ pub fn interrupt_hook(frame: &FaultFrame) -> ! {
 }
 
 /// What a kernel panic message ends with: where it happened.
-fn panic_note(w: &mut dyn core::fmt::Write) {
+fn panic_note(w: &mut dyn core::fmt::Write, panicking: &onering_arch::panic::Panicking) {
     let cpu = onering_arch::cpu::cpu_id();
     match thread::try_current() {
         Some(t) => {
             // The system call the thread is in, if any: the frame at the top of its
             // kernel stack still holds the number.
-            let call = match t.task.syscall_frame() {
+            let call = match t.task.syscall_frame(panicking) {
                 Some(f) => crate::sysnames::name(f.rax).unwrap_or("an unknown one"),
                 None => "none",
             };

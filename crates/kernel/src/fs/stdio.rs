@@ -59,6 +59,12 @@ impl File for StdinFile {
         Some(self.stdin.key())
     }
 
+    /// (A read makes a hostcall and copies out under the stdin lock: not under the
+    /// descriptor table's.)
+    fn host_io(&self) -> bool {
+        true
+    }
+
     fn ioctl(&self, _: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
         match request {
             TIOCGWINSZ => winsize(user, self.winsize, arg),

@@ -53,14 +53,36 @@ pub(super) fn is_cwd(dirfd: u64) -> bool {
     dirfd as i32 == AT_FDCWD as i32
 }
 
+/// What keeps a node found before the tree is locked alive until the caller has
+/// locked the tree and is done with it (another thread may close the descriptor or
+/// change directory meanwhile, and an unlink would then free the node).
+#[allow(dead_code)] // (held for what their drop does)
+pub(super) enum Keep {
+    Hold(Option<crate::vfs::Hold>),
+    File(crate::file::FileRef),
+}
+
+/// The working directory, and what keeps it alive.
+pub(super) fn cwd(ctx: &Ctx) -> (Ino, Keep) {
+    let fs = ctx.proc().fs.lock();
+    (fs.cwd, Keep::Hold(fs.cwd_hold.clone()))
+}
+
+/// The node of descriptor `fd`, and what keeps it alive; `not_node` if it has none.
+pub(super) fn fd_node(ctx: &Ctx, fd: u64, not_node: Errno) -> Result<(Ino, Keep), Errno> {
+    let of = ctx.file(fd)?;
+    let ino = of.node().ok_or(not_node)?;
+    Ok((ino, Keep::File(of)))
+}
+
 /// Where a relative path starts for `*at` calls: the working directory, or the
 /// node of descriptor `dirfd` (checked to be a directory under the tree's lock by
-/// [`dir`]). Read before the tree is locked.
-pub(super) fn start_dir(ctx: &Ctx, dirfd: u64, path: &[u8]) -> Result<Ino, Errno> {
+/// [`dir`]). Read before the tree is locked; kept alive by the `Keep`.
+pub(super) fn start_dir(ctx: &Ctx, dirfd: u64, path: &[u8]) -> Result<(Ino, Keep), Errno> {
     if path.first() == Some(&b'/') || is_cwd(dirfd) {
-        return Ok(ctx.proc().fs.lock().cwd);
+        return Ok(cwd(ctx));
     }
-    ctx.file(dirfd)?.node().ok_or(Errno::ENOTDIR)
+    fd_node(ctx, dirfd, Errno::ENOTDIR)
 }
 
 /// `ino` if it is a directory.
@@ -269,7 +291,7 @@ enum Opened {
 
 fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> Result<Opened, Errno> {
     let path = path_arg(ctx, path_addr)?;
-    let start = start_dir(ctx, dirfd, &path)?;
+    let (start, _keep) = start_dir(ctx, dirfd, &path)?;
     let acc = flags & oflag::O_ACCMODE;
     if acc == 3 {
         return Err(Errno::EINVAL);
@@ -533,7 +555,7 @@ fn stat_target(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u64) -> Result<Meta
         return Ok(ctx.file(dirfd)?.obj().stat());
     }
     let path = path_arg(ctx, path_addr)?;
-    let start = start_dir(ctx, dirfd, &path)?;
+    let (start, _keep) = start_dir(ctx, dirfd, &path)?;
     let v = ctx.k.vfs.lock();
     let ino = v.lookup(dir(&v, start)?, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
     Ok(crate::fs::meta_of(&v, ino))
@@ -596,7 +618,7 @@ fn check_access(ctx: &Ctx, dirfd: u64, path_addr: u64, how: u64, flags: u64) -> 
         return Err(Errno::EINVAL);
     }
     let path = path_arg(ctx, path_addr)?;
-    let start = start_dir(ctx, dirfd, &path)?;
+    let (start, _keep) = start_dir(ctx, dirfd, &path)?;
     let v = ctx.k.vfs.lock();
     let ino = v.lookup(dir(&v, start)?, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
     let node = v.node(ino);
@@ -650,7 +672,7 @@ pub fn chdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 }
 
 pub fn fchdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
-    let ino = ctx.file(f.rdi)?.node().ok_or(Errno::ENOTDIR)?;
+    let (ino, _keep) = fd_node(ctx, f.rdi, Errno::ENOTDIR)?;
     let hold = {
         let v = ctx.k.vfs.lock();
         dir(&v, ino)?;
@@ -720,7 +742,7 @@ fn read_link(ctx: &Ctx, dirfd: u64, path_addr: u64, buf: u64, size: u64) -> SysR
     let target: Vec<u8> = if path == b"/proc/self/exe" {
         ctx.k.cfg.exe.clone()
     } else {
-        let start = start_dir(ctx, dirfd, &path)?;
+        let (start, _keep) = start_dir(ctx, dirfd, &path)?;
         let v = ctx.k.vfs.lock();
         let ino = v.lookup(dir(&v, start)?, &path, false)?;
         v.link_target(ino)?.to_vec()
@@ -745,7 +767,7 @@ fn remove_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u64) -> SysResult {
         return Err(Errno::EINVAL);
     }
     let path = path_arg(ctx, path_addr)?;
-    let start = start_dir(ctx, dirfd, &path)?;
+    let (start, _keep) = start_dir(ctx, dirfd, &path)?;
     let mut v = ctx.k.vfs.lock();
     let base = dir(&v, start)?;
     let (parent, name) = v.parent_of(base, &path)?;
@@ -761,7 +783,7 @@ fn remove_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u64) -> SysResult {
 fn make_symlink(ctx: &Ctx, target_addr: u64, dirfd: u64, path_addr: u64) -> SysResult {
     let target = path_arg(ctx, target_addr)?;
     let path = path_arg(ctx, path_addr)?;
-    let start = start_dir(ctx, dirfd, &path)?;
+    let (start, _keep) = start_dir(ctx, dirfd, &path)?;
     let now = real_now();
     let mut v = ctx.k.vfs.lock();
     let base = dir(&v, start)?;
@@ -793,7 +815,7 @@ pub fn rmdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 fn make_dir(ctx: &Ctx, dirfd: u64, path_addr: u64, mode_arg: u64) -> SysResult {
     let path = path_arg(ctx, path_addr)?;
-    let start = start_dir(ctx, dirfd, &path)?;
+    let (start, _keep) = start_dir(ctx, dirfd, &path)?;
     let umask = ctx.proc().fs.lock().umask;
     let now = real_now();
     let mut v = ctx.k.vfs.lock();
@@ -816,7 +838,7 @@ fn rename_at(ctx: &Ctx, olddir: u64, old: u64, newdir: u64, new: u64, flags: u64
         return Err(Errno::EINVAL);
     }
     let (from, to) = (path_arg(ctx, old)?, path_arg(ctx, new)?);
-    let (fstart, tstart) = (start_dir(ctx, olddir, &from)?, start_dir(ctx, newdir, &to)?);
+    let ((fstart, _kf), (tstart, _kt)) = (start_dir(ctx, olddir, &from)?, start_dir(ctx, newdir, &to)?);
     let mut v = ctx.k.vfs.lock();
     let (fbase, tbase) = (dir(&v, fstart)?, dir(&v, tstart)?);
     let (fdir, fname) = v.parent_of(fbase, &from)?;

@@ -10,7 +10,9 @@
 //! starting directory (working directory or a descriptor's node) is found before,
 //! and stays valid because it is held open.
 
-use super::fs::{dir, is_cwd, new_file_name, path_arg, start_dir, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW};
+use super::fs::{
+    cwd, dir, is_cwd, new_file_name, path_arg, start_dir, Keep, AT_EMPTY_PATH, AT_FDCWD, AT_SYMLINK_NOFOLLOW,
+};
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
 use crate::file::{mode, oflag};
@@ -29,11 +31,12 @@ const UTIME_OMIT: i64 = 0x3fff_fffe;
 /// tree is locked, then the lookup under its lock.
 enum Target {
     /// A descriptor's (or the working directory's) node itself (AT_EMPTY_PATH).
-    Node(Ino),
+    Node(Ino, #[allow(dead_code)] Keep),
     Path {
         start: Ino,
         path: Vec<u8>,
         follow: bool,
+        _keep: Keep,
     },
 }
 
@@ -43,26 +46,28 @@ impl Target {
     fn new(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u64, follow_default: bool) -> Result<Target, Errno> {
         let follow = if follow_default { flags & AT_SYMLINK_NOFOLLOW == 0 } else { flags & AT_SYMLINK_FOLLOW != 0 };
         if flags & AT_EMPTY_PATH != 0 && ctx.user.read_array::<1>(path_addr)?[0] == 0 {
-            return fd_node(ctx, dirfd).map(Target::Node);
+            let (ino, keep) = fd_node(ctx, dirfd)?;
+            return Ok(Target::Node(ino, keep));
         }
         let path = path_arg(ctx, path_addr)?;
-        let start = start_dir(ctx, dirfd, &path)?;
-        Ok(Target::Path { start, path, follow })
+        let (start, _keep) = start_dir(ctx, dirfd, &path)?;
+        Ok(Target::Path { start, path, follow, _keep })
     }
 
     fn resolve(&self, v: &Vfs) -> Result<Ino, Errno> {
         match self {
-            Target::Node(ino) => Ok(*ino),
-            Target::Path { start, path, follow } => v.lookup(dir(v, *start)?, path, *follow),
+            Target::Node(ino, _) => Ok(*ino),
+            Target::Path { start, path, follow, .. } => v.lookup(dir(v, *start)?, path, *follow),
         }
     }
 }
 
-fn fd_node(ctx: &Ctx, fd: u64) -> Result<Ino, Errno> {
+/// The node of descriptor `fd` (or the working directory), kept alive.
+fn fd_node(ctx: &Ctx, fd: u64) -> Result<(Ino, Keep), Errno> {
     if is_cwd(fd) {
-        return Ok(ctx.proc().fs.lock().cwd);
+        return Ok(cwd(ctx));
     }
-    ctx.file(fd)?.node().ok_or(Errno::EINVAL)
+    super::fs::fd_node(ctx, fd, Errno::EINVAL)
 }
 
 /// Only the owner (or root) changes a node's mode or sets its times explicitly.
@@ -90,8 +95,9 @@ pub fn chmod(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 }
 
 pub fn fchmod(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
-    match ctx.file(f.rdi)?.node() {
-        Some(ino) => chmod_node(ctx, &Target::Node(ino), f.rsi, false),
+    let of = ctx.file(f.rdi)?;
+    match of.node() {
+        Some(ino) => chmod_node(ctx, &Target::Node(ino, Keep::File(of.clone())), f.rsi, false),
         None => Ok(0), // pipes and friends: nothing to record
     }
 }
@@ -141,8 +147,9 @@ pub fn lchown(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 pub fn fchown(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, uid, gid, ..] = f.args();
-    match ctx.file(fd)?.node() {
-        Some(ino) => chown_node(ctx, &Target::Node(ino), uid, gid),
+    let of = ctx.file(fd)?;
+    match of.node() {
+        Some(ino) => chown_node(ctx, &Target::Node(ino, Keep::File(of.clone())), uid, gid),
         None => Ok(0),
     }
 }
@@ -213,7 +220,8 @@ pub fn utimensat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         if is_cwd(dirfd) {
             return Err(Errno::EFAULT);
         }
-        Target::Node(fd_node(ctx, dirfd)?)
+        let (ino, keep) = fd_node(ctx, dirfd)?;
+        Target::Node(ino, keep)
     } else {
         Target::new(ctx, dirfd, path, flags, true)?
     };
@@ -296,7 +304,7 @@ fn make_link(ctx: &Ctx, olddir: u64, old: u64, newdir: u64, new: u64, flags: u64
     }
     let from = Target::new(ctx, olddir, old, flags, false)?;
     let path = path_arg(ctx, new)?;
-    let start = start_dir(ctx, newdir, &path)?;
+    let (start, _keep) = start_dir(ctx, newdir, &path)?;
     let mut v = ctx.k.vfs.lock();
     let ino = from.resolve(&v)?;
     let base = dir(&v, start)?;
@@ -317,7 +325,7 @@ pub fn linkat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 fn make_node(ctx: &Ctx, dirfd: u64, path_addr: u64, m: u64) -> SysResult {
     let path = path_arg(ctx, path_addr)?;
-    let start = start_dir(ctx, dirfd, &path)?;
+    let (start, _keep) = start_dir(ctx, dirfd, &path)?;
     let umask = ctx.proc().fs.lock().umask;
     let now = real_now();
     let mut v = ctx.k.vfs.lock();

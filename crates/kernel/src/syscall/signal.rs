@@ -169,12 +169,13 @@ fn thread_kill(ctx: &Ctx, tgid: Option<u64>, tid: u64, s: u64) -> SysResult {
     if s > 64 || tid as i32 <= 0 || tgid.is_some_and(|g| g as i32 <= 0) {
         return Err(Errno::EINVAL);
     }
-    let t = sched::thread(tid as u32 as u64).ok_or(Errno::ESRCH)?;
+    let tid = tid as u32 as u64;
+    let t = sched::thread(tid).ok_or(Errno::ESRCH)?;
     if tgid.is_some_and(|g| g as u32 as u64 != t.pid()) {
         return Err(Errno::ESRCH);
     }
-    if s != 0 {
-        send(t, s, sender_info(ctx, s, code::SI_TKILL));
+    if s != 0 && !send(t, tid, s, sender_info(ctx, s, code::SI_TKILL)) {
+        return Err(Errno::ESRCH);
     }
     Ok(0)
 }

@@ -102,7 +102,8 @@ fn sleep_until(clock: u64, deadline: u64) -> Result<(), Errno> {
         if now_c >= deadline {
             return Ok(());
         }
-        match sched::block(Some(now_m + (deadline - now_c))) {
+        // (Saturating: `sleep infinity` asks for the end of time.)
+        match sched::block(Some(now_m.saturating_add(deadline - now_c))) {
             Wake::Interrupted => return Err(Errno::EINTR),
             Wake::TimedOut | Wake::Woken => {}
         }

@@ -58,6 +58,8 @@ pub struct Kernel {
     pub comm: Mutex<[u8; 16]>,
     /// Unsupported system calls and messages already reported.
     warned: Mutex<BTreeSet<u64>>,
+    /// Memory ran out under a user copy: the SIGKILL that follows says so.
+    pub oom: core::sync::atomic::AtomicBool,
 }
 
 static KERNEL: Once<Kernel> = Once::new();
@@ -72,11 +74,13 @@ pub fn kernel() -> &'static Kernel {
 
 /// Installs the kernel state (once, at boot).
 pub fn install(k: Kernel) -> &'static Kernel {
+    super::sched::set_poll(service_events);
     KERNEL.call_once(|| k)
 }
 
 /// Looks at the devices' completions the VMM posted (the events page) and hands
-/// them on: called by the scheduler whenever it looks for work.
+/// them on: the scheduler calls it whenever it looks for work (registered with
+/// `sched::set_poll`).
 pub fn service_events() {
     let pending = onering_arch::events::take_pending();
     if pending == 0 {
@@ -108,6 +112,7 @@ impl Kernel {
             futexes: Mutex::new(FutexTable::new()),
             comm: Mutex::new(comm),
             warned: Mutex::new(BTreeSet::new()),
+            oom: core::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -162,6 +167,14 @@ impl Kernel {
     }
 
     /// Reports one of onering's own limitations on stderr, once.
+    /// The message for a program killed because memory ran out (once).
+    pub fn report_oom(&self) {
+        self.report_once(
+            "onering: out of memory: the program touched more memory than the VM has (raise --mem); \
+             killed, as Linux's OOM killer would\n",
+        );
+    }
+
     pub fn report_once(&self, msg: &'static str) {
         if self.first_report((1 << 63) | msg.as_ptr() as u64) {
             self.message(msg);

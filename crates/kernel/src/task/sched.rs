@@ -75,6 +75,22 @@ static SCHED: Mutex<Sched> = Mutex::new(Sched {
     free: Vec::new(),
 });
 
+/// What the scheduler calls whenever it looks for work, to pick up what devices
+/// posted (registered at boot: `task::kernel::service_events`).
+static POLL: spin::Once<fn()> = spin::Once::new();
+
+/// Registers the device poll (once).
+pub fn set_poll(f: fn()) {
+    POLL.call_once(|| f);
+}
+
+#[inline]
+fn poll_devices() {
+    if let Some(f) = POLL.get() {
+        f();
+    }
+}
+
 /// The next thread id (the program's first thread is 1: it is pid 1).
 static NEXT_TID: AtomicU64 = AtomicU64::new(1);
 
@@ -345,7 +361,7 @@ pub enum Wake {
 /// A `wake` that came after the caller registered itself (e.g. on a futex queue)
 /// but before this call is not lost.
 pub fn block(deadline: Option<u64>) -> Wake {
-    super::kernel::service_events();
+    poll_devices();
     let me = current();
     let cpu = this_cpu();
     let (next, cpus) = {
@@ -499,7 +515,7 @@ pub fn yield_now() {
 }
 
 fn give_way(now_anyway: bool) {
-    super::kernel::service_events();
+    poll_devices();
     let me = current();
     let cpu = this_cpu();
     let now = mono_now();
@@ -572,7 +588,7 @@ pub fn idle_loop() -> ! {
     let mut idle_since = mono_now();
     set_state(cpu, CpuState::Polling);
     loop {
-        super::kernel::service_events();
+        poll_devices();
         let now = mono_now();
         if has_work(cpu, now) || stealable(cpu) {
             let (next, cpus) = {

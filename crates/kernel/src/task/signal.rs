@@ -21,6 +21,7 @@ use super::thread::{current, Thread};
 use crate::errno::Errno;
 use crate::mm::user::UserMem;
 use crate::sigframe::{self as sigs, bit, sa, sig, Info, Regs, SIG_DFL, SIG_IGN, SS_DISABLE, SS_ONSTACK, UNBLOCKABLE};
+use alloc::vec::Vec;
 use core::sync::atomic::Ordering::Relaxed;
 
 /// Whether a signal with disposition `act` is dropped when sent.
@@ -33,12 +34,17 @@ pub fn on_altstack(alt: (u64, u32, u64), sp: u64) -> bool {
     alt.1 & SS_DISABLE == 0 && sp > alt.0 && sp <= alt.0.wrapping_add(alt.2)
 }
 
-/// Makes signal `s` pending for thread `t` (dropped if ignored) and interrupts a
-/// blocking call of `t`. SIGKILL ends the process at once.
-pub fn send(t: &'static Thread, s: u64, info: Info) {
+/// Makes signal `s` pending for thread `tid`, found as `t` (dropped if ignored,
+/// or if `t` has meanwhile ended and become another thread) and interrupts a
+/// blocking call of it. SIGKILL ends the process at once. False if `t` is no
+/// longer thread `tid`.
+pub fn send(t: &'static Thread, tid: u64, s: u64, info: Info) -> bool {
     let p = t.process();
+    if t.tid() != tid {
+        return false;
+    }
     if p.ended() {
-        return;
+        return true;
     }
     let act = p.actions.lock()[s as usize - 1];
     if s == sig::SIGKILL {
@@ -47,40 +53,51 @@ pub fn send(t: &'static Thread, s: u64, info: Info) {
         if mine {
             sched::exit_current();
         }
-        return;
+        return true;
     }
     // As on Linux, a blocked signal is kept even if ignored (its disposition may
     // change before it is unblocked, and `rt_sigtimedwait` takes blocked ones).
     if ignored(&act, s) && t.sigmask.load(Relaxed) & bit(s) == 0 {
-        return;
+        return true;
     }
-    t.siginfo.lock()[s as usize - 1] = info;
-    t.pending.fetch_or(bit(s), Relaxed);
+    {
+        let mut si = t.siginfo.lock();
+        if t.tid() != tid {
+            return false;
+        }
+        si[s as usize - 1] = info;
+        t.pending.fetch_or(bit(s), Relaxed);
+    }
     if t.wakes_for() & bit(s) != 0 {
         sched::interrupt(t);
     }
+    true
 }
 
 /// A process-directed signal goes to a thread that does not block it or waits for
 /// it in `rt_sigtimedwait` (the main thread first), else stays pending on the main
 /// thread. Also from the idle loop (a signal from the host).
 pub fn send_to_process(pid: u64, s: u64, info: Info) -> Result<(), Errno> {
-    let threads = sched::threads_of(pid);
-    if threads.is_empty() {
-        return Err(Errno::ESRCH);
+    loop {
+        // (Threads found here may end meanwhile: then look again.)
+        let threads: Vec<(u64, &'static Thread)> =
+            sched::threads_of(pid).into_iter().map(|t| (t.tid(), t)).filter(|(_, t)| t.pid() == pid).collect();
+        let Some(&first) = threads.first() else { return Err(Errno::ESRCH) };
+        if s == 0 {
+            return Ok(());
+        }
+        // As Linux: the main thread if it can take it, else another that can.
+        let takes = |t: &Thread| t.sigmask.load(Relaxed) & bit(s) == 0 || t.sigwait.load(Relaxed) & bit(s) != 0;
+        let leader = threads.iter().copied().find(|(tid, _)| *tid == pid).unwrap_or(first);
+        let (tid, pick) =
+            if takes(leader.1) { leader } else { threads.iter().copied().find(|(_, t)| takes(t)).unwrap_or(leader) };
+        if s != sig::SIGKILL {
+            pick.shared.fetch_or(bit(s), Relaxed);
+        }
+        if send(pick, tid, s, info) {
+            return Ok(());
+        }
     }
-    if s == 0 {
-        return Ok(());
-    }
-    // As Linux: the main thread if it can take it, else another that can.
-    let takes = |t: &Thread| t.sigmask.load(Relaxed) & bit(s) == 0 || t.sigwait.load(Relaxed) & bit(s) != 0;
-    let leader = threads.iter().copied().find(|t| t.tid() == pid).unwrap_or(threads[0]);
-    let pick = if takes(leader) { leader } else { threads.iter().copied().find(|t| takes(t)).unwrap_or(leader) };
-    if s != sig::SIGKILL {
-        pick.shared.fetch_or(bit(s), Relaxed);
-    }
-    send(pick, s, info);
-    Ok(())
 }
 
 /// Takes a pending signal of `set` for the running thread, without running its
@@ -110,11 +127,15 @@ pub fn take_waited(set: u64) -> Option<Info> {
 /// SIGPIPE after a write got EPIPE: raised for the writing thread (by default it
 /// ends the program, silently: `prog | head -1`).
 pub fn sigpipe() {
-    send(current(), sig::SIGPIPE, Info { signo: sig::SIGPIPE, ..Default::default() });
+    let me = current();
+    let _ = send(me, me.tid(), sig::SIGPIPE, Info { signo: sig::SIGPIPE, ..Default::default() });
 }
 
 /// Ends the program as killed by `s` (its default action), or its child process.
 pub fn terminate(k: &Kernel, t: &'static Thread, s: u64, rip: u64, addr: u64) -> ! {
+    if s == sig::SIGKILL && k.oom.swap(false, Relaxed) {
+        k.report_oom();
+    }
     if t.pid() == 1 {
         k.killed(s, rip, addr);
     }

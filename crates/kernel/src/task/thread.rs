@@ -141,12 +141,17 @@ impl Thread {
     /// Resets the per-incarnation state for a new thread `tid` of `proc` (by
     /// `sched::spawn`, and by host tests that make a thread of their own).
     pub(crate) fn reset(&self, tid: u64, proc: &'static Process, ppid: u64, sigmask: u64, affinity: u64) {
+        // Under the signal lock: a sender that looked the old thread up and checks
+        // its tid under that lock (`signal::send`) sees either the old thread or
+        // the new one, never the old tid with the new pending set.
+        let si = self.siginfo.lock();
         self.tid.store(tid, Relaxed);
+        self.pending.store(0, Relaxed);
+        drop(si);
         self.pid.store(proc.pid(), Relaxed);
         self.ppid.store(ppid, Relaxed);
         self.proc.set(Some(proc));
         self.sigmask.store(sigmask, Relaxed);
-        self.pending.store(0, Relaxed);
         self.affinity.store(affinity, Relaxed);
         *self.altstack.lock() = (0, sigframe::SS_DISABLE, 0);
         self.clear_child_tid.store(0, Relaxed);
