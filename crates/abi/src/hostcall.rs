@@ -46,6 +46,20 @@ pub enum Hostcall {
     /// starts it at the kernel's entry if it has not run yet. Returns 0, or a
     /// negative errno for a vCPU number the VM does not have.
     Kick = 9,
+    /// `fstat` of the host's standard stream `args[0]` (0, 1, 2): the VMM writes a
+    /// [`crate::HostStat`] to the guest-virtual address `args[1]`. Returns 0 or a
+    /// negative errno (-EBADF for a stream the program does not get from the host:
+    /// stdin without `-i`).
+    StdioStat = 10,
+    /// `lseek(args[0], args[1] as i64, args[2])` on the host's standard stream
+    /// `args[0]`: the new offset or a negative errno (-ESPIPE for a pipe or a
+    /// terminal, as Linux).
+    StdioSeek = 11,
+    /// A terminal `ioctl` on the host's standard stream `args[0]`: request
+    /// `args[1]` (one of [`crate::stdio::IOCTLS`]) with its argument at the
+    /// guest-virtual address `args[2]` (read or written by the VMM, as the request
+    /// says). Returns the ioctl's result or a negative errno.
+    StdioIoctl = 12,
 }
 
 impl Hostcall {
@@ -60,6 +74,9 @@ impl Hostcall {
             7 => Self::StdinRequest,
             8 => Self::Halt,
             9 => Self::Kick,
+            10 => Self::StdioStat,
+            11 => Self::StdioSeek,
+            12 => Self::StdioIoctl,
             _ => return None,
         })
     }

@@ -16,7 +16,7 @@ pub mod layout;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 8;
+pub const ABI_VERSION: u64 = 9;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -89,18 +89,18 @@ pub mod events {
     /// i64: the last stdin request's result: bytes read (> 0), 0 at end of file,
     /// or a negative errno.
     pub const STDIN_RESULT: u64 = 8;
+    /// u64: signals sent to onering on the host, for the program (bit n-1 for
+    /// signal n), or'ed in by the VMM and swapped to 0 by the guest.
+    pub const SIGNALS: u64 = 16;
     /// Device bits.
     pub const STDIN: u64 = 1 << 0;
+    pub const SIGNAL: u64 = 1 << 1;
 }
 
 /// Bits of [`BootInfo::flags`].
 pub mod flags {
     /// `--quiet`: do not report unsupported system calls.
     pub const QUIET: u64 = 1 << 0;
-    /// The host's stdout is a terminal.
-    pub const STDOUT_TTY: u64 = 1 << 1;
-    /// The host's stderr is a terminal.
-    pub const STDERR_TTY: u64 = 1 << 2;
     /// Ring 0 may execute privileged instructions (hardware KVM). Clear on PVM, where
     /// `hlt`, `invlpg`, `wrmsr` and friends raise #GP once ring 3 has run.
     pub const PRIVILEGED_RING0: u64 = 1 << 3;
@@ -139,8 +139,9 @@ pub struct BootInfo {
     pub image_start: u64,
     /// User mappings made by the VMM: [0] holds the program image, [1] the stack.
     pub user_maps: [UserMapping; 2],
-    /// Terminal size of the host's stdout (rows << 16 | cols), 0 when not a terminal.
-    pub winsize: u64,
+    /// What the program's standard streams are on the host: a [`stdio`] kind per
+    /// descriptor, fd n in bits 8n..8n+8.
+    pub stdio: u64,
     /// Host identity the program sees.
     pub uid: u64,
     pub gid: u64,
@@ -159,6 +160,140 @@ pub struct BootInfo {
     /// User address of the vDSO the VMM mapped (0: none); its clock parameters go in
     /// the page below it ([`vvar`]).
     pub vdso_base: u64,
+}
+
+/// The program's standard streams: what the VMM's descriptors 0, 1 and 2 are on the
+/// host (`BootInfo::stdio`), so that the program sees them as Linux would show it
+/// the same descriptors: a pipe is a FIFO (and `lseek` gives ESPIPE), a file a
+/// regular file with its size and offset, a terminal a terminal.
+pub mod stdio {
+    /// Not open on the host: the program does not get the descriptor either.
+    pub const CLOSED: u64 = 0;
+    /// A terminal (isatty).
+    pub const TTY: u64 = 1;
+    /// A pipe or FIFO.
+    pub const PIPE: u64 = 2;
+    /// A regular file.
+    pub const FILE: u64 = 3;
+    /// /dev/null (also the program's stdin without `-i`, as `docker run` gives).
+    pub const NULL: u64 = 4;
+    /// Another character device.
+    pub const CHAR: u64 = 5;
+    /// A socket.
+    pub const SOCKET: u64 = 6;
+    /// Anything else (a directory, a block device).
+    pub const OTHER: u64 = 7;
+
+    /// The kind of descriptor `fd` (0, 1, 2) in `BootInfo::stdio`.
+    pub const fn kind(word: u64, fd: u32) -> u64 {
+        (word >> (8 * fd)) & 0xff
+    }
+
+    /// The `StdioIoctl` requests, each with its argument's size and direction
+    /// (true: the VMM writes the argument to the guest).
+    pub const TCGETS: u64 = 0x5401;
+    pub const TCSETS: u64 = 0x5402;
+    pub const TCSETSW: u64 = 0x5403;
+    pub const TCSETSF: u64 = 0x5404;
+    pub const TIOCGWINSZ: u64 = 0x5413;
+    pub const FIONREAD: u64 = 0x541b;
+    /// `struct termios` as the kernel's ioctls see it.
+    pub const TERMIOS_SIZE: u64 = 36;
+    pub const IOCTLS: [(u64, u64, bool); 6] = [
+        (TCGETS, TERMIOS_SIZE, true),
+        (TCSETS, TERMIOS_SIZE, false),
+        (TCSETSW, TERMIOS_SIZE, false),
+        (TCSETSF, TERMIOS_SIZE, false),
+        (TIOCGWINSZ, 8, true),
+        (FIONREAD, 4, true),
+    ];
+
+    /// The size and direction of request `req` (None: not forwarded).
+    pub fn ioctl(req: u64) -> Option<(u64, bool)> {
+        IOCTLS.iter().find(|(r, _, _)| *r == req).map(|(_, n, out)| (*n, *out))
+    }
+}
+
+/// What `StdioStat` reports of a host stream (its `struct stat`, as plain u64s).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostStat {
+    pub dev: u64,
+    pub ino: u64,
+    pub mode: u64,
+    pub nlink: u64,
+    pub uid: u64,
+    pub gid: u64,
+    pub rdev: u64,
+    pub size: u64,
+    pub blksize: u64,
+    pub blocks: u64,
+    pub atime_sec: u64,
+    pub atime_nsec: u64,
+    pub mtime_sec: u64,
+    pub mtime_nsec: u64,
+    pub ctime_sec: u64,
+    pub ctime_nsec: u64,
+}
+
+/// Bytes of [`HostStat`].
+pub const HOST_STAT_SIZE: usize = 16 * 8;
+const _: () = assert!(core::mem::size_of::<HostStat>() == HOST_STAT_SIZE);
+
+impl HostStat {
+    /// The little-endian bytes (what the VMM writes into guest memory).
+    pub fn to_bytes(&self) -> [u8; HOST_STAT_SIZE] {
+        let w = [
+            self.dev,
+            self.ino,
+            self.mode,
+            self.nlink,
+            self.uid,
+            self.gid,
+            self.rdev,
+            self.size,
+            self.blksize,
+            self.blocks,
+            self.atime_sec,
+            self.atime_nsec,
+            self.mtime_sec,
+            self.mtime_nsec,
+            self.ctime_sec,
+            self.ctime_nsec,
+        ];
+        let mut b = [0u8; HOST_STAT_SIZE];
+        for (i, v) in w.iter().enumerate() {
+            b[i * 8..i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    /// Read back from those bytes.
+    pub fn from_bytes(b: &[u8; HOST_STAT_SIZE]) -> HostStat {
+        let w = |i: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[i * 8..i * 8 + 8]);
+            u64::from_le_bytes(x)
+        };
+        HostStat {
+            dev: w(0),
+            ino: w(1),
+            mode: w(2),
+            nlink: w(3),
+            uid: w(4),
+            gid: w(5),
+            rdev: w(6),
+            size: w(7),
+            blksize: w(8),
+            blocks: w(9),
+            atime_sec: w(10),
+            atime_nsec: w(11),
+            mtime_sec: w(12),
+            mtime_nsec: w(13),
+            ctime_sec: w(14),
+            ctime_nsec: w(15),
+        }
+    }
 }
 
 /// The page below the vDSO: clock parameters the kernel writes once at boot, which

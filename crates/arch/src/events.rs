@@ -16,8 +16,8 @@ fn word(offset: u64) -> &'static AtomicU64 {
 
 #[cfg(not(target_os = "none"))]
 fn word(offset: u64) -> &'static AtomicU64 {
-    static PAGE: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
-    &PAGE[(offset / 8) as usize % 2]
+    static PAGE: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
+    &PAGE[(offset / 8) as usize % 3]
 }
 
 /// The stdin request's result was posted (its bit taken) and not yet collected by
@@ -47,6 +47,17 @@ pub(crate) fn stdin_posted() -> bool {
 /// The last stdin request's result (valid once its bit was taken).
 pub(crate) fn stdin_result() -> i64 {
     word(onering_abi::events::STDIN_RESULT).load(Ordering::Acquire) as i64
+}
+
+/// Takes the signals the host sent for the program (bit n-1 for signal n).
+pub fn take_signals() -> u64 {
+    word(onering_abi::events::SIGNALS).swap(0, Ordering::Acquire)
+}
+
+/// Gives back signals taken too early (no program to send them to yet).
+pub fn put_back_signals(bits: u64) {
+    word(onering_abi::events::SIGNALS).fetch_or(bits, Ordering::Release);
+    word(onering_abi::events::PENDING).fetch_or(onering_abi::events::SIGNAL, Ordering::Release);
 }
 
 /// Host tests: posts `bits` with stdin result `result`, as the VMM would.

@@ -5,8 +5,9 @@
 //!
 //! The kernel gets typed calls, each sound whatever its arguments: the VMM only
 //! reads the kernel's memory (output) or writes memory this module holds (the stdin
-//! buffer, lent to the VMM and given back only once the VMM said it is done). The
-//! raw doorbell stays inside this crate.
+//! buffer, lent to the VMM and given back only once the VMM said it is done; a
+//! stat or ioctl buffer of atomics, during the call). The raw doorbell stays inside
+//! this crate.
 //!
 //! On the host (unit tests) a hostcall returns 0, or what a handler installed with
 //! `set_host_handler` says.
@@ -90,6 +91,65 @@ pub fn stdin_done() -> Option<(Box<[u8]>, i64)> {
     }
     let buf = LENT.lock().take()?;
     Some((buf, crate::events::stdin_result()))
+}
+
+/// A buffer the VMM fills (or reads) during one hostcall: atomics, so that what
+/// the VMM wrote behind the compiler's back is read as it is.
+struct Shared<const W: usize>([core::sync::atomic::AtomicU64; W]);
+
+impl<const W: usize> Shared<W> {
+    fn new(init: &[u8]) -> Self {
+        let s = Shared([const { core::sync::atomic::AtomicU64::new(0) }; W]);
+        for (i, c) in init.chunks(8).take(W).enumerate() {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            s.0[i].store(u64::from_le_bytes(w), core::sync::atomic::Ordering::Relaxed);
+        }
+        s
+    }
+
+    fn addr(&self) -> u64 {
+        self.0.as_ptr() as u64
+    }
+
+    fn read(&self, out: &mut [u8]) {
+        for (i, c) in out.chunks_mut(8).take(W).enumerate() {
+            let w = self.0[i].load(core::sync::atomic::Ordering::Relaxed).to_le_bytes();
+            c.copy_from_slice(&w[..c.len()]);
+        }
+    }
+}
+
+/// `fstat` of the host's standard stream `fd`: its stat, or -errno (-EBADF: not
+/// the host's). The VMM writes the buffer this function holds, during the call.
+pub fn stdio_stat(fd: u32) -> Result<onering_abi::HostStat, i64> {
+    const W: usize = onering_abi::HOST_STAT_SIZE / 8;
+    let buf = Shared::<W>::new(&[]);
+    let r = hostcall(Hostcall::StdioStat, &[u64::from(fd), buf.addr()]) as i64;
+    if r < 0 {
+        return Err(r);
+    }
+    let mut b = [0u8; onering_abi::HOST_STAT_SIZE];
+    buf.read(&mut b);
+    Ok(onering_abi::HostStat::from_bytes(&b))
+}
+
+/// `lseek` on the host's standard stream `fd`: the new offset or -errno.
+pub fn stdio_seek(fd: u32, offset: i64, whence: u32) -> i64 {
+    hostcall(Hostcall::StdioSeek, &[u64::from(fd), offset as u64, u64::from(whence)]) as i64
+}
+
+/// A terminal ioctl (`onering_abi::stdio::IOCTLS`) on the host's standard stream
+/// `fd`, its argument in `arg` (in, or out, as the request says; at most 40 bytes):
+/// the result or -errno. The VMM reads or writes the buffer this function holds.
+pub fn stdio_ioctl(fd: u32, request: u64, arg: &mut [u8]) -> i64 {
+    if arg.len() > 40 {
+        return -22;
+    }
+    let buf = Shared::<5>::new(arg);
+    let r = hostcall(Hostcall::StdioIoctl, &[u64::from(fd), request, buf.addr()]) as i64;
+    buf.read(arg);
+    r
 }
 
 #[cfg(target_os = "none")]

@@ -53,7 +53,7 @@ fn setup(boot: Boot) {
     let mut execfn = alloc::vec![0u8; bi.execfn_len.min(4096) as usize];
     let _ = onering_arch::user::read(bi.execfn, &mut execfn);
     let exe = crate::vfs::absolute(&vfs.path_of(cwd).unwrap_or_else(|_| b"/".to_vec()), &execfn);
-    let cfg = Config { flags: bi.flags, winsize: bi.winsize, uid: bi.uid, gid: bi.gid, exe };
+    let cfg = Config { flags: bi.flags, stdio: bi.stdio, uid: bi.uid, gid: bi.gid, exe };
     let k = kernel::install(Kernel::new(cfg, space, vfs, bi.seed));
     write_vvar(k, bi);
     sched::set_ncpus(bi.ncpus as usize);
@@ -61,13 +61,20 @@ fn setup(boot: Boot) {
     let mut fds = FdTable::new();
     {
         let v = k.vfs.lock();
-        for (path, flags) in [
-            (&b"/dev/stdin"[..], oflag::O_RDONLY),
-            (b"/dev/stdout", oflag::O_WRONLY),
-            (b"/dev/stderr", oflag::O_WRONLY),
+        for (fd, path, flags) in [
+            (0, &b"/dev/stdin"[..], oflag::O_RDONLY),
+            (1, b"/dev/stdout", oflag::O_WRONLY),
+            (2, b"/dev/stderr", oflag::O_WRONLY),
         ] {
-            if let Ok(ino) = v.lookup(ROOT, path, true) {
-                let _ = fds.insert(crate::fs::open_node(k, &v, ino, flags), false);
+            // A stream closed on the host is closed for the program too (its
+            // stdin without `-i` is /dev/null, whatever the host's is).
+            let closed = onering_abi::stdio::kind(bi.stdio, fd) == onering_abi::stdio::CLOSED;
+            let file = v.lookup(ROOT, path, true).map(|ino| crate::fs::open_node(k, &v, ino, flags));
+            match file {
+                Ok(f) if !closed || (fd == 0 && bi.flags & onering_abi::flags::STDIN == 0) => {
+                    let _ = fds.install(u64::from(fd), f, false);
+                }
+                _ => {}
             }
         }
     }

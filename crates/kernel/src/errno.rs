@@ -53,7 +53,55 @@ pub enum Errno {
 /// The result type of every system-call handler.
 pub type SysResult = Result<u64, Errno>;
 
+/// Every error the program may see (for `from_raw`).
+const ALL: &[Errno] = &[
+    Errno::EPERM,
+    Errno::ENOENT,
+    Errno::ESRCH,
+    Errno::EINTR,
+    Errno::EIO,
+    Errno::ENXIO,
+    Errno::E2BIG,
+    Errno::ENOEXEC,
+    Errno::EBADF,
+    Errno::ECHILD,
+    Errno::EAGAIN,
+    Errno::ENOMEM,
+    Errno::EACCES,
+    Errno::EFAULT,
+    Errno::EBUSY,
+    Errno::EEXIST,
+    Errno::EXDEV,
+    Errno::ENODEV,
+    Errno::ENOTDIR,
+    Errno::EISDIR,
+    Errno::EINVAL,
+    Errno::ENFILE,
+    Errno::EMFILE,
+    Errno::ENOTTY,
+    Errno::EFBIG,
+    Errno::ENOSPC,
+    Errno::ESPIPE,
+    Errno::EROFS,
+    Errno::EMLINK,
+    Errno::EPIPE,
+    Errno::ERANGE,
+    Errno::EDEADLK,
+    Errno::ENAMETOOLONG,
+    Errno::ENOSYS,
+    Errno::ENOTEMPTY,
+    Errno::ELOOP,
+    Errno::EOVERFLOW,
+    Errno::ENOTSUP,
+    Errno::ETIMEDOUT,
+];
+
 impl Errno {
+    /// The error numbered `n` (an errno the VMM passed on), if the kernel knows it.
+    pub fn from_raw(n: u32) -> Option<Errno> {
+        ALL.iter().copied().find(|e| *e as u32 == n)
+    }
+
     /// The value a system call returns for this error: `-errno` as an unsigned word.
     pub const fn to_ret(self) -> u64 {
         (-(self as i64)) as u64
@@ -77,5 +125,13 @@ mod tests {
         assert_eq!(to_ret(Err(Errno::ENOSYS)) as i64, -38);
         assert_eq!(to_ret(Err(Errno::EFAULT)) as i64, -14);
         assert_eq!(to_ret(Ok(7)), 7);
+    }
+
+    #[test]
+    fn known_numbers_come_back() {
+        assert_eq!(Errno::from_raw(29), Some(Errno::ESPIPE));
+        assert_eq!(Errno::from_raw(25), Some(Errno::ENOTTY));
+        assert_eq!(Errno::from_raw(512), None);
+        assert_eq!(Errno::from_raw(9999), None);
     }
 }

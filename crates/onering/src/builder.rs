@@ -17,7 +17,7 @@ use crate::vstate::{self, vcpu, vm, Finish, Machine, VmError};
 use onering_rewrite::elf::Program;
 use std::convert::Infallible;
 use std::ffi::OsStr;
-use std::io::{IsTerminal, Read};
+use std::io::Read;
 use std::path::Path;
 use thiserror::Error;
 use vm_memory::GuestMemoryMmap;
@@ -120,12 +120,7 @@ pub fn run(
     if crate::sys::hardware_virtualization() {
         flags |= onering_abi::flags::PRIVILEGED_RING0;
     }
-    if std::io::stdout().is_terminal() {
-        flags |= onering_abi::flags::STDOUT_TTY;
-    }
-    if std::io::stderr().is_terminal() {
-        flags |= onering_abi::flags::STDERR_TTY;
-    }
+    let stdio: &'static vstate::stdio::Stdio = Box::leak(Box::new(vstate::stdio::Stdio::new(config.interactive)));
     let image = match config.rootfs {
         Some(dir) => rootfs::build(dir)?,
         None => Vec::new(),
@@ -140,7 +135,7 @@ pub fn run(
         execfn: config.execfn,
         vdso: config.vdso.then_some(vdso::IMAGE),
         flags,
-        winsize: if flags & onering_abi::flags::STDOUT_TTY != 0 { crate::sys::winsize(1) } else { 0 },
+        stdio: stdio.word,
         uid,
         gid,
         random: random16(),
@@ -176,6 +171,6 @@ pub fn run(
     });
     // The VM (and its memory) stays until the process exits: its teardown (~0.6 ms
     // here) happens after onering has exited, see sys::exit_leaving_teardown.
-    let machine = vstate::Machine::new(mem, bus, vmfd, cpuid, config.smp, config.interactive, finish);
+    let machine = vstate::Machine::new(mem, bus, vmfd, cpuid, config.smp, stdio, finish);
     Machine::run_boot_cpu(machine, vcpu, &|| trace.mark("first exit from the guest"))
 }

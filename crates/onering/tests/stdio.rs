@@ -156,3 +156,104 @@ fn output_is_complete_however_the_program_ends() {
         assert!(err == host.stderr, "{end}: stderr differs ({} vs {} bytes)", err.len(), host.stderr.len());
     }
 }
+
+/// Runs tests/guest/c/stdio_kinds on the host and in onering with the same
+/// redirections (`sh -c` with `redirect` after the command; `-i` for onering when
+/// stdin is given) and returns (host, onering) outputs, stdout and stderr together.
+fn kinds(mode: &str, redirect: &str, interactive: bool) -> (String, String) {
+    let bin = musl("stdio_kinds");
+    let b = bin.to_str().unwrap();
+    let ring = env!("CARGO_BIN_EXE_onering");
+    let i = if interactive { "-i " } else { "" };
+    let smp = std::env::var("ONERING_TEST_SMP").map(|n| format!("--smp={n} ")).unwrap_or_default();
+    let sh = |cmd: String| {
+        let o = Command::new("sh").arg("-c").arg(&cmd).stdin(Stdio::null()).output().unwrap();
+        assert!(o.status.success(), "{cmd}: {}", String::from_utf8_lossy(&o.stderr));
+        let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        text.lines().filter(|l| !l.starts_with("onering: warning: --smp")).map(|l| format!("{l}\n")).collect()
+    };
+    // Without -i the host run gets /dev/null for stdin, as onering gives the program.
+    let host_in = if interactive { "" } else { " </dev/null" };
+    (sh(format!("{b} {mode} {redirect}{host_in}")), sh(format!("{ring} run {smp}{i}{b} {mode} {redirect}")))
+}
+
+/// Pipes are FIFOs (ESPIPE), stdin without `-i` is /dev/null, nothing is a
+/// terminal: as the host shows the same descriptors.
+#[test]
+fn standard_streams_are_what_the_host_gave_pipes() {
+    let (host, ring) = kinds("x", "", false);
+    assert!(host.contains("fd 1: fifo"), "{host}");
+    assert_eq!(ring, host);
+}
+
+/// A regular file as stdout: S_IFREG with its size and offset after what was
+/// written; stderr as a file the same; stdin from a file with `-i`, read, seeked
+/// back and read again.
+#[test]
+fn standard_streams_are_what_the_host_gave_files() {
+    let dir = temp_dir("stdio-files");
+    let (h, r) = (dir.join("host"), dir.join("ring"));
+    let (host, ring) = kinds("write", &format!(">{}", h.display()), false);
+    let (_, ring2) = kinds("write", &format!(">{}", r.display()), false);
+    assert!(host.contains("fd 1: file size 110, isatty 0, lseek 110"), "{host}");
+    assert_eq!(ring, ring2);
+    assert_eq!(ring, host);
+    assert_eq!(std::fs::read(&h).unwrap(), std::fs::read(&r).unwrap());
+    let (host, ring) = kinds("x report-out", &format!("2>{}", h.display()), false);
+    assert!(host.contains("fd 2: file size 0"), "{host}");
+    assert_eq!(ring, host);
+    let input = dir.join("input");
+    std::fs::write(&input, "abcdefghijklmnop").unwrap();
+    let (host, ring) = kinds("seek", &format!("<{}", input.display()), true);
+    assert!(host.contains("stdin: read 'abcde' (at 5), rewound, read 'abcde'"), "{host}");
+    assert_eq!(ring, host);
+    let (host, ring) = kinds("x", &format!("<{} | cat", input.display()), true);
+    assert!(host.contains("fd 0: file size 16"), "{host}");
+    assert_eq!(ring, host);
+}
+
+/// A terminal (a pty from `script`): isatty, the window size and the modes, on
+/// stdout and stderr, and on stdin with `-i` (without it stdin is /dev/null).
+#[test]
+fn standard_streams_are_what_the_host_gave_terminals() {
+    let bin = musl("stdio_kinds");
+    let ring = env!("CARGO_BIN_EXE_onering");
+    let smp = std::env::var("ONERING_TEST_SMP").map(|n| format!("--smp={n} ")).unwrap_or_default();
+    let pty = |cmd: String| {
+        let o = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("script (util-linux) runs a command on a pseudo-terminal");
+        assert!(o.status.success(), "{cmd}: {}", String::from_utf8_lossy(&o.stdout));
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| !l.contains("warning: --smp"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let b = bin.to_str().unwrap();
+    let host = pty(format!("{b} x </dev/null"));
+    assert!(host.contains("fd 1: chardev, isatty 1, lseek -1 Invalid seek, winsize ok, tcgetattr ok"), "{host}");
+    assert_eq!(pty(format!("{ring} run {smp}{b} x")), host);
+    let host = pty(format!("{b} x"));
+    assert!(host.contains("fd 0: chardev, isatty 1"), "{host}");
+    assert_eq!(pty(format!("{ring} run {smp}-i {b} x")), host);
+}
+
+/// A program that leaves the terminal raw (ending normally or by a crash): the
+/// user's terminal gets its modes back when onering ends.
+#[test]
+fn terminal_modes_are_restored_when_the_program_ends() {
+    let bin = musl("setraw");
+    let ring = env!("CARGO_BIN_EXE_onering");
+    for how in ["", "crash"] {
+        let cmd = format!("stty -g; {ring} run -i {} {how}; stty -g", bin.display());
+        let o = Command::new("script").args(["-qc", &cmd, "/dev/null"]).stdin(Stdio::null()).output().unwrap();
+        let out = String::from_utf8_lossy(&o.stdout).replace('\r', "");
+        let lines: Vec<&str> = out.lines().filter(|l| l.contains(':') && !l.contains(' ')).collect();
+        assert!(out.contains("raw: 1"), "{out}");
+        assert_eq!(lines.len(), 2, "{out}");
+        assert_eq!(lines[0], lines[1], "the modes before and after ({how})");
+    }
+}

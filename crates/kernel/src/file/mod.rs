@@ -91,9 +91,17 @@ pub struct Meta {
     pub rdev: (u32, u32),
     pub mtime: u64,
     pub atime: u64,
+    /// Status change time (0: the modification time).
+    pub ctime: u64,
     pub nlink: u64,
     /// Owner; None: the program's user (anonymous objects).
     pub owner: Option<(u32, u32)>,
+    /// The device it lives on (None: onering's own file system); the host's for a
+    /// host stream.
+    pub dev: Option<u64>,
+    /// Preferred I/O size (0: 4096) and 512-byte blocks (None: from the size).
+    pub blksize: u64,
+    pub blocks: Option<u64>,
 }
 
 /// One kind of open file. Defaults are what Linux says for a file that does not

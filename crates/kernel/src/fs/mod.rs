@@ -58,21 +58,31 @@ pub fn meta_of(v: &Vfs, ino: Ino) -> Meta {
         atime: n.atime,
         nlink: if n.is_dir() { 2 } else { u64::from(n.nlink) },
         owner: Some((n.uid, n.gid)),
+        ..Meta::default()
     }
 }
 
 /// The open file for node `ino` (not a named pipe: see `pipe::fifo_end`), with
 /// open flags `flags`; `v` is the tree, locked by the caller.
 pub fn open_node(k: &'static Kernel, v: &Vfs, ino: Ino, flags: u32) -> FileRef {
-    let node = NodeRef::new(&k.vfs, v, ino);
-    let ws = k.cfg.winsize;
+    let host = |fd: u32| stdio::HostStream { fd, kind: onering_abi::stdio::kind(k.cfg.stdio, fd) };
     match v.device(ino) {
-        Some(Device::Stdin) => OpenFile::new(stdio::StdinFile { node, stdin: &k.stdin, winsize: ws }, flags),
-        Some(d @ (Device::Stdout | Device::Stderr)) => {
-            let fd = if d == Device::Stdout { 1 } else { 2 };
-            OpenFile::new(stdio::StdoutFile { node, fd, console: &k.console, winsize: ws }, flags)
+        // Without `-i` the program's stdin is /dev/null.
+        Some(Device::Stdin) if k.cfg.flags & onering_abi::flags::STDIN == 0 => {
+            let null = v.lookup(crate::vfs::ROOT, b"/dev/null", true).unwrap_or(ino);
+            let node = NodeRef::new(&k.vfs, v, null);
+            OpenFile::new(dev::DevFile { node, kind: Device::Null, rng: &k.rng }, flags)
         }
-        Some(kind) => OpenFile::new(dev::DevFile { node, kind, rng: &k.rng }, flags),
-        None => OpenFile::new(node::NodeFile { node }, flags),
+        Some(Device::Stdin) => {
+            let node = NodeRef::new(&k.vfs, v, ino);
+            OpenFile::new(stdio::StdinFile { node, stdin: &k.stdin, host: host(0) }, flags)
+        }
+        Some(d @ (Device::Stdout | Device::Stderr)) => {
+            let node = NodeRef::new(&k.vfs, v, ino);
+            let fd = if d == Device::Stdout { 1 } else { 2 };
+            OpenFile::new(stdio::StdoutFile { node, console: &k.console, host: host(fd) }, flags)
+        }
+        Some(kind) => OpenFile::new(dev::DevFile { node: NodeRef::new(&k.vfs, v, ino), kind, rng: &k.rng }, flags),
+        None => OpenFile::new(node::NodeFile { node: NodeRef::new(&k.vfs, v, ino) }, flags),
     }
 }

@@ -523,21 +523,46 @@ pub fn pipe2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 // ---- metadata ---------------------------------------------------------------------
 
+/// `st_dev` of onering's own files (the host's streams keep the host's).
+const OUR_DEV: u64 = 0x2a;
+
+/// A device number as glibc's `makedev` encodes it.
+fn makedev(major: u32, minor: u32) -> u64 {
+    let (ma, mi) = (u64::from(major), u64::from(minor));
+    ((ma & 0xffff_f000) << 32) | ((ma & 0xfff) << 8) | ((mi & 0xffff_ff00) << 12) | (mi & 0xff)
+}
+
+fn blksize(m: &Meta) -> u64 {
+    if m.blksize == 0 {
+        4096
+    } else {
+        m.blksize
+    }
+}
+
+fn ctime(m: &Meta) -> u64 {
+    if m.ctime == 0 {
+        m.mtime
+    } else {
+        m.ctime
+    }
+}
+
 fn write_stat(ctx: &Ctx, addr: u64, m: &Meta) -> SysResult {
     let (uid, gid) = m.owner.unwrap_or((ctx.k.cfg.uid as u32, ctx.k.cfg.gid as u32));
     let mut b = [0u8; 144];
     let put = |b: &mut [u8], at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
-    put(&mut b, 0, 0x2a); // st_dev
+    put(&mut b, 0, m.dev.unwrap_or(OUR_DEV));
     put(&mut b, 8, m.ino);
     put(&mut b, 16, m.nlink);
     b[24..28].copy_from_slice(&m.mode.to_le_bytes());
     b[28..32].copy_from_slice(&uid.to_le_bytes());
     b[32..36].copy_from_slice(&gid.to_le_bytes());
-    put(&mut b, 40, (u64::from(m.rdev.0) << 8) | u64::from(m.rdev.1));
+    put(&mut b, 40, makedev(m.rdev.0, m.rdev.1));
     put(&mut b, 48, m.size);
-    put(&mut b, 56, 4096);
-    put(&mut b, 64, m.size.div_ceil(512));
-    for (t, v) in [(72, m.atime), (88, m.mtime), (104, m.mtime)] {
+    put(&mut b, 56, blksize(m));
+    put(&mut b, 64, m.blocks.unwrap_or(m.size.div_ceil(512)));
+    for (t, v) in [(72, m.atime), (88, m.mtime), (104, ctime(m))] {
         put(&mut b, t, v / 1_000_000_000);
         put(&mut b, t + 8, v % 1_000_000_000);
     }
@@ -593,22 +618,23 @@ pub fn statx(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let put32 = |b: &mut [u8], at: usize, v: u32| b[at..at + 4].copy_from_slice(&v.to_le_bytes());
     let put64 = |b: &mut [u8], at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
     put32(&mut b, 0, 0x7ff); // STATX_BASIC_STATS
-    put32(&mut b, 4, 4096);
+    put32(&mut b, 4, blksize(&m) as u32);
     put32(&mut b, 16, m.nlink as u32);
     put32(&mut b, 20, uid);
     put32(&mut b, 24, gid);
     b[28..30].copy_from_slice(&(m.mode as u16).to_le_bytes());
     put64(&mut b, 32, m.ino);
     put64(&mut b, 40, m.size);
-    put64(&mut b, 48, m.size.div_ceil(512));
-    for (t, v) in [(64, m.atime), (96, m.mtime), (112, m.mtime)] {
+    put64(&mut b, 48, m.blocks.unwrap_or(m.size.div_ceil(512)));
+    for (t, v) in [(64, m.atime), (96, m.mtime), (112, ctime(&m))] {
         put64(&mut b, t, v / 1_000_000_000);
         put32(&mut b, t + 8, (v % 1_000_000_000) as u32);
     }
     put32(&mut b, 128, m.rdev.0);
     put32(&mut b, 132, m.rdev.1);
-    put32(&mut b, 136, 0);
-    put32(&mut b, 140, 0x2a);
+    let dev = m.dev.unwrap_or(OUR_DEV);
+    put32(&mut b, 136, (((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0xfff)) as u32);
+    put32(&mut b, 140, (((dev >> 12) & 0xffff_ff00) | (dev & 0xff)) as u32);
     ctx.user.write(buf, &b)?;
     Ok(0)
 }

@@ -37,7 +37,7 @@ impl TestEnv {
         let stack_chunk = chunks.alloc();
         let space =
             AddressSpace::new(chunks, onering_arch::mm::host_page_tables(), 0x40_0000, 0x1000_0000, 0x7000_0000_0000);
-        let cfg = Config { flags: 0, winsize: 0, uid: 1000, gid: 1000, exe: b"/test".to_vec() };
+        let cfg = Config { flags: 0, stdio: 0, uid: 1000, gid: 1000, exe: b"/test".to_vec() };
         let mut vfs = Vfs::new();
         vfs.set_owner(1000, 1000);
         let k: &'static Kernel = alloc::boxed::Box::leak(alloc::boxed::Box::new(Kernel::new(cfg, space, vfs, [1, 2])));

@@ -38,8 +38,9 @@ use spin::{Mutex, Once};
 pub struct Config {
     /// `onering_abi::flags`.
     pub flags: u64,
-    /// Host terminal size (rows << 16 | cols), 0 when stdout is not a terminal.
-    pub winsize: u64,
+    /// What the standard streams are on the host (`onering_abi::stdio`, a kind per
+    /// descriptor).
+    pub stdio: u64,
     pub uid: u64,
     pub gid: u64,
     /// The program's path made absolute (for /proc/self/exe).

@@ -116,6 +116,15 @@ impl Stdin {
         st.gen += 1;
     }
 
+    /// Drops buffered bytes and a pending end of file (the program moved the
+    /// host's offset).
+    pub fn forget_buffered(&self) {
+        let mut st = self.st.lock();
+        st.len = 0;
+        st.eof = false;
+        st.gen += 1;
+    }
+
     /// Readable when bytes, end of file or an error wait to be read.
     pub fn poll(&self) -> Readiness {
         let st = self.st.lock();

@@ -43,6 +43,15 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::Write) => write(args, env),
         Some(Hostcall::FaultAddr) => env.cr2() as i64,
         Some(Hostcall::StdinRequest) => env.stdin_request(args[0], args[1]),
+        Some(Hostcall::StdioStat) => match env.stdio_stat(args[0]) {
+            Ok(st) => match write_guest(env.mem(), args[1], &st.to_bytes()) {
+                Some(()) => 0,
+                None => -EFAULT,
+            },
+            Err(e) => e,
+        },
+        Some(Hostcall::StdioSeek) => env.stdio_seek(args[0], args[1], args[2]),
+        Some(Hostcall::StdioIoctl) => stdio_ioctl(args, env),
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
@@ -93,6 +102,44 @@ pub fn read_guest(mem: &GuestMemoryMmap, virt: u64, len: u64) -> Option<Vec<u8>>
         done += n;
     }
     Some(out)
+}
+
+/// Copies `data` into the guest at guest-virtual `virt`, through its page tables;
+/// `None` (nothing written) if any byte has no translation.
+pub fn write_guest(mem: &GuestMemoryMmap, virt: u64, data: &[u8]) -> Option<()> {
+    let len = data.len() as u64;
+    let mut pieces = Vec::new();
+    let mut done = 0u64;
+    while done < len {
+        let (pa, avail) = translate(mem, onering_abi::layout::BOOT_PT_PHYS, virt.checked_add(done)?)?;
+        let n = avail.min(len - done);
+        pieces.push((pa, done as usize, n as usize));
+        done += n;
+    }
+    for (pa, at, n) in pieces {
+        mem.write_slice(&data[at..at + n], GuestAddress(pa)).ok()?;
+    }
+    Some(())
+}
+
+/// `StdioIoctl`: the argument (of the request's fixed size) is read from the guest
+/// for a request that takes one, and written back for one that gives one.
+fn stdio_ioctl(args: [u64; 6], env: &mut impl Env) -> i64 {
+    let [fd, request, virt, ..] = args;
+    let Some((size, out)) = onering_abi::stdio::ioctl(request) else { return -EINVAL };
+    let mut arg = if out {
+        vec![0u8; size as usize]
+    } else {
+        match read_guest(env.mem(), virt, size) {
+            Some(a) => a,
+            None => return -EFAULT,
+        }
+    };
+    let r = env.stdio_ioctl(fd, request, &mut arg);
+    if r >= 0 && out && write_guest(env.mem(), virt, &arg).is_none() {
+        return -EFAULT;
+    }
+    r
 }
 
 fn write(args: [u64; 6], env: &mut impl Env) -> i64 {

@@ -118,6 +118,23 @@ pub trait Env {
     fn ncpus(&self) -> u64;
     /// Kicks vCPU `cpu` (< `ncpus`) out of its halt, starting it if it never ran.
     fn kick(&mut self, cpu: u64) -> Result<(), String>;
+    /// The host's stat of standard stream `fd`, or -errno (-EBADF: not the
+    /// program's to reach; see `vstate::stdio`).
+    fn stdio_stat(&mut self, fd: u64) -> Result<onering_abi::HostStat, i64> {
+        let _ = fd;
+        Err(-9)
+    }
+    /// `lseek` on the host's standard stream `fd`.
+    fn stdio_seek(&mut self, fd: u64, offset: u64, whence: u64) -> i64 {
+        let _ = (fd, offset, whence);
+        -9
+    }
+    /// A forwarded terminal ioctl on the host's standard stream `fd`, its argument
+    /// in `arg` (sized for the request).
+    fn stdio_ioctl(&mut self, fd: u64, request: u64, arg: &mut [u8]) -> i64 {
+        let _ = (fd, request, arg);
+        -9
+    }
 }
 
 /// Handles one exit of the vCPU `env` describes.

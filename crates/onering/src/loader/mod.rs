@@ -63,7 +63,7 @@ pub struct LoadSpec<'a> {
     pub envp: &'a [Vec<u8>],
     pub execfn: &'a [u8],
     pub flags: u64,
-    pub winsize: u64,
+    pub stdio: u64,
     pub uid: u64,
     pub gid: u64,
     pub random: [u8; 16],
@@ -292,7 +292,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
             UserMapping { virt: img_virt, size: img_size, phys: img_phys },
             UserMapping { virt: stack_virt, size: layout::STACK_SIZE, phys: stack_phys },
         ],
-        winsize: spec.winsize,
+        stdio: spec.stdio,
         uid: spec.uid,
         gid: spec.gid,
         execfn: st.execfn,
@@ -343,7 +343,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     for m in &bi.user_maps {
         w.extend([m.virt, m.size, m.phys]);
     }
-    w.extend([bi.winsize, bi.uid, bi.gid, bi.execfn, bi.execfn_len]);
+    w.extend([bi.stdio, bi.uid, bi.gid, bi.execfn, bi.execfn_len]);
     w.extend(bi.seed);
     w.extend([bi.rootfs_phys, bi.rootfs_size, bi.workdir_phys, bi.workdir_len, bi.vdso_base]);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
@@ -363,7 +363,7 @@ mod tests {
             envp: &[],
             execfn: b"p",
             flags: 0,
-            winsize: 0,
+            stdio: 0,
             uid: 0,
             gid: 0,
             random: [0; 16],

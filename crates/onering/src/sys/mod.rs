@@ -3,6 +3,8 @@
 //! entry, `entry.rs`, is the binary's: see main.rs.)
 #![allow(unsafe_code)]
 
+pub mod stdio;
+
 use kvm_bindings::kvm_userspace_memory_region;
 use kvm_ioctls::VmFd;
 
@@ -30,18 +32,6 @@ pub fn register_memory(vm: &VmFd, r: kvm_userspace_memory_region) -> Result<(), 
     // exits. Slots come from distinct, non-overlapping regions.
     // SAFETY: as explained above.
     unsafe { vm.set_user_memory_region(r) }
-}
-
-/// The terminal size of host fd `fd` as `rows << 16 | cols`, 0 if it is no terminal.
-pub fn winsize(fd: i32) -> u64 {
-    let mut ws = libc::winsize { ws_row: 0, ws_col: 0, ws_xpixel: 0, ws_ypixel: 0 };
-    // SAFETY: TIOCGWINSZ writes one `winsize` into the struct we pass.
-    let r = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
-    if r == 0 {
-        (u64::from(ws.ws_row) << 16) | u64::from(ws.ws_col)
-    } else {
-        0
-    }
 }
 
 /// Asks the host to wake the calling thread's timed sleeps on time: the default

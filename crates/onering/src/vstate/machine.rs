@@ -45,6 +45,8 @@ pub struct Machine {
     pub events: LazyEventLoop,
     /// The host's stdin (`-i`), as a request-and-wait device.
     pub stdin: super::stdin::Stdin,
+    /// The standard streams as the program may use them.
+    pub stdio: &'static super::stdio::Stdio,
     vm: VmFd,
     cpuid: CpuId,
     cpus: Vec<Cpu>,
@@ -68,7 +70,7 @@ impl Machine {
         vm: VmFd,
         cpuid: CpuId,
         ncpus: u64,
-        interactive: bool,
+        stdio: &'static super::stdio::Stdio,
         finish: Finish,
     ) -> &'static Machine {
         let cpus = (0..ncpus)
@@ -78,7 +80,8 @@ impl Machine {
             mem,
             bus,
             events: LazyEventLoop::new(),
-            stdin: super::stdin::Stdin::new(interactive),
+            stdin: super::stdin::Stdin::new(stdio.interactive()),
+            stdio,
             vm,
             cpuid,
             cpus,
@@ -122,6 +125,7 @@ impl Machine {
     /// waits here for the end).
     fn end(&self, outcome: Outcome) -> ! {
         let _only_one = lock(&self.ending);
+        self.stdio.restore();
         let _ = std::io::stdout().flush();
         let code = (self.finish)(&self.mem, outcome);
         let _ = std::io::stdout().flush();
@@ -252,6 +256,15 @@ impl Env for VcpuEnv<'_> {
     }
     fn kick(&mut self, cpu: u64) -> Result<(), String> {
         self.m.kick(cpu)
+    }
+    fn stdio_stat(&mut self, fd: u64) -> Result<onering_abi::HostStat, i64> {
+        self.m.stdio.stat(fd)
+    }
+    fn stdio_seek(&mut self, fd: u64, offset: u64, whence: u64) -> i64 {
+        self.m.stdio.seek(fd, offset, whence)
+    }
+    fn stdio_ioctl(&mut self, fd: u64, request: u64, arg: &mut [u8]) -> i64 {
+        self.m.stdio.ioctl(fd, request, arg)
     }
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
         if fd == 2 {

@@ -1,13 +1,14 @@
 //! The VM and vCPU state KVM holds: the /dev/kvm, VM and vCPU file descriptors,
 //! guest memory and its registration (`vm`), vCPU creation with its initial
 //! registers (`vcpu`), and the running machine: one host thread per vCPU, halting and
-//! kicking, and ending the process when the VM ends (`machine`), and the host's
-//! stdin as a device (`stdin`). The only layer that
+//! kicking, and ending the process when the VM ends (`machine`), the host's
+//! stdin as a device (`stdin`), and the standard streams' host side (`stdio`). The only layer that
 //! makes KVM ioctls; the register values come from `arch`, what to do on an exit
 //! from `exit`.
 
 pub mod machine;
 pub mod stdin;
+pub mod stdio;
 pub mod vcpu;
 pub mod vm;
 

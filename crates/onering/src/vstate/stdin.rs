@@ -13,7 +13,8 @@
 //! takes the pending bit and wakes the reader.
 //!
 //! A stdin epoll cannot watch (a regular file, /dev/null) is read at once, on the
-//! vCPU's thread: such reads do not wait. Without `-i` a request is EBADF: the VMM,
+//! vCPU's thread: such reads do not wait. Reads take exactly what was asked, no
+//! more (a file's offset is the program's: it may `lseek` its stdin). Without `-i` a request is EBADF: the VMM,
 //! not only the guest kernel, keeps the host's stdin from a program that was not
 //! given it.
 
@@ -158,7 +159,16 @@ pub fn watch(
     };
     if !registered {
         // A regular file or /dev/null (epoll refuses them): reading does not wait.
-        let _ = stdin.complete(mem, &mut std::io::stdin().lock());
+        // Unbuffered (not Rust's `Stdin`, which reads ahead): the program's `lseek`
+        // on its stdin moves the host's offset, which must be where it read up to.
+        match std::io::stdin().as_fd().try_clone_to_owned().map(std::fs::File::from) {
+            Ok(mut f) => {
+                let _ = stdin.complete(mem, &mut f);
+            }
+            Err(_) => {
+                let _ = stdin.complete(mem, &mut std::io::empty());
+            }
+        }
     }
 }
 

@@ -1,0 +1,119 @@
+//! The program's standard streams on the host side: what each of descriptors 0,
+//! 1, 2 is (told to the guest at boot), and the `StdioStat`, `StdioSeek` and
+//! `StdioIoctl` hostcalls, checked against what the options allow: descriptor 0
+//! only with `-i` (without it the program's stdin is /dev/null), only descriptors
+//! open on the host, only the six forwarded terminal ioctls.
+//!
+//! A program may change the terminal's modes (an editor, a shell turning echo
+//! off): the modes each terminal had are saved at start and put back when the VM
+//! ends, however it ends (`restore`), so the user's shell gets its terminal back.
+
+use crate::sys::stdio as host;
+use onering_abi::stdio as kind;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+const EBADF: i64 = 9;
+const EINVAL: i64 = 22;
+
+pub struct Stdio {
+    /// What the guest was told at boot (`BootInfo::stdio`).
+    pub word: u64,
+    /// Each terminal's modes at start (the kernel's 36-byte termios).
+    saved: Mutex<[Option<[u8; kind::TERMIOS_SIZE as usize]>; 3]>,
+    /// The program set terminal modes: put them back at the end.
+    changed: AtomicBool,
+    /// `-i`: the program's stdin is the host's.
+    interactive: bool,
+}
+
+impl Stdio {
+    /// Looks at the VMM's descriptors 0, 1, 2 (stdin counts only with `-i`).
+    pub fn new(interactive: bool) -> Stdio {
+        let mut word = 0;
+        let mut saved = [None; 3];
+        for fd in 0..3u32 {
+            let k = if fd == 0 && !interactive { kind::NULL } else { host::kind(fd as i32) };
+            word |= k << (8 * fd);
+            if k == kind::TTY {
+                let mut t = [0u8; kind::TERMIOS_SIZE as usize];
+                if host::ioctl(fd as i32, kind::TCGETS, &mut t) == 0 {
+                    saved[fd as usize] = Some(t);
+                }
+            }
+        }
+        Stdio { word, saved: Mutex::new(saved), changed: AtomicBool::new(false), interactive }
+    }
+
+    /// `-i`: the program reads the host's stdin.
+    pub fn interactive(&self) -> bool {
+        self.interactive
+    }
+
+    /// Whether the program may reach host descriptor `fd`: 0 only with `-i`, and
+    /// only descriptors open on the host.
+    fn reachable(&self, fd: u64) -> Option<i32> {
+        if fd > 2 || (fd == 0 && !self.interactive) || kind::kind(self.word, fd as u32) == kind::CLOSED {
+            return None;
+        }
+        Some(fd as i32)
+    }
+
+    /// The `StdioStat` hostcall's work: the host's stat of `fd`, or -errno.
+    pub fn stat(&self, fd: u64) -> Result<onering_abi::HostStat, i64> {
+        let fd = self.reachable(fd).ok_or(-EBADF)?;
+        let st = host::fstat(fd)?;
+        Ok(onering_abi::HostStat {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mode: u64::from(st.st_mode),
+            nlink: st.st_nlink,
+            uid: u64::from(st.st_uid),
+            gid: u64::from(st.st_gid),
+            rdev: st.st_rdev,
+            size: st.st_size as u64,
+            blksize: st.st_blksize as u64,
+            blocks: st.st_blocks as u64,
+            atime_sec: st.st_atime as u64,
+            atime_nsec: st.st_atime_nsec as u64,
+            mtime_sec: st.st_mtime as u64,
+            mtime_nsec: st.st_mtime_nsec as u64,
+            ctime_sec: st.st_ctime as u64,
+            ctime_nsec: st.st_ctime_nsec as u64,
+        })
+    }
+
+    /// The `StdioSeek` hostcall's work.
+    pub fn seek(&self, fd: u64, offset: u64, whence: u64) -> i64 {
+        let Some(fd) = self.reachable(fd) else { return -EBADF };
+        if whence > 4 {
+            return -EINVAL;
+        }
+        host::lseek(fd, offset as i64, whence as i32)
+    }
+
+    /// The `StdioIoctl` hostcall's work, `arg` sized for `request`.
+    pub fn ioctl(&self, fd: u64, request: u64, arg: &mut [u8]) -> i64 {
+        let Some(fd) = self.reachable(fd) else { return -EBADF };
+        if kind::ioctl(request).is_none() {
+            return -EINVAL;
+        }
+        if matches!(request, kind::TCSETS | kind::TCSETSW | kind::TCSETSF) {
+            self.changed.store(true, Ordering::SeqCst);
+        }
+        host::ioctl(fd, request, arg)
+    }
+
+    /// Puts back the terminal modes the program changed (at the end of the VM).
+    pub fn restore(&self) {
+        if !self.changed.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let saved = self.saved.lock().unwrap_or_else(|e| e.into_inner());
+        for (fd, t) in saved.iter().enumerate() {
+            if let Some(mut t) = *t {
+                host::ioctl(fd as i32, kind::TCSETS, &mut t);
+            }
+        }
+    }
+}
