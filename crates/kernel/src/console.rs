@@ -4,15 +4,22 @@
 //! outside that lock.
 //!
 //! Each flush is one exit to the VMM (~18 µs here), so small writes are gathered in
-//! one buffer and flushed at a newline, when the buffer would overflow, before the
-//! output switches to the other stream (which keeps stdout and stderr in order), and
-//! at exit. A write larger than half the buffer skips it: the VMM reads it straight
-//! from the program's memory, one exit for the lot, after what was buffered before.
+//! one buffer and flushed when the buffer would overflow, before the output switches
+//! to the other stream (which keeps stdout and stderr in order), and at exit; for a
+//! stream that is a terminal also at each newline (someone is watching), while a
+//! pipe or a file gets whole buffers (no exit per line). A write larger than half
+//! the buffer skips it: the VMM reads it straight from the program's memory, one
+//! exit for the lot, after what was buffered before. The device adds the flushes
+//! that depend on time: when the program goes idle, and `DELAY` after the oldest
+//! buffered byte (`since`), so nothing written waits long for the host.
 
 use crate::errno::Errno;
 use alloc::vec::Vec;
 
 pub const CAPACITY: usize = 64 * 1024;
+
+/// Longest a buffered byte waits while the program keeps running (ns).
+pub const DELAY: u64 = 5_000_000;
 
 /// What a write needs before its bytes can go in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,6 +39,10 @@ pub struct ConsoleBuf {
     buf: Vec<u8>,
     /// The stream the buffered bytes belong to (1 or 2).
     fd: u32,
+    /// Streams (bit n: fd n) that flush at a newline: terminals.
+    lines: u32,
+    /// When the oldest buffered byte came (monotonic ns; meaningless when empty).
+    since: u64,
 }
 
 impl Default for ConsoleBuf {
@@ -41,8 +52,19 @@ impl Default for ConsoleBuf {
 }
 
 impl ConsoleBuf {
+    /// A buffer that flushes at newlines on every stream.
     pub const fn new() -> Self {
-        Self { buf: Vec::new(), fd: 1 }
+        Self::with_line_streams(0b110)
+    }
+
+    /// A buffer that flushes at newlines on the streams of `lines` (bit n: fd n).
+    pub const fn with_line_streams(lines: u32) -> Self {
+        Self { buf: Vec::new(), fd: 1, lines, since: 0 }
+    }
+
+    /// When the oldest buffered byte came (None: nothing buffered).
+    pub fn since(&self) -> Option<u64> {
+        (!self.buf.is_empty()).then_some(self.since)
     }
 
     pub fn pending(&self) -> usize {
@@ -63,13 +85,14 @@ impl ConsoleBuf {
         }
     }
 
-    /// Appends `len` bytes for `fd` (after `plan` said Append), written by `fill`;
-    /// returns whether the buffer should be sent now (it holds a newline). A failing
-    /// `fill` leaves the buffer as it was.
+    /// Appends `len` bytes for `fd` (after `plan` said Append) at time `now`, written
+    /// by `fill`; returns whether the buffer should be sent now (a newline on a
+    /// terminal). A failing `fill` leaves the buffer as it was.
     pub fn append(
         &mut self,
         fd: u32,
         len: usize,
+        now: u64,
         fill: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
     ) -> Result<bool, Errno> {
         let start = self.buf.len();
@@ -81,8 +104,11 @@ impl ConsoleBuf {
             self.buf.truncate(start);
             return Err(e);
         }
+        if start == 0 {
+            self.since = now;
+        }
         self.fd = fd;
-        Ok(self.buf[start..].contains(&b'\n'))
+        Ok(self.lines & (1 << fd) != 0 && self.buf[start..].contains(&b'\n'))
     }
 
     /// Takes the buffered bytes (and their stream) to send them.
@@ -109,7 +135,7 @@ mod tests {
 
     fn put(c: &mut ConsoleBuf, fd: u32, s: &[u8]) -> bool {
         assert_eq!(c.plan(fd, s.len()), Step::Append);
-        c.append(fd, s.len(), |d| {
+        c.append(fd, s.len(), 7, |d| {
             d.copy_from_slice(s);
             Ok(())
         })
@@ -150,6 +176,17 @@ mod tests {
         assert_eq!(c.plan(1, 1), Step::FlushFirst);
     }
 
+    #[test]
+    fn pipes_and_files_get_whole_buffers_not_lines() {
+        let mut c = ConsoleBuf::with_line_streams(1 << 2); // stderr a terminal, stdout not
+        assert_eq!(c.since(), None);
+        assert!(!put(&mut c, 1, b"line\n"), "no flush at a newline to a pipe");
+        assert_eq!(c.since(), Some(7));
+        assert!(!put(&mut c, 1, b"more\n"));
+        assert_eq!(c.take(), Some((1, b"line\nmore\n".to_vec())));
+        assert!(put(&mut c, 2, b"err\n"), "a terminal flushes at a newline");
+    }
+
     /// The bug that corrupted `tar | tar` and compressors' output: a large write
     /// went direct while smaller bytes written before it were still buffered.
     #[test]
@@ -167,7 +204,7 @@ mod tests {
     fn a_failed_copy_leaves_the_buffer() {
         let mut c = ConsoleBuf::new();
         put(&mut c, 1, b"keep");
-        assert_eq!(c.append(1, 10, |_| Err(Errno::EFAULT)), Err(Errno::EFAULT));
+        assert_eq!(c.append(1, 10, 8, |_| Err(Errno::EFAULT)), Err(Errno::EFAULT));
         assert_eq!(c.take(), Some((1, b"keep".to_vec())));
         let v = vec![0u8; 0];
         c.recycle(v);

@@ -296,8 +296,9 @@ fn signal_name(sig: u64) -> String {
 }
 
 /// `--stats`: system-call sites rewritten and left, calls that trapped, interrupts,
-/// local-APIC stores and thread switches (each CPU counts its own), and how often
-/// vCPUs halted in the VMM and were kicked awake.
+/// local-APIC stores and thread switches (each CPU counts its own), how often
+/// vCPUs halted in the VMM and were kicked awake, and the hostcalls (exits) made,
+/// of them output writes.
 fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
     use onering_abi::percpu_offsets as pc;
     use std::sync::atomic::Ordering::Relaxed;
@@ -312,7 +313,7 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
     };
     say!(
         "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped; \
-         {} interrupts, {} APIC stores, {} thread switches; {} halts, {} kicks",
+         {} interrupts, {} APIC stores, {} thread switches; {} halts, {} kicks; {} hostcalls, {} output writes",
         r.sites,
         r.rewritten,
         r.sites - r.rewritten,
@@ -321,7 +322,9 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
         sum(pc::LAPIC_WRITES),
         sum(pc::SWITCHES),
         exit::HALTS.load(Relaxed),
-        exit::KICKS.load(Relaxed)
+        exit::KICKS.load(Relaxed),
+        exit::HOSTCALLS.load(Relaxed),
+        exit::WRITES.load(Relaxed)
     );
 }
 

@@ -257,3 +257,52 @@ fn terminal_modes_are_restored_when_the_program_ends() {
         assert_eq!(lines[0], lines[1], "the modes before and after ({how})");
     }
 }
+
+/// Output to a pipe goes in whole buffers, not an exit per line (`--stats` counts
+/// the output writes), and arrives complete.
+#[test]
+fn output_to_a_pipe_is_batched() {
+    assert!(std::path::Path::new("/bin/busybox").exists(), "this test needs /bin/busybox (busybox-static)");
+    let o = onering(&["run", "--stats", "/bin/busybox", "seq", "1", "200000"]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    let want: String = (1..=200000).map(|i| format!("{i}\n")).collect();
+    assert!(stdout(&o) == want, "seq's output differs");
+    let e = stderr(&o);
+    let writes: u64 = e
+        .split("hostcalls, ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no output writes in {e}"));
+    // 1.3 MB in 64 KiB buffers is ~20; one per line would be 200,000.
+    assert!(writes < 200, "{writes} output writes for 200,000 lines");
+}
+
+/// A line written to a pipe reaches the reader while the program waits: blocked
+/// reading stdin, or computing without a system call (the batch's deadline).
+#[test]
+fn batched_output_is_not_held_while_the_program_waits() {
+    use std::io::{BufRead, BufReader};
+    let bin = musl("flushwait");
+    for mode in ["read", "spin"] {
+        let mut child = cmd(&["run", "-i", bin.to_str().unwrap(), mode])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let start = std::time::Instant::now();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let waited = start.elapsed();
+        assert_eq!(line, "ready\n", "{mode}");
+        // The program still waits (for input, or 3 s of computing).
+        assert!(waited < std::time::Duration::from_millis(2500), "{mode}: the line took {waited:?}");
+        drop(child.stdin.take());
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "done\n", "{mode}");
+        assert!(child.wait().unwrap().success());
+    }
+}

@@ -10,10 +10,18 @@
 //! large write) reports EAGAIN so that its system call waits on the console's key,
 //! outside every lock, until the sender is done. A large write goes straight from
 //! the program's memory to the host after what was buffered before it.
+//!
+//! When to send (the buffer decides most: a full buffer, the other stream, a
+//! newline on a terminal): also when the program goes idle (the scheduler's poll,
+//! `flush_pending`: whoever waits for the output gets it as soon as the program
+//! waits for something), and `console::DELAY` after the oldest buffered byte while
+//! the program keeps running (`flush_due`; the first byte of a batch makes sure this
+//! CPU's timer fires by then).
 
-use crate::console::{ConsoleBuf, Step};
+use crate::console::{ConsoleBuf, Step, DELAY};
 use crate::errno::{Errno, SysResult};
 use crate::mm::user::UserMem;
+use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use spin::Mutex;
 
 struct State {
@@ -24,11 +32,14 @@ struct State {
 
 pub struct Console {
     st: Mutex<State>,
+    /// When the oldest buffered byte came (0: nothing buffered), for looks without
+    /// the lock.
+    since: AtomicU64,
 }
 
 impl Default for Console {
     fn default() -> Self {
-        Self::new()
+        Self::new(0b110)
     }
 }
 
@@ -57,8 +68,37 @@ fn send(fd: u32, src: Src) -> Result<u64, Errno> {
 }
 
 impl Console {
-    pub const fn new() -> Self {
-        Console { st: Mutex::new(State { buf: ConsoleBuf::new(), flushing: false }) }
+    /// A console whose streams in `lines` (bit n: fd n; terminals) flush at newlines.
+    pub const fn new(lines: u32) -> Self {
+        Console {
+            st: Mutex::new(State { buf: ConsoleBuf::with_line_streams(lines), flushing: false }),
+            since: AtomicU64::new(0),
+        }
+    }
+
+    /// Publishes when the oldest buffered byte came (with the lock held).
+    fn publish(&self, st: &State) {
+        self.since.store(st.buf.since().map_or(0, |t| t.max(1)), Relaxed);
+    }
+
+    /// Sends what is buffered if the oldest byte has waited `DELAY` (the scheduler
+    /// calls this when it looks for work; cheap when nothing is buffered).
+    pub fn flush_due(&self) {
+        let s = self.since.load(Relaxed);
+        if s != 0 && crate::time::mono_now() >= s.saturating_add(DELAY) {
+            self.flush_pending();
+        }
+    }
+
+    /// Sends what is buffered, unless a send is in progress (which sends it too).
+    pub fn flush_pending(&self) {
+        if self.since.load(Relaxed) == 0 {
+            return;
+        }
+        let st = self.st.lock();
+        if !st.flushing {
+            let _ = self.send_locked(st);
+        }
     }
 
     /// What a writer that got EAGAIN waits on.
@@ -93,6 +133,7 @@ impl Console {
                 Step::FlushFirst => {
                     let taken = st.buf.take();
                     st.flushing = true;
+                    self.publish(&st);
                     drop(st);
                     let r = taken.map(|(f, bytes)| {
                         let r = send(f, Src::Kernel(&bytes));
@@ -115,7 +156,9 @@ impl Console {
                     return r;
                 }
                 Step::Append => {
-                    let now = st.buf.append(fd, len, |dst| match src {
+                    let first = st.buf.pending() == 0;
+                    let t = if first { crate::time::mono_now() } else { 0 };
+                    let now = st.buf.append(fd, len, t, |dst| match src {
                         Src::User(user, addr, _) => user.read(addr, dst),
                         Src::Kernel(data) => {
                             dst.copy_from_slice(data);
@@ -124,6 +167,13 @@ impl Console {
                     })?;
                     if now && !st.flushing {
                         self.send_locked(st)?;
+                    } else {
+                        self.publish(&st);
+                        drop(st);
+                        if first {
+                            // The batch's deadline: this CPU looks by then.
+                            crate::task::sched::timer_by(t.saturating_add(DELAY));
+                        }
                     }
                     return Ok(len as u64);
                 }
@@ -137,6 +187,7 @@ impl Console {
         let mut result = Ok(());
         while let Some((fd, bytes)) = st.buf.take() {
             st.flushing = true;
+            self.publish(&st);
             drop(st);
             let r = send(fd, Src::Kernel(&bytes));
             st = self.st.lock();
@@ -147,6 +198,7 @@ impl Console {
             }
         }
         st.flushing = false;
+        self.publish(&st);
         drop(st);
         crate::task::sched::wake_all(self.key());
         result

@@ -80,17 +80,49 @@ pub fn install(k: Kernel) -> &'static Kernel {
 }
 
 /// Looks at the devices' completions the VMM posted (the events page) and hands
-/// them on: the scheduler calls it whenever it looks for work (registered with
-/// `sched::set_poll`).
-pub fn service_events() {
+/// them on, and sends console output that has waited long enough (or any, when
+/// the CPU is `idle`: the program waits): the scheduler calls it whenever it looks
+/// for work (registered with `sched::set_poll`).
+pub fn service_events(idle: bool) {
+    let Some(k) = KERNEL.get() else { return };
+    if idle {
+        k.console.flush_pending();
+    } else {
+        k.console.flush_due();
+    }
     let pending = onering_arch::events::take_pending();
     if pending == 0 {
         return;
     }
-    let Some(k) = KERNEL.get() else { return };
     if pending & onering_abi::events::STDIN != 0 {
         k.stdin.complete();
     }
+    if pending & onering_abi::events::SIGNAL != 0 {
+        forward_host_signals();
+    }
+}
+
+/// Signals sent to onering on the host go to the program, as `docker run --init`
+/// forwards them (kept until the program exists).
+fn forward_host_signals() {
+    let bits = onering_arch::events::take_signals();
+    if bits == 0 {
+        return;
+    }
+    if super::sched::threads_of(1).is_empty() {
+        onering_arch::events::put_back_signals(bits);
+        return;
+    }
+    for s in (1..=64u64).filter(|s| bits & crate::sigframe::bit(*s) != 0) {
+        let info = crate::sigframe::Info { signo: s, code: crate::sigframe::code::SI_USER, ..Default::default() };
+        let _ = super::signal::send_to_process(1, s, info);
+    }
+}
+
+/// The streams (bit n: fd n) that are terminals on the host: their output flushes
+/// at each newline.
+fn line_streams(stdio: u64) -> u32 {
+    (1..3).filter(|fd| onering_abi::stdio::kind(stdio, *fd) == onering_abi::stdio::TTY).fold(0, |m, fd| m | 1 << fd)
 }
 
 /// Most distinct unsupported system calls reported.
@@ -103,12 +135,13 @@ impl Kernel {
         let n = name.len().min(15);
         comm[..n].copy_from_slice(&name[..n]);
         let stdin = Stdin::new(cfg.flags & flags::STDIN != 0);
+        let lines = line_streams(cfg.stdio);
         Kernel {
             cfg,
             mm: Mutex::new(space),
             vfs: Mutex::new(vfs),
             stdin,
-            console: Console::new(),
+            console: Console::new(lines),
             rng: Mutex::new(Rng::new(seed)),
             futexes: Mutex::new(FutexTable::new()),
             comm: Mutex::new(comm),

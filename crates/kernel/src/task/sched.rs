@@ -77,18 +77,25 @@ static SCHED: Mutex<Sched> = Mutex::new(Sched {
 
 /// What the scheduler calls whenever it looks for work, to pick up what devices
 /// posted (registered at boot: `task::kernel::service_events`).
-static POLL: spin::Once<fn()> = spin::Once::new();
+/// Its argument: whether this CPU is idle (nothing to run).
+static POLL: spin::Once<fn(bool)> = spin::Once::new();
 
 /// Registers the device poll (once).
-pub fn set_poll(f: fn()) {
+pub fn set_poll(f: fn(bool)) {
     POLL.call_once(|| f);
 }
 
 #[inline]
-fn poll_devices() {
+fn poll_devices(idle: bool) {
     if let Some(f) = POLL.get() {
-        f();
+        f(idle);
     }
+}
+
+/// Makes sure this CPU's timer fires by `at` (monotonic ns), so that its poll
+/// runs then (the console's deadline for buffered output).
+pub fn timer_by(at: u64) {
+    arm_timer(at);
 }
 
 /// The next thread id (the program's first thread is 1: it is pid 1).
@@ -361,7 +368,7 @@ pub enum Wake {
 /// A `wake` that came after the caller registered itself (e.g. on a futex queue)
 /// but before this call is not lost.
 pub fn block(deadline: Option<u64>) -> Wake {
-    poll_devices();
+    poll_devices(false);
     let me = current();
     let cpu = this_cpu();
     let (next, cpus) = {
@@ -515,7 +522,7 @@ pub fn yield_now() {
 }
 
 fn give_way(now_anyway: bool) {
-    poll_devices();
+    poll_devices(false);
     let me = current();
     let cpu = this_cpu();
     let now = mono_now();
@@ -588,7 +595,7 @@ pub fn idle_loop() -> ! {
     let mut idle_since = mono_now();
     set_state(cpu, CpuState::Polling);
     loop {
-        poll_devices();
+        poll_devices(true);
         let now = mono_now();
         if has_work(cpu, now) || stealable(cpu) {
             let (next, cpus) = {

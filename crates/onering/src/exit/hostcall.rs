@@ -18,6 +18,9 @@ const MAX_PANIC_MESSAGE: u64 = 4096;
 /// Halts and kicks so far, all vCPUs together (for `--stats`).
 pub static HALTS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 pub static KICKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Hostcalls so far (each one exit), and of them output writes (for `--stats`).
+pub static HOSTCALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Longest single `Halt` (the guest asks again if it needs more).
 const MAX_HALT_NS: u64 = 1_000_000_000;
@@ -39,8 +42,12 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
             Err(_) => return Action::Stop(Outcome::GuestError("hostcall block outside guest memory".into())),
         }
     }
+    HOSTCALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let ret: i64 = match Hostcall::from_u64(nr) {
-        Some(Hostcall::Write) => write(args, env),
+        Some(Hostcall::Write) => {
+            WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            write(args, env)
+        }
         Some(Hostcall::FaultAddr) => env.cr2() as i64,
         Some(Hostcall::StdinRequest) => env.stdin_request(args[0], args[1]),
         Some(Hostcall::StdioStat) => match env.stdio_stat(args[0]) {
