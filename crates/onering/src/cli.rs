@@ -332,8 +332,17 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
 fn report(outcome: Outcome) -> u8 {
     match outcome {
         Outcome::Exited(s) => s,
-        // A broken pipe is routine at the end of a pipeline: no message, as a shell.
-        Outcome::Killed { signal: 13, .. } => 128 + 13,
+        // A broken pipe is routine at the end of a pipeline, and the signals a user
+        // sends are expected: no message, as a shell.
+        Outcome::Killed { signal: s @ (1 | 2 | 13 | 15), .. } => 128 + s as u8,
+        Outcome::Stopped(signal) => {
+            say!(
+                "onering: the program did not end within {} s of {}: stopped",
+                crate::vstate::machine::GRACE.as_secs(),
+                signal_name(signal)
+            );
+            128 + (signal as u8 & 0x7f)
+        }
         Outcome::Killed { signal, rip, addr } => {
             let at = if signal == 11 || signal == 7 { format!(" (fault address {addr:#x})") } else { String::new() };
             say!("onering: program killed by {} at {rip:#x}{at}", signal_name(signal));

@@ -122,7 +122,11 @@ impl EventLoop {
         let thread = std::thread::Builder::new()
             .name("event-loop".into())
             .stack_size(256 * 1024)
-            .spawn(move || run(&for_thread))
+            .spawn(move || {
+                // Host signals for the program are handled on vCPU threads.
+                crate::sys::signals::block_forwarded();
+                run(&for_thread)
+            })
             .map_err(EventLoopError::Start)?;
         Ok(EventLoop { shared, thread: Mutex::new(Some(thread)) })
     }

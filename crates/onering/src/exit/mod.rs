@@ -81,6 +81,9 @@ pub enum Outcome {
     Fatal { vector: u64, rip: u64, error: u64 },
     /// The guest did something no correct guest does.
     GuestError(String),
+    /// A host signal (its number) stopped the VM: the program had not ended
+    /// `vstate::machine::GRACE` after the first one.
+    Stopped(u64),
 }
 
 /// What the vCPU does next.

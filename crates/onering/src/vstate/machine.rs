@@ -3,10 +3,18 @@
 //! them (a program that never has two runnable threads pays nothing for `--smp`).
 //!
 //! Halting: the guest cannot `hlt` here (docs/platform.md), so an idle vCPU makes the
-//! `Halt` hostcall and its thread sleeps on a condition variable until its deadline
-//! or a `Kick` from another vCPU. A kick is sticky: one that arrives before the halt
-//! makes that halt return at once, so the guest's "check, then halt" cannot lose a
-//! wake-up.
+//! `Halt` hostcall and its thread sleeps on a futex (its kick word) until its
+//! deadline or a `Kick` from another vCPU. A kick is sticky: one that arrives before
+//! the halt makes that halt return at once, so the guest's "check, then halt" cannot
+//! lose a wake-up.
+//!
+//! Host signals: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 and SIGWINCH sent to
+//! onering go to the program (`forward_host_signal`, run in the signal handler: it
+//! only posts the signal in the events page, wakes halted vCPUs through their
+//! futexes and interrupts vCPU 0, all async-signal-safe). If the program has not
+//! ended `GRACE` after a SIGINT or SIGTERM, the next one stops the VM at once
+//! (`Outcome::Stopped`), except SIGINT when the program reads a terminal (`-i`):
+//! a shell or a REPL takes every Ctrl-C.
 //!
 //! Device back ends on the event loop (`crate::event_loop`, held here and started
 //! only when a device registers with it) tell the guest about work with
@@ -22,8 +30,8 @@ use crate::exit::{self, Action, Env, Outcome, VmExit};
 use kvm_bindings::CpuId;
 use kvm_ioctls::{VcpuFd, VmFd};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 use vm_memory::GuestMemoryMmap;
 
@@ -32,8 +40,21 @@ pub type Finish = Box<dyn Fn(&GuestMemoryMmap, Outcome) -> u8 + Send + Sync>;
 
 struct Cpu {
     started: AtomicBool,
-    kicked: Mutex<bool>,
-    wake: Condvar,
+    /// 1: kicked since its last halt (a futex word).
+    kicked: AtomicU32,
+}
+
+/// How long the program has to end after a SIGINT or SIGTERM before another one
+/// stops the VM at once.
+pub const GRACE: Duration = Duration::from_secs(3);
+
+/// The machine, for the signal handler.
+static MACHINE: OnceLock<&'static Machine> = OnceLock::new();
+
+fn on_host_signal(sig: i32) {
+    if let Some(m) = MACHINE.get() {
+        m.forward_host_signal(sig);
+    }
 }
 
 pub struct Machine {
@@ -55,6 +76,10 @@ pub struct Machine {
     /// Held by the vCPU that ends the VM, until the process is gone.
     ending: Mutex<()>,
     finish: Finish,
+    /// When the first SIGINT or SIGTERM came (monotonic ns; 0: none), and the signal
+    /// that stops the VM at once (0: none).
+    first_stop: AtomicU64,
+    forced: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -73,10 +98,8 @@ impl Machine {
         stdio: &'static super::stdio::Stdio,
         finish: Finish,
     ) -> &'static Machine {
-        let cpus = (0..ncpus)
-            .map(|i| Cpu { started: AtomicBool::new(i == 0), kicked: Mutex::new(false), wake: Condvar::new() })
-            .collect();
-        Box::leak(Box::new(Machine {
+        let cpus = (0..ncpus).map(|i| Cpu { started: AtomicBool::new(i == 0), kicked: AtomicU32::new(0) }).collect();
+        let m: &'static Machine = Box::leak(Box::new(Machine {
             mem,
             bus,
             events: LazyEventLoop::new(),
@@ -88,7 +111,58 @@ impl Machine {
             starting: Mutex::new(()),
             ending: Mutex::new(()),
             finish,
-        }))
+            first_stop: AtomicU64::new(0),
+            forced: AtomicU64::new(0),
+        }));
+        if MACHINE.set(m).is_ok() {
+            crate::sys::signals::forward_signals(on_host_signal);
+        }
+        m
+    }
+
+    /// A host signal for the program (in the signal handler: async-signal-safe
+    /// only). Posts it in the events page and tells the guest, or, past the grace
+    /// period, marks the VM to stop.
+    fn forward_host_signal(&self, sig: i32) {
+        if (sig == libc::SIGINT && !self.reads_terminal()) || sig == libc::SIGTERM {
+            let now = crate::sys::signals::monotonic_ns().max(1);
+            match self.first_stop.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => {}
+                Err(first) if now.saturating_sub(first) >= GRACE.as_nanos() as u64 => {
+                    self.forced.store(sig as u64, Ordering::Release);
+                    self.wake_all();
+                    return;
+                }
+                Err(_) => {}
+            }
+        }
+        super::stdin::post_signal(&self.mem, sig as u64);
+        self.wake_all();
+        self.interrupt_cpu0();
+    }
+
+    /// `-i` with a terminal on stdin.
+    fn reads_terminal(&self) -> bool {
+        self.stdio.interactive() && onering_abi::stdio::kind(self.stdio.word, 0) == onering_abi::stdio::TTY
+    }
+
+    /// Kicks every started vCPU (async-signal-safe: atomics and futex wakes).
+    fn wake_all(&self) {
+        for c in self.cpus.iter().filter(|c| c.started.load(Ordering::Acquire)) {
+            c.kicked.store(1, Ordering::Release);
+            crate::sys::signals::futex_wake(&c.kicked);
+        }
+    }
+
+    /// Interrupts vCPU 0 with the reschedule vector (an MSI through KVM's in-kernel
+    /// APIC): the guest looks at the events page even if every vCPU runs the program.
+    fn interrupt_cpu0(&self) {
+        let msi = kvm_bindings::kvm_msi {
+            address_lo: onering_abi::layout::LAPIC_PHYS as u32, // destination APIC 0
+            data: u32::from(onering_abi::vectors::RESCHEDULE),
+            ..Default::default()
+        };
+        let _ = self.vm.signal_msi(msi);
     }
 
     /// Runs vCPU 0 on the calling thread; ends the process when the VM ends.
@@ -101,6 +175,10 @@ impl Machine {
     fn run(&'static self, vcpu: &mut VcpuFd, cpu: u64, first_exit: &dyn Fn()) -> Outcome {
         let mut first = true;
         loop {
+            let forced = self.forced.load(Ordering::Acquire);
+            if forced != 0 {
+                return Outcome::Stopped(forced);
+            }
             let exit = match vcpu.run() {
                 Ok(e) => {
                     if first {
@@ -136,11 +214,10 @@ impl Machine {
         let Some(c) = self.cpus.get(cpu as usize) else {
             return;
         };
-        let mut kicked = lock(&c.kicked);
-        if !*kicked {
-            kicked = c.wake.wait_timeout(kicked, d).map_or_else(|e| e.into_inner().0, |r| r.0);
+        if c.kicked.swap(0, Ordering::AcqRel) == 0 {
+            crate::sys::signals::futex_wait(&c.kicked, 0, d);
+            c.kicked.store(0, Ordering::Release);
         }
-        *kicked = false;
     }
 
     /// Wakes vCPU `cpu` out of its halt, or starts it if it never ran. Sticky: a
@@ -156,8 +233,8 @@ impl Machine {
         if !c.started.load(Ordering::Acquire) {
             return self.start(cpu);
         }
-        *lock(&c.kicked) = true;
-        c.wake.notify_one();
+        c.kicked.store(1, Ordering::Release);
+        crate::sys::signals::futex_wake(&c.kicked);
         Ok(())
     }
 
@@ -166,17 +243,8 @@ impl Machine {
     /// vCPU 0 is interrupted with the reschedule vector (an MSI through KVM's
     /// in-kernel APIC), in case all of them are running the program.
     pub fn notify_guest(&'static self) {
-        for (i, c) in self.cpus.iter().enumerate() {
-            if c.started.load(Ordering::Acquire) {
-                let _ = self.kick(i as u64);
-            }
-        }
-        let msi = kvm_bindings::kvm_msi {
-            address_lo: onering_abi::layout::LAPIC_PHYS as u32, // destination APIC 0
-            data: u32::from(onering_abi::vectors::RESCHEDULE),
-            ..Default::default()
-        };
-        let _ = self.vm.signal_msi(msi);
+        self.wake_all();
+        self.interrupt_cpu0();
     }
 
     /// The `StdinRequest` hostcall: takes the request and has the host's stdin

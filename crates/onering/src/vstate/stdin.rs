@@ -92,6 +92,22 @@ pub fn post(mem: &GuestMemoryMmap, result: i64) {
     }
 }
 
+/// Posts host signal `sig` for the program in the events page: its bit in the
+/// signals word, then the pending bit. Async-signal-safe (atomics on guest memory;
+/// no allocation, no lock).
+pub fn post_signal(mem: &GuestMemoryMmap, sig: u64) {
+    if !(1..=64).contains(&sig) {
+        return;
+    }
+    for (off, bits) in [(events::SIGNALS, 1u64 << (sig - 1)), (events::PENDING, events::SIGNAL)] {
+        if let Ok(slice) = mem.get_slice(GuestAddress(layout::EVENTS_PHYS + off), 8) {
+            if let Ok(word) = slice.get_atomic_ref::<AtomicU64>(0) {
+                word.fetch_or(bits, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
 impl Stdin {
     pub fn new(forwarded: bool) -> Self {
         Stdin { forwarded, pending: Mutex::new(None) }

@@ -1,0 +1,105 @@
+//! Host signals and the futex behind halting: the two pieces of the VMM that run
+//! where almost nothing is allowed.
+//!
+//! `forward_signals` installs one handler for the signals onering passes to the
+//! program (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH). The
+//! handler only calls the hook it was given, which must be async-signal-safe
+//! (atomics, and system calls such as `futex` and KVM's `KVM_SIGNAL_MSI`); it runs
+//! without SA_RESTART, so a vCPU thread waiting in KVM_RUN or in a halt wakes with
+//! EINTR and looks at what the hook left. Other threads of the VMM block these
+//! signals (`block_forwarded`), so the handler always runs on a vCPU thread.
+//!
+//! A vCPU halts in `futex_wait` on its kick word and is woken by `futex_wake`: both
+//! plain system calls, usable from the handler.
+#![allow(unsafe_code)]
+
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+
+/// The signals forwarded to the program.
+pub const FORWARDED: [i32; 7] =
+    [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2, libc::SIGWINCH];
+
+/// The hook, as a plain function address (0: none).
+static HOOK: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn handler(sig: libc::c_int) {
+    let h = HOOK.load(Ordering::Acquire);
+    if h != 0 {
+        // SAFETY: HOOK only ever holds 0 or the address of a `fn(i32)` stored by
+        // `forward_signals`.
+        let f = unsafe { std::mem::transmute::<usize, fn(i32)>(h) };
+        // errno is the interrupted code's: keep it.
+        // SAFETY: __errno_location gives this thread's errno, valid while it runs.
+        let saved = unsafe { *libc::__errno_location() };
+        f(sig);
+        // SAFETY: as above.
+        unsafe { *libc::__errno_location() = saved };
+    }
+}
+
+/// Has `hook` called for each forwarded signal (instead of their default action).
+/// `hook` must be async-signal-safe.
+pub fn forward_signals(hook: fn(i32)) {
+    HOOK.store(hook as usize, Ordering::Release);
+    for sig in FORWARDED {
+        // SAFETY: a zeroed sigaction is valid plain data; we set a handler that only
+        // makes async-signal-safe calls (see `handler`), an empty mask, no flags (no
+        // SA_RESTART: waits in the VMM end with EINTR).
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = handler as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+}
+
+/// Blocks the forwarded signals in the calling thread (a VMM thread that is not a
+/// vCPU: the handler then runs on a vCPU thread).
+pub fn block_forwarded() {
+    // SAFETY: builds a signal set on the stack and changes only this thread's mask.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in FORWARDED {
+            libc::sigaddset(&mut set, sig);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+/// Sleeps while `word` holds `expected`, at most `timeout`; returns on a wake, a
+/// signal, the timeout, or at once if the word differs.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: std::time::Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+    };
+    // SAFETY: FUTEX_WAIT reads the aligned u32 behind `word` (which outlives the
+    // call) and the timespec on our stack; it writes nothing.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// Wakes one thread sleeping in `futex_wait` on `word`. Async-signal-safe.
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE only uses the address of `word` as a key.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, 1);
+    }
+}
+
+/// CLOCK_MONOTONIC in nanoseconds (async-signal-safe).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into ours.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
+}
