@@ -332,9 +332,14 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
 fn report(outcome: Outcome) -> u8 {
     match outcome {
         Outcome::Exited(s) => s,
-        // A broken pipe is routine at the end of a pipeline, and the signals a user
-        // sends are expected: no message, as a shell.
-        Outcome::Killed { signal: s @ (1 | 2 | 13 | 15), .. } => 128 + s as u8,
+        // A broken pipe is routine at the end of a pipeline, and Ctrl-C is what the
+        // user asked for: no message, as a shell.
+        Outcome::Killed { signal: s @ (2 | 13), .. } => 128 + s as u8,
+        // A signal someone sent: where the program was says nothing.
+        Outcome::Killed { signal, .. } if !matches!(signal, 4 | 5 | 6 | 7 | 8 | 11 | 31) => {
+            say!("onering: program killed by {}", signal_name(signal));
+            128 + (signal as u8 & 0x7f)
+        }
         Outcome::Stopped(signal) => {
             say!(
                 "onering: the program did not end within {} s of {}: stopped",

@@ -282,7 +282,8 @@ fn fuzz_exit_handler() {
                         | Action::Stop(Outcome::Killed { .. })
                         | Action::Stop(Outcome::Fatal { .. })
                         | Action::Stop(Outcome::KernelPanic(_))
-                        | Action::Stop(Outcome::GuestError(_)) => {
+                        | Action::Stop(Outcome::GuestError(_))
+                        | Action::Stop(Outcome::Stopped(_)) => {
                             SEEN[STOPPED].fetch_add(1, Relaxed);
                             break;
                         }
