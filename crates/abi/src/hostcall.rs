@@ -36,7 +36,9 @@ pub enum Hostcall {
     /// result in the events page ([`crate::events`]) and wakes a vCPU. Returns at
     /// once: 0 (accepted), -EBUSY (a request is outstanding), -EBADF (stdin is not
     /// forwarded: no `-i`), -EFAULT (the buffer is not guest memory). The buffer
-    /// belongs to the VMM until the result is posted.
+    /// belongs to the VMM until the result is posted. With a length of 0 it only
+    /// watches: the VMM posts [`crate::events::STDIN_READY`] once the host's stdin
+    /// is readable (or at end of file), without reading anything (for `poll`).
     StdinRequest = 7,
     /// Halts this vCPU for at most `args[0]` nanoseconds: its thread sleeps in the
     /// VMM until then or until another vCPU kicks it (the guest cannot `hlt` on

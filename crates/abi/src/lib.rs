@@ -16,7 +16,7 @@ pub mod layout;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 9;
+pub const ABI_VERSION: u64 = 10;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -95,6 +95,8 @@ pub mod events {
     /// Device bits.
     pub const STDIN: u64 = 1 << 0;
     pub const SIGNAL: u64 = 1 << 1;
+    /// The host's stdin is readable (a watch, `StdinRequest` with length 0).
+    pub const STDIN_READY: u64 = 1 << 2;
 }
 
 /// Bits of [`BootInfo::flags`].

@@ -82,6 +82,17 @@ pub fn stdin_request(buf: Box<[u8]>) -> Result<(), (StdinRefused, Box<[u8]>)> {
     }
 }
 
+/// Asks the VMM to post `events::STDIN_READY` once the host's stdin is readable,
+/// reading nothing (a poll of stdin with nothing buffered).
+pub fn stdin_watch() -> Result<(), StdinRefused> {
+    match hostcall(Hostcall::StdinRequest, &[0, 0]) as i64 {
+        0 => Ok(()),
+        -9 => Err(StdinRefused::NotForwarded),
+        -16 => Err(StdinRefused::Busy),
+        r => Err(StdinRefused::Other(r)),
+    }
+}
+
 /// The stdin request's buffer and result (bytes read, 0 at end of file, -errno),
 /// once the VMM has posted it (see `events`); None while it is outstanding (or
 /// when none was made).

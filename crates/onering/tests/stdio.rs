@@ -306,3 +306,55 @@ fn batched_output_is_not_held_while_the_program_waits() {
         assert!(child.wait().unwrap().success());
     }
 }
+
+/// poll on stdin (with `-i`, a pipe) waits for input without taking it, and the
+/// read after it gets it; end of input is readable too.
+#[test]
+fn polling_stdin_waits_for_input() {
+    use std::io::{BufRead, BufReader, Write};
+    let bin = musl("pollstdin");
+    let mut child = cmd(&["run", "-i", bin.to_str().unwrap()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    for word in ["one\n", "two\n"] {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        input.write_all(word.as_bytes()).unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, format!("got 4 bytes: {word}"));
+    }
+    drop(input);
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "end of input (0)\n");
+    assert!(child.wait().unwrap().success());
+}
+
+/// An interactive shell on a terminal (busybox sh with `-i`, under a pty): its
+/// line editor polls stdin and puts the terminal in raw mode; commands run.
+#[test]
+fn an_interactive_shell_on_a_terminal() {
+    use std::io::Write;
+    assert!(std::path::Path::new("/bin/busybox").exists(), "this test needs /bin/busybox (busybox-static)");
+    let ring = env!("CARGO_BIN_EXE_onering");
+    let mut child = Command::new("script")
+        .args(["-qec", &format!("{ring} run -i /bin/busybox sh"), "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = child.stdin.take().unwrap();
+    for line in ["echo hello-from-sh\n", "exit 3\n"] {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        input.write_all(line.as_bytes()).unwrap();
+    }
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("\nhello-from-sh"), "{out}");
+    assert_eq!(o.status.code(), Some(3), "{out}");
+}

@@ -97,6 +97,9 @@ pub fn service_events(idle: bool) {
     if pending & onering_abi::events::STDIN != 0 {
         k.stdin.complete();
     }
+    if pending & onering_abi::events::STDIN_READY != 0 {
+        k.stdin.host_ready();
+    }
     if pending & onering_abi::events::SIGNAL != 0 {
         forward_host_signals();
     }

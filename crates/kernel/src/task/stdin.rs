@@ -10,13 +10,17 @@
 //! A request asks for at most what the program asked for (up to 64 KiB), so onering
 //! takes no more of the host's stdin than the program did. End of file is reported
 //! to one read; the next read asks the host again (as a terminal's Ctrl-D).
+//!
+//! `poll` (and epoll) with nothing buffered asks the VMM to watch (a request of
+//! length 0: nothing is read), and reports readable once the VMM says the host's
+//! stdin is (`ready`); the read that follows then asks for its bytes.
 
 use crate::errno::{Errno, SysResult};
 use crate::file::{ev, key_of, Readiness};
 use crate::mm::user::UserMem;
 use alloc::boxed::Box;
 use alloc::vec;
-use onering_arch::hostcall::{stdin_done, stdin_request, StdinRefused};
+use onering_arch::hostcall::{stdin_done, stdin_request, stdin_watch, StdinRefused};
 use spin::Mutex;
 
 /// Largest request.
@@ -33,6 +37,9 @@ struct State {
     eof: bool,
     error: bool,
     gen: u64,
+    /// A watch is outstanding, and the host said its stdin is readable.
+    watching: bool,
+    ready: bool,
 }
 
 pub struct Stdin {
@@ -75,7 +82,8 @@ impl Stdin {
             st.error = false;
             return Err(Errno::EIO);
         }
-        if !st.requested {
+        if !st.requested && !st.watching {
+            st.ready = false;
             let want = (len as usize).min(CAPACITY);
             let buf =
                 if st.buf.len() == want { core::mem::take(&mut st.buf) } else { vec![0u8; want].into_boxed_slice() };
@@ -116,6 +124,17 @@ impl Stdin {
         st.gen += 1;
     }
 
+    /// The VMM said the host's stdin is readable (the watch `poll` asked for).
+    pub fn host_ready(&self) {
+        {
+            let mut st = self.st.lock();
+            st.watching = false;
+            st.ready = true;
+            st.gen += 1;
+        }
+        super::sched::wake_all(self.key());
+    }
+
     /// Drops buffered bytes and a pending end of file (the program moved the
     /// host's offset).
     pub fn forget_buffered(&self) {
@@ -125,10 +144,21 @@ impl Stdin {
         st.gen += 1;
     }
 
-    /// Readable when bytes, end of file or an error wait to be read.
+    /// Readable when bytes, end of file or an error wait to be read, or the host
+    /// said its stdin is readable; otherwise the VMM is asked to watch (unless a
+    /// read or a watch is outstanding already: either wakes the key).
     pub fn poll(&self) -> Readiness {
-        let st = self.st.lock();
-        let ready = !self.forwarded || st.len > 0 || st.eof || st.error;
+        let mut st = self.st.lock();
+        let ready = !self.forwarded || st.len > 0 || st.eof || st.error || st.ready;
+        if !ready && !st.requested && !st.watching {
+            match stdin_watch() {
+                Ok(()) => st.watching = true,
+                // Not forwarded after all: an empty stdin, readable (end of file).
+                Err(StdinRefused::NotForwarded) => st.eof = true,
+                Err(_) => st.error = true,
+            }
+        }
+        let ready = ready || st.eof || st.error;
         Readiness { events: if ready { ev::IN | ev::RDNORM } else { 0 }, gen: st.gen, key: self.key() }
     }
 }

@@ -12,6 +12,10 @@
 //! APIC), in case every vCPU is busy running the program. The guest's scheduler
 //! takes the pending bit and wakes the reader.
 //!
+//! A request of length 0 is a watch (the guest's `poll` of stdin): the same wait,
+//! but nothing is read: the VMM posts `STDIN_READY` once the host's stdin is
+//! readable, or at end of file.
+//!
 //! A stdin epoll cannot watch (a regular file, /dev/null) is read at once, on the
 //! vCPU's thread: such reads do not wait. Reads take exactly what was asked, no
 //! more (a file's offset is the program's: it may `lseek` its stdin). Without `-i` a request is EBADF: the VMM,
@@ -35,7 +39,7 @@ const EBUSY: i64 = 16;
 const EIO: i64 = 5;
 const EINVAL: i64 = 22;
 
-/// What the guest asked for.
+/// What the guest asked for (a length of 0: only a watch).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Request {
     virt: u64,
@@ -92,6 +96,15 @@ pub fn post(mem: &GuestMemoryMmap, result: i64) {
     }
 }
 
+/// Posts that the host's stdin is readable (a watch's answer): the pending bit.
+pub fn post_ready(mem: &GuestMemoryMmap) {
+    if let Ok(slice) = mem.get_slice(GuestAddress(layout::EVENTS_PHYS + events::PENDING), 8) {
+        if let Ok(word) = slice.get_atomic_ref::<AtomicU64>(0) {
+            word.fetch_or(events::STDIN_READY, Ordering::AcqRel);
+        }
+    }
+}
+
 /// Posts host signal `sig` for the program in the events page: its bit in the
 /// signals word, then the pending bit. Async-signal-safe (atomics on guest memory;
 /// no allocation, no lock).
@@ -114,16 +127,16 @@ impl Stdin {
     }
 
     /// Takes a request: 0, or -EBADF (no `-i`), -EBUSY (one is outstanding),
-    /// -EINVAL (a length of 0 or over 64 KiB), -EFAULT (the buffer is not mapped).
-    /// `watch` is called to have the host's stdin watched (or read at once).
+    /// -EINVAL (over 64 KiB), -EFAULT (the buffer is not mapped). A length of 0 is
+    /// a watch. `watch` is called to have the host's stdin watched (or read at once).
     pub fn request(&self, mem: &GuestMemoryMmap, virt: u64, len: u64) -> Result<(), i64> {
         if !self.forwarded {
             return Err(-EBADF);
         }
-        if len == 0 || len > MAX_REQUEST {
+        if len > MAX_REQUEST {
             return Err(-EINVAL);
         }
-        if !mapped(mem, virt, len) {
+        if len > 0 && !mapped(mem, virt, len) {
             return Err(-EFAULT);
         }
         let mut p = lock(&self.pending);
@@ -140,6 +153,10 @@ impl Stdin {
         let Some(req) = lock(&self.pending).take() else {
             return false;
         };
+        if req.len == 0 {
+            post_ready(mem);
+            return true;
+        }
         let mut buf = vec![0u8; req.len as usize];
         let result = loop {
             match input.read(&mut buf) {
@@ -206,7 +223,6 @@ mod tests {
         let off = Stdin::new(false);
         assert_eq!(off.request(&mem, 0x40_0000, 10), Err(-EBADF), "no -i: the VMM refuses");
         let s = Stdin::new(true);
-        assert_eq!(s.request(&mem, 0x40_0000, 0), Err(-EINVAL));
         assert_eq!(s.request(&mem, 0x40_0000, MAX_REQUEST + 1), Err(-EINVAL));
         assert_eq!(s.request(&mem, 0x1000_0000, 10), Err(-EFAULT), "not mapped");
         assert_eq!(s.request(&mem, 0x5f_fff0, 32), Err(-EFAULT), "runs off the mapping");
@@ -224,5 +240,11 @@ mod tests {
         assert_eq!(s.request(&mem, 0x40_0000, 10), Ok(()));
         assert!(s.complete(&mem, &mut &b""[..]));
         assert_eq!(word(events::STDIN_RESULT), 0);
+        // A watch reads nothing and posts readiness.
+        assert_eq!(s.request(&mem, 0, 0), Ok(()), "a watch needs no buffer");
+        let mut input = &b"keep"[..];
+        assert!(s.complete(&mem, &mut input));
+        assert_eq!(input, b"keep", "nothing read");
+        assert_eq!(word(events::PENDING) & events::STDIN_READY, events::STDIN_READY);
     }
 }
