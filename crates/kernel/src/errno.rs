@@ -35,6 +35,7 @@ pub enum Errno {
     EROFS = 30,
     EMLINK = 31,
     EPIPE = 32,
+    EDOM = 33,
     ERANGE = 34,
     EDEADLK = 35,
     ENAMETOOLONG = 36,
@@ -42,8 +43,28 @@ pub enum Errno {
     ENOTEMPTY = 39,
     ELOOP = 40,
     EOVERFLOW = 75,
+    ENOTSOCK = 88,
+    EDESTADDRREQ = 89,
+    EMSGSIZE = 90,
+    EPROTOTYPE = 91,
+    ENOPROTOOPT = 92,
+    EPROTONOSUPPORT = 93,
+    ESOCKTNOSUPPORT = 94,
+    /// Also EOPNOTSUPP (the same number on Linux).
     ENOTSUP = 95,
+    EAFNOSUPPORT = 97,
+    EADDRINUSE = 98,
+    EADDRNOTAVAIL = 99,
+    ENETUNREACH = 101,
+    ECONNABORTED = 103,
+    ECONNRESET = 104,
+    ENOBUFS = 105,
+    EISCONN = 106,
+    ENOTCONN = 107,
     ETIMEDOUT = 110,
+    ECONNREFUSED = 111,
+    EALREADY = 114,
+    EINPROGRESS = 115,
     /// Internal, never seen by the program: a blocking call was interrupted by a
     /// signal and restarts after the handler if the handler has SA_RESTART (else the
     /// program gets EINTR). Linux's ERESTARTSYS.
@@ -85,6 +106,7 @@ const ALL: &[Errno] = &[
     Errno::EROFS,
     Errno::EMLINK,
     Errno::EPIPE,
+    Errno::EDOM,
     Errno::ERANGE,
     Errno::EDEADLK,
     Errno::ENAMETOOLONG,
@@ -92,11 +114,33 @@ const ALL: &[Errno] = &[
     Errno::ENOTEMPTY,
     Errno::ELOOP,
     Errno::EOVERFLOW,
+    Errno::ENOTSOCK,
+    Errno::EDESTADDRREQ,
+    Errno::EMSGSIZE,
+    Errno::EPROTOTYPE,
+    Errno::ENOPROTOOPT,
+    Errno::EPROTONOSUPPORT,
+    Errno::ESOCKTNOSUPPORT,
     Errno::ENOTSUP,
+    Errno::EAFNOSUPPORT,
+    Errno::EADDRINUSE,
+    Errno::EADDRNOTAVAIL,
+    Errno::ENETUNREACH,
+    Errno::ECONNABORTED,
+    Errno::ECONNRESET,
+    Errno::ENOBUFS,
+    Errno::EISCONN,
+    Errno::ENOTCONN,
     Errno::ETIMEDOUT,
+    Errno::ECONNREFUSED,
+    Errno::EALREADY,
+    Errno::EINPROGRESS,
 ];
 
 impl Errno {
+    /// "Operation not supported" on a socket: ENOTSUP's number.
+    pub const EOPNOTSUPP: Errno = Errno::ENOTSUP;
+
     /// The error numbered `n` (an errno the VMM passed on), if the kernel knows it.
     pub fn from_raw(n: u32) -> Option<Errno> {
         ALL.iter().copied().find(|e| *e as u32 == n)

@@ -12,13 +12,13 @@
 //! 2. Pure libraries, unit-tested on the host: `errno`, `time` (the clock),
 //!    `rng`, `sysnames`, `placement`, `futex` (the wait table), `sigframe`,
 //!    `fault`, `console` (the output buffer), `pipebuf`, `mm` (VMAs, the address
-//!    space, user memory), `vfs` (the file tree), `file` (the file interface and
-//!    descriptor table).
+//!    space, user memory), `vfs` (the file tree), `file` (the file and socket
+//!    interfaces and the descriptor table).
 //! 3. Tasks (`task`): threads and the scheduler, processes, the kernel's state
 //!    and a system call's context, signal delivery, futex waits, exits, the
 //!    console device.
 //! 4. File objects (`fs`): pipes, eventfd, epoll, devices, the standard streams,
-//!    tree nodes.
+//!    tree nodes; sockets (`net`).
 //! 5. System calls (`syscall`): the table and one file of handlers per family.
 //! 6. `boot` (guest only): setup and the entry hooks.
 #![cfg_attr(not(test), no_std)]
@@ -45,6 +45,7 @@ pub mod task;
 
 // 4. File objects.
 pub mod fs;
+pub mod net;
 
 // 5. System calls.
 pub mod syscall;

@@ -457,6 +457,15 @@ fn named_pipes_match_the_host() {
 }
 
 #[test]
+fn unix_sockets_match_the_host() {
+    // socketpair of each type, a path listener, abstract names, datagrams,
+    // SCM_RIGHTS and SCM_CREDENTIALS, peeking, waiting for all, shutdown, poll and
+    // epoll, options, a megabyte between threads, and the errors.
+    same_as_host_on_1_2_4_vcpus(&musl("unix"));
+    same_as_host_on_1_2_4_vcpus(&glibc("unix"));
+}
+
+#[test]
 fn epoll_eventfd_and_poll_match_the_host() {
     // Level- and edge-triggered, one-shot, hang-up, errors, timeouts, and waits
     // ended by another thread (on another vCPU, too).

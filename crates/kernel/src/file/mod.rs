@@ -11,6 +11,7 @@
 //! layers (user memory, errno): it is unit-tested on the host.
 
 pub mod fdtable;
+pub mod socket;
 
 use crate::errno::{Errno, SysResult};
 use crate::mm::user::UserMem;
@@ -165,6 +166,11 @@ pub trait File: Send + Sync + 'static {
     /// streams do; a socket decides per call, MSG_NOSIGNAL).
     fn sigpipe(&self) -> bool {
         false
+    }
+
+    /// The socket it is, if it is one (the socket system calls; ENOTSOCK otherwise).
+    fn socket(&self) -> Option<&dyn socket::Socket> {
+        None
     }
 
     /// For objects that must find their own kind among open files (epoll).

@@ -342,6 +342,9 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
         if node.is_dir() && acc != oflag::O_RDONLY {
             return Err(Errno::EISDIR);
         }
+        if matches!(node.data, Data::Socket(_)) {
+            return Err(Errno::ENXIO); // as Linux: a socket is reached by connect
+        }
         let regular = matches!(node.data, Data::File(_) | Data::Static(_));
         if acc != oflag::O_RDONLY && regular && node.readonly {
             return Err(Errno::EROFS);

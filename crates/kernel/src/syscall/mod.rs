@@ -1,6 +1,7 @@
 //! System calls: the one declarative table of handlers and the dispatcher, which
 //! is the only place an `Errno` becomes `-errno`. Handlers are grouped by family,
-//! one file each (`fs`, `fsmeta`, `poll`, `mm`, `proc`, `signal`, `time`, `futex`);
+//! one file each (`fs`, `fsmeta`, `poll`, `mm`, `net`, `proc`, `signal`, `time`,
+//! `futex`);
 //! docs/syscalls.md names each call's handler.
 //!
 //! A handler gets the call's context (`task::Ctx`: the kernel, the calling thread
@@ -16,6 +17,7 @@ pub mod fs;
 pub mod fsmeta;
 pub mod futex;
 pub mod mm;
+pub mod net;
 pub mod poll;
 pub mod proc;
 pub mod signal;
@@ -81,6 +83,21 @@ syscall_table! {
     34 pause => signal::pause,
     35 nanosleep => time::nanosleep,
     39 getpid => proc::getpid,
+    41 socket => net::socket,
+    42 connect => net::connect,
+    43 accept => net::accept,
+    44 sendto => net::sendto,
+    45 recvfrom => net::recvfrom,
+    46 sendmsg => net::sendmsg,
+    47 recvmsg => net::recvmsg,
+    48 shutdown => net::shutdown,
+    49 bind => net::bind,
+    50 listen => net::listen,
+    51 getsockname => net::getsockname,
+    52 getpeername => net::getpeername,
+    53 socketpair => net::socketpair,
+    54 setsockopt => net::setsockopt,
+    55 getsockopt => net::getsockopt,
     56 clone => proc::clone,
     57 fork => proc::fork,
     58 vfork => proc::vfork,
@@ -164,12 +181,15 @@ syscall_table! {
     280 utimensat => fsmeta::utimensat,
     281 epoll_pwait => poll::epoll_pwait,
     284 eventfd => poll::eventfd,
+    288 accept4 => net::accept4,
     290 eventfd2 => poll::eventfd2,
     291 epoll_create1 => poll::epoll_create1,
     292 dup3 => fs::dup3,
     293 pipe2 => fs::pipe2,
+    299 recvmmsg => net::recvmmsg,
     302 prlimit64 => proc::prlimit64,
     306 syncfs => fsmeta::syncfs,
+    307 sendmmsg => net::sendmmsg,
     316 renameat2 => fs::renameat2,
     318 getrandom => proc::getrandom,
     326 copy_file_range => fsmeta::copy_file_range,

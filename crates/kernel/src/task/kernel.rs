@@ -61,6 +61,8 @@ pub struct Kernel {
     warned: Mutex<BTreeSet<u64>>,
     /// Memory ran out under a user copy: the SIGKILL that follows says so.
     pub oom: core::sync::atomic::AtomicBool,
+    /// AF_UNIX abstract names and the sockets they lead to (`net::unix`).
+    pub unix_names: Mutex<alloc::collections::BTreeMap<Vec<u8>, alloc::sync::Weak<dyn core::any::Any + Send + Sync>>>,
 }
 
 static KERNEL: Once<Kernel> = Once::new();
@@ -150,6 +152,7 @@ impl Kernel {
             comm: Mutex::new(comm),
             warned: Mutex::new(BTreeSet::new()),
             oom: core::sync::atomic::AtomicBool::new(false),
+            unix_names: Mutex::new(alloc::collections::BTreeMap::new()),
         }
     }
 

@@ -41,6 +41,9 @@ pub enum Data {
     Device(Device),
     /// A named pipe (`mkfifo`): opening it gives an end of this pipe.
     Fifo(alloc::sync::Arc<spin::Mutex<crate::pipebuf::PipeBuf>>),
+    /// A socket's name (`bind` of an AF_UNIX path): leads to the socket while it
+    /// is open (`net::unix`); opening it is ENXIO.
+    Socket(alloc::sync::Weak<dyn core::any::Any + Send + Sync>),
 }
 
 #[derive(Debug)]
@@ -105,6 +108,7 @@ impl Node {
             Data::Symlink(_) => mode::S_IFLNK,
             Data::Device(_) => mode::S_IFCHR,
             Data::Fifo(_) => mode::S_IFIFO,
+            Data::Socket(_) => mode::S_IFSOCK,
         };
         t | (self.mode & 0o7777)
     }
@@ -114,7 +118,7 @@ impl Node {
             Data::File(v) => v.len() as u64,
             Data::Static(s) => s.len() as u64,
             Data::Symlink(t) => t.len() as u64,
-            Data::Dir(_) | Data::Device(_) | Data::Fifo(_) => 0,
+            Data::Dir(_) | Data::Device(_) | Data::Fifo(_) | Data::Socket(_) => 0,
         }
     }
 
@@ -472,6 +476,29 @@ impl Vfs {
     pub fn fifo(&self, ino: Ino) -> Option<alloc::sync::Arc<spin::Mutex<crate::pipebuf::PipeBuf>>> {
         match &self.node(ino).data {
             Data::Fifo(p) => Some(p.clone()),
+            _ => None,
+        }
+    }
+
+    /// Creates socket file `name` in `dir`, leading to `target`.
+    pub fn mksock(
+        &mut self,
+        dir: Ino,
+        name: &[u8],
+        mode: u32,
+        now: u64,
+        target: alloc::sync::Weak<dyn core::any::Any + Send + Sync>,
+    ) -> Result<Ino, Errno> {
+        let ino = self.create(dir, name, mode, false, now)?;
+        self.node_mut(ino).data = Data::Socket(target);
+        Ok(ino)
+    }
+
+    /// What socket file `ino` leads to: None if it is no socket file, or its
+    /// socket is closed.
+    pub fn socket(&self, ino: Ino) -> Option<Option<alloc::sync::Arc<dyn core::any::Any + Send + Sync>>> {
+        match &self.node(ino).data {
+            Data::Socket(w) => Some(w.upgrade()),
             _ => None,
         }
     }
