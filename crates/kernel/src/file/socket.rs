@@ -270,6 +270,21 @@ pub trait Socket: Send + Sync {
     fn timeouts(&self) -> (u64, u64) {
         (0, 0)
     }
+
+    /// After `connect` said EINPROGRESS: EAGAIN while the connection is being
+    /// made, then its result (a blocking connect waits on this).
+    fn connect_wait(&self) -> SysResult {
+        Ok(0)
+    }
+
+    /// When the socket's protocol next needs to run (monotonic ns), for a
+    /// caller about to wait on it: it wakes then and calls [`Socket::tick`].
+    fn next_timer(&self) -> Option<u64> {
+        None
+    }
+
+    /// Runs the protocol's timers that are due.
+    fn tick(&self) {}
 }
 
 /// An option value as an int (`setsockopt` takes at least 4 bytes for ints).

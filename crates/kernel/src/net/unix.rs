@@ -754,7 +754,7 @@ impl File for UnixSocket {
             return Err(Errno::ESPIPE);
         }
         // (No destination: a datagram socket must be connected. No name lookups.)
-        self.send(&NoEnv, user, &Iov::one(buf, len), SendExtra::default())
+        self.send(&super::NoEnv, user, &Iov::one(buf, len), SendExtra::default())
     }
 
     fn poll(&self, _: &OpenFile) -> Option<Readiness> {
@@ -831,27 +831,6 @@ impl File for UnixSocket {
 
     fn as_any(&self) -> &dyn Any {
         self
-    }
-}
-
-/// The environment of `write(2)` on a socket: no names to look up.
-struct NoEnv;
-
-impl NetEnv for NoEnv {
-    fn bind_path(&self, _: &[u8], _: Weak<dyn Any + Send + Sync>) -> SysResult {
-        Err(Errno::EINVAL)
-    }
-    fn find_path(&self, _: &[u8]) -> Result<sock::Named, Errno> {
-        Err(Errno::ENOTCONN)
-    }
-    fn bind_abstract(&self, _: &[u8], _: Weak<dyn Any + Send + Sync>) -> SysResult {
-        Err(Errno::EINVAL)
-    }
-    fn find_abstract(&self, _: &[u8]) -> Result<sock::Named, Errno> {
-        Err(Errno::ENOTCONN)
-    }
-    fn cred(&self) -> Cred {
-        Cred::default()
     }
 }
 

@@ -148,11 +148,18 @@ fn wait_on(
             sched::finish_wait(key);
             return r;
         }
-        let w = sched::block(deadline);
+        // Wake for the protocol's next timer too (and run it).
+        let timer = s.next_timer();
+        let until = match (deadline, timer) {
+            (Some(d), Some(t)) => Some(d.min(t)),
+            (d, t) => d.or(t),
+        };
+        let w = sched::block(until);
         sched::finish_wait(key);
         match w {
             sched::Wake::Woken => {}
-            sched::Wake::TimedOut => return Err(Errno::EAGAIN),
+            sched::Wake::TimedOut if deadline.is_some_and(|d| mono_now() >= d) => return Err(Errno::EAGAIN),
+            sched::Wake::TimedOut => s.tick(),
             sched::Wake::Interrupted if timeout > 0 => return Err(Errno::EINTR),
             sched::Wake::Interrupted => return Err(Errno::ERESTARTSYS),
         }
@@ -197,7 +204,7 @@ pub fn socket(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
             let s = UnixSocket::new(kind, Env(ctx).cred());
             install(ctx, OpenFile::new(s, flags), cloexec)
         }
-        // Internet sockets need the TCP/IP stack (not yet here).
+        // Internet sockets: net/inet.rs (smoltcp) is not wired in yet.
         d if d == u64::from(AF_INET) || d == u64::from(AF_INET6) => Err(Errno::EAFNOSUPPORT),
         d if d >= NPROTO => Err(Errno::EAFNOSUPPORT),
         _ => Err(Errno::EAFNOSUPPORT),
@@ -208,6 +215,7 @@ pub fn socketpair(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [domain, ty, proto, sv, ..] = f.args();
     let (kind, flags, cloexec) = type_flags(ty)?;
     if domain != u64::from(AF_UNIX) {
+        // (Linux: AF_INET has no socketpair; a bad type is checked first.)
         return Err(if domain == u64::from(AF_INET) || domain == u64::from(AF_INET6) {
             Errno::EOPNOTSUPP
         } else {
@@ -292,7 +300,16 @@ pub fn connect(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let s = sock(&of)?;
     let a = read_addr(ctx, addr, len)?;
     let env = Env(ctx);
-    wait_on(&of, s, false, s.timeouts().1, || s.connect(&env, &a))
+    match wait_on(&of, s, false, s.timeouts().1, || s.connect(&env, &a)) {
+        // A blocking connect waits for the handshake (its timeout leaves it going on).
+        Err(Errno::EINPROGRESS) if !of.nonblocking() => {
+            match wait_on(&of, s, false, s.timeouts().1, || s.connect_wait()) {
+                Err(Errno::EAGAIN) => Err(Errno::EINPROGRESS),
+                r => r,
+            }
+        }
+        r => r,
+    }
 }
 
 pub fn getsockname(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {

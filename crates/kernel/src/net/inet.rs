@@ -1,0 +1,1329 @@
+//! AF_INET and AF_INET6 sockets, TCP and UDP, on smoltcp over a loopback
+//! interface (127.0.0.1/8 and ::1): everything inside the VM (the network
+//! device comes with issue 15).
+//!
+//! - One stack ([`Stack`]: the interface, its loopback device, smoltcp's socket
+//!   set and our sockets' state) under one lock. Protocol work runs on the calling
+//!   thread, as the seed's in-application processing: every operation that may
+//!   produce or consume packets ends with [`Stack::pump`], which runs smoltcp
+//!   until the loopback queue is empty (a send is delivered to its receiver within
+//!   the sender's call), then wakes the sockets whose readiness changed. No
+//!   network thread, no tick: a thread that waits on a socket also waits for the
+//!   stack's next timer (`poll_at`) and pumps when it wakes.
+//! - smoltcp has no accept queue: a listener keeps a pool of smoltcp sockets in
+//!   LISTEN; each one a SYN claims is replaced, and those that reach ESTABLISHED
+//!   wait for `accept` (the backlog bounds pool and queue together).
+//! - Ports (bind, ephemeral 32768-60999, SO_REUSEADDR / SO_REUSEPORT, the
+//!   dual-stack rule of IPV6_V6ONLY) are ours: smoltcp does not manage them.
+//! - Buffers are fixed when a smoltcp socket is made (SO_RCVBUF/SO_SNDBUF set
+//!   before connect or listen size them); they come from the kernel heap, which
+//!   `--mem` bounds, and exhaustion is ENOBUFS, never a panic.
+
+use crate::errno::{Errno, SysResult};
+use crate::file::socket::{self as sock, msg, opt, Iov, NetEnv, RecvExtra, SendExtra, Socket};
+use crate::file::socket::{AF_INET, AF_INET6, SHUT_RD, SHUT_RDWR, SHUT_WR, SOCK_DGRAM, SOCK_STREAM};
+use crate::file::{ev, key_of, mode, File, FileRef, Meta, OpenFile, Readiness};
+use crate::mm::user::UserMem;
+use crate::task::sched;
+use crate::time::mono_now;
+use alloc::boxed::Box;
+use alloc::collections::{BTreeMap, VecDeque};
+use alloc::vec;
+use alloc::vec::Vec;
+use core::any::Any;
+use core::net::{Ipv4Addr, Ipv6Addr};
+use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
+use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
+use smoltcp::socket::{tcp, udp};
+use smoltcp::time::Instant;
+use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint};
+use spin::{Mutex, Once};
+
+pub const IPPROTO_TCP: u64 = 6;
+pub const IPPROTO_UDP: u64 = 17;
+const IPPROTO_IP: u64 = 0;
+const IPPROTO_IPV6: u64 = 41;
+const TCP_NODELAY: u64 = 1;
+const TCP_MAXSEG: u64 = 2;
+const TCP_KEEPIDLE: u64 = 4;
+const TCP_KEEPINTVL: u64 = 5;
+const TCP_KEEPCNT: u64 = 6;
+const TCP_INFO: u64 = 11;
+const TCP_QUICKACK: u64 = 12;
+const TCP_USER_TIMEOUT: u64 = 18;
+const TCP_FASTOPEN: u64 = 23;
+const TCP_CONGESTION: u64 = 13;
+const IP_TOS: u64 = 1;
+const IP_TTL: u64 = 2;
+const IP_MULTICAST_IF: u64 = 32;
+const IP_MULTICAST_TTL: u64 = 33;
+const IP_MULTICAST_LOOP: u64 = 34;
+const IP_ADD_MEMBERSHIP: u64 = 35;
+const IP_DROP_MEMBERSHIP: u64 = 36;
+const IP_RECVERR: u64 = 11;
+const IPV6_UNICAST_HOPS: u64 = 16;
+const IPV6_MULTICAST_IF: u64 = 17;
+const IPV6_MULTICAST_HOPS: u64 = 18;
+const IPV6_MULTICAST_LOOP: u64 = 19;
+const IPV6_V6ONLY: u64 = 26;
+const IPV6_TCLASS: u64 = 67;
+
+/// The smallest TCP buffers, each way (SO_RCVBUF / SO_SNDBUF may ask for more,
+/// up to 4x; smoltcp's buffers do not grow afterwards).
+const TCP_BUF: usize = 64 * 1024;
+const UDP_BUF: usize = 208 * 1024;
+const UDP_PACKETS: usize = 256;
+/// Largest UDP payload over IPv4.
+const UDP_MAX: usize = 65507;
+const EPHEMERAL: core::ops::RangeInclusive<u16> = 32768..=60999;
+/// Rounds of smoltcp per pump at most (each empties the loopback queue once).
+const PUMP_ROUNDS: usize = 256;
+const MTU: usize = 65535;
+
+// ---- the loopback device ------------------------------------------------------
+
+/// Packets sent come back in order on the next receive.
+#[derive(Default)]
+struct Lo {
+    queue: VecDeque<Vec<u8>>,
+    /// Packets carried (for --stats and tests).
+    packets: u64,
+}
+
+struct LoRx(Vec<u8>);
+struct LoTx<'a>(&'a mut Lo);
+
+impl phy::RxToken for LoRx {
+    fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
+        f(&self.0)
+    }
+}
+
+impl phy::TxToken for LoTx<'_> {
+    fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
+        let mut buf = vec![0u8; len];
+        let r = f(&mut buf);
+        self.0.queue.push_back(buf);
+        self.0.packets += 1;
+        r
+    }
+}
+
+impl Device for Lo {
+    type RxToken<'a> = LoRx;
+    type TxToken<'a> = LoTx<'a>;
+
+    fn capabilities(&self) -> DeviceCapabilities {
+        let mut c = DeviceCapabilities::default();
+        c.max_transmission_unit = MTU;
+        c.medium = Medium::Ip;
+        c.checksum = ChecksumCapabilities::ignored();
+        c
+    }
+
+    fn receive(&mut self, _: Instant) -> Option<(LoRx, LoTx<'_>)> {
+        let p = self.queue.pop_front()?;
+        Some((LoRx(p), LoTx(self)))
+    }
+
+    fn transmit(&mut self, _: Instant) -> Option<LoTx<'_>> {
+        Some(LoTx(self))
+    }
+}
+
+// ---- our sockets' state ---------------------------------------------------------
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proto {
+    Tcp,
+    Udp,
+}
+
+/// What a socket is now.
+enum Role {
+    /// Made, maybe bound; no smoltcp socket yet.
+    Fresh,
+    Udp(SocketHandle),
+    Listener { pool: Vec<SocketHandle>, ready: VecDeque<SocketHandle>, backlog: usize },
+    /// A TCP connection (or one being made).
+    Conn(SocketHandle),
+}
+
+/// Options, as stored and read back.
+#[derive(Clone)]
+struct Opts {
+    reuseaddr: bool,
+    reuseport: bool,
+    keepalive: bool,
+    nodelay: bool,
+    v6only: bool,
+    broadcast: bool,
+    rcvtimeo: u64,
+    sndtimeo: u64,
+    sndbuf: u32,
+    rcvbuf: u32,
+    linger: [u8; 8],
+    ttl: i32,
+    keepidle: i32,
+    keepintvl: i32,
+    keepcnt: i32,
+    /// Others read back as stored: (level, name) -> value.
+    misc: Vec<((u64, u64), i32)>,
+}
+
+impl Default for Opts {
+    fn default() -> Self {
+        Opts {
+            reuseaddr: false,
+            reuseport: false,
+            keepalive: false,
+            nodelay: false,
+            v6only: false,
+            broadcast: false,
+            rcvtimeo: 0,
+            sndtimeo: 0,
+            sndbuf: 16384,
+            rcvbuf: 131072,
+            linger: [0; 8],
+            ttl: 64,
+            keepidle: 7200,
+            keepintvl: 75,
+            keepcnt: 9,
+            misc: Vec::new(),
+        }
+    }
+}
+
+struct Sock {
+    family: u16,
+    proto: Proto,
+    /// The local address and port bound (None: unbound; address None: any).
+    local: Option<(Option<IpAddress>, u16)>,
+    /// A UDP socket's connected peer.
+    peer: Option<IpEndpoint>,
+    role: Role,
+    opts: Opts,
+    /// The error SO_ERROR reports (and the next call, for some).
+    error: Option<Errno>,
+    /// A connect was started (EALREADY / EISCONN bookkeeping).
+    connecting: bool,
+    shut_rd: bool,
+    shut_wr: bool,
+    /// The wait key and the readiness last seen (to wake on a change).
+    key: u64,
+    seen: u64,
+}
+
+/// The network stack.
+pub struct Stack {
+    iface: Interface,
+    dev: Lo,
+    set: SocketSet<'static>,
+    socks: BTreeMap<u64, Sock>,
+    next_id: u64,
+    next_port: u16,
+    /// smoltcp sockets of closed files, closing gracefully (FIN, TIME-WAIT).
+    closing: Vec<SocketHandle>,
+}
+
+static STACK: Once<Mutex<Stack>> = Once::new();
+
+fn now() -> Instant {
+    Instant::from_micros((mono_now() / 1000) as i64)
+}
+
+/// The stack, made on first use.
+fn stack() -> &'static Mutex<Stack> {
+    STACK.call_once(|| {
+        let mut dev = Lo::default();
+        let mut cfg = Config::new(HardwareAddress::Ip);
+        cfg.random_seed = mono_now() ^ 0x6f6e_6572_696e_67;
+        let mut iface = Interface::new(cfg, &mut dev, now());
+        iface.update_ip_addrs(|a| {
+            let _ = a.push(IpCidr::new(IpAddress::v4(127, 0, 0, 1), 8));
+            let _ = a.push(IpCidr::new(IpAddress::v6(0, 0, 0, 0, 0, 0, 0, 1), 128));
+        });
+        Mutex::new(Stack {
+            iface,
+            dev,
+            set: SocketSet::new(Vec::new()),
+            socks: BTreeMap::new(),
+            next_id: 1,
+            next_port: *EPHEMERAL.start(),
+            closing: Vec::new(),
+        })
+    })
+}
+
+/// Packets the loopback device has carried.
+pub fn packets() -> u64 {
+    STACK.get().map_or(0, |s| s.lock().dev.packets)
+}
+
+/// The next time the stack needs to run (monotonic ns), if any.
+pub fn next_deadline() -> Option<u64> {
+    let mut g = STACK.get()?.lock();
+    let Stack { iface, set, .. } = &mut *g;
+    let at = iface.poll_at(now(), set)?;
+    Some((at.total_micros().max(0) as u64).saturating_mul(1000))
+}
+
+fn tcp_socket(rx: usize, tx: usize) -> Result<tcp::Socket<'static>, Errno> {
+    let mut r = Vec::new();
+    r.try_reserve_exact(rx).map_err(|_| Errno::ENOBUFS)?;
+    r.resize(rx, 0);
+    let mut t = Vec::new();
+    t.try_reserve_exact(tx).map_err(|_| Errno::ENOBUFS)?;
+    t.resize(tx, 0);
+    let mut s = tcp::Socket::new(tcp::SocketBuffer::new(r), tcp::SocketBuffer::new(t));
+    // Loopback loses nothing: acknowledge at once (no delayed-ACK stalls).
+    s.set_ack_delay(None);
+    Ok(s)
+}
+
+fn readiness_sig(set: &SocketSet<'static>, s: &Sock) -> u64 {
+    let mut h: u64 = s.error.map_or(0, |e| e as u64) << 56;
+    let mix = |h: u64, v: u64| (h ^ v).wrapping_mul(0x100_0000_01b3);
+    match &s.role {
+        Role::Fresh => {}
+        Role::Udp(u) => {
+            let u = set.get::<udp::Socket>(*u);
+            h = mix(h, u.recv_queue() as u64);
+            h = mix(h, u.can_send() as u64);
+        }
+        Role::Listener { ready, .. } => h = mix(h, ready.len() as u64),
+        Role::Conn(c) => {
+            let t = set.get::<tcp::Socket>(*c);
+            h = mix(h, t.state() as u64);
+            h = mix(h, t.recv_queue() as u64);
+            h = mix(h, t.send_queue() as u64);
+        }
+    }
+    h
+}
+
+impl Stack {
+    /// Runs smoltcp until the loopback queue is empty, moves connections that
+    /// listeners' pools took into their accept queues (refilling the pools),
+    /// frees closed sockets, and returns the keys of sockets whose readiness
+    /// changed (to wake once the lock is dropped).
+    fn pump(&mut self) -> Vec<u64> {
+        let t = now();
+        for _ in 0..PUMP_ROUNDS {
+            let _ = self.iface.poll(t, &mut self.dev, &mut self.set);
+            if self.dev.queue.is_empty() {
+                break;
+            }
+        }
+        self.tend_listeners();
+        let set = &mut self.set;
+        self.closing.retain(|h| {
+            let done = set.get::<tcp::Socket>(*h).state() == tcp::State::Closed;
+            if done {
+                set.remove(*h);
+            }
+            !done
+        });
+        let mut keys = Vec::new();
+        for s in self.socks.values_mut() {
+            if let Role::Conn(c) = s.role {
+                // A connection refused or reset: its error, once.
+                let t = self.set.get::<tcp::Socket>(c);
+                if t.state() == tcp::State::Closed && s.connecting && s.error.is_none() {
+                    s.error = Some(Errno::ECONNREFUSED);
+                    s.connecting = false;
+                }
+                if t.state() != tcp::State::SynSent && t.state() != tcp::State::Closed {
+                    s.connecting = false;
+                }
+            }
+            let sig = readiness_sig(&self.set, s);
+            if sig != s.seen {
+                s.seen = sig;
+                keys.push(s.key);
+            }
+        }
+        keys
+    }
+
+    fn tend_listeners(&mut self) {
+        let ids: Vec<u64> =
+            self.socks.iter().filter(|(_, s)| matches!(s.role, Role::Listener { .. })).map(|(i, _)| *i).collect();
+        for id in ids {
+            let Some(s) = self.socks.get_mut(&id) else { continue };
+            let (rb, tb) = (s.opts.rcvbuf as usize, s.opts.sndbuf as usize);
+            let ep = listen_endpoint(s);
+            let nodelay = s.opts.nodelay;
+            let Role::Listener { pool, ready, backlog } = &mut s.role else { continue };
+            let set = &mut self.set;
+            let mut i = 0;
+            while i < pool.len() {
+                let st = set.get::<tcp::Socket>(pool[i]).state();
+                match st {
+                    tcp::State::Listen | tcp::State::SynReceived => i += 1,
+                    tcp::State::Closed => {
+                        // (A SYN-RECEIVED that was reset: back to listening.)
+                        let _ = set.get_mut::<tcp::Socket>(pool[i]).listen(ep);
+                        i += 1;
+                    }
+                    _ => ready.push_back(pool.swap_remove(i)),
+                }
+            }
+            let listening = pool.iter().filter(|h| set.get::<tcp::Socket>(**h).state() == tcp::State::Listen).count();
+            if listening == 0 && pool.len() + ready.len() <= *backlog {
+                if let Ok(mut t) = tcp_socket(rb.clamp(TCP_BUF, TCP_BUF * 4), tb.clamp(TCP_BUF, TCP_BUF * 4)) {
+                    t.set_nagle_enabled(!nodelay);
+                    if t.listen(ep).is_ok() {
+                        pool.push(set.add(t));
+                    }
+                }
+            }
+        }
+    }
+
+    fn sock(&mut self, id: u64) -> Result<&mut Sock, Errno> {
+        self.socks.get_mut(&id).ok_or(Errno::EBADF)
+    }
+
+    /// Whether port `port` of `proto` is free for `me` to bind at `addr`.
+    fn port_free(&self, me: u64, proto: Proto, addr: Option<IpAddress>, port: u16) -> bool {
+        let mine = &self.socks[&me];
+        !self.socks.iter().any(|(id, s)| {
+            if *id == me || s.proto != proto {
+                return false;
+            }
+            let Some((a, p)) = s.local else { return false };
+            if p != port {
+                return false;
+            }
+            // Overlap: either is "any" (of the same family, or a dual-stack one).
+            let overlap = match (a, addr) {
+                (None, None) => true,
+                (None, Some(x)) => family_covers(s, x),
+                (Some(x), None) => family_covers(mine, x),
+                (Some(x), Some(y)) => x == y,
+            };
+            if !overlap {
+                return false;
+            }
+            let listening = matches!(s.role, Role::Listener { .. });
+            let shared = (s.opts.reuseport && mine.opts.reuseport)
+                || (s.opts.reuseaddr && mine.opts.reuseaddr && (proto == Proto::Udp || !listening));
+            !shared
+        })
+    }
+
+    fn ephemeral(&mut self, me: u64, proto: Proto, addr: Option<IpAddress>) -> Result<u16, Errno> {
+        let span = (EPHEMERAL.end() - EPHEMERAL.start()) as u32 + 1;
+        for _ in 0..span {
+            let p = self.next_port;
+            self.next_port = if p >= *EPHEMERAL.end() { *EPHEMERAL.start() } else { p + 1 };
+            if self.port_free(me, proto, addr, p) {
+                return Ok(p);
+            }
+        }
+        Err(Errno::EADDRNOTAVAIL)
+    }
+}
+
+/// Whether an "any" socket `s` covers address `x` (an AF_INET6 socket covers
+/// IPv4 unless IPV6_V6ONLY).
+fn family_covers(s: &Sock, x: IpAddress) -> bool {
+    match x {
+        IpAddress::Ipv4(_) => s.family == AF_INET || !s.opts.v6only,
+        IpAddress::Ipv6(_) => s.family == AF_INET6,
+    }
+}
+
+fn listen_endpoint(s: &Sock) -> IpListenEndpoint {
+    let (addr, port) = s.local.unwrap_or((None, 0));
+    IpListenEndpoint { addr, port }
+}
+
+// ---- addresses -------------------------------------------------------------------
+
+/// Parses a `sockaddr_in` or `sockaddr_in6` for a socket of `family`. A v4-mapped
+/// IPv6 address becomes IPv4. `None` address: INADDR_ANY / in6addr_any.
+fn parse_addr(family: u16, a: &[u8]) -> Result<(Option<IpAddress>, u16), Errno> {
+    if a.len() < 2 {
+        return Err(Errno::EINVAL);
+    }
+    let fam = u16::from_le_bytes([a[0], a[1]]);
+    if fam != family {
+        return Err(Errno::EAFNOSUPPORT);
+    }
+    if family == AF_INET {
+        if a.len() < 16 {
+            return Err(Errno::EINVAL);
+        }
+        let port = u16::from_be_bytes([a[2], a[3]]);
+        let ip = Ipv4Addr::new(a[4], a[5], a[6], a[7]);
+        return Ok(((!ip.is_unspecified()).then_some(IpAddress::Ipv4(ip)), port));
+    }
+    if a.len() < 24 {
+        return Err(Errno::EINVAL);
+    }
+    let port = u16::from_be_bytes([a[2], a[3]]);
+    let mut b = [0u8; 16];
+    b.copy_from_slice(&a[8..24]);
+    let ip = Ipv6Addr::from(b);
+    if let Some(v4) = ip.to_ipv4_mapped() {
+        return Ok(((!v4.is_unspecified()).then_some(IpAddress::Ipv4(v4)), port));
+    }
+    Ok(((!ip.is_unspecified()).then_some(IpAddress::Ipv6(ip)), port))
+}
+
+/// Encodes an address for a socket of `family` (IPv4 in an AF_INET6 socket as
+/// v4-mapped).
+fn encode(family: u16, addr: Option<IpAddress>, port: u16) -> Vec<u8> {
+    let mut v = family.to_le_bytes().to_vec();
+    v.extend_from_slice(&port.to_be_bytes());
+    if family == AF_INET {
+        let ip = match addr {
+            Some(IpAddress::Ipv4(a)) => a,
+            _ => Ipv4Addr::UNSPECIFIED,
+        };
+        v.extend_from_slice(&ip.octets());
+        v.extend_from_slice(&[0; 8]);
+    } else {
+        v.extend_from_slice(&[0; 4]);
+        let ip = match addr {
+            Some(IpAddress::Ipv6(a)) => a,
+            Some(IpAddress::Ipv4(a)) => a.to_ipv6_mapped(),
+            None => Ipv6Addr::UNSPECIFIED,
+        };
+        v.extend_from_slice(&ip.octets());
+        v.extend_from_slice(&[0; 4]);
+    }
+    v
+}
+
+/// Whether `a` is an address of this machine.
+fn local_addr(a: IpAddress) -> bool {
+    match a {
+        IpAddress::Ipv4(v) => v == Ipv4Addr::LOCALHOST,
+        IpAddress::Ipv6(v) => v == Ipv6Addr::LOCALHOST,
+    }
+}
+
+// ---- the file object ---------------------------------------------------------------
+
+/// An AF_INET or AF_INET6 socket's file object: an id in the stack's table.
+pub struct InetSocket {
+    id: u64,
+    /// Its address is the socket's wait key.
+    anchor: Box<u64>,
+}
+
+fn wake(keys: Vec<u64>) {
+    for k in keys {
+        sched::wake_all(k);
+    }
+}
+
+impl InetSocket {
+    /// A new socket (`kind`: SOCK_STREAM or SOCK_DGRAM; `proto` 0 or the match).
+    pub fn new(family: u16, kind: u32, proto: u64) -> Result<InetSocket, Errno> {
+        let p = match (kind, proto) {
+            (SOCK_STREAM, 0 | IPPROTO_TCP) => Proto::Tcp,
+            (SOCK_DGRAM, 0 | IPPROTO_UDP) => Proto::Udp,
+            (SOCK_STREAM | SOCK_DGRAM, _) => return Err(Errno::EPROTONOSUPPORT),
+            _ => return Err(Errno::ESOCKTNOSUPPORT),
+        };
+        let mut s = stack().lock();
+        let id = s.next_id;
+        s.next_id += 1;
+        let anchor = Box::new(id);
+        let key = key_of(&*anchor);
+        let sock = Sock {
+            family,
+            proto: p,
+            local: None,
+            peer: None,
+            role: Role::Fresh,
+            opts: Opts::default(),
+            error: None,
+            connecting: false,
+            shut_rd: false,
+            shut_wr: false,
+            key,
+            seen: 0,
+        };
+        s.socks.insert(id, sock);
+        Ok(InetSocket { id, anchor })
+    }
+
+    fn key(&self) -> u64 {
+        key_of(&*self.anchor)
+    }
+
+    /// Runs `f` on the stack and this socket, pumps, and wakes.
+    fn with<R>(&self, f: impl FnOnce(&mut Stack) -> Result<R, Errno>) -> Result<R, Errno> {
+        let (r, keys) = {
+            let mut s = stack().lock();
+            let r = f(&mut s);
+            let keys = s.pump();
+            (r, keys)
+        };
+        wake(keys);
+        r
+    }
+
+    /// Binds to an ephemeral port if unbound (connect, listen, a UDP send).
+    fn autobind(s: &mut Stack, id: u64) -> Result<(), Errno> {
+        if s.sock(id)?.local.is_some() {
+            return Ok(());
+        }
+        let proto = s.sock(id)?.proto;
+        let port = s.ephemeral(id, proto, None)?;
+        s.sock(id)?.local = Some((None, port));
+        Ok(())
+    }
+
+    /// The UDP socket, made on first need.
+    fn udp(s: &mut Stack, id: u64) -> Result<SocketHandle, Errno> {
+        Self::autobind(s, id)?;
+        let sk = s.sock(id)?;
+        if let Role::Udp(h) = sk.role {
+            return Ok(h);
+        }
+        let ep = listen_endpoint(sk);
+        let mut rx = Vec::new();
+        rx.try_reserve_exact(UDP_BUF).map_err(|_| Errno::ENOBUFS)?;
+        rx.resize(UDP_BUF, 0);
+        let mut tx = Vec::new();
+        tx.try_reserve_exact(UDP_BUF).map_err(|_| Errno::ENOBUFS)?;
+        tx.resize(UDP_BUF, 0);
+        let mut u = udp::Socket::new(
+            udp::PacketBuffer::new(vec![udp::PacketMetadata::EMPTY; UDP_PACKETS], rx),
+            udp::PacketBuffer::new(vec![udp::PacketMetadata::EMPTY; UDP_PACKETS], tx),
+        );
+        u.bind(ep).map_err(|_| Errno::EINVAL)?;
+        let h = s.set.add(u);
+        s.sock(id)?.role = Role::Udp(h);
+        Ok(h)
+    }
+}
+
+impl Drop for InetSocket {
+    fn drop(&mut self) {
+        let keys = {
+            let mut s = stack().lock();
+            let Some(sk) = s.socks.remove(&self.id) else { return };
+            match sk.role {
+                Role::Fresh => {}
+                Role::Udp(h) => {
+                    s.set.remove(h);
+                }
+                Role::Listener { pool, ready, .. } => {
+                    for h in pool.into_iter().chain(ready) {
+                        s.set.get_mut::<tcp::Socket>(h).abort();
+                        s.closing.push(h);
+                    }
+                }
+                Role::Conn(h) => {
+                    let t = s.set.get_mut::<tcp::Socket>(h);
+                    // Unread data: a reset, as Linux; else an orderly close.
+                    if t.recv_queue() > 0 {
+                        t.abort();
+                    } else {
+                        t.close();
+                    }
+                    s.closing.push(h);
+                }
+            }
+            s.pump()
+        };
+        wake(keys);
+    }
+}
+
+impl Socket for InetSocket {
+    fn domain(&self) -> u16 {
+        stack().lock().socks.get(&self.id).map_or(AF_INET, |s| s.family)
+    }
+
+    fn kind(&self) -> u32 {
+        match stack().lock().socks.get(&self.id).map(|s| s.proto) {
+            Some(Proto::Udp) => SOCK_DGRAM,
+            _ => SOCK_STREAM,
+        }
+    }
+
+    fn bind(&self, _: &dyn NetEnv, addr: &[u8]) -> SysResult {
+        let id = self.id;
+        self.with(|s| {
+            let fam = s.sock(id)?.family;
+            let (a, mut port) = parse_addr(fam, addr)?;
+            if a.is_some_and(|a| !local_addr(a)) {
+                return Err(Errno::EADDRNOTAVAIL);
+            }
+            if s.sock(id)?.local.is_some() {
+                return Err(Errno::EINVAL);
+            }
+            let proto = s.sock(id)?.proto;
+            if port == 0 {
+                port = s.ephemeral(id, proto, a)?;
+            } else if !s.port_free(id, proto, a, port) {
+                return Err(Errno::EADDRINUSE);
+            }
+            s.sock(id)?.local = Some((a, port));
+            Ok(0)
+        })
+    }
+
+    fn listen(&self, backlog: u32) -> SysResult {
+        let id = self.id;
+        self.with(|s| {
+            if s.sock(id)?.proto != Proto::Tcp {
+                return Err(Errno::EOPNOTSUPP);
+            }
+            let backlog = (backlog as usize).clamp(1, 4096);
+            match &mut s.sock(id)?.role {
+                Role::Listener { backlog: b, .. } => {
+                    *b = backlog;
+                    return Ok(0);
+                }
+                Role::Fresh => {}
+                _ => return Err(Errno::EINVAL),
+            }
+            Self::autobind(s, id)?;
+            let (a, port) = s.sock(id)?.local.unwrap_or((None, 0));
+            if !s.port_free(id, Proto::Tcp, a, port) {
+                return Err(Errno::EADDRINUSE);
+            }
+            s.sock(id)?.role = Role::Listener { pool: Vec::new(), ready: VecDeque::new(), backlog };
+            s.tend_listeners();
+            Ok(0)
+        })
+    }
+
+    fn accept(&self) -> Result<(FileRef, Vec<u8>), Errno> {
+        let id = self.id;
+        let (conn, fam, opts) = self.with(|s| {
+            let sk = s.sock(id)?;
+            let (fam, opts) = (sk.family, sk.opts.clone());
+            match &mut sk.role {
+                Role::Listener { ready, .. } => match ready.pop_front() {
+                    Some(h) => Ok((h, fam, opts)),
+                    None => Err(Errno::EAGAIN),
+                },
+                _ if sk.proto == Proto::Udp => Err(Errno::EOPNOTSUPP),
+                _ => Err(Errno::EINVAL),
+            }
+        })?;
+        let new = InetSocket::new(fam, SOCK_STREAM, 0)?;
+        let peer = {
+            let mut s = stack().lock();
+            let t = s.set.get::<tcp::Socket>(conn);
+            let (local, remote) = (t.local_endpoint(), t.remote_endpoint());
+            let sk = s.sock(new.id)?;
+            sk.role = Role::Conn(conn);
+            sk.local = local.map(|e| (Some(e.addr), e.port));
+            sk.opts = opts;
+            sk.opts.misc.clear();
+            let sig = readiness_sig(&s.set, &s.socks[&new.id]);
+            if let Some(sk) = s.socks.get_mut(&new.id) {
+                sk.seen = sig;
+            }
+            remote.map_or_else(|| encode(fam, None, 0), |e| encode(fam, Some(e.addr), e.port))
+        };
+        Ok((OpenFile::new(new, crate::file::oflag::O_RDWR), peer))
+    }
+
+    fn connect(&self, _: &dyn NetEnv, addr: &[u8]) -> SysResult {
+        let id = self.id;
+        self.with(|s| {
+            let sk = s.sock(id)?;
+            let fam = sk.family;
+            if sk.proto == Proto::Udp {
+                // AF_UNSPEC dissolves the association.
+                if addr.len() >= 2 && u16::from_le_bytes([addr[0], addr[1]]) == 0 {
+                    sk.peer = None;
+                    return Ok(0);
+                }
+                let (a, port) = parse_addr(fam, addr)?;
+                let a = a.unwrap_or(if fam == AF_INET {
+                    IpAddress::Ipv4(Ipv4Addr::LOCALHOST)
+                } else {
+                    IpAddress::Ipv6(Ipv6Addr::LOCALHOST)
+                });
+                s.sock(id)?.peer = Some(IpEndpoint::new(a, port));
+                Self::udp(s, id)?;
+                return Ok(0);
+            }
+            match sk.role {
+                Role::Listener { .. } => return Err(Errno::EINVAL),
+                Role::Conn(h) => {
+                    let st = s.set.get::<tcp::Socket>(h).state();
+                    if let Some(e) = s.sock(id)?.error.take() {
+                        return Err(e);
+                    }
+                    return match st {
+                        tcp::State::SynSent => Err(Errno::EALREADY),
+                        _ => Err(Errno::EISCONN),
+                    };
+                }
+                Role::Fresh | Role::Udp(_) => {}
+            }
+            let (a, port) = parse_addr(fam, addr)?;
+            if port == 0 {
+                return Err(Errno::ECONNREFUSED);
+            }
+            let a = a.unwrap_or(IpAddress::Ipv4(Ipv4Addr::LOCALHOST));
+            if !local_addr(a) {
+                return Err(Errno::ENETUNREACH); // no network device yet
+            }
+            Self::autobind(s, id)?;
+            let sk = s.sock(id)?;
+            let (la, lp) = sk.local.unwrap_or((None, 0));
+            let (rb, tb, nodelay) = (sk.opts.rcvbuf as usize, sk.opts.sndbuf as usize, sk.opts.nodelay);
+            let mut t = tcp_socket(rb.clamp(TCP_BUF, TCP_BUF * 4), tb.clamp(TCP_BUF, TCP_BUF * 4))?;
+            t.set_nagle_enabled(!nodelay);
+            let cx = s.iface.context();
+            t.connect(cx, IpEndpoint::new(a, port), IpListenEndpoint { addr: la, port: lp })
+                .map_err(|_| Errno::EADDRNOTAVAIL)?;
+            let h = s.set.add(t);
+            let sk = s.sock(id)?;
+            sk.role = Role::Conn(h);
+            sk.connecting = true;
+            Ok(0)
+        })?;
+        // On loopback the handshake is usually over already; if not, the
+        // caller waits with connect_wait (a non-blocking one gets EINPROGRESS).
+        self.connect_done()
+    }
+
+    fn connect_wait(&self) -> SysResult {
+        match self.connect_done() {
+            Err(Errno::EINPROGRESS) => Err(Errno::EAGAIN),
+            r => r,
+        }
+    }
+
+    fn blocked_on(&self) -> Option<u64> {
+        None
+    }
+
+    fn send(&self, _: &dyn NetEnv, user: &dyn UserMem, iov: &Iov, extra: SendExtra) -> SysResult {
+        let id = self.id;
+        let len = iov.len();
+        self.with(|s| {
+            let sk = s.sock(id)?;
+            if let Some(e) = sk.error.take() {
+                return Err(e);
+            }
+            match sk.proto {
+                Proto::Udp => {
+                    let fam = sk.family;
+                    let dest = match &extra.addr {
+                        Some(a) => {
+                            let (ip, port) = parse_addr(fam, a)?;
+                            if port == 0 {
+                                return Err(Errno::EINVAL);
+                            }
+                            IpEndpoint::new(ip.unwrap_or(IpAddress::Ipv4(Ipv4Addr::LOCALHOST)), port)
+                        }
+                        None => sk.peer.ok_or(Errno::EDESTADDRREQ)?,
+                    };
+                    if !local_addr(dest.addr) {
+                        return Err(Errno::ENETUNREACH);
+                    }
+                    if len as usize > UDP_MAX {
+                        return Err(Errno::EMSGSIZE);
+                    }
+                    let mut data = Vec::new();
+                    data.try_reserve_exact(len as usize).map_err(|_| Errno::ENOBUFS)?;
+                    data.resize(len as usize, 0);
+                    iov.read_at(user, 0, &mut data)?;
+                    let h = Self::udp(s, id)?;
+                    let u = s.set.get_mut::<udp::Socket>(h);
+                    match u.send_slice(&data, dest) {
+                        Ok(()) => Ok(len),
+                        Err(udp::SendError::BufferFull) => Err(Errno::EAGAIN),
+                        Err(udp::SendError::Unaddressable) => Err(Errno::EINVAL),
+                    }
+                }
+                Proto::Tcp => {
+                    if extra.addr.is_some() && !matches!(sk.role, Role::Conn(_)) {
+                        return Err(Errno::EPIPE);
+                    }
+                    let shut = sk.shut_wr;
+                    let Role::Conn(h) = sk.role else { return Err(Errno::EPIPE) };
+                    let t = s.set.get_mut::<tcp::Socket>(h);
+                    if shut {
+                        return Err(Errno::EPIPE);
+                    }
+                    match t.state() {
+                        tcp::State::SynSent | tcp::State::SynReceived => return Err(Errno::EAGAIN),
+                        tcp::State::Established | tcp::State::CloseWait => {}
+                        tcp::State::Closed => return Err(Errno::ECONNRESET),
+                        _ => return Err(Errno::EPIPE),
+                    }
+                    if len == 0 {
+                        return Ok(0);
+                    }
+                    let mut done = 0u64;
+                    while done < len {
+                        let r = t.send(|buf| {
+                            let n = (buf.len() as u64).min(len - done) as usize;
+                            match iov.read_at(user, done, &mut buf[..n]) {
+                                Ok(()) => (n, Ok(n)),
+                                Err(e) => (0, Err(e)),
+                            }
+                        });
+                        match r {
+                            Ok(Ok(0)) => break,
+                            Ok(Ok(n)) => done += n as u64,
+                            Ok(Err(e)) if done == 0 => return Err(e),
+                            Ok(Err(_)) => break,
+                            Err(_) => return if done > 0 { Ok(done) } else { Err(Errno::EPIPE) },
+                        }
+                    }
+                    if done == 0 {
+                        return Err(Errno::EAGAIN);
+                    }
+                    Ok(done)
+                }
+            }
+        })
+    }
+
+    fn recv(&self, user: &dyn UserMem, iov: &Iov, flags: u32) -> Result<(u64, RecvExtra), Errno> {
+        let id = self.id;
+        let peek = flags & msg::PEEK != 0;
+        let want = iov.len();
+        self.with(|s| {
+            let sk = s.sock(id)?;
+            let mut extra = RecvExtra::default();
+            let fam = sk.family;
+            match sk.role {
+                Role::Udp(h) => {
+                    let peer = sk.peer;
+                    let u = s.set.get_mut::<udp::Socket>(h);
+                    loop {
+                        let (data, meta) = match u.peek() {
+                            Ok((d, m)) => (d, *m),
+                            Err(_) => return Err(Errno::EAGAIN),
+                        };
+                        // A connected socket takes only its peer's datagrams.
+                        if peer.is_some_and(|p| p != meta.endpoint) {
+                            let _ = u.recv();
+                            continue;
+                        }
+                        let n = (data.len() as u64).min(want);
+                        iov.write_at(user, 0, &data[..n as usize])?;
+                        let full = data.len() as u64;
+                        if full > want {
+                            extra.flags |= msg::TRUNC;
+                        }
+                        extra.addr = Some(encode(fam, Some(meta.endpoint.addr), meta.endpoint.port));
+                        if !peek {
+                            let _ = u.recv();
+                        }
+                        return Ok((if flags & msg::TRUNC != 0 { full } else { n }, extra));
+                    }
+                }
+                Role::Fresh if sk.proto == Proto::Udp => {
+                    Self::udp(s, id)?;
+                    Err(Errno::EAGAIN)
+                }
+                Role::Conn(h) => {
+                    if let Some(e) = sk.error.take() {
+                        return Err(e);
+                    }
+                    if sk.shut_rd {
+                        return Ok((0, extra));
+                    }
+                    let t = s.set.get_mut::<tcp::Socket>(h);
+                    if t.recv_queue() == 0 {
+                        return match t.state() {
+                            tcp::State::SynSent | tcp::State::SynReceived | tcp::State::Established => {
+                                Err(Errno::EAGAIN)
+                            }
+                            tcp::State::FinWait1 | tcp::State::FinWait2 if t.may_recv() => Err(Errno::EAGAIN),
+                            tcp::State::Closed if !t.may_recv() && was_reset(t) => Err(Errno::ECONNRESET),
+                            _ => Ok((0, extra)),
+                        };
+                    }
+                    let mut got = 0u64;
+                    if peek {
+                        let mut tmp = vec![0u8; (want as usize).min(t.recv_queue())];
+                        let n = t.peek_slice(&mut tmp).unwrap_or(0);
+                        iov.write_at(user, 0, &tmp[..n])?;
+                        return Ok((n as u64, extra));
+                    }
+                    while got < want {
+                        let r = t.recv(|buf| {
+                            let n = (buf.len() as u64).min(want - got) as usize;
+                            match iov.write_at(user, got, &buf[..n]) {
+                                Ok(()) => (n, Ok(n)),
+                                Err(e) => (0, Err(e)),
+                            }
+                        });
+                        match r {
+                            Ok(Ok(0)) => break,
+                            Ok(Ok(n)) => got += n as u64,
+                            Ok(Err(e)) if got == 0 => return Err(e),
+                            _ => break,
+                        }
+                    }
+                    Ok((got, extra))
+                }
+                Role::Listener { .. } | Role::Fresh => Err(Errno::ENOTCONN),
+            }
+        })
+    }
+
+    fn shutdown(&self, how: u64) -> SysResult {
+        if how > SHUT_RDWR {
+            return Err(Errno::EINVAL);
+        }
+        let id = self.id;
+        self.with(|s| {
+            let sk = s.sock(id)?;
+            let Role::Conn(h) = sk.role else {
+                return if sk.proto == Proto::Udp && sk.peer.is_some() { Ok(0) } else { Err(Errno::ENOTCONN) };
+            };
+            if how != SHUT_WR {
+                sk.shut_rd = true;
+            }
+            if how != SHUT_RD {
+                sk.shut_wr = true;
+            }
+            sk.seen = 0; // readiness changed: wake pollers
+            if how != SHUT_RD {
+                s.set.get_mut::<tcp::Socket>(h).close();
+            }
+            Ok(0)
+        })
+    }
+
+    fn name(&self) -> Vec<u8> {
+        let s = stack().lock();
+        let Some(sk) = s.socks.get(&self.id) else { return Vec::new() };
+        if let Role::Conn(h) = sk.role {
+            if let Some(e) = s.set.get::<tcp::Socket>(h).local_endpoint() {
+                return encode(sk.family, Some(e.addr), e.port);
+            }
+        }
+        let (a, p) = sk.local.unwrap_or((None, 0));
+        encode(sk.family, a, p)
+    }
+
+    fn peer(&self) -> Result<Vec<u8>, Errno> {
+        let s = stack().lock();
+        let sk = s.socks.get(&self.id).ok_or(Errno::EBADF)?;
+        match sk.role {
+            Role::Conn(h) => {
+                let t = s.set.get::<tcp::Socket>(h);
+                match (t.state(), t.remote_endpoint()) {
+                    (tcp::State::SynSent | tcp::State::Closed, _) | (_, None) => Err(Errno::ENOTCONN),
+                    (_, Some(e)) => Ok(encode(sk.family, Some(e.addr), e.port)),
+                }
+            }
+            _ => sk.peer.map(|e| encode(sk.family, Some(e.addr), e.port)).ok_or(Errno::ENOTCONN),
+        }
+    }
+
+    fn getopt(&self, level: u64, name: u64) -> Result<Vec<u8>, Errno> {
+        let mut s = stack().lock();
+        let sk = s.sock(self.id)?;
+        let int = |v: i32| Ok(v.to_le_bytes().to_vec());
+        let o = &sk.opts;
+        match (level, name) {
+            (opt::SOL_SOCKET, opt::SO_TYPE) => int(if sk.proto == Proto::Tcp { 1 } else { 2 }),
+            (opt::SOL_SOCKET, opt::SO_DOMAIN) => int(i32::from(sk.family)),
+            (opt::SOL_SOCKET, opt::SO_PROTOCOL) => {
+                int(if sk.proto == Proto::Tcp { IPPROTO_TCP as i32 } else { IPPROTO_UDP as i32 })
+            }
+            (opt::SOL_SOCKET, opt::SO_ERROR) => int(sk.error.take().map_or(0, |e| e as i32)),
+            (opt::SOL_SOCKET, opt::SO_ACCEPTCONN) => int(matches!(sk.role, Role::Listener { .. }) as i32),
+            (opt::SOL_SOCKET, opt::SO_REUSEADDR) => int(o.reuseaddr as i32),
+            (opt::SOL_SOCKET, opt::SO_REUSEPORT) => int(o.reuseport as i32),
+            (opt::SOL_SOCKET, opt::SO_KEEPALIVE) => int(o.keepalive as i32),
+            (opt::SOL_SOCKET, opt::SO_BROADCAST) => int(o.broadcast as i32),
+            (opt::SOL_SOCKET, opt::SO_SNDBUF) => int(o.sndbuf as i32),
+            (opt::SOL_SOCKET, opt::SO_RCVBUF) => int(o.rcvbuf as i32),
+            (opt::SOL_SOCKET, opt::SO_RCVTIMEO) => Ok(sock::timeval_bytes(o.rcvtimeo)),
+            (opt::SOL_SOCKET, opt::SO_SNDTIMEO) => Ok(sock::timeval_bytes(o.sndtimeo)),
+            (opt::SOL_SOCKET, opt::SO_LINGER) => Ok(o.linger.to_vec()),
+            (IPPROTO_TCP, _) if sk.proto != Proto::Tcp => Err(Errno::EOPNOTSUPP),
+            (IPPROTO_TCP, TCP_NODELAY) => int(o.nodelay as i32),
+            (IPPROTO_TCP, TCP_MAXSEG) => int((MTU - 40) as i32),
+            (IPPROTO_TCP, TCP_KEEPIDLE) => int(o.keepidle),
+            (IPPROTO_TCP, TCP_KEEPINTVL) => int(o.keepintvl),
+            (IPPROTO_TCP, TCP_KEEPCNT) => int(o.keepcnt),
+            (IPPROTO_TCP, TCP_INFO) => Ok(vec![0u8; 104]),
+            (IPPROTO_TCP, TCP_CONGESTION) => Ok(b"reno\0\0\0\0\0\0\0\0\0\0\0\0".to_vec()),
+            (IPPROTO_IP, IP_TTL) | (IPPROTO_IPV6, IPV6_UNICAST_HOPS) => int(o.ttl),
+            (IPPROTO_IPV6, IPV6_V6ONLY) if sk.family == AF_INET6 => int(o.v6only as i32),
+            (l, n) => match o.misc.iter().find(|m| m.0 == (l, n)) {
+                Some(m) => int(m.1),
+                None if known_opt(l, n) => int(0),
+                None => Err(Errno::ENOPROTOOPT),
+            },
+        }
+    }
+
+    fn setopt(&self, level: u64, name: u64, val: &[u8]) -> SysResult {
+        let id = self.id;
+        self.with(|s| {
+            let sk = s.sock(id)?;
+            let role_conn = if let Role::Conn(h) = sk.role { Some(h) } else { None };
+            let o = &mut sk.opts;
+            let buf = |v: i32| (v.max(0) as u32).min(4 << 20).saturating_mul(2).max(4608);
+            match (level, name) {
+                (opt::SOL_SOCKET, opt::SO_RCVTIMEO) => o.rcvtimeo = sock::timeval_opt(val)?,
+                (opt::SOL_SOCKET, opt::SO_SNDTIMEO) => o.sndtimeo = sock::timeval_opt(val)?,
+                (opt::SOL_SOCKET, opt::SO_LINGER) => o.linger.copy_from_slice(val.get(..8).ok_or(Errno::EINVAL)?),
+                (opt::SOL_SOCKET, opt::SO_REUSEADDR) => o.reuseaddr = sock::int_opt(val)? != 0,
+                (opt::SOL_SOCKET, opt::SO_REUSEPORT) => o.reuseport = sock::int_opt(val)? != 0,
+                (opt::SOL_SOCKET, opt::SO_KEEPALIVE) => o.keepalive = sock::int_opt(val)? != 0,
+                (opt::SOL_SOCKET, opt::SO_BROADCAST) => o.broadcast = sock::int_opt(val)? != 0,
+                (opt::SOL_SOCKET, opt::SO_SNDBUF | opt::SO_SNDBUFFORCE) => o.sndbuf = buf(sock::int_opt(val)?),
+                (opt::SOL_SOCKET, opt::SO_RCVBUF | opt::SO_RCVBUFFORCE) => o.rcvbuf = buf(sock::int_opt(val)?),
+                (opt::SOL_SOCKET, opt::SO_TYPE | opt::SO_DOMAIN | opt::SO_PROTOCOL | opt::SO_ERROR) => {
+                    return Err(Errno::ENOPROTOOPT)
+                }
+                (IPPROTO_TCP, _) if sk.proto != Proto::Tcp => return Err(Errno::EOPNOTSUPP),
+                (IPPROTO_TCP, TCP_NODELAY) => {
+                    o.nodelay = sock::int_opt(val)? != 0;
+                    let nagle = !o.nodelay;
+                    if let Some(h) = role_conn {
+                        s.set.get_mut::<tcp::Socket>(h).set_nagle_enabled(nagle);
+                    }
+                }
+                (IPPROTO_TCP, TCP_KEEPIDLE | TCP_KEEPINTVL | TCP_KEEPCNT) => {
+                    let v = sock::int_opt(val)?;
+                    if v < 1 {
+                        return Err(Errno::EINVAL);
+                    }
+                    match name {
+                        TCP_KEEPIDLE => o.keepidle = v,
+                        TCP_KEEPINTVL => o.keepintvl = v,
+                        _ => o.keepcnt = v,
+                    }
+                }
+                (IPPROTO_IP, IP_TTL) | (IPPROTO_IPV6, IPV6_UNICAST_HOPS) => {
+                    let v = sock::int_opt(val)?;
+                    if !(-1..=255).contains(&v) || v == 0 && level == IPPROTO_IP {
+                        return Err(Errno::EINVAL);
+                    }
+                    o.ttl = if v == -1 { 64 } else { v };
+                }
+                (IPPROTO_IPV6, IPV6_V6ONLY) if sk.family == AF_INET6 => {
+                    if sk.local.is_some() {
+                        return Err(Errno::EINVAL);
+                    }
+                    sk.opts.v6only = sock::int_opt(val)? != 0;
+                }
+                (l, n) if known_opt(l, n) => {
+                    // Harmless here (one host, no routing): stored, read back.
+                    let v = sock::int_opt(val).unwrap_or(0);
+                    o.misc.retain(|m| m.0 != (l, n));
+                    o.misc.push(((l, n), v));
+                }
+                _ => return Err(Errno::ENOPROTOOPT),
+            }
+            Ok(0)
+        })
+    }
+
+    fn inq(&self) -> u64 {
+        let mut s = stack().lock();
+        let Ok(sk) = s.sock(self.id) else { return 0 };
+        match sk.role {
+            Role::Conn(h) => s.set.get::<tcp::Socket>(h).recv_queue() as u64,
+            Role::Udp(h) => {
+                let u = s.set.get_mut::<udp::Socket>(h);
+                u.peek().map_or(0, |(d, _)| d.len() as u64)
+            }
+            _ => 0,
+        }
+    }
+
+    fn outq(&self) -> u64 {
+        let mut s = stack().lock();
+        let Ok(sk) = s.sock(self.id) else { return 0 };
+        match sk.role {
+            Role::Conn(h) => s.set.get::<tcp::Socket>(h).send_queue() as u64,
+            _ => 0,
+        }
+    }
+
+    fn timeouts(&self) -> (u64, u64) {
+        let s = stack().lock();
+        s.socks.get(&self.id).map_or((0, 0), |sk| (sk.opts.rcvtimeo, sk.opts.sndtimeo))
+    }
+
+    fn next_timer(&self) -> Option<u64> {
+        next_deadline()
+    }
+
+    fn tick(&self) {
+        let keys = stack().lock().pump();
+        wake(keys);
+    }
+}
+
+/// Options accepted and stored without effect here.
+fn known_opt(level: u64, name: u64) -> bool {
+    matches!(
+        (level, name),
+        (IPPROTO_TCP, TCP_QUICKACK | TCP_USER_TIMEOUT | TCP_FASTOPEN)
+            | (IPPROTO_IP, IP_TOS | IP_MULTICAST_IF | IP_MULTICAST_TTL | IP_MULTICAST_LOOP | IP_RECVERR)
+            | (IPPROTO_IP, IP_ADD_MEMBERSHIP | IP_DROP_MEMBERSHIP)
+            | (IPPROTO_IPV6, IPV6_MULTICAST_IF | IPV6_MULTICAST_HOPS | IPV6_MULTICAST_LOOP | IPV6_TCLASS)
+            | (opt::SOL_SOCKET, opt::SO_DEBUG | opt::SO_DONTROUTE | opt::SO_OOBINLINE)
+            | (opt::SOL_SOCKET, opt::SO_RCVLOWAT | opt::SO_SNDLOWAT | opt::SO_PASSCRED)
+    )
+}
+
+/// Whether a closed connection ended by a reset (not an orderly close).
+fn was_reset(t: &tcp::Socket) -> bool {
+    // smoltcp forgets how it closed; a socket that never saw FIN and is closed
+    // with both directions gone was reset.
+    !t.may_send() && !t.may_recv() && t.state() == tcp::State::Closed && t.remote_endpoint().is_none()
+}
+
+impl InetSocket {
+    /// After connect started: done, EINPROGRESS for the caller to wait, or the
+    /// error the handshake ended with.
+    fn connect_done(&self) -> SysResult {
+        let mut s = stack().lock();
+        let sk = s.sock(self.id)?;
+        let Role::Conn(h) = sk.role else { return Ok(0) };
+        if let Some(e) = sk.error.take() {
+            return Err(e);
+        }
+        match s.set.get::<tcp::Socket>(h).state() {
+            tcp::State::SynSent => Err(Errno::EINPROGRESS),
+            _ => Ok(0),
+        }
+    }
+}
+
+impl File for InetSocket {
+    fn read(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+        if off.is_some() {
+            return Err(Errno::ESPIPE);
+        }
+        self.recv(user, &Iov::one(buf, len), 0).map(|r| r.0)
+    }
+
+    fn write(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+        if off.is_some() {
+            return Err(Errno::ESPIPE);
+        }
+        self.send(&super::NoEnv, user, &Iov::one(buf, len), SendExtra::default())
+    }
+
+    fn poll(&self, _: &OpenFile) -> Option<Readiness> {
+        use ev::*;
+        let mut s = stack().lock();
+        let sk = s.socks.get(&self.id)?;
+        let mut e = 0;
+        if sk.error.is_some() {
+            e |= ERR;
+        }
+        match &sk.role {
+            Role::Fresh => {
+                if sk.proto == Proto::Tcp {
+                    e |= OUT | WRNORM | HUP;
+                } else {
+                    e |= OUT | WRNORM;
+                }
+            }
+            Role::Udp(h) => {
+                let u = s.set.get::<udp::Socket>(*h);
+                if u.can_recv() {
+                    e |= IN | RDNORM;
+                }
+                if u.can_send() {
+                    e |= OUT | WRNORM;
+                }
+            }
+            Role::Listener { ready, .. } => {
+                if !ready.is_empty() {
+                    e |= IN | RDNORM;
+                }
+            }
+            Role::Conn(h) => {
+                let t = s.set.get::<tcp::Socket>(*h);
+                let st = t.state();
+                if t.recv_queue() > 0 || sk.shut_rd {
+                    e |= IN | RDNORM;
+                }
+                let rd_done = !t.may_recv() && !matches!(st, tcp::State::SynSent | tcp::State::SynReceived);
+                if rd_done {
+                    e |= IN | RDNORM | RDHUP;
+                }
+                if matches!(st, tcp::State::Established | tcp::State::CloseWait) && t.can_send() && !sk.shut_wr {
+                    e |= OUT | WRNORM;
+                }
+                if st == tcp::State::Closed || (rd_done && sk.shut_wr) {
+                    e |= HUP;
+                    if !sk.shut_wr {
+                        e |= OUT | WRNORM;
+                    }
+                }
+            }
+        }
+        let gen = readiness_sig(&s.set, sk);
+        let key = sk.key;
+        if let Some(sk) = s.socks.get_mut(&self.id) {
+            sk.seen = gen;
+        }
+        Some(Readiness { events: e, gen, key })
+    }
+
+    fn wait_key(&self) -> Option<u64> {
+        Some(self.key())
+    }
+
+    fn ioctl(&self, _: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
+        let v = match request {
+            0x541b => self.inq(),
+            0x5411 => self.outq(),
+            _ => return Err(Errno::ENOTTY),
+        };
+        user.write(arg, &(v.min(i32::MAX as u64) as u32).to_le_bytes())?;
+        Ok(0)
+    }
+
+    fn stat(&self) -> Meta {
+        Meta { ino: self.id, mode: mode::S_IFSOCK | 0o777, nlink: 1, ..Meta::default() }
+    }
+
+    fn sigpipe(&self) -> bool {
+        true
+    }
+
+    fn socket(&self) -> Option<&dyn Socket> {
+        Some(self)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse_and_encode() {
+        let mut a = vec![2, 0, 0x1f, 0x90, 127, 0, 0, 1];
+        a.extend_from_slice(&[0; 8]);
+        assert_eq!(parse_addr(AF_INET, &a), Ok((Some(IpAddress::v4(127, 0, 0, 1)), 8080)));
+        assert_eq!(encode(AF_INET, Some(IpAddress::v4(127, 0, 0, 1)), 8080), a);
+        assert_eq!(parse_addr(AF_INET, &a[..15]), Err(Errno::EINVAL));
+        assert_eq!(parse_addr(AF_INET6, &a), Err(Errno::EAFNOSUPPORT));
+        let m = encode(AF_INET6, Some(IpAddress::v4(127, 0, 0, 1)), 80);
+        assert_eq!(m.len(), 28);
+        assert_eq!(parse_addr(AF_INET6, &m), Ok((Some(IpAddress::v4(127, 0, 0, 1)), 80)), "v4-mapped");
+        assert_eq!(parse_addr(AF_INET6, &encode(AF_INET6, None, 9)), Ok((None, 9)));
+    }
+}

@@ -1,0 +1,277 @@
+/* TCP and UDP over loopback against the host: echo over IPv4 and IPv6, a
+   dual-stack listener, non-blocking connect with epoll, half-close, refused
+   connections, a backlog of many concurrent connects, names, options, and the
+   errors Linux gives. Ports are chosen by the kernel (bind to port 0), so runs do
+   not collide; only properties are printed. Same output on the host and in
+   onering. */
+#define _GNU_SOURCE
+#include "check.h"
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int listener(int family, struct sockaddr_storage *ss, socklen_t *len) {
+    int l = socket(family, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    memset(ss, 0, sizeof *ss);
+    if (family == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+        a->sin_family = AF_INET;
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        *len = sizeof *a;
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_addr = in6addr_loopback;
+        *len = sizeof *a;
+    }
+    if (bind(l, (struct sockaddr *)ss, *len) || listen(l, 128)) {
+        perror("listener");
+        exit(1);
+    }
+    getsockname(l, (struct sockaddr *)ss, len);
+    return l;
+}
+
+static void *echo_server(void *arg) {
+    int l = (int)(intptr_t)arg;
+    int c = accept(l, NULL, NULL);
+    char buf[4096];
+    for (ssize_t n; (n = read(c, buf, sizeof buf)) > 0;) write(c, buf, (size_t)n);
+    close(c);
+    return NULL;
+}
+
+static void tcp_echo(int family, const char *what) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char msg[128], buf[4096];
+    int l = listener(family, &ss, &len);
+    pthread_t t;
+    pthread_create(&t, NULL, echo_server, (void *)(intptr_t)l);
+    int c = socket(family, SOCK_STREAM, 0);
+    snprintf(msg, sizeof msg, "%s: connect", what);
+    CHECK(connect(c, (struct sockaddr *)&ss, len) == 0, msg);
+    long total = 0;
+    int good = 1;
+    for (int i = 0; i < 200; i++) {
+        int n = 1 + (i * 37) % 4000;
+        memset(buf, 'a' + i % 26, (size_t)n);
+        if (write(c, buf, (size_t)n) != n) good = 0;
+        int got = 0;
+        while (got < n) {
+            ssize_t r = read(c, buf + got, (size_t)(n - got));
+            if (r <= 0) break;
+            got += (int)r;
+        }
+        if (got != n || buf[n - 1] != 'a' + i % 26) good = 0;
+        total += n;
+    }
+    snprintf(msg, sizeof msg, "%s: 200 round trips echoed", what);
+    CHECK(good && total > 0, msg);
+    struct sockaddr_storage peer, me;
+    socklen_t pl = sizeof peer, ml = sizeof me;
+    snprintf(msg, sizeof msg, "%s: getpeername is the listener", what);
+    CHECK(getpeername(c, (struct sockaddr *)&peer, &pl) == 0 && pl == len && !memcmp(&peer, &ss, len), msg);
+    snprintf(msg, sizeof msg, "%s: getsockname has an ephemeral port", what);
+    CHECK(getsockname(c, (struct sockaddr *)&me, &ml) == 0 && ml == len && ntohs(((struct sockaddr_in *)&me)->sin_port) >= 1024, msg);
+    shutdown(c, SHUT_WR);
+    snprintf(msg, sizeof msg, "%s: half-close: the server ends, we read end of file", what);
+    CHECK(read(c, buf, sizeof buf) == 0, msg);
+    pthread_join(t, NULL);
+    close(c);
+    close(l);
+}
+
+static void udp_echo(int family, const char *what) {
+    char msg[128], buf[2048];
+    int s = socket(family, SOCK_DGRAM, 0), c = socket(family, SOCK_DGRAM, 0);
+    struct sockaddr_storage ss, from;
+    socklen_t len = family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6), fl;
+    memset(&ss, 0, sizeof ss);
+    ss.ss_family = (sa_family_t)family;
+    if (family == AF_INET)
+        ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    else
+        ((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_loopback;
+    snprintf(msg, sizeof msg, "%s: bind port 0", what);
+    CHECK(bind(s, (struct sockaddr *)&ss, len) == 0, msg);
+    getsockname(s, (struct sockaddr *)&ss, &len);
+    snprintf(msg, sizeof msg, "%s: sendto", what);
+    CHECK(sendto(c, "datagram", 8, 0, (struct sockaddr *)&ss, len) == 8, msg);
+    fl = sizeof from;
+    snprintf(msg, sizeof msg, "%s: recvfrom with the sender's address", what);
+    CHECK(recvfrom(s, buf, sizeof buf, 0, (struct sockaddr *)&from, &fl) == 8 && fl == len && !memcmp(buf, "datagram", 8), msg);
+    snprintf(msg, sizeof msg, "%s: reply to it", what);
+    CHECK(sendto(s, "reply", 5, 0, (struct sockaddr *)&from, fl) == 5 && recv(c, buf, sizeof buf, 0) == 5, msg);
+    sendto(c, "0123456789", 10, 0, (struct sockaddr *)&ss, len);
+    snprintf(msg, sizeof msg, "%s: a short buffer truncates (MSG_TRUNC gives the length)", what);
+    CHECK(recv(s, buf, 4, MSG_TRUNC) == 10, msg);
+    snprintf(msg, sizeof msg, "%s: empty: EAGAIN with MSG_DONTWAIT", what);
+    CHECK_ERR(recv(s, buf, sizeof buf, MSG_DONTWAIT), EAGAIN, msg);
+    snprintf(msg, sizeof msg, "%s: connected UDP", what);
+    CHECK(connect(c, (struct sockaddr *)&ss, len) == 0 && send(c, "x", 1, 0) == 1 && recv(s, buf, 1, 0) == 1, msg);
+    int u = socket(family, SOCK_DGRAM, 0);
+    snprintf(msg, sizeof msg, "%s: send on an unconnected socket: EDESTADDRREQ", what);
+    CHECK_ERR(send(u, "x", 1, 0), EDESTADDRREQ, msg);
+    close(u), close(s), close(c);
+}
+
+static void nonblocking(void) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char buf[64];
+    int l = listener(AF_INET, &ss, &len);
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    int r = connect(c, (struct sockaddr *)&ss, len);
+    CHECK(r == 0 || errno == EINPROGRESS, "non-blocking connect: done or EINPROGRESS");
+    int ep = epoll_create1(0);
+    struct epoll_event e = {EPOLLOUT, {.fd = c}}, out[2];
+    epoll_ctl(ep, EPOLL_CTL_ADD, c, &e);
+    CHECK(epoll_wait(ep, out, 2, 2000) == 1 && (out[0].events & EPOLLOUT), "epoll: writable when connected");
+    int err = -1;
+    socklen_t el = sizeof err;
+    CHECK(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0, "SO_ERROR is 0");
+    int fl = fcntl(l, F_GETFL);
+    fcntl(l, F_SETFL, fl | O_NONBLOCK);
+    int a = accept(l, NULL, NULL);
+    CHECK(a >= 0, "accept");
+    CHECK_ERR(accept(l, NULL, NULL), EAGAIN, "accept again: EAGAIN");
+    e.events = EPOLLIN | EPOLLRDHUP;
+    e.data.fd = a;
+    epoll_ctl(ep, EPOLL_CTL_ADD, a, &e);
+    CHECK(epoll_wait(ep, out, 2, 0) == 1, "only the client is ready (writable)");
+    write(c, "hey", 3);
+    int n = epoll_wait(ep, out, 2, 1000), sawin = 0;
+    for (int i = 0; i < n; i++) sawin |= out[i].data.fd == a && (out[i].events & EPOLLIN);
+    CHECK(sawin, "epoll: the server side is readable");
+    int avail = 0;
+    CHECK(ioctl(a, FIONREAD, &avail) == 0 && avail == 3, "FIONREAD");
+    CHECK(recv(a, buf, sizeof buf, MSG_PEEK) == 3 && recv(a, buf, sizeof buf, 0) == 3, "MSG_PEEK then read");
+    CHECK_ERR(recv(a, buf, sizeof buf, 0), EAGAIN, "empty: EAGAIN");
+    close(c);
+    struct pollfd p = {a, POLLIN | POLLRDHUP, 0};
+    CHECK(poll(&p, 1, 1000) == 1 && (p.revents & POLLIN) && (p.revents & POLLRDHUP), "peer closed: readable, RDHUP");
+    CHECK(read(a, buf, sizeof buf) == 0, "end of file");
+    close(a), close(ep), close(l);
+}
+
+static void refused_and_errors(void) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int l = listener(AF_INET, &ss, &len);
+    close(l); /* the port is free again: nothing listens there */
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK_ERR(connect(c, (struct sockaddr *)&ss, len), ECONNREFUSED, "connect to a closed port: ECONNREFUSED");
+    close(c);
+    c = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    int r = connect(c, (struct sockaddr *)&ss, len);
+    if (r != 0 && errno == EINPROGRESS) {
+        struct pollfd p = {c, POLLOUT, 0};
+        poll(&p, 1, 1000);
+    }
+    int err = 0;
+    socklen_t el = sizeof err;
+    getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el);
+    CHECK(r == -1 && err == ECONNREFUSED, "non-blocking: SO_ERROR is ECONNREFUSED");
+    close(c);
+    /* Rebinding a port a closed listener had, with SO_REUSEADDR. */
+    int l2 = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+    setsockopt(l2, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    CHECK(bind(l2, (struct sockaddr *)&ss, len) == 0 && listen(l2, 1) == 0, "rebind with SO_REUSEADDR");
+    int l3 = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK_ERR(bind(l3, (struct sockaddr *)&ss, len), EADDRINUSE, "a second listener: EADDRINUSE");
+    struct sockaddr_in far = {.sin_family = AF_INET, .sin_port = 0};
+    far.sin_addr.s_addr = inet_addr("192.0.2.1");
+    CHECK_ERR(bind(l3, (struct sockaddr *)&far, sizeof far), EADDRNOTAVAIL, "bind a foreign address: EADDRNOTAVAIL");
+    struct sockaddr_in6 six = {.sin6_family = AF_INET6};
+    CHECK_ERR(bind(l3, (struct sockaddr *)&six, sizeof six), EAFNOSUPPORT, "bind an AF_INET6 address to AF_INET: EAFNOSUPPORT");
+    CHECK_ERR(bind(l3, (struct sockaddr *)&far, 4), EINVAL, "a short address: EINVAL");
+    CHECK_ERR(socket(AF_INET, SOCK_STREAM, IPPROTO_UDP), EPROTONOSUPPORT, "TCP with IPPROTO_UDP: EPROTONOSUPPORT");
+    int sv[2];
+    CHECK_ERR(socketpair(AF_INET, SOCK_STREAM, 0, sv), EOPNOTSUPP, "socketpair AF_INET: EOPNOTSUPP");
+    int v = 1;
+    socklen_t vl = sizeof v;
+    CHECK(setsockopt(l3, IPPROTO_TCP, TCP_NODELAY, &v, sizeof v) == 0 && getsockopt(l3, IPPROTO_TCP, TCP_NODELAY, &v, &vl) == 0 && v == 1, "TCP_NODELAY");
+    CHECK(getsockopt(l3, SOL_SOCKET, SO_TYPE, &v, &vl) == 0 && v == SOCK_STREAM, "SO_TYPE");
+    CHECK(getsockopt(l3, SOL_SOCKET, SO_PROTOCOL, &v, &vl) == 0 && v == IPPROTO_TCP, "SO_PROTOCOL");
+    CHECK_ERR(getsockopt(l3, SOL_SOCKET, 9999, &v, &vl), ENOPROTOOPT, "an unknown option: ENOPROTOOPT");
+    char b;
+    CHECK_ERR(recv(l3, &b, 1, 0), ENOTCONN, "recv on an unconnected TCP socket: ENOTCONN");
+    signal(SIGPIPE, SIG_IGN);
+    CHECK_ERR(send(l3, &b, 1, 0), EPIPE, "send on it: EPIPE");
+    close(l2), close(l3);
+}
+
+static void dual_stack(void) {
+    int l = socket(AF_INET6, SOCK_STREAM, 0);
+    struct sockaddr_in6 any = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+    socklen_t len = sizeof any;
+    CHECK(bind(l, (struct sockaddr *)&any, len) == 0 && listen(l, 4) == 0, "listen on [::]");
+    getsockname(l, (struct sockaddr *)&any, &len);
+    struct sockaddr_in v4 = {.sin_family = AF_INET, .sin_port = any.sin6_port};
+    v4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK(connect(c, (struct sockaddr *)&v4, sizeof v4) == 0, "an IPv4 client connects to it");
+    struct sockaddr_in6 peer;
+    socklen_t pl = sizeof peer;
+    int a = accept(l, (struct sockaddr *)&peer, &pl);
+    CHECK(a >= 0 && pl == sizeof peer && IN6_IS_ADDR_V4MAPPED(&peer.sin6_addr), "the peer is v4-mapped");
+    close(a), close(c), close(l);
+}
+
+static void backlog(void) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    bind(l, (struct sockaddr *)&a, sizeof a);
+    listen(l, 1024);
+    len = sizeof ss;
+    getsockname(l, (struct sockaddr *)&ss, &len);
+    enum { N = 300 };
+    static int cs[N];
+    int ok = 0;
+    for (int i = 0; i < N; i++) {
+        cs[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        int r = connect(cs[i], (struct sockaddr *)&ss, len);
+        ok += r == 0 || errno == EINPROGRESS;
+    }
+    CHECK(ok == N, "300 non-blocking connects");
+    int accepted = 0;
+    for (int i = 0; i < N; i++) {
+        int c = accept(l, NULL, NULL);
+        if (c >= 0) {
+            accepted++;
+            close(c);
+        }
+    }
+    CHECK(accepted == N, "all 300 accepted");
+    for (int i = 0; i < N; i++) close(cs[i]);
+    close(l);
+}
+
+int main(void) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    tcp_echo(AF_INET, "tcp4");
+    tcp_echo(AF_INET6, "tcp6");
+    udp_echo(AF_INET, "udp4");
+    udp_echo(AF_INET6, "udp6");
+    nonblocking();
+    refused_and_errors();
+    dual_stack();
+    backlog();
+    return failures;
+}
