@@ -16,7 +16,7 @@ pub mod layout;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 10;
+pub const ABI_VERSION: u64 = 11;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -26,6 +26,10 @@ pub const MAX_CPUS: usize = 64;
 
 /// Most guest-physical RAM regions (below and above the 32-bit MMIO hole).
 pub const MAX_MEM_REGIONS: usize = 2;
+
+/// Most loadable segments whose protections the VMM passes on (a program with more
+/// keeps its whole image readable, writable and executable, as before).
+pub const MAX_SEGMENTS: usize = 8;
 
 /// A range of guest-physical RAM.
 #[repr(C)]
@@ -162,6 +166,20 @@ pub struct BootInfo {
     /// User address of the vDSO the VMM mapped (0: none); its clock parameters go in
     /// the page below it ([`vvar`]).
     pub vdso_base: u64,
+    /// The program's loadable segments (biased), so that the kernel gives each its
+    /// protection: copies into a read-only segment fail with EFAULT, as on Linux.
+    /// `nsegments` 0: unknown (the whole image stays readable and writable).
+    pub segments: [Segment; MAX_SEGMENTS],
+    pub nsegments: u64,
+}
+
+/// A loadable segment: `[start, end)` in user memory with its `PROT_*` bits.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Segment {
+    pub start: u64,
+    pub end: u64,
+    pub prot: u64,
 }
 
 /// The program's standard streams: what the VMM's descriptors 0, 1 and 2 are on the

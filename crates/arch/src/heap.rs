@@ -17,6 +17,17 @@ pub(crate) fn init(info: &onering_abi::BootInfo) {
     }
 }
 
+/// Whether the heap is down to its reserve: calls that would create lasting kernel
+/// objects (threads, descriptors, mappings) refuse then (EAGAIN, ENFILE, ENOMEM),
+/// so that the allocations every call makes along the way, which cannot fail
+/// gracefully, always find memory. The reserve is a sixteenth of the heap, at
+/// least 256 KiB.
+pub fn low() -> bool {
+    let (used, free) = usage();
+    let total = used + free;
+    total != 0 && free < (total / 16).max(256 << 10)
+}
+
 /// Bytes of heap in use and free.
 pub fn usage() -> (usize, usize) {
     #[cfg(target_os = "none")]

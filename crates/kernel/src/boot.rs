@@ -56,6 +56,7 @@ fn setup(boot: Boot) {
     let cfg = Config { flags: bi.flags, stdio: bi.stdio, uid: bi.uid, gid: bi.gid, exe };
     let k = kernel::install(Kernel::new(cfg, space, vfs, bi.seed));
     write_vvar(k, bi);
+    protect_image(&mut k.mm.lock(), bi);
     sched::set_ncpus(bi.ncpus as usize);
     // The program: pid 1, with the standard streams on descriptors 0, 1 and 2.
     let mut fds = FdTable::new();
@@ -147,6 +148,30 @@ fn address_space(
         ],
     );
     space
+}
+
+/// Gives the program's segments their protections (the image was adopted readable,
+/// writable and executable, so that the vDSO's clock page could be written): pages
+/// of a segment get its rights (a later segment's where two share a page, as Linux's
+/// mappings do), pages between segments none. The trampolines, the vDSO and its
+/// clock page after the last segment keep theirs.
+fn protect_image(space: &mut UserSpace, bi: &BootInfo) {
+    let n = (bi.nsegments as usize).min(bi.segments.len());
+    let segs = &bi.segments[..n];
+    let (Some(first), Some(last)) = (segs.first(), segs.last()) else { return };
+    let lo = layout::align_down(first.start, PAGE_SIZE);
+    let hi = layout::align_up(last.end, PAGE_SIZE);
+    if lo >= hi || space.mprotect(lo, hi - lo, 0).is_err() {
+        return;
+    }
+    for s in segs {
+        let start = layout::align_down(s.start, PAGE_SIZE);
+        let end = layout::align_up(s.end, PAGE_SIZE).min(hi);
+        if start < end {
+            // Cannot fail for lack of memory: the image is backed already.
+            let _ = space.mprotect(start, end - start, s.prot as u32);
+        }
+    }
 }
 
 /// Every system call (on the thread's kernel stack): dispatches it, leaves the

@@ -670,6 +670,23 @@ fn exhausting_kernel_memory_gives_errors_not_panics() {
 }
 
 #[test]
+fn exhausting_threads_gives_eagain_at_any_memory_size() {
+    let bin = musl("manythreads");
+    for (mem, smp) in [("128M", "1"), ("512M", "2"), ("2G", "4")] {
+        let o = onering(&["run", "--mem", mem, "--smp", smp, bin.to_str().unwrap()]);
+        assert!(stdout(&o).starts_with("manythreads ok"), "--mem {mem}: {}{}", stdout(&o), stderr(&o));
+        assert_eq!(status(&o), 0, "--mem {mem}");
+    }
+}
+
+/// What fuzzing found (wrapping ranges, vfork of a thread, copies into read-only
+/// segments, mincore, mlock, PR_SET_KEEPCAPS, /dev/full), compared with the host.
+#[test]
+fn fuzzing_regressions_match_the_host_on_1_2_4_vcpus() {
+    same_as_host_on_1_2_4_vcpus(&musl("regress"));
+}
+
+#[test]
 fn a_program_that_wrecks_its_vm_gets_a_clear_message() {
     let o = run(&musl("wreck"), &[]);
     expect_failure(&o, 125, "the VM stopped: triple fault");

@@ -36,11 +36,22 @@ impl FdTable {
             return Err(Errno::EINVAL);
         }
         let fd = (min..MAX_FDS).find(|i| self.slots.get(*i).is_none_or(|s| s.is_none())).ok_or(Errno::EMFILE)?;
-        if self.slots.len() <= fd {
-            self.slots.resize(fd + 1, None);
-        }
+        self.grow(fd)?;
         self.slots[fd] = Some(Slot { file, cloexec });
         Ok(fd as u64)
+    }
+
+    /// Makes room for descriptor `i`. A new open file lives on: ENFILE when the
+    /// kernel heap is down to its reserve (see `onering_arch::heap::low`).
+    fn grow(&mut self, i: usize) -> Result<(), Errno> {
+        if onering_arch::heap::low() {
+            return Err(Errno::ENFILE);
+        }
+        if self.slots.len() <= i {
+            self.slots.try_reserve(i + 1 - self.slots.len()).map_err(|_| Errno::ENFILE)?;
+            self.slots.resize(i + 1, None);
+        }
+        Ok(())
     }
 
     pub fn insert(&mut self, file: FileRef, cloexec: bool) -> Result<u64, Errno> {
@@ -54,9 +65,7 @@ impl FdTable {
         if i >= MAX_FDS {
             return Err(Errno::EBADF);
         }
-        if self.slots.len() <= i {
-            self.slots.resize(i + 1, None);
-        }
+        self.grow(i)?;
         Ok(self.slots[i].replace(Slot { file, cloexec }).map(|s| s.file))
     }
 

@@ -310,7 +310,7 @@ impl<M: Mmu> AddressSpace<M> {
 
     /// Fails with ENOMEM when `more` further VMAs would exceed [`MAX_MAP_COUNT`].
     fn room_for(&self, more: usize) -> Result<(), Errno> {
-        if self.vmas.len() + more > MAX_MAP_COUNT {
+        if self.vmas.len() + more > MAX_MAP_COUNT || onering_arch::heap::low() {
             Err(Errno::ENOMEM)
         } else {
             Ok(())
@@ -446,14 +446,36 @@ impl<M: Mmu> AddressSpace<M> {
         (b.blocks.len() + b.chunks.free_chunks()) as u64 * HUGE_PAGE_SIZE
     }
 
+    /// The page-rounded end of `[addr, addr + len)` if every page of it is mapped
+    /// (`msync`, `mlock`, `mincore`): EINVAL if it wraps, ENOMEM if a page is not.
+    pub fn mapped_end(&self, addr: u64, len: u64) -> Result<u64, Errno> {
+        let end = addr
+            .checked_add(len)
+            .and_then(|e| e.checked_add(PAGE_SIZE - 1))
+            .map(|e| e & !(PAGE_SIZE - 1))
+            .ok_or(Errno::EINVAL)?;
+        if end > USER_END || !self.vmas.covers(addr, end) {
+            return Err(Errno::ENOMEM);
+        }
+        Ok(end)
+    }
+
+    /// Whether the page at `addr` has memory behind it (`mincore`).
+    pub fn resident(&self, addr: u64) -> bool {
+        self.backing.borrow().blocks.contains_key(&align_down(addr, HUGE_PAGE_SIZE))
+    }
+
     /// `madvise(MADV_DONTNEED)`: the range reads as zeros afterwards.
     pub fn discard(&mut self, addr: u64, len: u64) -> Result<(), Errno> {
         if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::EINVAL);
         }
-        let end =
-            addr.checked_add(len).map(|e| align_up(e, PAGE_SIZE)).filter(|e| *e <= USER_END).ok_or(Errno::EINVAL)?;
-        if !self.vmas.covers(addr, end) {
+        let end = addr
+            .checked_add(len)
+            .and_then(|e| e.checked_add(PAGE_SIZE - 1))
+            .map(|e| e & !(PAGE_SIZE - 1))
+            .ok_or(Errno::EINVAL)?;
+        if end > USER_END || !self.vmas.covers(addr, end) {
             return Err(Errno::ENOMEM);
         }
         let pieces: Vec<(u64, u64)> = self

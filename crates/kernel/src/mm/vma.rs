@@ -55,10 +55,12 @@ impl VmaSet {
     }
 
     /// VMAs intersecting `[start, end)`, in address order.
+    /// An empty or inverted range (`end <= start`) intersects nothing.
     pub fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = &Vma> {
         // The VMA containing `start`, if any, starts below it: begin the scan there.
         let from = self.map.range(..=start).next_back().map(|(s, _)| *s).unwrap_or(start);
-        self.map.range(from..end).map(|(_, v)| v).filter(move |v| v.end > start && v.start < end)
+        // `from..end` with `from > end` would panic in the map: scan nothing then.
+        self.map.range(from..end.max(from)).map(|(_, v)| v).filter(move |v| v.end > start && v.start < end)
     }
 
     pub fn intersects(&self, start: u64, end: u64) -> bool {
@@ -110,8 +112,12 @@ impl VmaSet {
         removed
     }
 
-    /// Whether `[start, end)` is covered by VMAs without holes.
+    /// Whether `[start, end)` is covered by VMAs without holes (an inverted range
+    /// never is).
     pub fn covers(&self, start: u64, end: u64) -> bool {
+        if end < start {
+            return false;
+        }
         let mut at = start;
         for v in self.overlapping(start, end) {
             if v.start > at {

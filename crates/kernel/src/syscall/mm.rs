@@ -1,10 +1,13 @@
-//! Memory system calls: the program break and anonymous mappings. The policy lives in
-//! `mm::space`; these only unpack arguments.
+//! Memory system calls: the program break, anonymous mappings, and the calls that
+//! only ask about memory or pin it (`msync`, `mincore`, `mlock`: all memory is
+//! anonymous and never swapped, so these check the range and succeed). The policy
+//! lives in `mm::space`; these only unpack arguments.
 
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
 use crate::mm::space::map_flags;
 use crate::task::Ctx;
+use onering_abi::layout::PAGE_SIZE;
 
 pub fn brk(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let space = &mut *ctx.k.mm.lock();
@@ -69,8 +72,13 @@ pub fn madvise(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         // hints; memory is already there, in 2 MiB pages.
         0..=3 | 8 | 10..=25 => {
             // Hints, but the range must be mapped, as on Linux.
-            let end = addr.checked_add(len).ok_or(Errno::EINVAL)?;
-            let end = (end + onering_abi::layout::PAGE_SIZE - 1) & !(onering_abi::layout::PAGE_SIZE - 1);
+            // As Linux: the page-rounded end must not wrap; past the user half
+            // nothing is mapped.
+            let end = addr
+                .checked_add(len)
+                .and_then(|e| e.checked_add(onering_abi::layout::PAGE_SIZE - 1))
+                .map(|e| e & !(onering_abi::layout::PAGE_SIZE - 1))
+                .ok_or(Errno::EINVAL)?;
             if len != 0 && !space.vmas.covers(addr, end) {
                 return Err(Errno::ENOMEM);
             }
@@ -78,4 +86,81 @@ pub fn madvise(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         }
         _ => Err(Errno::EINVAL),
     }
+}
+
+const MS_ASYNC: u64 = 1;
+const MS_INVALIDATE: u64 = 2;
+const MS_SYNC: u64 = 4;
+
+/// `msync(2)`: nothing is backed by a file, so there is nothing to write back.
+pub fn msync(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [addr, len, flags, ..] = f.args();
+    if !addr.is_multiple_of(PAGE_SIZE)
+        || flags & !(MS_ASYNC | MS_INVALIDATE | MS_SYNC) != 0
+        || flags & (MS_ASYNC | MS_SYNC) == MS_ASYNC | MS_SYNC
+    {
+        return Err(Errno::EINVAL);
+    }
+    ctx.k.mm.lock().mapped_end(addr, len).map(|_| 0).map_err(|e| if e == Errno::EINVAL { Errno::ENOMEM } else { e })
+}
+
+/// `mincore(2)`: one byte per page, 1 where memory is behind it.
+pub fn mincore(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [addr, len, vec, ..] = f.args();
+    if !addr.is_multiple_of(PAGE_SIZE) {
+        return Err(Errno::EINVAL);
+    }
+    let end = ctx.k.mm.lock().mapped_end(addr, len).map_err(|_| Errno::ENOMEM)?;
+    let pages = (end - addr) / PAGE_SIZE;
+    ctx.user.check(vec, pages, true)?;
+    // A page of answers at a time, the memory lock not held across the copy.
+    let mut at = 0;
+    while at < pages {
+        let n = (pages - at).min(4096);
+        let mut buf = alloc::vec![0u8; n as usize];
+        {
+            let space = ctx.k.mm.lock();
+            for (i, b) in buf.iter_mut().enumerate() {
+                *b = u8::from(space.resident(addr + (at + i as u64) * PAGE_SIZE));
+            }
+        }
+        ctx.user.write(vec + at, &buf)?;
+        at += n;
+    }
+    Ok(0)
+}
+
+/// `mlock(2)` and `munlock(2)`: memory is never swapped out, so the range need
+/// only be mapped.
+pub fn mlock(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [addr, len, ..] = f.args();
+    let start = addr & !(PAGE_SIZE - 1);
+    let len = len.checked_add(addr - start).ok_or(Errno::EINVAL)?;
+    ctx.k.mm.lock().mapped_end(start, len).map(|_| 0)
+}
+
+/// `mlock2(2)`: its only flag is MLOCK_ONFAULT.
+pub fn mlock2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    if f.rdx & !1 != 0 {
+        return Err(Errno::EINVAL);
+    }
+    mlock(ctx, f)
+}
+
+const MCL_CURRENT: u64 = 1;
+const MCL_FUTURE: u64 = 2;
+const MCL_ONFAULT: u64 = 4;
+
+/// `mlockall(2)`.
+pub fn mlockall(_: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let flags = f.rdi;
+    if flags & !(MCL_CURRENT | MCL_FUTURE | MCL_ONFAULT) != 0 || flags & (MCL_CURRENT | MCL_FUTURE) == 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(0)
+}
+
+/// `munlockall(2)`.
+pub fn munlockall(_: &Ctx, _: &mut SyscallFrame) -> SysResult {
+    Ok(0)
 }

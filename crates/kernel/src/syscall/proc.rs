@@ -177,10 +177,11 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
             return Err(e);
         }
     };
+    if flags & CLONE_VFORK != 0 {
+        // Thread or process: the parent resumes when this thread ends.
+        *child.vfork_parent.lock() = Some((me, me.tid()));
+    }
     if !thread {
-        if flags & CLONE_VFORK != 0 {
-            proc.family.lock().vfork_parent = Some(me);
-        }
         ctx.proc().family.lock().children += 1;
     }
     // The tid stores are best effort, as on Linux: a bad pointer is ignored.
@@ -199,12 +200,35 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
     }
     sched::start(child);
     if flags & CLONE_VFORK != 0 {
-        // Suspended until the child exits (no execve here: it cannot exec).
-        while !me.vfork_done.load(Relaxed) {
-            let _ = sched::block(None);
-        }
+        vfork_wait(me);
     }
     Ok(tid)
+}
+
+/// Suspends a vfork parent until its child thread ends (there is no execve here).
+/// As on Linux the wait is killable: a signal that would end the process ends it
+/// (the thread dies on its way out); signals it handles wait for the child, so
+/// they are held back by the mask meanwhile.
+fn vfork_wait(me: &'static crate::task::thread::Thread) {
+    let mask = me.sigmask.load(Relaxed);
+    let actions = me.process().actions.lock().map(|a| a[0]);
+    let mut held = 0u64;
+    for s in 1..=64u64 {
+        let kills = actions[s as usize - 1] == crate::sigframe::SIG_DFL
+            && crate::sigframe::default_action(s) == crate::sigframe::Default::Terminate;
+        if !kills {
+            held |= crate::sigframe::bit(s);
+        }
+    }
+    me.sigmask.store(mask | (held & !crate::sigframe::UNBLOCKABLE), Relaxed);
+    while !me.vfork_done.load(core::sync::atomic::Ordering::Acquire) {
+        // Interrupted: the process was killed or a fatal signal is pending (the
+        // mask holds back the rest); the way out delivers it.
+        if sched::block(None) == Wake::Interrupted && (me.doomed.load(Relaxed) || me.wakes_for() != 0) {
+            break;
+        }
+    }
+    me.sigmask.store(mask, Relaxed);
 }
 
 /// execve: one program per VM. The path is checked as Linux would (so a missing
@@ -456,6 +480,8 @@ const PR_SET_NAME: u64 = 15;
 const PR_GET_NAME: u64 = 16;
 const PR_GET_DUMPABLE: u64 = 3;
 const PR_SET_DUMPABLE: u64 = 4;
+const PR_GET_KEEPCAPS: u64 = 7;
+const PR_SET_KEEPCAPS: u64 = 8;
 const PR_SET_NO_NEW_PRIVS: u64 = 38;
 const PR_GET_NO_NEW_PRIVS: u64 = 39;
 
@@ -477,6 +503,13 @@ pub fn prctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         }
         PR_GET_DUMPABLE => Ok(1),
         PR_SET_DUMPABLE if arg2 <= 1 => Ok(0),
+        // Capabilities do not change with the user id here: the flag is kept for
+        // the asking only.
+        PR_GET_KEEPCAPS => Ok(ctx.k.keepcaps.load(core::sync::atomic::Ordering::Relaxed) as u64),
+        PR_SET_KEEPCAPS if arg2 <= 1 => {
+            ctx.k.keepcaps.store(arg2 == 1, core::sync::atomic::Ordering::Relaxed);
+            Ok(0)
+        }
         PR_SET_NO_NEW_PRIVS if arg2 == 1 => Ok(0),
         PR_GET_NO_NEW_PRIVS => Ok(1),
         // Everything else, PR_SET_VMA included (Go copes with EINVAL there).

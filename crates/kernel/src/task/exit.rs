@@ -1,7 +1,8 @@
 //! How threads and processes end: a thread's exit (its robust mutexes released,
 //! CLONE_CHILD_CLEARTID honoured), and the end of a process (the program's end is
-//! the VM's; a child becomes a zombie for its parent, its other threads end, a
-//! vfork parent resumes).
+//! the VM's; a child becomes a zombie for its parent, its other threads end). A
+//! vfork parent resumes when its child thread ends, however it ends
+//! (`sched::exit_current`).
 
 use super::kernel::Kernel;
 use super::process;
@@ -68,11 +69,6 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
         if !core::ptr::eq(other, current()) {
             sched::kill_thread(other);
         }
-    }
-    let parent = p.family.lock().vfork_parent.take();
-    if let Some(v) = parent {
-        v.vfork_done.store(true, Relaxed);
-        sched::wake(v);
     }
     sched::wake_all(wait_key(ppid));
     // Its descriptors close last, outside every lock (closing a pipe end wakes

@@ -57,6 +57,8 @@ pub struct Kernel {
     pub futexes: Mutex<FutexTable>,
     /// The thread name (`prctl(PR_SET_NAME)`), NUL padded.
     pub comm: Mutex<[u8; 16]>,
+    /// `prctl(PR_SET_KEEPCAPS)`'s flag (capabilities never change here).
+    pub keepcaps: core::sync::atomic::AtomicBool,
     /// Unsupported system calls and messages already reported.
     warned: Mutex<BTreeSet<u64>>,
     /// Memory ran out under a user copy: the SIGKILL that follows says so.
@@ -150,6 +152,7 @@ impl Kernel {
             rng: Mutex::new(Rng::new(seed)),
             futexes: Mutex::new(FutexTable::new()),
             comm: Mutex::new(comm),
+            keepcaps: core::sync::atomic::AtomicBool::new(false),
             warned: Mutex::new(BTreeSet::new()),
             oom: core::sync::atomic::AtomicBool::new(false),
             unix_names: Mutex::new(alloc::collections::BTreeMap::new()),

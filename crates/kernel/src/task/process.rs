@@ -11,7 +11,6 @@
 //! even after that thread was killed with its process (it may still be on its way
 //! out). Each part has its own lock; see `task::kernel` for the lock order.
 
-use super::thread::Thread;
 use crate::errno::Errno;
 use crate::file::FdTable;
 use crate::vfs::{Hold, Ino};
@@ -39,8 +38,6 @@ pub struct Family {
     pub zombies: Vec<(u64, u64)>,
     /// Children still running.
     pub children: usize,
-    /// The parent thread suspended in vfork until this process exits.
-    pub vfork_parent: Option<&'static Thread>,
 }
 
 pub struct Process {

@@ -302,6 +302,8 @@ pub fn spawn(sp: Spawn, start: bool, more: impl FnOnce() -> Option<Chunk>) -> Re
     };
     let t = match reuse {
         Some(t) => t,
+        // A new thread lives on: not out of the heap's reserve.
+        None if onering_arch::heap::low() => return Err(Errno::EAGAIN),
         None => Thread::new(Task::new(more).ok_or(Errno::EAGAIN)?),
     };
     if t.task.prepare(&sp.frame, sp.fs_base).is_err() {
@@ -553,6 +555,14 @@ fn give_way(now_anyway: bool) {
 /// Ends the running thread (never returns). The caller handled the process side.
 pub fn exit_current() -> ! {
     let me = current();
+    // A vfork parent waits for this thread (Linux: until the child execs or ends).
+    let parent = me.vfork_parent.lock().take();
+    if let Some((p, tid)) = parent {
+        if p.tid() == tid {
+            p.vfork_done.store(true, Release);
+            wake(p);
+        }
+    }
     let cpu = this_cpu();
     let next = {
         let mut s = SCHED.lock();

@@ -64,6 +64,9 @@ pub struct Thread {
     pub shared: AtomicU64,
     /// Set by a vfork child's exit for its parent thread.
     pub vfork_done: AtomicBool,
+    /// For a vfork child: the parent thread (and its tid, in case it ended and its
+    /// slot became another thread) that resumes when this thread ends.
+    pub vfork_parent: Mutex<Option<(&'static Thread, u64)>>,
     /// Its process ended: the thread ends at its next chance.
     pub doomed: AtomicBool,
     /// The address of its last page fault that found the block already backed
@@ -133,6 +136,7 @@ impl Thread {
             sigwait: AtomicU64::new(0),
             shared: AtomicU64::new(0),
             vfork_done: AtomicBool::new(false),
+            vfork_parent: Mutex::new(None),
             doomed: AtomicBool::new(false),
             last_fault: AtomicU64::new(u64::MAX),
         }))
@@ -162,6 +166,7 @@ impl Thread {
         self.shared.store(0, Relaxed);
         self.restarts.lock().clear();
         self.vfork_done.store(false, Relaxed);
+        *self.vfork_parent.lock() = None;
         self.doomed.store(false, Relaxed);
         self.last_fault.store(u64::MAX, Relaxed);
         self.wakeup.store(false, Relaxed);

@@ -19,7 +19,9 @@ use crate::arch::{tables, ArchError, PageTables};
 use crate::embedded::kernel_image;
 use crate::layout::{cpu_stack_tops, ram_ranges, stacks_base};
 use onering_abi::layout::{self, align_down, align_up, direct, HUGE_PAGE_SIZE};
-use onering_abi::{vvar, BootInfo, MemRegion, PerCpuHeader, UserMapping, ABI_VERSION, BOOT_MAGIC};
+use onering_abi::{
+    vvar, BootInfo, MemRegion, PerCpuHeader, Segment, UserMapping, ABI_VERSION, BOOT_MAGIC, MAX_SEGMENTS,
+};
 use onering_rewrite::elf::Program;
 use onering_rewrite::{functions, rewrite};
 use stack::{StackError, StackSpec};
@@ -274,6 +276,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     for (i, (start, size)) in ram.iter().enumerate() {
         mem_regions[i] = MemRegion { start: start.0, size: *size as u64 };
     }
+    let (segments, nsegments) = segment_protections(prog, bias);
     let bi = BootInfo {
         magic: BOOT_MAGIC,
         abi_version: ABI_VERSION,
@@ -303,6 +306,8 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         workdir_phys,
         workdir_len: spec.workdir.len() as u64,
         vdso_base,
+        segments,
+        nsegments,
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
@@ -311,6 +316,23 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
 
 fn words_to_bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// The loadable segments with their `PROT_*` bits (ELF's `PF_X` 1, `PF_W` 2,
+/// `PF_R` 4 become `PROT_EXEC` 4, `PROT_WRITE` 2, `PROT_READ` 1); none if there
+/// are too many to pass.
+fn segment_protections(prog: &Program, bias: u64) -> ([Segment; MAX_SEGMENTS], u64) {
+    let mut out = [Segment::default(); MAX_SEGMENTS];
+    if prog.segments.len() > MAX_SEGMENTS {
+        return (out, 0);
+    }
+    for (o, s) in out.iter_mut().zip(&prog.segments) {
+        let f = u64::from(s.flags);
+        let prot = (f & 4) >> 2 | (f & 2) | (f & 1) << 2;
+        let start = s.vaddr.wrapping_add(bias);
+        *o = Segment { start, end: start.wrapping_add(s.memsz), prot };
+    }
+    (out, prog.segments.len() as u64)
 }
 
 fn percpu_bytes(h: &PerCpuHeader) -> Vec<u8> {
@@ -346,6 +368,10 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     w.extend([bi.stdio, bi.uid, bi.gid, bi.execfn, bi.execfn_len]);
     w.extend(bi.seed);
     w.extend([bi.rootfs_phys, bi.rootfs_size, bi.workdir_phys, bi.workdir_len, bi.vdso_base]);
+    for s in &bi.segments {
+        w.extend([s.start, s.end, s.prot]);
+    }
+    w.push(bi.nsegments);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }
