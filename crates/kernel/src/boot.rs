@@ -55,6 +55,7 @@ fn setup(boot: Boot) {
     let exe = crate::vfs::absolute(&vfs.path_of(cwd).unwrap_or_else(|_| b"/".to_vec()), &execfn);
     let cfg = Config { flags: bi.flags, stdio: bi.stdio, uid: bi.uid, gid: bi.gid, exe };
     let k = kernel::install(Kernel::new(cfg, space, vfs, bi.seed));
+    onering_arch::heap::set_chunk_source(|| kernel().mm.lock().chunks().alloc());
     write_vvar(k, bi);
     protect_image(&mut k.mm.lock(), bi);
     sched::set_ncpus(bi.ncpus as usize);

@@ -466,6 +466,15 @@ fn unix_sockets_match_the_host() {
 }
 
 #[test]
+fn inet_sockets_match_the_host() {
+    // TCP and UDP echo over 127.0.0.1 and ::1, a dual-stack listener, non-blocking
+    // connect with epoll, half-close, refusals, 1000 concurrent connects to one
+    // listener, options and the errors.
+    same_as_host_on_1_2_4_vcpus(&musl("inet"));
+    same_as_host_on_1_2_4_vcpus(&glibc("inet"));
+}
+
+#[test]
 fn epoll_eventfd_and_poll_match_the_host() {
     // Level- and edge-triggered, one-shot, hang-up, errors, timeouts, and waits
     // ended by another thread (on another vCPU, too).

@@ -42,9 +42,9 @@ impl FdTable {
     }
 
     /// Makes room for descriptor `i`. A new open file lives on: ENFILE when the
-    /// kernel heap is down to its reserve (see `onering_arch::heap::low`).
+    /// kernel heap cannot grow past its reserve (see `onering_arch::heap`).
     fn grow(&mut self, i: usize) -> Result<(), Errno> {
-        if onering_arch::heap::low() {
+        if !onering_arch::heap::ensure(4096) {
             return Err(Errno::ENFILE);
         }
         if self.slots.len() <= i {

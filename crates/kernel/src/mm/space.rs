@@ -310,7 +310,8 @@ impl<M: Mmu> AddressSpace<M> {
 
     /// Fails with ENOMEM when `more` further VMAs would exceed [`MAX_MAP_COUNT`].
     fn room_for(&self, more: usize) -> Result<(), Errno> {
-        if self.vmas.len() + more > MAX_MAP_COUNT || onering_arch::heap::low() {
+        let chunk = || self.backing.borrow_mut().chunks.alloc();
+        if self.vmas.len() + more > MAX_MAP_COUNT || !onering_arch::heap::room(4096, chunk) {
             Err(Errno::ENOMEM)
         } else {
             Ok(())

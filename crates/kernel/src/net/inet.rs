@@ -70,8 +70,9 @@ const IPV6_TCLASS: u64 = 67;
 
 /// The smallest TCP buffers, each way (SO_RCVBUF / SO_SNDBUF may ask for more,
 /// up to 4x; smoltcp's buffers do not grow afterwards).
-const TCP_BUF: usize = 64 * 1024;
-const UDP_BUF: usize = 208 * 1024;
+const TCP_BUF_MIN: usize = 8 * 1024;
+const TCP_BUF_MAX: usize = 256 * 1024;
+const UDP_BUF: usize = 64 * 1024;
 const UDP_PACKETS: usize = 256;
 /// Largest UDP payload over IPv4.
 const UDP_MAX: usize = 65507;
@@ -144,7 +145,11 @@ enum Role {
     /// Made, maybe bound; no smoltcp socket yet.
     Fresh,
     Udp(SocketHandle),
-    Listener { pool: Vec<SocketHandle>, ready: VecDeque<SocketHandle>, backlog: usize },
+    Listener {
+        pool: Vec<SocketHandle>,
+        ready: VecDeque<SocketHandle>,
+        backlog: usize,
+    },
     /// A TCP connection (or one being made).
     Conn(SocketHandle),
 }
@@ -237,7 +242,7 @@ fn stack() -> &'static Mutex<Stack> {
     STACK.call_once(|| {
         let mut dev = Lo::default();
         let mut cfg = Config::new(HardwareAddress::Ip);
-        cfg.random_seed = mono_now() ^ 0x6f6e_6572_696e_67;
+        cfg.random_seed = mono_now() ^ 0x006f_6e65_7269_6e67;
         let mut iface = Interface::new(cfg, &mut dev, now());
         iface.update_ip_addrs(|a| {
             let _ = a.push(IpCidr::new(IpAddress::v4(127, 0, 0, 1), 8));
@@ -266,6 +271,17 @@ pub fn next_deadline() -> Option<u64> {
     let Stack { iface, set, .. } = &mut *g;
     let at = iface.poll_at(now(), set)?;
     Some((at.total_micros().max(0) as u64).saturating_mul(1000))
+}
+
+/// smoltcp's receive buffer (its window) for SO_RCVBUF `r`: a quarter, as Linux
+/// counts overhead in SO_RCVBUF, within 8 KiB..256 KiB (32 KiB by default).
+fn rx_size(r: usize) -> usize {
+    (r / 4).clamp(TCP_BUF_MIN, TCP_BUF_MAX)
+}
+
+/// smoltcp's send buffer for SO_SNDBUF `t` (16 KiB by default).
+fn tx_size(t: usize) -> usize {
+    t.clamp(TCP_BUF_MIN, TCP_BUF_MAX)
 }
 
 fn tcp_socket(rx: usize, tx: usize) -> Result<tcp::Socket<'static>, Errno> {
@@ -371,7 +387,7 @@ impl Stack {
             }
             let listening = pool.iter().filter(|h| set.get::<tcp::Socket>(**h).state() == tcp::State::Listen).count();
             if listening == 0 && pool.len() + ready.len() <= *backlog {
-                if let Ok(mut t) = tcp_socket(rb.clamp(TCP_BUF, TCP_BUF * 4), tb.clamp(TCP_BUF, TCP_BUF * 4)) {
+                if let Ok(mut t) = tcp_socket(rx_size(rb), tx_size(tb)) {
                     t.set_nagle_enabled(!nodelay);
                     if t.listen(ep).is_ok() {
                         pool.push(set.add(t));
@@ -559,6 +575,10 @@ impl InetSocket {
 
     /// Runs `f` on the stack and this socket, pumps, and wakes.
     fn with<R>(&self, f: impl FnOnce(&mut Stack) -> Result<R, Errno>) -> Result<R, Errno> {
+        // Room for a call's buffers (a new connection's, a listener's next) before
+        // the stack's lock: the heap grows from guest memory here, not under it.
+        // If it cannot, the buffers' own allocations fail with ENOBUFS.
+        let _ = onering_arch::heap::ensure(1 << 20);
         let (r, keys) = {
             let mut s = stack().lock();
             let r = f(&mut s);
@@ -668,6 +688,13 @@ impl Socket for InetSocket {
                 return Err(Errno::EADDRINUSE);
             }
             s.sock(id)?.local = Some((a, port));
+            if proto == Proto::Udp {
+                // Datagrams to the port arrive from now on, read or not.
+                if let Err(e) = Self::udp(s, id) {
+                    s.sock(id)?.local = None;
+                    return Err(e);
+                }
+            }
             Ok(0)
         })
     }
@@ -778,7 +805,7 @@ impl Socket for InetSocket {
             let sk = s.sock(id)?;
             let (la, lp) = sk.local.unwrap_or((None, 0));
             let (rb, tb, nodelay) = (sk.opts.rcvbuf as usize, sk.opts.sndbuf as usize, sk.opts.nodelay);
-            let mut t = tcp_socket(rb.clamp(TCP_BUF, TCP_BUF * 4), tb.clamp(TCP_BUF, TCP_BUF * 4))?;
+            let mut t = tcp_socket(rx_size(rb), tx_size(tb))?;
             t.set_nagle_enabled(!nodelay);
             let cx = s.iface.context();
             t.connect(cx, IpEndpoint::new(a, port), IpListenEndpoint { addr: la, port: lp })
@@ -791,7 +818,17 @@ impl Socket for InetSocket {
         })?;
         // On loopback the handshake is usually over already; if not, the
         // caller waits with connect_wait (a non-blocking one gets EINPROGRESS).
-        self.connect_done()
+        // A refusal is news for later, as on Linux: EINPROGRESS now, the error
+        // from SO_ERROR or from the blocking caller's wait.
+        match self.connect_done() {
+            Err(e) if e != Errno::EINPROGRESS => {
+                if let Ok(sk) = stack().lock().sock(self.id) {
+                    sk.error = Some(e);
+                }
+                Err(Errno::EINPROGRESS)
+            }
+            r => r,
+        }
     }
 
     fn connect_wait(&self) -> SysResult {

@@ -1,10 +1,9 @@
 //! Socket objects, one kind per file: `unix` (AF_UNIX stream, datagram and
-//! seqpacket, all in the kernel's memory) and, coming, `inet` (AF_INET and AF_INET6,
-//! TCP and UDP on smoltcp over loopback). They implement the socket interface
+//! seqpacket, all in the kernel's memory) and `inet` (AF_INET and AF_INET6, TCP and
+//! UDP on smoltcp over loopback). They implement the socket interface
 //! (`crate::file::socket`) that the socket system calls (`syscall::net`) use.
 
-// `inet` (AF_INET/AF_INET6 on smoltcp) is written but not yet compiled in: its
-// loopback tests are unfinished (issue 14). Until then AF_INET is EAFNOSUPPORT.
+pub mod inet;
 pub mod unix;
 
 use crate::errno::{Errno, SysResult};

@@ -13,6 +13,7 @@ use crate::file::socket::{self, msg, opt, Cred, Iov, Named, NetEnv, RecvExtra, S
 use crate::file::socket::{AF_INET, AF_INET6, AF_UNIX, SOCK_CLOEXEC, SOCK_NONBLOCK, SOCK_STREAM};
 use crate::file::{oflag, FileRef, OpenFile};
 use crate::mm::user::{UserMem, UserMemExt};
+use crate::net::inet::InetSocket;
 use crate::net::unix::UnixSocket;
 use crate::task::{sched, signal, Ctx};
 use crate::time::{mono_now, real_now};
@@ -204,8 +205,10 @@ pub fn socket(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
             let s = UnixSocket::new(kind, Env(ctx).cred());
             install(ctx, OpenFile::new(s, flags), cloexec)
         }
-        // Internet sockets: net/inet.rs (smoltcp) is not wired in yet.
-        d if d == u64::from(AF_INET) || d == u64::from(AF_INET6) => Err(Errno::EAFNOSUPPORT),
+        d if d == u64::from(AF_INET) || d == u64::from(AF_INET6) => {
+            let s = InetSocket::new(d as u16, kind, proto)?;
+            install(ctx, OpenFile::new(s, flags), cloexec)
+        }
         d if d >= NPROTO => Err(Errno::EAFNOSUPPORT),
         _ => Err(Errno::EAFNOSUPPORT),
     }

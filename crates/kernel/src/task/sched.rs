@@ -295,7 +295,7 @@ pub struct Spawn {
 /// Creates a thread (runnable at once unless `start` is false); returns it. Its
 /// extended state is a copy of the caller's. `more` gives a chunk of memory when
 /// new kernel stacks are needed.
-pub fn spawn(sp: Spawn, start: bool, more: impl FnOnce() -> Option<Chunk>) -> Result<&'static Thread, Errno> {
+pub fn spawn(sp: Spawn, start: bool, mut more: impl FnMut() -> Option<Chunk>) -> Result<&'static Thread, Errno> {
     let reuse = {
         let mut s = SCHED.lock();
         s.free.iter().position(|t| !t.task.running()).map(|i| s.free.swap_remove(i))
@@ -303,7 +303,7 @@ pub fn spawn(sp: Spawn, start: bool, more: impl FnOnce() -> Option<Chunk>) -> Re
     let t = match reuse {
         Some(t) => t,
         // A new thread lives on: not out of the heap's reserve.
-        None if onering_arch::heap::low() => return Err(Errno::EAGAIN),
+        None if !onering_arch::heap::room(16 << 10, &mut more) => return Err(Errno::EAGAIN),
         None => Thread::new(Task::new(more).ok_or(Errno::EAGAIN)?),
     };
     if t.task.prepare(&sp.frame, sp.fs_base).is_err() {
