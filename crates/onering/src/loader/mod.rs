@@ -406,7 +406,7 @@ mod tests {
     fn boot_info_layout_matches_the_struct() {
         assert_eq!(std::mem::size_of::<BootInfo>() % 8, 0);
         let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
-        write_boot_info(&m, &BootInfo { magic: BOOT_MAGIC, vdso_base: 77, ..Default::default() }).unwrap();
+        write_boot_info(&m, &BootInfo { magic: BOOT_MAGIC, nsegments: 77, ..Default::default() }).unwrap();
         let last: u64 =
             m.read_obj(GuestAddress(layout::BOOT_INFO_PHYS + std::mem::size_of::<BootInfo>() as u64 - 8)).unwrap();
         assert_eq!(last, 77);
