@@ -3,7 +3,7 @@
 //! the addresses the VMM needs (entry, trap stubs) become constants. So
 //! `target/release/onering` needs no other file at run time.
 
-use object::{Object, ObjectSegment, ObjectSymbol};
+use object::{Object, ObjectSection, ObjectSegment, ObjectSymbol};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -33,6 +33,8 @@ fn main() {
     let flags = [
         "-Crelocation-model=static".to_string(),
         "-Ccode-model=kernel".to_string(),
+        // For the backtrace of a kernel panic (arch's panic handler walks the chain).
+        "-Cforce-frame-pointers=yes".to_string(),
         "-Clink-arg=--undefined=_start".to_string(),
         format!("-Clink-arg=-T{}", link_script.display()),
     ]
@@ -117,7 +119,46 @@ fn main() {
         preempt = sym("preempt_stub"),
     );
     std::fs::write(out.join("kernel_image.rs"), consts).unwrap();
+    std::fs::write(out.join("kernel_symbols.bin"), symbol_table(&elf)).unwrap();
     build_vdso(&manifest.join("vdso"), &out);
+}
+
+/// The kernel's function symbols, for naming the addresses of a kernel panic's
+/// backtrace: a count (u32), then per function, by address, its start (u64), size
+/// (u32) and the offset of its demangled name (u32) in the names that follow, each
+/// ending in a NUL; all little-endian.
+fn symbol_table(elf: &object::File) -> Vec<u8> {
+    // Functions, and the assembly's global labels (no type, no size: each then
+    // reaches to the next symbol).
+    let text = elf.section_by_name(".text").map(|t| (t.address(), t.address() + t.size()));
+    let in_text = |a: u64| text.is_some_and(|(lo, hi)| a >= lo && a < hi);
+    let mut funcs: Vec<(u64, u32, String)> = elf
+        .symbols()
+        .filter(|s| {
+            (s.kind() == object::SymbolKind::Text && s.size() > 0)
+                || (s.kind() == object::SymbolKind::Unknown && s.is_global() && in_text(s.address()))
+        })
+        .filter_map(|s| Some((s.address(), s.size() as u32, format!("{:#}", rustc_demangle::demangle(s.name().ok()?)))))
+        .collect();
+    funcs.sort_by_key(|f| (f.0, std::cmp::Reverse(f.1)));
+    funcs.dedup_by_key(|f| f.0);
+    for i in 0..funcs.len() {
+        if funcs[i].1 == 0 {
+            let next = funcs.get(i + 1).map_or(funcs[i].0 + 1, |f| f.0);
+            funcs[i].1 = (next - funcs[i].0) as u32;
+        }
+    }
+    let mut table = (funcs.len() as u32).to_le_bytes().to_vec();
+    let mut names = Vec::new();
+    for (addr, size, name) in &funcs {
+        table.extend(addr.to_le_bytes());
+        table.extend(size.to_le_bytes());
+        table.extend((names.len() as u32).to_le_bytes());
+        names.extend(name.as_bytes());
+        names.push(0);
+    }
+    table.extend(names);
+    table
 }
 
 /// The guest kernel needs the `x86_64-unknown-none` target. rust-toolchain.toml lists

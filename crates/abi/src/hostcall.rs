@@ -7,6 +7,9 @@
 //! guest memory, does the work, stores the result in `ret` and resumes the vCPU.
 //! One exit costs ~18 µs here, so callers batch (the console buffers output).
 
+/// Most return addresses a `Panic` hostcall carries.
+pub const MAX_BACKTRACE: usize = 32;
+
 /// Hostcall numbers.
 #[repr(u64)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -21,7 +24,10 @@ pub enum Hostcall {
     /// faulting instruction, `args[2]` the faulting address (or 0). Does not return.
     Killed = 3,
     /// The kernel failed: `args[0]`/`args[1]` a message (guest-virtual address and
-    /// length). Does not return.
+    /// length); `args[2]`/`args[3]` the return addresses of its call stack
+    /// (guest-virtual address of an array of u64, and their count, at most
+    /// [`MAX_BACKTRACE`]), which the VMM names with the kernel's symbols. Does not
+    /// return.
     Panic = 4,
     /// Returns the address of the last page fault (CR2, which ring 0 here cannot read).
     FaultAddr = 5,

@@ -112,7 +112,14 @@ pub mod flags {
     pub const PRIVILEGED_RING0: u64 = 1 << 3;
     /// `-i`: the program's stdin reads the host's (the `StdinRequest` hostcall).
     pub const STDIN: u64 = 1 << 4;
+    /// `ONERING_TEST_PANIC` is set: system call [`super::TEST_PANIC_SYSCALL`] makes
+    /// the kernel panic, so the tests can see what a panic reports.
+    pub const TEST_PANIC: u64 = 1 << 5;
 }
+
+/// A system-call number Linux does not have: with [`flags::TEST_PANIC`] it panics
+/// the kernel (tests only); otherwise ENOSYS like any unknown number.
+pub const TEST_PANIC_SYSCALL: u64 = 0x6f6e_0001;
 
 /// Everything the kernel needs to know at its first instruction. Written by the VMM at
 /// [`layout::BOOT_INFO_PHYS`]; the kernel receives its virtual address in `rdi`.

@@ -81,10 +81,14 @@ global_asm!(
 
     .global _start
     // The VMM starts CPU 0 here in ring 3: rdi = &BootInfo, rsp = its kernel stack.
+    // A program that jumps here has its own (user-half) stack: ud2 at once, which
+    // the fault hook turns into SIGSEGV for it rather than a second boot.
 _start:
+    test %rsp, %rsp
+    jns 1f
     xor %ebp, %ebp
     call {start}
-    ud2
+1:  ud2
 
     // ---- Ring 0: the `syscall` instruction lands here (LSTAR). --------------------
     // rcx = user rip, r11 = user rflags, rsp = user stack (not to be written: red zone).

@@ -148,6 +148,11 @@ impl ChunkAllocator {
         self.free
     }
 
+    /// Every chunk this allocator manages, free or not.
+    pub fn total_chunks(&self) -> usize {
+        self.ranges.iter().map(|r| r.chunks).sum()
+    }
+
     /// A zeroed chunk, lowest first.
     pub fn alloc(&mut self) -> Option<Chunk> {
         for r in &mut self.ranges {

@@ -47,13 +47,73 @@ fn panic(info: &core::panic::PanicInfo) -> ! {
             core::hint::spin_loop();
         }
     }
+    if on_program_stack() {
+        // Kernel code runs only on kernel stacks: this is kernel code the program
+        // jumped into, which went astray. The program's fault (SIGSEGV), not the
+        // kernel's; the address it jumped to is not known any more.
+        crate::hostcall::hostcall(onering_abi::Hostcall::Killed, &[11, 0, 0]);
+        halt_forever()
+    }
     let mut buf = Buf { b: [0; 2048], n: 0 };
     let _ = write!(buf, "{info}");
     if let Some(note) = NOTE.get() {
         note(&mut buf, &Panicking(()));
     }
-    crate::hostcall::hostcall(onering_abi::Hostcall::Panic, &[buf.b.as_ptr() as u64, buf.n as u64]);
+    let mut frames = [0u64; onering_abi::hostcall::MAX_BACKTRACE];
+    let n = backtrace(&mut frames);
+    crate::hostcall::hostcall(
+        onering_abi::Hostcall::Panic,
+        &[buf.b.as_ptr() as u64, buf.n as u64, frames.as_ptr() as u64, n as u64],
+    );
     halt_forever()
+}
+
+/// The return addresses of the call stack, innermost first, by the frame-pointer
+/// chain (the kernel is built with frame pointers). Only frames on the stack the
+/// panic runs on are read, so a broken chain ends the walk instead of faulting: a
+/// thread's 32 KiB-aligned kernel stack in the direct map, or the CPU's stacks in
+/// the kernel image's mapping.
+#[cfg(target_os = "none")]
+fn backtrace(out: &mut [u64]) -> usize {
+    use onering_abi::layout::{DIRECT_MAP_BASE, KERNEL_VBASE};
+    let (sp, mut fp): (u64, u64);
+    // SAFETY: reads two registers; no memory is touched.
+    unsafe {
+        core::arch::asm!("mov {}, rsp", "mov {}, rbp", out(reg) sp, out(reg) fp, options(nomem, nostack, preserves_flags))
+    };
+    let top = if sp >= KERNEL_VBASE {
+        // A CPU's stacks: well inside the image's mapping; bounded by the largest.
+        sp.saturating_add(onering_abi::layout::KERNEL_STACK_SIZE)
+    } else if sp >= DIRECT_MAP_BASE {
+        (sp | (crate::task::KSTACK_SIZE - 1)) + 1
+    } else {
+        return 0;
+    };
+    let mut n = 0;
+    while n < out.len() && fp >= sp && fp.is_multiple_of(8) && fp.checked_add(16).is_some_and(|e| e <= top) {
+        // SAFETY: [fp, fp + 16) lies on the stack this code runs on, between the
+        // stack pointer and the stack's top (checked just above): mapped memory.
+        let (next, ret) = unsafe { ((fp as *const u64).read_volatile(), (fp as *const u64).add(1).read_volatile()) };
+        if ret < KERNEL_VBASE {
+            break;
+        }
+        out[n] = ret;
+        n += 1;
+        if next <= fp {
+            break;
+        }
+        fp = next;
+    }
+    n
+}
+
+/// Whether the stack pointer lies in the program's half of the address space.
+#[cfg(target_os = "none")]
+fn on_program_stack() -> bool {
+    let sp: u64;
+    // SAFETY: reads the stack pointer into a register; no memory is touched.
+    unsafe { core::arch::asm!("mov {}, rsp", out(reg) sp, options(nomem, nostack, preserves_flags)) };
+    (sp as i64) >= 0
 }
 
 /// The VMM never resumes a vCPU after Exit, Killed or Panic; if it somehow did,

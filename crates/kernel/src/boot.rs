@@ -232,9 +232,16 @@ pub fn fault_hook(frame: &FaultFrame) -> ! {
         out_of_memory_later(k);
     }
     onering_arch::entry::fail_user_access(frame);
-    // The top 2 GiB hold only the kernel image, the upper half the kernel's memory:
-    // a fault there is the kernel's. A program jumping to a wild address in its
-    // own half gets SIGSEGV as on Linux.
+    // The top 2 GiB hold only the kernel image, the upper half the kernel's memory.
+    // Kernel code always runs on a kernel stack (the trampolines switch before they
+    // enter it, the VMM starts each CPU on one, `_start` refuses a user stack): an
+    // exception at a kernel address with the program's stack pointer is the program
+    // jumping there, and gets SIGSEGV as on Linux, where those pages are not its
+    // to run. (What the stray code did before it faulted is the program's own
+    // damage, inside its own VM: see the threat model in design.md.)
+    if frame.rip >= layout::KERNEL_VBASE && !is_kernel_stack(frame.rsp) {
+        onering_arch::entry::leave_fault_stack(frame, frame.rip, 0, wild_jump)
+    }
     if frame.rip >= layout::KERNEL_VBASE {
         panic!(
             "exception {} at {:#x} in the kernel (error {:#x}, rsp {:#x}, address {:#x})",
@@ -266,6 +273,30 @@ fn program_fault(frame: &FaultFrame, addr: u64, oom: u64) -> ! {
     };
     let user = k.user();
     let regs = signal::fault(k, &user, frame.regs(), s, info);
+    onering_arch::entry::resume_after_fault(&regs)
+}
+
+/// Whether `sp` lies in the kernel's half of the address space (every kernel and
+/// fault stack does).
+fn is_kernel_stack(sp: u64) -> bool {
+    (sp as i64) < 0
+}
+
+/// The program jumped into the kernel's half (or stray kernel code it reached
+/// faulted on the program's stack): SIGSEGV at that address, as Linux reports an
+/// instruction fetch from a page the program may not run.
+fn wild_jump(frame: &FaultFrame, addr: u64, _: u64) -> ! {
+    let k = kernel();
+    let info = Info {
+        signo: sig::SIGSEGV,
+        code: si_code(vector::PAGE_FAULT),
+        addr,
+        trapno: vector::PAGE_FAULT,
+        err: 0x15, // present, user, instruction fetch
+        ..Default::default()
+    };
+    let user = k.user();
+    let regs = signal::fault(k, &user, frame.regs(), sig::SIGSEGV, info);
     onering_arch::entry::resume_after_fault(&regs)
 }
 
@@ -316,11 +347,14 @@ fn panic_note(w: &mut dyn core::fmt::Write, panicking: &onering_arch::panic::Pan
         Some(t) => {
             // The system call the thread is in, if any: the frame at the top of its
             // kernel stack still holds the number.
-            let call = match t.task.syscall_frame(panicking) {
-                Some(f) => crate::sysnames::name(f.rax).unwrap_or("an unknown one"),
-                None => "none",
+            let _ = write!(w, " (cpu {cpu}, thread {} of process {}, system call ", t.tid(), t.pid());
+            let _ = match t.task.syscall_frame(panicking).map(|f| f.rax) {
+                Some(nr) => match crate::sysnames::name(nr) {
+                    Some(name) => write!(w, "{name})"),
+                    None => write!(w, "{nr}, unknown)"),
+                },
+                None => write!(w, "none)"),
             };
-            let _ = write!(w, " (cpu {cpu}, thread {} of process {}, system call {call})", t.tid(), t.pid());
         }
         None => {
             let _ = write!(w, " (cpu {cpu}, idle)");

@@ -117,12 +117,15 @@ pub fn run(
     if config.interactive {
         flags |= onering_abi::flags::STDIN;
     }
+    if std::env::var_os("ONERING_TEST_PANIC").is_some() {
+        flags |= onering_abi::flags::TEST_PANIC;
+    }
     if crate::sys::hardware_virtualization() {
         flags |= onering_abi::flags::PRIVILEGED_RING0;
     }
     let stdio: &'static vstate::stdio::Stdio = Box::leak(Box::new(vstate::stdio::Stdio::new(config.interactive)));
     let image = match config.rootfs {
-        Some(dir) => rootfs::build(dir)?,
+        Some(dir) => rootfs::build(dir, mem_size)?,
         None => Vec::new(),
     };
     let workdir = rootfs::workdir(config.workdir, config.rootfs)?;

@@ -205,6 +205,23 @@ fn environment(args: &RunArgs) -> Vec<Vec<u8>> {
         .collect()
 }
 
+/// The guest's `PATH` when `-e` gives none (docker's default).
+const DEFAULT_PATH: &[u8] = b"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The host file to run: with `--rootfs`, the program as the guest names it in that
+/// tree (a path, or a bare name searched in the guest's `PATH`, as `docker run
+/// IMAGE sh`); a path only the host has still works. Without it, the path as given.
+fn program_file(args: &RunArgs) -> OsString {
+    let Some(root) = args.rootfs.as_deref() else { return args.program.clone() };
+    let env = environment(args);
+    let path = env.iter().find_map(|v| v.strip_prefix(b"PATH=")).unwrap_or(DEFAULT_PATH);
+    let workdir = args.workdir.as_deref().map_or(&b"/"[..], |w| w.as_bytes());
+    match crate::loader::rootfs::find_program(root, args.program.as_bytes(), workdir, path) {
+        Some(found) => found.into_os_string(),
+        None => args.program.clone(),
+    }
+}
+
 fn read_program(path: &OsString) -> Result<Vec<u8>, Failure> {
     let shown = path.to_string_lossy();
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
@@ -243,7 +260,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
     }
     let path = &args.program;
     let shown = path.to_string_lossy().into_owned();
-    let file = read_program(path)?;
+    let file = read_program(&program_file(&args))?;
     let prog = elf::Program::parse(&file).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))?;
     trace.mark("program read and validated");
 
@@ -350,7 +367,12 @@ fn report(outcome: Outcome) -> u8 {
         }
         Outcome::Killed { signal, rip, addr } => {
             let at = if signal == 11 || signal == 7 { format!(" (fault address {addr:#x})") } else { String::new() };
-            say!("onering: program killed by {} at {rip:#x}{at}", signal_name(signal));
+            if rip == 0 {
+                // (Stray kernel code the program jumped into: no address is known.)
+                say!("onering: program killed by {}", signal_name(signal));
+            } else {
+                say!("onering: program killed by {} at {rip:#x}{at}", signal_name(signal));
+            }
             128 + (signal as u8 & 0x7f)
         }
         Outcome::KernelPanic(msg) => {

@@ -124,6 +124,19 @@ fn go_nil_dereference_is_a_go_panic_with_status_2() {
 }
 
 #[test]
+fn too_little_memory_for_go_is_refused_naming_the_minimum() {
+    let o = onering(&["run", "--mem", "32M", guest().to_str().unwrap(), "hello"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    let need = err.split("needs at least ").nth(1).and_then(|r| r.split(' ').next()).expect(&err);
+    assert!(err.contains("--mem 32 MiB is too small"), "{err}");
+    // At the minimum it names, the program runs.
+    let o = onering(&["run", "--mem", &format!("{need}M"), guest().to_str().unwrap(), "hello"]);
+    assert_eq!(o.status.code(), Some(0), "at --mem {need}M: {}", text(&o.stderr));
+    assert!(text(&o.stdout).starts_with("hello from go"));
+}
+
+#[test]
 fn go_files_in_tmp() {
     same_as_host("files");
 }

@@ -292,6 +292,10 @@ fn onering_failures_are_125() {
     expect_failure(&onering(&["run"]), 125, "");
     let o = cmd(&["run", p]).env("ONERING_KVM_DEVICE", "/nonexistent/kvm").output().unwrap();
     expect_failure(&o, 125, "does not offer KVM");
+    // A device that is not KVM (as an unusual or broken host might have): one line.
+    let o = cmd(&["run", p]).env("ONERING_KVM_DEVICE", "/dev/null").output().unwrap();
+    expect_failure(&o, 125, "does not answer as KVM");
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
 }
 
 #[test]
@@ -350,6 +354,32 @@ fn a_wild_jump_is_the_programs_fault() {
     let o = run(&musl("wildjump"), &[]);
     assert!(stderr(&o).starts_with("onering: program killed by SIGSEGV at 0xffff900000000000"), "{}", stderr(&o));
     assert_eq!(status(&o), 139);
+    // Into the kernel's own image, its entry point, the last page, a non-canonical
+    // address: the program's SIGSEGV each time, never a kernel panic.
+    let start = format!("{:#x}", 0xffff_ffff_8000_0000u64 + onering_abi::layout::KERNEL_PHYS);
+    for to in ["0xffffffff80001000", &start, "0xffffffff80400000", "0xfffffffffffff000", "0x8000000000000000"] {
+        let o = run(&musl("wildjump"), &[to]);
+        assert!(stderr(&o).starts_with("onering: program killed by SIGSEGV"), "{to}: {}", stderr(&o));
+        assert_eq!(status(&o), 139, "{to}");
+    }
+}
+
+#[test]
+fn a_kernel_panic_reports_its_message_system_call_and_named_backtrace() {
+    let bin = musl("panic");
+    let o = cmd(&["run", bin.to_str().unwrap()]).env("ONERING_TEST_PANIC", "1").output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(status(&o), 125, "{err}");
+    assert!(err.starts_with("onering: kernel panic: panicked at crates/kernel/src/syscall/mod.rs:"), "{err}");
+    assert!(err.contains("the panic a test asked for"), "{err}");
+    assert!(err.contains("thread 1 of process 1, system call 1869479937, unknown)"), "{err}");
+    assert!(err.contains("\nkernel backtrace:\n  #0  0xffffffff"), "{err}");
+    assert!(err.contains(" core::panicking::panic_fmt+0x"), "{err}");
+    assert!(err.contains(" onering_kernel::boot::syscall_hook+0x"), "{err}");
+    assert!(err.contains(" syscall_entry+0x"), "{err}");
+    // Without the variable the number is unknown, as on the host.
+    let o = onering(&["run", "--quiet", bin.to_str().unwrap()]);
+    assert_eq!((status(&o), stdout(&o)), (0, "-1 ENOSYS\n".to_string()), "{}", stderr(&o));
 }
 
 /// Runs a test program on the host and in onering: the same output, status 0.
@@ -560,7 +590,44 @@ fn rootfs_and_workdir() {
         125,
         "--rootfs needs more memory",
     );
+    // A sparse 3 GiB file is refused from its size, at once, never read.
+    std::fs::remove_file(big.join("blob")).unwrap();
+    std::fs::File::create(big.join("sparse")).unwrap().set_len(3 << 30).unwrap();
+    let t = std::time::Instant::now();
+    expect_failure(
+        &onering(&["run", "--mem", "512M", "--rootfs", big.to_str().unwrap(), bin.to_str().unwrap()]),
+        125,
+        "--rootfs needs more memory",
+    );
+    assert!(t.elapsed() < std::time::Duration::from_secs(2), "{:?}", t.elapsed());
     std::fs::remove_dir_all(&big).unwrap();
+}
+
+#[test]
+fn the_program_is_found_in_the_rootfs_as_docker_finds_it() {
+    let dir = out_dir().join("rootfs-programs");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("bin")).unwrap();
+    std::fs::create_dir_all(dir.join("opt/app")).unwrap();
+    std::fs::copy(musl("hello"), dir.join("bin/hello-real")).unwrap();
+    std::os::unix::fs::symlink("/bin/hello-real", dir.join("bin/hello")).unwrap();
+    std::fs::copy(musl("hello"), dir.join("opt/app/tool")).unwrap();
+    let root = dir.to_str().unwrap();
+    for (args, argv0) in [
+        (vec!["/bin/hello"], "/bin/hello"),
+        (vec!["hello"], "hello"),
+        (vec!["-w", "/opt/app", "./tool"], "./tool"),
+        (vec!["-e", "PATH=/opt/app", "tool"], "tool"),
+    ] {
+        let mut a = vec!["run", "--rootfs", root];
+        a.extend(&args);
+        let o = onering(&a);
+        assert_eq!(status(&o), 0, "{args:?}: {}", stderr(&o));
+        assert!(stdout(&o).contains(&format!("argv[0]={argv0}\n")), "{args:?}: {}", stdout(&o));
+    }
+    expect_failure(&onering(&["run", "--rootfs", root, "tool"]), 127, "tool: no such file");
+    expect_failure(&onering(&["run", "--rootfs", root, "/bin"]), 126, "is a directory");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

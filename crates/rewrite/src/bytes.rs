@@ -63,3 +63,37 @@ mod tests {
         assert_eq!(slice(&b, 9, 0), Some(&[][..]));
     }
 }
+
+/// Untrusted bytes (a string from the ELF file, a message from the guest) made safe
+/// to print on the user's terminal: invalid UTF-8 replaced, control characters other
+/// than newline escaped (`\u{1b}`, so no escape sequence reaches the terminal), and
+/// at most `max` characters kept (`...` marks the cut).
+pub fn printable(b: &[u8], max: usize) -> String {
+    let text = String::from_utf8_lossy(b);
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == max {
+            out.push_str("...");
+            break;
+        }
+        if c == '\n' || !c.is_control() {
+            out.push(c);
+        } else {
+            out.extend(c.escape_default());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod printable_tests {
+    use super::printable;
+
+    #[test]
+    fn control_characters_are_escaped_and_length_capped() {
+        assert_eq!(printable(b"/lib/ld.so", 100), "/lib/ld.so");
+        assert_eq!(printable(b"a\x1b[2Jb\r\x07\nc", 100), "a\\u{1b}[2Jb\\r\\u{7}\nc");
+        assert_eq!(printable(b"\xff\xc2\x9b1m", 100), "\u{fffd}\\u{9b}1m");
+        assert_eq!(printable(b"abcdef", 3), "abc...");
+    }
+}

@@ -155,8 +155,12 @@ impl Program {
             let (offset, vaddr, filesz, memsz) = (field(8), field(16), field(32), field(40));
             match kind {
                 PT_INTERP => {
+                    // Printed to the user's terminal: escaped and capped.
                     let name = match slice(file, offset, filesz) {
-                        Some(bytes) => String::from_utf8_lossy(bytes).trim_end_matches('\0').to_string(),
+                        Some(bytes) => {
+                            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+                            crate::bytes::printable(&bytes[..end], 256)
+                        }
                         None => "unreadable".to_string(),
                     };
                     return Err(ElfError::Dynamic(name));
@@ -260,6 +264,11 @@ mod tests {
         let off = f.len() as u64 - 25;
         set_phdr(&mut f, 0, PT_INTERP, off, 25);
         assert_eq!(Program::parse(&f), Err(ElfError::Dynamic("/lib/ld-musl-x86_64.so.1".into())));
+        let mut f = good.clone();
+        f.extend_from_slice(b"\x1b]0;owned\x07\x1b[2J\0");
+        let off = f.len() as u64 - 15;
+        set_phdr(&mut f, 0, PT_INTERP, off, 15);
+        assert_eq!(Program::parse(&f), Err(ElfError::Dynamic("\\u{1b}]0;owned\\u{7}\\u{1b}[2J".into())));
         let mut f = good.clone();
         set_phdr(&mut f, 0, 4, 0, 0); // PT_NOTE only
         assert_eq!(Program::parse(&f), Err(ElfError::NoLoad));

@@ -283,15 +283,16 @@ impl<M: Mmu> AddressSpace<M> {
     }
 
     /// Makes `[start, end)` usable: backs it now if it is small; a large range is
-    /// backed on first touch (returns true), unless it is more than memory could
-    /// ever hold (ENOMEM at once, as Linux's heuristic overcommit).
+    /// backed on first touch (returns true), unless it is more than all of memory
+    /// (ENOMEM at once, as Linux's heuristic overcommit: a mapping larger than what
+    /// is free now, but not than RAM, is allowed, and fails only when touched).
     fn commit(&mut self, start: u64, end: u64) -> Result<bool, Errno> {
         if end - start < LAZY_MIN {
             self.backing().back(start, end)?;
             return Ok(false);
         }
         let b = self.backing();
-        if b.unbacked(start, end) > (b.blocks.len() + b.chunks.free_chunks()) as u64 {
+        if b.unbacked(start, end) > (b.blocks.len() + b.chunks.total_chunks()) as u64 {
             return Err(Errno::ENOMEM);
         }
         Ok(true)

@@ -79,7 +79,10 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::Panic) => {
             let msg = read_guest(env.mem(), args[0], args[1].min(MAX_PANIC_MESSAGE))
                 .unwrap_or_else(|| b"(message unreadable)".to_vec());
-            return Action::Stop(Outcome::KernelPanic(String::from_utf8_lossy(&msg).into_owned()));
+            // The program shares the kernel's ring: the message may be anything.
+            let mut text = onering_rewrite::bytes::printable(&msg, 4096);
+            text.push_str(&backtrace(env.mem(), args[2], args[3]));
+            return Action::Stop(Outcome::KernelPanic(text));
         }
         None => return Action::Stop(Outcome::GuestError(format!("unknown hostcall {nr}"))),
     };
@@ -87,6 +90,23 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Ok(()) => Action::Resume,
         Err(_) => Action::Stop(Outcome::GuestError("hostcall block outside guest memory".into())),
     }
+}
+
+/// A kernel panic's backtrace, named with the kernel's symbols: `count` return
+/// addresses at guest-virtual `virt` (at most `MAX_BACKTRACE`), one line each.
+fn backtrace(mem: &GuestMemoryMmap, virt: u64, count: u64) -> String {
+    let n = count.min(onering_abi::hostcall::MAX_BACKTRACE as u64);
+    let Some(raw) = read_guest(mem, virt, n * 8).filter(|_| n > 0) else { return String::new() };
+    let mut out = String::from("\nkernel backtrace:");
+    for (i, word) in raw.chunks_exact(8).enumerate() {
+        let addr = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        // The return address: the call is the instruction before it.
+        match crate::embedded::kernel_symbols::lookup(addr.wrapping_sub(1)) {
+            Some((name, off)) => out.push_str(&format!("\n  #{i:<2} {addr:#x} {name}+{:#x}", off + 1)),
+            None => out.push_str(&format!("\n  #{i:<2} {addr:#x}")),
+        }
+    }
+    out
 }
 
 /// The frame a fatal exception left on the IST stack (the stub does not trust GS, so
@@ -321,6 +341,21 @@ mod tests {
         e.mem.write_slice(b"oops", GuestAddress(0x40_0000)).unwrap();
         assert_eq!(call(&mut e, Hostcall::Panic, &[0x40_0000, 4]), Action::Stop(Outcome::KernelPanic("oops".into())));
         assert!(matches!(call(&mut e, Hostcall::Panic, &[0x10, 4]), Action::Stop(Outcome::KernelPanic(_))));
+        e.mem.write_slice(b"o\x1b[2J", GuestAddress(0x40_0000)).unwrap();
+        let escaped = Action::Stop(Outcome::KernelPanic("o\\u{1b}[2J".into()));
+        assert_eq!(call(&mut e, Hostcall::Panic, &[0x40_0000, 5]), escaped);
+        // A backtrace: addresses named with the kernel's symbols where they fall in
+        // a function, bare otherwise.
+        let (entry, name) = crate::embedded::kernel_symbols::find("arch_start").expect("the kernel's symbols");
+        e.mem.write_obj(entry + 5, GuestAddress(0x40_1000)).unwrap();
+        e.mem.write_obj(0x1234u64, GuestAddress(0x40_1008)).unwrap();
+        let Action::Stop(Outcome::KernelPanic(text)) = call(&mut e, Hostcall::Panic, &[0x40_0000, 1, 0x40_1000, 2])
+        else {
+            panic!("not a panic")
+        };
+        assert!(text.starts_with("o\nkernel backtrace:\n  #0  "), "{text}");
+        assert!(text.contains(&format!("{:#x} {name}+0x5", entry + 5)), "{text}");
+        assert!(text.ends_with("\n  #1  0x1234"), "{text}");
         assert_eq!(call(&mut e, Hostcall::FaultAddr, &[]), Action::Resume);
         assert_eq!(ret(&e), 0xdead);
     }

@@ -19,6 +19,8 @@ pub enum RootfsError {
     Read(String, std::io::Error),
     #[error("--rootfs: path too long: {0}")]
     PathTooLong(String),
+    #[error("--rootfs needs more memory: the files in {dir} do not fit in --mem {mem} MiB")]
+    TooLarge { dir: String, mem: u64 },
     #[error("-w {0}: no such directory in the VM")]
     NoWorkdir(String),
 }
@@ -35,8 +37,10 @@ fn mtime(m: &std::fs::Metadata) -> u64 {
     (m.mtime().max(0) as u64).saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec().max(0) as u64)
 }
 
-/// The image of `root`: every entry below it, parents before children.
-pub fn build(root: &Path) -> Result<Vec<u8>, RootfsError> {
+/// The image of `root`: every entry below it, parents before children. Refused
+/// (before anything large is read) once it would pass `limit` bytes: the image has
+/// to fit in guest memory.
+pub fn build(root: &Path, limit: u64) -> Result<Vec<u8>, RootfsError> {
     let shown = |p: &Path| p.display().to_string();
     if !root.is_dir() {
         return Err(RootfsError::NotADirectory(shown(root)));
@@ -63,6 +67,10 @@ pub fn build(root: &Path) -> Result<Vec<u8>, RootfsError> {
                 push(&mut out, DIR, mode, mtime(&meta), rel, b"");
                 stack.push(path);
             } else if ft.is_file() {
+                // (A sparse file may claim terabytes: its size is looked at first.)
+                if (out.len() as u64).saturating_add(meta.len()) > limit {
+                    return Err(RootfsError::TooLarge { dir: shown(root), mem: limit >> 20 });
+                }
                 let data = std::fs::read(&path).map_err(|e| RootfsError::Read(shown(&path), e))?;
                 push(&mut out, FILE, mode, mtime(&meta), rel, &data);
             } else if ft.is_symlink() {
@@ -94,6 +102,60 @@ pub fn workdir(workdir: Option<&OsStr>, rootfs: Option<&Path>) -> Result<Vec<u8>
     Ok(path)
 }
 
+/// Where the guest path `path` leads in the tree at `root` (on the host), following
+/// symbolic links as the guest would see them: an absolute target starts again at
+/// `root`, and `..` never leaves it. `None` if it leads nowhere (or loops).
+pub fn resolve(root: &Path, path: &[u8]) -> Option<std::path::PathBuf> {
+    let mut todo: Vec<Vec<u8>> = path.split(|b| *b == b'/').rev().map(<[u8]>::to_vec).collect();
+    let mut at: Vec<Vec<u8>> = Vec::new();
+    let mut links = 0;
+    while let Some(name) = todo.pop() {
+        match &name[..] {
+            b"" | b"." => continue,
+            b".." => {
+                at.pop();
+                continue;
+            }
+            _ => {}
+        }
+        at.push(name);
+        let host = at.iter().fold(root.to_path_buf(), |p, n| p.join(OsStr::from_bytes(n)));
+        let meta = std::fs::symlink_metadata(&host).ok()?;
+        if meta.file_type().is_symlink() {
+            links += 1;
+            if links > 40 {
+                return None;
+            }
+            let target = std::fs::read_link(&host).ok()?;
+            let target = target.as_os_str().as_bytes();
+            at.pop();
+            if target.first() == Some(&b'/') {
+                at.clear();
+            }
+            todo.extend(target.split(|b| *b == b'/').rev().map(<[u8]>::to_vec));
+        }
+    }
+    Some(at.iter().fold(root.to_path_buf(), |p, n| p.join(OsStr::from_bytes(n))))
+}
+
+/// The program named `name` in the tree at `root`, as `docker run IMAGE name` finds
+/// it: a name with a `/` is a path in the tree (relative ones from the working
+/// directory `workdir`), a bare name is looked for in each directory of `path` (the
+/// guest's `PATH`). The host path of a regular file, or `None`.
+pub fn find_program(root: &Path, name: &[u8], workdir: &[u8], path: &[u8]) -> Option<std::path::PathBuf> {
+    let is_file = |p: &std::path::PathBuf| std::fs::metadata(p).is_ok_and(|m| m.is_file());
+    if name.contains(&b'/') {
+        let full = if name.first() == Some(&b'/') { name.to_vec() } else { [workdir, b"/", name].concat() };
+        return resolve(root, &full).filter(is_file);
+    }
+    if name.is_empty() {
+        return None;
+    }
+    path.split(|b| *b == b':')
+        .filter(|d| !d.is_empty())
+        .find_map(|d| resolve(root, &[d, b"/", name].concat()).filter(is_file))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -105,7 +167,7 @@ mod tests {
         std::fs::create_dir_all(dir.join("etc/sub")).unwrap();
         std::fs::write(dir.join("etc/hostname"), b"vm\n").unwrap();
         std::os::unix::fs::symlink("hostname", dir.join("etc/name")).unwrap();
-        let img = build(&dir).unwrap();
+        let img = build(&dir, 1 << 20).unwrap();
         let mut at = 0;
         let mut seen = Vec::new();
         while at < img.len() {
@@ -118,7 +180,40 @@ mod tests {
             seen,
             [(DIR, "etc".into()), (FILE, "etc/hostname".into()), (SYMLINK, "etc/name".into()), (DIR, "etc/sub".into())]
         );
-        assert!(matches!(build(&dir.join("etc/hostname")), Err(RootfsError::NotADirectory(_))));
+        assert!(matches!(build(&dir.join("etc/hostname"), 1 << 20), Err(RootfsError::NotADirectory(_))));
+        // A sparse file of 3 GiB: refused from its size, at once, never read.
+        let f = std::fs::File::create(dir.join("etc/sparse")).unwrap();
+        f.set_len(3 << 30).unwrap();
+        let t = std::time::Instant::now();
+        assert!(matches!(build(&dir, 512 << 20), Err(RootfsError::TooLarge { mem: 512, .. })));
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn programs_are_found_in_the_tree_as_docker_finds_them() {
+        let dir = std::env::temp_dir().join(format!("onering-find-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        std::fs::create_dir_all(dir.join("usr/bin")).unwrap();
+        std::fs::create_dir_all(dir.join("app")).unwrap();
+        std::fs::write(dir.join("bin/busybox"), b"x").unwrap();
+        std::os::unix::fs::symlink("/bin/busybox", dir.join("bin/sh")).unwrap();
+        std::os::unix::fs::symlink("../../bin/busybox", dir.join("usr/bin/env")).unwrap();
+        std::os::unix::fs::symlink("../../../../../etc/passwd", dir.join("usr/bin/escape")).unwrap();
+        std::os::unix::fs::symlink("loop", dir.join("bin/loop")).unwrap();
+        std::fs::write(dir.join("app/run"), b"x").unwrap();
+        let busybox = Some(dir.join("bin/busybox"));
+        let path = b"/usr/local/bin:/usr/bin:/bin";
+        assert_eq!(find_program(&dir, b"/bin/sh", b"/", path), busybox);
+        assert_eq!(find_program(&dir, b"sh", b"/", path), busybox);
+        assert_eq!(find_program(&dir, b"env", b"/", path), busybox);
+        assert_eq!(find_program(&dir, b"./run", b"/app", path), Some(dir.join("app/run")));
+        assert_eq!(find_program(&dir, b"run", b"/app", path), None, "a bare name is not looked for in the workdir");
+        assert_eq!(find_program(&dir, b"escape", b"/", path), None, "links stay in the tree");
+        assert_eq!(find_program(&dir, b"/bin/loop", b"/", path), None);
+        assert_eq!(find_program(&dir, b"/bin", b"/", path), None);
+        assert_eq!(find_program(&dir, b"", b"/", path), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

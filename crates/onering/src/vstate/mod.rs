@@ -19,8 +19,12 @@ pub use machine::{Finish, Machine};
 /// Why creating or running the VM failed (exit status 125).
 #[derive(Debug, Error)]
 pub enum VmError {
-    #[error("/dev/kvm does not exist: this machine does not offer KVM")]
+    #[error("/dev/kvm does not exist: this machine does not offer KVM (load the kvm_intel or kvm_amd module, or enable nested virtualization)")]
     NoKvm,
+    #[error("this host's KVM is too old or limited: {0} (onering needs Linux 5.4 or later)")]
+    OldKvm(String),
+    #[error("the KVM device does not answer as KVM (is ONERING_KVM_DEVICE or /dev/kvm something else?)")]
+    NotKvm,
     #[error("permission denied opening /dev/kvm (run as root or join the kvm group)")]
     KvmPermission,
     #[error("cannot open /dev/kvm: {0}")]

@@ -37,11 +37,37 @@ pub fn open_kvm() -> Result<Kvm> {
     let path = std::env::var_os("ONERING_KVM_DEVICE").unwrap_or_else(|| "/dev/kvm".into());
     let path =
         std::ffi::CString::new(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str())).map_err(|_| VmError::NoKvm)?;
-    Kvm::new_with_path(path).map_err(|e| match e.errno() {
+    let kvm = Kvm::new_with_path(path).map_err(|e| match e.errno() {
         libc::ENOENT | libc::ENXIO | libc::ENODEV => VmError::NoKvm,
         libc::EACCES | libc::EPERM => VmError::KvmPermission,
         _ => VmError::KvmOpen(std::io::Error::from_raw_os_error(e.errno())),
-    })
+    })?;
+    check_kvm(&kvm)?;
+    Ok(kvm)
+}
+
+/// What onering needs of KVM, checked up front so that an old or unusual one gives
+/// one clear line rather than a failed ioctl later.
+fn check_kvm(kvm: &Kvm) -> Result<()> {
+    use kvm_ioctls::Cap;
+    let version = kvm.get_api_version();
+    if version < 0 {
+        return Err(VmError::NotKvm);
+    }
+    if version != 12 {
+        return Err(VmError::OldKvm(format!("KVM API version {version}, not 12")));
+    }
+    let needed = [
+        (Cap::UserMemory, "KVM_CAP_USER_MEMORY"),
+        (Cap::Irqchip, "KVM_CAP_IRQCHIP"),
+        (Cap::ExtCpuid, "KVM_CAP_EXT_CPUID"),
+        (Cap::GetTscKhz, "KVM_CAP_GET_TSC_KHZ"),
+        (Cap::SignalMsi, "KVM_CAP_SIGNAL_MSI"),
+    ];
+    match needed.iter().find(|(cap, _)| !kvm.check_extension(*cap)) {
+        Some((_, name)) => Err(VmError::OldKvm(format!("it lacks {name}"))),
+        None => Ok(()),
+    }
 }
 
 /// Creates the VM (the slowest step here, ~0.25 ms).
