@@ -16,6 +16,7 @@ pub mod sig {
     pub const SIGKILL: u64 = 9;
     pub const SIGSEGV: u64 = 11;
     pub const SIGPIPE: u64 = 13;
+    pub const SIGALRM: u64 = 14;
     pub const SIGCHLD: u64 = 17;
     pub const SIGCONT: u64 = 18;
     pub const SIGSTOP: u64 = 19;
@@ -23,6 +24,8 @@ pub mod sig {
     pub const SIGTTIN: u64 = 21;
     pub const SIGTTOU: u64 = 22;
     pub const SIGURG: u64 = 23;
+    pub const SIGVTALRM: u64 = 26;
+    pub const SIGPROF: u64 = 27;
     pub const SIGWINCH: u64 = 28;
 }
 
@@ -39,6 +42,7 @@ pub mod sa {
 pub mod code {
     pub const SI_USER: i32 = 0;
     pub const SI_TKILL: i32 = -6;
+    pub const SI_KERNEL: i32 = 0x80;
     pub const SEGV_MAPERR: i32 = 1;
     pub const ILL_ILLOPN: i32 = 2;
     pub const FPE_INTDIV: i32 = 1;

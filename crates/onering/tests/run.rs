@@ -563,6 +563,11 @@ fn unhandled_signals_end_the_program_as_on_the_host() {
 }
 
 #[test]
+fn interval_timers_match_the_host() {
+    same_as_host_both_paths("itimer");
+}
+
+#[test]
 fn vfork_and_posix_spawn_match_the_host() {
     same_as_host_both_paths("spawn");
 }

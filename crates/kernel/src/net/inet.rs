@@ -39,6 +39,9 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint};
 use spin::{Mutex, Once};
 
+/// Most smoltcp sockets at once (each ~240 bytes of reserved storage): every TCP
+/// connection over loopback is two, a listener one per connection in its backlog.
+const MAX_SOCKETS: usize = 4096;
 pub const IPPROTO_TCP: u64 = 6;
 pub const IPPROTO_UDP: u64 = 17;
 const IPPROTO_IP: u64 = 0;
@@ -229,6 +232,11 @@ pub struct Stack {
     next_port: u16,
     /// smoltcp sockets of closed files, closing gracefully (FIN, TIME-WAIT).
     closing: Vec<SocketHandle>,
+    /// smoltcp sockets in `set`, and how many its storage holds: the storage is
+    /// reserved up front, because smoltcp grows it with an allocation that panics
+    /// when the heap has no room (see `add`).
+    used: usize,
+    cap: usize,
 }
 
 static STACK: Once<Mutex<Stack>> = Once::new();
@@ -248,14 +256,22 @@ fn stack() -> &'static Mutex<Stack> {
             let _ = a.push(IpCidr::new(IpAddress::v4(127, 0, 0, 1), 8));
             let _ = a.push(IpCidr::new(IpAddress::v6(0, 0, 0, 0, 0, 0, 0, 1), 128));
         });
+        // Room for MAX_SOCKETS smoltcp sockets (~240 bytes each), or what the heap
+        // has: past it, new sockets are ENOBUFS.
+        let _ = onering_arch::heap::ensure(2 << 20);
+        let mut storage = Vec::new();
+        let cap =
+            [MAX_SOCKETS, MAX_SOCKETS / 4, 64].into_iter().find(|n| storage.try_reserve_exact(*n).is_ok()).unwrap_or(0);
         Mutex::new(Stack {
             iface,
             dev,
-            set: SocketSet::new(Vec::new()),
+            set: SocketSet::new(storage),
             socks: BTreeMap::new(),
             next_id: 1,
             next_port: *EPHEMERAL.start(),
             closing: Vec::new(),
+            used: 0,
+            cap,
         })
     })
 }
@@ -319,6 +335,39 @@ fn readiness_sig(set: &SocketSet<'static>, s: &Sock) -> u64 {
 }
 
 impl Stack {
+    /// Adds a smoltcp socket within the reserved storage. When it is full, closed
+    /// connections waiting out TIME-WAIT (or still closing) give up their places
+    /// first, as Linux recycles TIME-WAIT sockets under pressure; ENOBUFS if none.
+    fn add<T: smoltcp::socket::AnySocket<'static>>(&mut self, sock: T) -> Result<SocketHandle, Errno> {
+        if self.used >= self.cap {
+            let set = &mut self.set;
+            let mut freed = 0;
+            for tw in [true, false] {
+                self.closing.retain(|h| {
+                    let t = set.get_mut::<tcp::Socket>(*h);
+                    if freed == 0 && (!tw || t.state() == tcp::State::TimeWait) {
+                        t.abort();
+                        set.remove(*h);
+                        freed += 1;
+                        return false;
+                    }
+                    true
+                });
+            }
+            self.used -= freed;
+            if self.used >= self.cap {
+                return Err(Errno::ENOBUFS);
+            }
+        }
+        self.used += 1;
+        Ok(self.set.add(sock))
+    }
+
+    fn remove(&mut self, h: SocketHandle) {
+        self.set.remove(h);
+        self.used -= 1;
+    }
+
     /// Runs smoltcp until the loopback queue is empty, moves connections that
     /// listeners' pools took into their accept queues (refilling the pools),
     /// frees closed sockets, and returns the keys of sockets whose readiness
@@ -333,13 +382,17 @@ impl Stack {
         }
         self.tend_listeners();
         let set = &mut self.set;
+        let before = self.closing.len();
         self.closing.retain(|h| {
-            let done = set.get::<tcp::Socket>(*h).state() == tcp::State::Closed;
+            // TIME-WAIT guards against a lost segment's late duplicate; loopback
+            // loses and reorders nothing, so the socket (and its buffers) goes now.
+            let done = matches!(set.get::<tcp::Socket>(*h).state(), tcp::State::Closed | tcp::State::TimeWait);
             if done {
                 set.remove(*h);
             }
             !done
         });
+        self.used -= before - self.closing.len();
         let mut keys = Vec::new();
         for s in self.socks.values_mut() {
             if let Role::Conn(c) = s.role {
@@ -386,11 +439,17 @@ impl Stack {
                 }
             }
             let listening = pool.iter().filter(|h| set.get::<tcp::Socket>(**h).state() == tcp::State::Listen).count();
-            if listening == 0 && pool.len() + ready.len() <= *backlog {
+            let want = listening == 0 && pool.len() + ready.len() <= *backlog;
+            if want {
                 if let Ok(mut t) = tcp_socket(rx_size(rb), tx_size(tb)) {
                     t.set_nagle_enabled(!nodelay);
                     if t.listen(ep).is_ok() {
-                        pool.push(set.add(t));
+                        // (No room: the SYN finds no listener and is refused.)
+                        if let Ok(h) = self.add(t) {
+                            if let Some(Role::Listener { pool, .. }) = self.socks.get_mut(&id).map(|s| &mut s.role) {
+                                pool.push(h);
+                            }
+                        }
                     }
                 }
             }
@@ -619,7 +678,7 @@ impl InetSocket {
             udp::PacketBuffer::new(vec![udp::PacketMetadata::EMPTY; UDP_PACKETS], tx),
         );
         u.bind(ep).map_err(|_| Errno::EINVAL)?;
-        let h = s.set.add(u);
+        let h = s.add(u)?;
         s.sock(id)?.role = Role::Udp(h);
         Ok(h)
     }
@@ -632,9 +691,7 @@ impl Drop for InetSocket {
             let Some(sk) = s.socks.remove(&self.id) else { return };
             match sk.role {
                 Role::Fresh => {}
-                Role::Udp(h) => {
-                    s.set.remove(h);
-                }
+                Role::Udp(h) => s.remove(h),
                 Role::Listener { pool, ready, .. } => {
                     for h in pool.into_iter().chain(ready) {
                         s.set.get_mut::<tcp::Socket>(h).abort();
@@ -810,7 +867,7 @@ impl Socket for InetSocket {
             let cx = s.iface.context();
             t.connect(cx, IpEndpoint::new(a, port), IpListenEndpoint { addr: la, port: lp })
                 .map_err(|_| Errno::EADDRNOTAVAIL)?;
-            let h = s.set.add(t);
+            let h = s.add(t)?;
             let sk = s.sock(id)?;
             sk.role = Role::Conn(h);
             sk.connecting = true;

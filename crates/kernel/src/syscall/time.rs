@@ -5,6 +5,7 @@
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
 use crate::mm::user::{UserMem, UserMemExt};
+use crate::task::itimer;
 use crate::task::sched::{self, Wake};
 use crate::task::Ctx;
 use crate::time::{mono_now, real_now, NS_PER_SEC};
@@ -146,4 +147,68 @@ pub fn clock_nanosleep(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         return Err(e);
     }
     Ok(0)
+}
+
+/// Reads a `struct timeval` of an interval timer: ns, EINVAL unless 0 <= usec < 1e6
+/// and sec >= 0.
+fn read_timeval(user: &dyn UserMem, addr: u64) -> Result<u64, Errno> {
+    let b = user.read_array::<16>(addr)?;
+    let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or_default());
+    let usec = i64::from_le_bytes(b[8..].try_into().unwrap_or_default());
+    if sec < 0 || !(0..1_000_000).contains(&usec) {
+        return Err(Errno::EINVAL);
+    }
+    Ok((sec as u64).saturating_mul(NS_PER_SEC).saturating_add(usec as u64 * 1000))
+}
+
+/// A `struct itimerval` (interval, then value) of two durations in ns, rounded up
+/// to microseconds as Linux reports them.
+fn itimerval(interval: u64, value: u64) -> [u8; 32] {
+    let mut b = [0u8; 32];
+    for (i, ns) in [interval, value].into_iter().enumerate() {
+        let us = ns.div_ceil(1000);
+        b[16 * i..16 * i + 8].copy_from_slice(&(us / 1_000_000).to_le_bytes());
+        b[16 * i + 8..16 * i + 16].copy_from_slice(&(us % 1_000_000).to_le_bytes());
+    }
+    b
+}
+
+fn which_timer(which: u64) -> Result<usize, Errno> {
+    match which {
+        0..=2 => Ok(which as usize),
+        _ => Err(Errno::EINVAL),
+    }
+}
+
+/// `getitimer(which, curr)`.
+pub fn getitimer(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let which = which_timer(f.rdi)?;
+    let t = ctx.thread.process().itimers.lock()[which];
+    let now = mono_now();
+    ctx.user.write(f.rsi, &itimerval(t.interval, itimer::remaining(&t, now)))?;
+    Ok(0)
+}
+
+/// `setitimer(which, new, old)`: a NULL `new` disarms, as Linux allows.
+pub fn setitimer(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let which = which_timer(f.rdi)?;
+    let (interval, value) =
+        if f.rsi == 0 { (0, 0) } else { (read_timeval(ctx.user, f.rsi)?, read_timeval(ctx.user, f.rsi + 16)?) };
+    if f.rdx != 0 {
+        // Checked before anything changes: a bad `old` leaves the timer as it was.
+        ctx.user.write(f.rdx, &[0u8; 32])?;
+    }
+    let (left, old_interval) = itimer::set(ctx.thread.process(), which, value, interval, mono_now());
+    if f.rdx != 0 {
+        ctx.user.write(f.rdx, &itimerval(old_interval, left))?;
+    }
+    Ok(0)
+}
+
+/// `alarm(seconds)`: ITIMER_REAL once; the seconds that were left (rounded to the
+/// nearest, and at least 1 while one was armed).
+pub fn alarm(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let secs = f.rdi & 0xffff_ffff;
+    let (left, _) = itimer::set(ctx.thread.process(), itimer::ITIMER_REAL, secs * NS_PER_SEC, 0, mono_now());
+    Ok(if left == 0 { 0 } else { left.div_ceil(1000).saturating_add(500_000).div_euclid(1_000_000).max(1) })
 }

@@ -94,6 +94,7 @@ pub fn service_events(idle: bool) {
     } else {
         k.console.flush_due();
     }
+    super::itimer::fire_due(crate::time::mono_now());
     let pending = onering_arch::events::take_pending();
     if pending == 0 {
         return;
@@ -182,9 +183,10 @@ impl Kernel {
         onering_arch::hostcall::killed(signal, rip, addr)
     }
 
-    /// Whether `key` is reported now (not yet reported, not `--quiet`, room left).
-    fn first_report(&self, key: u64) -> bool {
-        if self.cfg.flags & flags::QUIET != 0 {
+    /// Whether `key` is reported now (not yet reported, not `--quiet` unless
+    /// `always`, room left).
+    fn first_report_of(&self, key: u64, always: bool) -> bool {
+        if self.cfg.flags & flags::QUIET != 0 && !always {
             return false;
         }
         let mut w = self.warned.lock();
@@ -195,6 +197,10 @@ impl Kernel {
         }
         w.insert(key);
         true
+    }
+
+    fn first_report(&self, key: u64) -> bool {
+        self.first_report_of(key, false)
     }
 
     /// Reports an unsupported system call on stderr, once per number.
@@ -209,15 +215,17 @@ impl Kernel {
         self.message(&msg);
     }
 
-    /// Reports one of onering's own limitations on stderr, once.
-    /// The message for a program killed because memory ran out (once).
+    /// The message for a program killed because memory ran out (once): why it
+    /// died, so printed even with `--quiet`.
     pub fn report_oom(&self) {
-        self.report_once(
-            "onering: out of memory: the program touched more memory than the VM has (raise --mem); \
-             killed, as Linux's OOM killer would\n",
-        );
+        let msg = "onering: out of memory: the program touched more memory than the VM has (raise --mem); \
+             killed, as Linux's OOM killer would\n";
+        if self.first_report_of((1 << 63) | msg.as_ptr() as u64, true) {
+            self.message(msg);
+        }
     }
 
+    /// Reports one of onering's own limitations on stderr, once.
     pub fn report_once(&self, msg: &'static str) {
         if self.first_report((1 << 63) | msg.as_ptr() as u64) {
             self.message(msg);

@@ -11,6 +11,7 @@ pub mod console;
 pub mod ctx;
 pub mod exit;
 pub mod futex;
+pub mod itimer;
 pub mod kernel;
 pub mod process;
 pub mod sched;

@@ -54,6 +54,8 @@ pub struct Process {
     /// Live threads.
     pub threads: AtomicUsize,
     pub family: Mutex<Family>,
+    /// Interval timers (`setitimer`): ITIMER_REAL, _VIRTUAL, _PROF.
+    pub itimers: Mutex<[super::itimer::Itimer; 3]>,
     /// Thread structures that name this process (live or on their way out).
     members: AtomicUsize,
     /// It ended (its slot is reusable once `members` is 0).
@@ -133,6 +135,7 @@ impl Process {
                     rlimits: Mutex::new(BTreeMap::new()),
                     threads: AtomicUsize::new(0),
                     family: Mutex::new(Family::default()),
+                    itimers: Mutex::new(Default::default()),
                     members: AtomicUsize::new(0),
                     ended: AtomicBool::new(false),
                 }));
@@ -149,6 +152,7 @@ impl Process {
         *p.rlimits.lock() = start.rlimits;
         p.threads.store(0, Relaxed);
         *p.family.lock() = Family::default();
+        *p.itimers.lock() = Default::default();
         p.ended.store(false, Release);
         t.by_pid.insert(start.pid, p.slot);
         Ok(p)

@@ -61,6 +61,9 @@ struct Sched {
     waitq: BTreeMap<u64, Vec<&'static Thread>>,
     /// Sleepers with a deadline, by (deadline, task id).
     timers: BTreeMap<(u64, usize), &'static Thread>,
+    /// Process interval timers (`setitimer`, `alarm`) by (deadline, key): not
+    /// threads to wake but signals to send (`take_due_alarms`).
+    alarms: BTreeMap<(u64, u64), ()>,
     /// Live threads by tid.
     live: BTreeMap<u64, &'static Thread>,
     /// Finished threads whose structures (and stacks) can be reused once off-CPU.
@@ -71,6 +74,7 @@ static SCHED: Mutex<Sched> = Mutex::new(Sched {
     runq: [const { VecDeque::new() }; MAX_CPUS],
     waitq: BTreeMap::new(),
     timers: BTreeMap::new(),
+    alarms: BTreeMap::new(),
     live: BTreeMap::new(),
     free: Vec::new(),
 });
@@ -96,6 +100,46 @@ fn poll_devices(idle: bool) {
 /// runs then (the console's deadline for buffered output).
 pub fn timer_by(at: u64) {
     arm_timer(at);
+}
+
+/// The earliest alarm (monotonic ns; u64::MAX when there is none).
+static NEXT_ALARM: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Moves alarm `key` (a process's interval timer) from deadline `old` to `new`
+/// (monotonic ns; 0: none), and makes sure this CPU looks at the new one in time.
+pub fn set_alarm(key: u64, old: u64, new: u64) {
+    {
+        let mut s = SCHED.lock();
+        if old != 0 {
+            s.alarms.remove(&(old, key));
+        }
+        if new != 0 {
+            s.alarms.insert((new, key), ());
+        }
+        s.publish_deadline();
+    }
+    if new != 0 {
+        arm_timer(new);
+    }
+}
+
+/// Takes the alarms due by `now`: (deadline, key) each. Cheap when none is due
+/// (one atomic load): the device poll calls it all the time.
+pub fn take_due_alarms(now: u64) -> Vec<(u64, u64)> {
+    if NEXT_ALARM.load(Relaxed) > now {
+        return Vec::new();
+    }
+    let mut s = SCHED.lock();
+    let mut due = Vec::new();
+    while let Some((&(d, key), _)) = s.alarms.first_key_value() {
+        if d > now {
+            break;
+        }
+        s.alarms.remove(&(d, key));
+        due.push((d, key));
+    }
+    s.publish_deadline();
+    due
 }
 
 /// The next thread id (the program's first thread is 1: it is pid 1).
@@ -182,12 +226,15 @@ impl Sched {
     }
 
     fn publish_deadline(&self) {
-        NEXT_DEADLINE.store(self.timers.first_key_value().map_or(u64::MAX, |(k, _)| k.0), SeqCst);
+        let alarm = self.alarms.first_key_value().map_or(u64::MAX, |(k, _)| k.0);
+        NEXT_ALARM.store(alarm, SeqCst);
+        NEXT_DEADLINE.store(self.timers.first_key_value().map_or(u64::MAX, |(k, _)| k.0).min(alarm), SeqCst);
     }
 
-    /// Moves expired timers' threads to run queues; the CPUs to notify.
+    /// Moves expired timers' threads to run queues; the CPUs to notify. (Due
+    /// alarms stay for `take_due_alarms`, which the device poll calls.)
     fn expire(&mut self, now: u64) -> CpuSet {
-        if NEXT_DEADLINE.load(Relaxed) > now {
+        if NEXT_DEADLINE.load(Relaxed) > now || self.timers.first_key_value().is_none_or(|(k, _)| k.0 > now) {
             return 0;
         }
         let mut notify = 0;

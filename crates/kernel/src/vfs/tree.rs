@@ -699,9 +699,17 @@ impl Vfs {
         let mut freed = 0;
         if let Data::File(v) = &mut node.data {
             let before = v.capacity();
-            v.resize(len, 0);
             if len < cur {
-                v.shrink_to_fit();
+                // Memory goes back by moving the data to a smaller buffer, if the
+                // heap has one: `shrink_to_fit` would panic when it has not.
+                v.truncate(len);
+                let mut smaller = Vec::new();
+                if smaller.try_reserve_exact(len).is_ok() {
+                    smaller.extend_from_slice(v);
+                    *v = smaller;
+                }
+            } else {
+                v.resize(len, 0); // (within the capacity reserved above)
             }
             freed = before.saturating_sub(v.capacity());
             // Growth beyond what was charged (the allocator may round up) is charged now.

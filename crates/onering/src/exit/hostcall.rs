@@ -72,6 +72,9 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
             Err(e) => return Action::Stop(Outcome::GuestError(e)),
         },
         Some(Hostcall::Exit) => return Action::Stop(Outcome::Exited(args[0] as u8)),
+        Some(Hostcall::Killed) if !(1..=64).contains(&args[0]) => {
+            return Action::Stop(Outcome::GuestError(format!("killed by an invalid signal number {}", args[0])))
+        }
         Some(Hostcall::Killed) => {
             return Action::Stop(Outcome::Killed { signal: args[0], rip: args[1], addr: args[2] })
         }
@@ -338,6 +341,10 @@ mod tests {
             call(&mut e, Hostcall::Killed, &[11, 0x401000, 0]),
             Action::Stop(Outcome::Killed { signal: 11, rip: 0x401000, addr: 0 })
         );
+        for bad in [0, 65, u64::MAX] {
+            let a = call(&mut e, Hostcall::Killed, &[bad, 0x401000, 0]);
+            assert!(matches!(a, Action::Stop(Outcome::GuestError(_))), "{bad}: {a:?}");
+        }
         e.mem.write_slice(b"oops", GuestAddress(0x40_0000)).unwrap();
         assert_eq!(call(&mut e, Hostcall::Panic, &[0x40_0000, 4]), Action::Stop(Outcome::KernelPanic("oops".into())));
         assert!(matches!(call(&mut e, Hostcall::Panic, &[0x10, 4]), Action::Stop(Outcome::KernelPanic(_))));
