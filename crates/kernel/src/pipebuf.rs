@@ -159,6 +159,30 @@ impl PipeBuf {
         Ok(done)
     }
 
+    /// Copies up to `buf.len()` buffered bytes into `buf` without taking them
+    /// (`splice` and `tee` take only what they passed on: `consume`).
+    pub fn peek(&self, buf: &mut [u8]) -> usize {
+        let n = buf.len().min(self.len);
+        let (a, b) = self.pieces(n);
+        buf[..a.len()].copy_from_slice(a);
+        buf[a.len()..n].copy_from_slice(b);
+        n
+    }
+
+    /// Drops the oldest `n` buffered bytes (at most what there is).
+    pub fn consume(&mut self, n: usize) {
+        let n = n.min(self.len);
+        if n == 0 {
+            return;
+        }
+        self.head = (self.head + n) % self.data.len();
+        self.len -= n;
+        if self.len == 0 {
+            self.head = 0;
+        }
+        self.gen += 1;
+    }
+
     /// `read_with` into a slice (tests, and kernel-internal users).
     pub fn read(&mut self, buf: &mut [u8]) -> Result<usize, Errno> {
         let mut at = 0;
@@ -200,6 +224,24 @@ mod tests {
         let big = alloc::vec![1u8; CAPACITY + 10];
         assert_eq!(q.write(&big), Ok(CAPACITY));
         assert_eq!(q.write(b"x"), Err(Errno::EAGAIN));
+    }
+
+    #[test]
+    fn peek_then_consume() {
+        let mut p = PipeBuf::new();
+        let mut buf = [0u8; 8];
+        assert_eq!(p.peek(&mut buf), 0);
+        p.write(b"abcdef").unwrap();
+        p.consume(2);
+        p.write(b"gh").unwrap();
+        assert_eq!(p.peek(&mut buf[..3]), 3);
+        assert_eq!(&buf[..3], b"cde");
+        assert_eq!(p.available(), 6, "peeking takes nothing");
+        p.consume(4);
+        assert_eq!(p.read(&mut buf), Ok(2));
+        assert_eq!(&buf[..2], b"gh");
+        p.consume(10);
+        assert_eq!(p.available(), 0);
     }
 
     #[test]

@@ -124,10 +124,11 @@ pub fn run(
         flags |= onering_abi::flags::PRIVILEGED_RING0;
     }
     let stdio: &'static vstate::stdio::Stdio = Box::leak(Box::new(vstate::stdio::Stdio::new(config.interactive)));
-    let image = match config.rootfs {
+    let mut image = match config.rootfs {
         Some(dir) => rootfs::build(dir, mem_size)?,
         None => Vec::new(),
     };
+    rootfs::add_etc(&mut image, config.rootfs);
     let workdir = rootfs::workdir(config.workdir, config.rootfs)?;
     let (uid, gid) = crate::sys::ids();
     let spec = LoadSpec {

@@ -563,6 +563,16 @@ fn unhandled_signals_end_the_program_as_on_the_host() {
 }
 
 #[test]
+fn splice_and_tee_match_the_host() {
+    same_as_host_both_paths("splice");
+}
+
+#[test]
+fn sendfile_matches_the_host() {
+    same_as_host_both_paths("sendfile");
+}
+
+#[test]
 fn interval_timers_match_the_host() {
     same_as_host_both_paths("itimer");
 }

@@ -54,7 +54,7 @@ static const char *paths[] = {
     "/tmp/fz/sock", "/etc/passwd", "/nonexistent/x", "/tmp/fz/a/notdir", "/tmp/fz/link",
 };
 #define NPATHS (sizeof paths / sizeof *paths)
-static char longpath[5000];
+static char *longpath; /* 5000 bytes at the end of buf: calls may write it */
 
 static _Atomic unsigned long calls, faults;
 static int trace; /* FUZZ_TRACE set: each random call to stderr before it is made */
@@ -489,7 +489,6 @@ int main(int argc, char **argv) {
     const char *mode = argc > 4 ? argv[4] : "calls";
     if (threads < 1 || threads > 64) threads = 1;
     trace = getenv("FUZZ_TRACE") != 0;
-    memset(longpath, 'a', sizeof longpath - 1);
     arena = mmap(0, ARENA_SIZE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     /* The buffer between two guard pages: a pointer that straddles its end meets
        nothing of the fuzzer's (its TLS or heap could be the next mapping). */
@@ -497,6 +496,11 @@ int main(int argc, char **argv) {
     if (arena == MAP_FAILED || buf == MAP_FAILED) return 2;
     buf += 4096;
     if (mprotect(buf, BUF_SIZE, PROT_READ | PROT_WRITE)) return 2;
+    /* A path longer than PATH_MAX, in the guarded buffer: a call that writes
+       through a path pointer (any pointer may be written) meets the guard page,
+       never the fuzzer's own variables. */
+    longpath = buf + BUF_SIZE - 5000;
+    memset(longpath, 'a', 4999);
     settle();
     if (!strcmp(mode, "scribble")) {
         scribble(seed, count);

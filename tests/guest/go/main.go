@@ -33,6 +33,7 @@ func main() {
 		"rootfs":   rootfs,
 		"exec":     execFails,
 		"sleepers": sleepers,
+		"net":      netHTTP,
 	}
 	f, ok := modes[os.Args[1]]
 	if !ok {

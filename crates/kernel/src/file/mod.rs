@@ -315,7 +315,7 @@ pub mod tests {
     #[test]
     fn access_modes_are_checked_before_the_object() {
         let f = OpenFile::new(Plain(1), oflag::O_WRONLY);
-        let u = crate::mm::user::FakeUser::new(0x1000, 16);
+        let u = crate::mm::user::BufferMem::new(0x1000, 16);
         assert_eq!(f.read(&u, 0x1000, 1, None), Err(Errno::EBADF));
         assert_eq!(f.write(&u, 0x1000, 1, None), Err(Errno::EINVAL), "the object's default");
         assert!(f.downcast::<Plain>().is_some());

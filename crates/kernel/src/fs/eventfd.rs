@@ -156,7 +156,7 @@ mod tests {
 
     #[test]
     fn eventfd_file_reads_and_writes_eight_bytes() {
-        let u = crate::mm::user::FakeUser::new(0x1000, 64);
+        let u = crate::mm::user::BufferMem::new(0x1000, 64);
         let f = OpenFile::new(EventFdFile::new(0, false), crate::file::oflag::O_RDWR);
         u.write_u64(0x1000, 5).unwrap();
         assert_eq!(f.write(&u, 0x1000, 4, None), Err(Errno::EINVAL));

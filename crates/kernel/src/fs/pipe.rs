@@ -189,11 +189,11 @@ pub fn fifo_end(p: &Arc<Mutex<PipeBuf>>, write: bool, status: u32, hold: Hold) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mm::user::FakeUser;
+    use crate::mm::user::BufferMem;
 
     #[test]
     fn data_flows_and_ends_hang_up() {
-        let u = FakeUser::new(0x1000, 4096);
+        let u = BufferMem::new(0x1000, 4096);
         let (r, w) = pipe(0);
         u.write(0x1000, b"hello").unwrap();
         assert_eq!(r.read(&u, 0x1100, 16, None), Err(Errno::EAGAIN));

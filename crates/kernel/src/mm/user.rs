@@ -142,18 +142,17 @@ impl UserMem for GuestUser<'_> {
     }
 }
 
-/// A fake user memory for host tests: `size` bytes at `base`, all readable and
-/// writable.
-#[cfg(test)]
-pub struct FakeUser {
+/// User memory that is a kernel buffer: `size` bytes at a made-up address `base`,
+/// all readable and writable. Host tests use it as the program's memory; the
+/// kernel as a bounce buffer between two files (`sendfile`, `splice`).
+pub struct BufferMem {
     pub base: u64,
     pub mem: Mutex<Vec<u8>>,
 }
 
-#[cfg(test)]
-impl FakeUser {
+impl BufferMem {
     pub fn new(base: u64, size: usize) -> Self {
-        FakeUser { base, mem: Mutex::new(vec![0; size]) }
+        BufferMem { base, mem: Mutex::new(vec![0; size]) }
     }
 
     fn range(&self, addr: u64, len: u64) -> Result<core::ops::Range<usize>, Errno> {
@@ -167,8 +166,7 @@ impl FakeUser {
     }
 }
 
-#[cfg(test)]
-impl UserMem for FakeUser {
+impl UserMem for BufferMem {
     fn check(&self, addr: u64, len: u64, _: bool) -> Result<(), Errno> {
         self.range(addr, len).map(|_| ())
     }
@@ -208,7 +206,7 @@ mod tests {
 
     #[test]
     fn strings_end_at_their_nul_and_are_bounded() {
-        let u = FakeUser::new(0x1000, 8192);
+        let u = BufferMem::new(0x1000, 8192);
         u.write(0x1ffe, b"ab\0").unwrap(); // across a page boundary
         assert_eq!(u.read_cstr(0x1ffe, 100).unwrap(), b"ab");
         u.write(0x1000, &[b'x'; 50]).unwrap();

@@ -837,7 +837,7 @@ impl File for UnixSocket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mm::user::FakeUser;
+    use crate::mm::user::BufferMem;
     use alloc::collections::BTreeMap;
 
     /// Abstract names only.
@@ -880,7 +880,7 @@ mod tests {
 
     #[test]
     fn a_pair_carries_bytes_and_ends() {
-        let u = FakeUser::new(0x1000, 4096);
+        let u = BufferMem::new(0x1000, 4096);
         let env = Names::default();
         let (a, b) = UnixSocket::pair(SOCK_STREAM, env.cred());
         u.write(0x1000, b"hello").unwrap();
@@ -909,7 +909,7 @@ mod tests {
 
     #[test]
     fn a_full_queue_is_eagain_and_datagrams_stay_whole() {
-        let u = FakeUser::new(0x1000, 4096);
+        let u = BufferMem::new(0x1000, 4096);
         let env = Names::default();
         let (a, b) = UnixSocket::pair(SOCK_STREAM, env.cred());
         let mut sent = 0;
@@ -927,7 +927,7 @@ mod tests {
 
     #[test]
     fn listeners_hand_out_connections_in_order() {
-        let u = FakeUser::new(0x1000, 4096);
+        let u = BufferMem::new(0x1000, 4096);
         let env = Names::default();
         let l = UnixSocket::new(SOCK_STREAM, env.cred());
         assert_eq!(l.listen(1), Err(Errno::EINVAL), "unbound");

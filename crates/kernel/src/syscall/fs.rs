@@ -911,3 +911,240 @@ pub fn umask(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     fs.umask = f.rdi as u32 & 0o777;
     Ok(u64::from(old))
 }
+
+/// `sendfile(out_fd, in_fd, offset, count)`: copies through a kernel bounce buffer
+/// (`BufferMem`) in 64 KiB pieces, from `*offset` (updated; the file's own offset
+/// untouched) or from the file's offset (advanced by what was written). Any
+/// readable file to any writable one, sockets and pipes included; the first piece
+/// may block, later ones stop the copy short instead (as a partial write).
+pub fn sendfile(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    const PIECE: u64 = 64 << 10;
+    const BASE: u64 = 0x1000;
+    let [out_fd, in_fd, off_ptr, count, ..] = f.args();
+    let (fin, fout) = (ctx.file(in_fd)?, ctx.file(out_fd)?);
+    if !fin.readable() || !fout.writable() {
+        return Err(Errno::EBADF);
+    }
+    if fout.flags() & oflag::O_APPEND != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let mut at = if off_ptr == 0 {
+        None
+    } else {
+        let v = ctx.user.read_u64(off_ptr)?;
+        if (v as i64) < 0 {
+            return Err(Errno::EINVAL);
+        }
+        Some(v)
+    };
+    let count = count.min(MAX_RW_COUNT);
+    let bounce = crate::mm::user::BufferMem::new(BASE, count.min(PIECE) as usize);
+    let mut total = 0u64;
+    while total < count {
+        let want = (count - total).min(PIECE);
+        let got = match fin.read(&bounce, BASE, want, at) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if total == 0 => return Err(e),
+            Err(_) => break,
+        };
+        let put = if total == 0 {
+            blocking(&fout, || fout.write(&bounce, BASE, got, None)).map_err(|e| write_error(&fout, e))
+        } else {
+            fout.write(&bounce, BASE, got, None)
+        };
+        let put = match put {
+            Ok(n) => n,
+            Err(e) if total == 0 => {
+                undo_read(&fin, at, got);
+                return Err(e);
+            }
+            Err(_) => 0,
+        };
+        // Bytes read but not written go back: the input's position is what was sent.
+        undo_read(&fin, at, got - put);
+        total += put;
+        at = at.map(|a| a + put);
+        if put < got {
+            break;
+        }
+    }
+    if let Some(a) = at {
+        ctx.user.write_u64(off_ptr, a)?;
+    }
+    Ok(total)
+}
+
+/// Puts back `n` bytes read from `of` at its own offset (`at` is None) by moving
+/// the offset back; nothing for reads at an explicit offset or from files without
+/// one (a pipe's bytes are gone, as Linux's splice consumes them too).
+fn undo_read(of: &OpenFile, at: Option<u64>, n: u64) {
+    if at.is_none() && n > 0 {
+        let _ = of.obj().seek(of, -(n as i64), 1); // (ESPIPE: nothing to put back)
+    }
+}
+
+const SPLICE_F_NONBLOCK: u64 = 2;
+/// SPLICE_F_MOVE, _NONBLOCK, _MORE, _GIFT.
+const SPLICE_FLAGS: u64 = 0xf;
+
+/// An optional `loff_t *` of splice: None for NULL; EINVAL if negative.
+fn splice_offset(ctx: &Ctx, p: u64) -> Result<Option<u64>, Errno> {
+    if p == 0 {
+        return Ok(None);
+    }
+    let v = ctx.user.read_u64(p)?;
+    if (v as i64) < 0 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(Some(v))
+}
+
+/// Waits (unless `nonblock`) until pipe end `of` has room: how much; EPIPE (and
+/// SIGPIPE) without readers.
+fn pipe_room(of: &OpenFile, pipe: &crate::fs::pipe::PipeEnd, nonblock: bool) -> SysResult {
+    let room = || {
+        let p = pipe.pipe().lock();
+        match (p.readers, p.room()) {
+            (0, _) => Err(Errno::EPIPE),
+            (_, 0) => Err(Errno::EAGAIN),
+            (_, n) => Ok(n as u64),
+        }
+    };
+    let r = if nonblock { room() } else { blocking(of, room) };
+    r.map_err(|e| write_error(of, e))
+}
+
+/// Waits (unless `nonblock`) until pipe end `of` has data, and copies up to
+/// `buf.len()` of it without taking it; 0 at end of file.
+fn pipe_peek(of: &OpenFile, pipe: &crate::fs::pipe::PipeEnd, buf: &mut [u8], nonblock: bool) -> SysResult {
+    let mut peek = || {
+        let p = pipe.pipe().lock();
+        match (p.available(), p.writers) {
+            (0, 0) => Ok(0),
+            (0, _) => Err(Errno::EAGAIN),
+            _ => Ok(p.peek(buf) as u64),
+        }
+    };
+    if nonblock {
+        peek()
+    } else {
+        blocking(of, peek)
+    }
+}
+
+/// Takes `n` bytes that were passed on out of pipe end `pipe`, waking its writers.
+fn pipe_consume(pipe: &crate::fs::pipe::PipeEnd, n: u64) {
+    pipe.pipe().lock().consume(n as usize);
+    sched::wake_all(pipe.key());
+}
+
+/// `splice(fd_in, off_in, fd_out, off_out, len, flags)`: moves up to 64 KiB per
+/// call between a pipe and any file (or two pipes) through a kernel buffer. Only
+/// what the output took leaves the input: a pipe is read without taking and then
+/// consumed by that much, and the output pipe's room bounds what is read from a
+/// file or socket. `SPLICE_F_NONBLOCK` makes the pipe sides (and, as Linux, a
+/// socket read) non-blocking.
+pub fn splice(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    use crate::fs::pipe::PipeEnd;
+    const BASE: u64 = 0x1000;
+    let [fd_in, off_in, fd_out, off_out, len, flags] = f.args();
+    if flags & !SPLICE_FLAGS != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (fin, fout) = (ctx.file(fd_in)?, ctx.file(fd_out)?);
+    if !fin.readable() || !fout.writable() {
+        return Err(Errno::EBADF);
+    }
+    let (pin, pout) = (fin.downcast::<PipeEnd>(), fout.downcast::<PipeEnd>());
+    if pin.is_none() && pout.is_none() {
+        return Err(Errno::EINVAL);
+    }
+    if (pin.is_some() && off_in != 0) || (pout.is_some() && off_out != 0) {
+        return Err(Errno::ESPIPE);
+    }
+    if let (Some(a), Some(b)) = (pin, pout) {
+        if alloc::sync::Arc::ptr_eq(a.pipe(), b.pipe()) {
+            return Err(Errno::EINVAL);
+        }
+    }
+    if fout.flags() & oflag::O_APPEND != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (at_in, at_out) = (splice_offset(ctx, off_in)?, splice_offset(ctx, off_out)?);
+    let len = len.min(MAX_RW_COUNT).min(64 << 10);
+    if len == 0 {
+        return Ok(0);
+    }
+    let nb = flags & SPLICE_F_NONBLOCK != 0;
+    // How much the output can take now.
+    let want = match pout {
+        Some(p) => len.min(pipe_room(&fout, p, nb || fout.nonblocking())?),
+        None => len,
+    };
+    // The input, not yet taken from a pipe.
+    let bounce = crate::mm::user::BufferMem::new(BASE, want as usize);
+    let got = match pin {
+        Some(p) => {
+            let mut buf = alloc::vec![0u8; want as usize];
+            let n = pipe_peek(&fin, p, &mut buf, nb || fin.nonblocking())?;
+            bounce.write(BASE, &buf[..n as usize])?;
+            n
+        }
+        None if nb => fin.read(&bounce, BASE, want, at_in)?,
+        None => blocking(&fin, || fin.read(&bounce, BASE, want, at_in))?,
+    };
+    if got == 0 {
+        return Ok(0);
+    }
+    let put = match pout {
+        Some(_) => fout.write(&bounce, BASE, got, at_out),
+        None => blocking(&fout, || fout.write(&bounce, BASE, got, at_out)),
+    }
+    .map_err(|e| write_error(&fout, e))?;
+    match pin {
+        Some(p) => pipe_consume(p, put),
+        None if at_in.is_none() => undo_read(&fin, None, got - put),
+        None => {}
+    }
+    for (p, at) in [(off_in, at_in), (off_out, at_out)] {
+        if let Some(a) = at {
+            ctx.user.write_u64(p, a + put)?;
+        }
+    }
+    Ok(put)
+}
+
+/// `tee(fd_in, fd_out, len, flags)`: copies up to `len` bytes from one pipe to
+/// another without taking them from the first.
+pub fn tee(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    use crate::fs::pipe::PipeEnd;
+    let [fd_in, fd_out, len, flags, ..] = f.args();
+    if flags & !SPLICE_FLAGS != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (fin, fout) = (ctx.file(fd_in)?, ctx.file(fd_out)?);
+    if !fin.readable() || !fout.writable() {
+        return Err(Errno::EBADF);
+    }
+    let (Some(pin), Some(pout)) = (fin.downcast::<PipeEnd>(), fout.downcast::<PipeEnd>()) else {
+        return Err(Errno::EINVAL);
+    };
+    if alloc::sync::Arc::ptr_eq(pin.pipe(), pout.pipe()) {
+        return Err(Errno::EINVAL);
+    }
+    let len = len.min(64 << 10);
+    if len == 0 {
+        return Ok(0);
+    }
+    let nb = flags & SPLICE_F_NONBLOCK != 0;
+    let want = len.min(pipe_room(&fout, pout, nb || fout.nonblocking())?);
+    let mut buf = alloc::vec![0u8; want as usize];
+    let n = pipe_peek(&fin, pin, &mut buf, nb || fin.nonblocking())?;
+    if n == 0 {
+        return Ok(0);
+    }
+    let put = pout.pipe().lock().write(&buf[..n as usize]).map_err(|e| write_error(&fout, e))?;
+    sched::wake_all(pout.key());
+    Ok(put as u64)
+}

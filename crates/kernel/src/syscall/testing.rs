@@ -4,7 +4,7 @@
 
 use crate::file::{oflag, FdTable};
 use crate::mm::space::AddressSpace;
-use crate::mm::user::FakeUser;
+use crate::mm::user::BufferMem;
 use crate::task::kernel::{Config, Kernel};
 use crate::task::process::{FsCtx, Process, Start};
 use crate::task::thread::Thread;
@@ -21,7 +21,7 @@ pub struct TestEnv {
     pub k: &'static Kernel,
     pub thread: &'static Thread,
     pub proc: &'static Process,
-    pub user: FakeUser,
+    pub user: BufferMem,
 }
 
 impl Default for TestEnv {
@@ -66,7 +66,7 @@ impl TestEnv {
         let task = onering_arch::task::Task::new(|| stack_chunk).expect("task");
         let thread = Thread::new(task);
         thread.reset(pid, proc, 0, 0, u64::MAX);
-        TestEnv { k, thread, proc, user: FakeUser::new(USER_BASE, USER_SIZE) }
+        TestEnv { k, thread, proc, user: BufferMem::new(USER_BASE, USER_SIZE) }
     }
 
     pub fn ctx(&self) -> Ctx<'_> {

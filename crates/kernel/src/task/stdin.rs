@@ -166,12 +166,12 @@ impl Stdin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mm::user::FakeUser;
+    use crate::mm::user::BufferMem;
 
     #[test]
     fn without_i_stdin_is_empty() {
         let s = Stdin::new(false);
-        let u = FakeUser::new(0x1000, 64);
+        let u = BufferMem::new(0x1000, 64);
         assert_eq!(s.read(&u, 0x1000, 10), Ok(0));
         assert_eq!(s.poll().events, ev::IN | ev::RDNORM);
     }
@@ -179,7 +179,7 @@ mod tests {
     #[test]
     fn a_request_then_its_bytes_then_end_of_file() {
         let s = Stdin::new(true);
-        let u = FakeUser::new(0x1000, 64);
+        let u = BufferMem::new(0x1000, 64);
         let vmm = |data: &[u8]| {
             onering_arch::hostcall::host_complete_stdin(data);
             let _ = onering_arch::events::take_pending();

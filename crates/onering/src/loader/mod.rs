@@ -189,18 +189,18 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     let img_size = align_up(vend, HUGE_PAGE_SIZE) - img_virt;
     let img_phys = next;
     next += img_size;
-    if next + 2 * HUGE_PAGE_SIZE > low_end {
-        return Err(LoadError::ImageTooLarge {
-            need: (next + 2 * HUGE_PAGE_SIZE).div_ceil(MIB),
-            mem: spec.mem_size / MIB,
-        });
-    }
     // A Go program's runtime maps a 32 MiB arena index and its first heap arenas
     // at start: below this much memory past the image it dies at once ("out of
     // memory allocating heap arena map"), so it is refused here, naming the minimum.
     let go_need = next + GO_RUNTIME_MIN + spec.ncpus * MIB;
     if functions::section(file, b".go.buildinfo").is_some() && go_need > low_end {
         return Err(LoadError::MemTooSmall { need: go_need.div_ceil(MIB), have: spec.mem_size / MIB });
+    }
+    if next + 2 * HUGE_PAGE_SIZE > low_end {
+        return Err(LoadError::ImageTooLarge {
+            need: (next + 2 * HUGE_PAGE_SIZE).div_ceil(MIB),
+            mem: spec.mem_size / MIB,
+        });
     }
     for s in &prog.segments {
         let pa = img_phys + (s.vaddr.wrapping_add(bias) - img_virt);

@@ -82,6 +82,25 @@ pub fn build(root: &Path, limit: u64) -> Result<Vec<u8>, RootfsError> {
     Ok(out)
 }
 
+/// What every VM's /etc has, as docker gives every container: `hosts` (localhost
+/// for IPv4 and IPv6, and the VM's name) and `hostname`. Added to `image` (the
+/// tree at `root`, if any) unless the tree has its own; nothing when its `etc` is
+/// not a directory.
+pub fn add_etc(image: &mut Vec<u8>, root: Option<&Path>) {
+    const HOSTS: &[u8] = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tonering\n";
+    let has = |rel: &str| root.and_then(|r| std::fs::symlink_metadata(r.join(rel)).ok());
+    match has("etc") {
+        Some(m) if !m.is_dir() => return,
+        Some(_) => {}
+        None => push(image, DIR, 0o755, 0, b"etc", b""),
+    }
+    for (name, data) in [("etc/hosts", HOSTS), ("etc/hostname", &b"onering\n"[..])] {
+        if has(name).is_none() {
+            push(image, FILE, 0o644, 0, name.as_bytes(), data);
+        }
+    }
+}
+
 /// The `-w` directory as an absolute guest path (empty for none); it must exist in the
 /// VM: in the rootfs, or /, /dev or /tmp.
 pub fn workdir(workdir: Option<&OsStr>, rootfs: Option<&Path>) -> Result<Vec<u8>, RootfsError> {
