@@ -4,7 +4,7 @@
 # each, two VMs at a time) until TOTAL calls (default 100,000,000), then mutated
 # real programs (MUTANTS, default 1000) and VMs scribbling on their hostcall block
 # (SCRIBBLES, default 400). Prints what ran and what went wrong: kernel panics,
-# VMM crashes (onering killed by a signal), hangs (a VM not done within 10 min),
+# VMM crashes (onering killed by a signal), hangs (a VM not done within 2 min; one takes ~5 s),
 # and other failures (the fuzzer not ending with 0, e.g. out of memory). Findings
 # are kept in target/bench/fuzz-findings/ with the command that reproduces them.
 #   bench/fuzz.sh [TOTAL] [MUTANTS] [SCRIBBLES]
@@ -40,7 +40,7 @@ def run(args, limit):
 def calls_vm(i):
     smp, threads = 1 + i % 2, (1, 4)[(i // 2) % 2]
     args = [onering, "run", "--quiet", "--mem", "1G", "--smp", str(smp), f"{out}/fuzz", str(1000 + i), str(PER_VM), str(threads)]
-    return args, run(args, 600)
+    return args, run(args, 120)
 start = time.time()
 i = 0
 with ThreadPoolExecutor(2) as pool:

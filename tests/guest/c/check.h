@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int failures;
+static int failures __attribute__((unused));
 #define CHECK(cond, what)                                                    \
     do {                                                                     \
         errno = 0;                                                           \
@@ -20,3 +20,10 @@ static int failures;
     } while (0)
 /* Expect a call to fail with a given errno. */
 #define CHECK_ERR(call, err, what) CHECK((call) == -1 && errno == (err), what)
+/* Print what a call returned, and its error: "what: -1 Bad file descriptor". */
+#define SHOW(what, expr)                                                     \
+    do {                                                                     \
+        errno = 0;                                                           \
+        long r_ = (long)(expr);                                              \
+        printf("%s: %ld %s\n", what, r_, r_ < 0 ? strerror(errno) : "");     \
+    } while (0)

@@ -11,12 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define SHOW(what, expr)                                                         \
-    do {                                                                         \
-        errno = 0;                                                               \
-        long r_ = (long)(expr);                                                  \
-        printf("%s: %ld %s\n", what, r_, r_ < 0 ? strerror(errno) : "");         \
-    } while (0)
+#include "check.h"
+
 
 static unsigned sum(const char *b, long n) {
     unsigned s = 0;

@@ -1,0 +1,3 @@
+module onering.bench/gohttp
+
+go 1.22
