@@ -2,7 +2,10 @@
 //! regions of guest memory, used through the direct map. The first region is the
 //! one the VMM reserved (`BootInfo::heap_phys`, `heap_size`); more 2 MiB chunks
 //! join when the heap runs low, so kernel objects the program makes (threads,
-//! sockets and their buffers) are bounded by `--mem`, not by a fixed heap.
+//! sockets and their buffers) are bounded by `--mem`, not by a fixed heap. A
+//! block larger than half a chunk (a big table: smoltcp's socket storage, a
+//! descriptor table of many thousands) gets a region of its own made of
+//! consecutive chunks ([`ensure_block`]).
 //!
 //! The allocator itself never takes chunks: it may run under any lock, the memory
 //! lock included. Growing happens at points that know which locks they hold
@@ -12,32 +15,56 @@
 //! cannot fail gracefully. Growing structures use `try_reserve` where a program
 //! can make them large. Chunks that joined stay in the heap (their memory is
 //! reused by later kernel objects, not given back to the program).
+//!
+//! Finding a block's region on free is a table lookup (the chunk a block lies in
+//! names its region), so thousands of regions cost a free nothing; an allocation
+//! tries the region the last one came from first.
 
 use crate::mm::Chunk;
 use onering_abi::layout::HUGE_PAGE_SIZE;
 
-/// Most regions: the VMM's, and up to this many 2 MiB chunks minus one (1 GiB).
-const MAX_REGIONS: usize = 512;
+/// Most regions: the VMM's, and up to this many runs of chunks minus one (8 GiB
+/// of 2 MiB chunks).
+const MAX_REGIONS: usize = 4096;
+/// Chunk numbers (guest-physical address / 2 MiB) the region table covers: all
+/// of guest RAM, which ends below MAX_RAM plus the MMIO hole.
+const MAX_CHUNK_INDEX: usize = ((onering_abi::layout::MAX_RAM + onering_abi::layout::HIGH_RAM_START) / HUGE_PAGE_SIZE) as usize;
 
 #[cfg(target_os = "none")]
 mod global {
-    use super::MAX_REGIONS;
+    use super::{MAX_CHUNK_INDEX, MAX_REGIONS};
     use core::alloc::{GlobalAlloc, Layout};
     use core::ptr::NonNull;
     use linked_list_allocator::Heap;
+    use onering_abi::layout::{DIRECT_MAP_BASE, HUGE_PAGE_SIZE};
+
+    /// No region owns this chunk.
+    const NONE: u16 = u16::MAX;
 
     pub(super) struct Heaps {
         pub regions: [Heap; MAX_REGIONS],
         pub n: usize,
         /// The region the last allocation came from: tried first.
         hint: usize,
+        /// For each chunk of guest RAM, the region made of it (regions added
+        /// after the first are whole chunks), or NONE.
+        owner: [u16; MAX_CHUNK_INDEX],
     }
 
     pub(super) struct Locked(pub spin::Mutex<Heaps>);
 
     #[global_allocator]
-    pub(super) static HEAP: Locked =
-        Locked(spin::Mutex::new(Heaps { regions: [const { Heap::empty() }; MAX_REGIONS], n: 0, hint: 0 }));
+    pub(super) static HEAP: Locked = Locked(spin::Mutex::new(Heaps {
+        regions: [const { Heap::empty() }; MAX_REGIONS],
+        n: 0,
+        hint: 0,
+        owner: [NONE; MAX_CHUNK_INDEX],
+    }));
+
+    /// The chunk number of a direct-map address.
+    fn chunk_index(p: *const u8) -> usize {
+        ((p as u64).wrapping_sub(DIRECT_MAP_BASE) / HUGE_PAGE_SIZE) as usize
+    }
 
     impl Heaps {
         /// Adds a region (false if there is no room for another).
@@ -52,6 +79,14 @@ mod global {
             // SAFETY: region `n` is still empty, and the memory is the heap's
             // alone (this function's contract).
             unsafe { self.regions[self.n].init(bottom, size) };
+            // Chunk-aligned regions (all but the VMM's) are found by the table.
+            if self.n > 0 {
+                let first = chunk_index(bottom);
+                let count = size.div_ceil(HUGE_PAGE_SIZE as usize);
+                for i in first..(first + count).min(MAX_CHUNK_INDEX) {
+                    self.owner[i] = self.n as u16;
+                }
+            }
             self.n += 1;
             true
         }
@@ -59,15 +94,29 @@ mod global {
         pub fn full(&self) -> bool {
             self.n == MAX_REGIONS
         }
+
+        /// The region holding `ptr`.
+        fn region_of(&mut self, ptr: *mut u8) -> Option<&mut Heap> {
+            let first = &self.regions[0];
+            if self.n > 0 && first.bottom() <= ptr && ptr < first.top() {
+                return Some(&mut self.regions[0]);
+            }
+            let r = *self.owner.get(chunk_index(ptr))?;
+            if r == NONE {
+                return None;
+            }
+            self.regions.get_mut(r as usize)
+        }
     }
 
     // SAFETY: every block handed out lies inside one region and is handed out
     // once until freed (linked_list_allocator's contract); `dealloc` returns a
-    // block to the region whose range contains it, the one it came from.
+    // block to the region whose range contains it, the one it came from (the
+    // owner table maps every chunk of a region to it, and regions never overlap).
     unsafe impl GlobalAlloc for Locked {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             let mut h = self.0.lock();
-            let Heaps { regions, n, hint } = &mut *h;
+            let Heaps { regions, n, hint, .. } = &mut *h;
             if let Ok(p) = regions[*hint].allocate_first_fit(layout) {
                 return p.as_ptr();
             }
@@ -82,8 +131,7 @@ mod global {
 
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
             let mut h = self.0.lock();
-            let n = h.n;
-            if let Some(r) = h.regions[..n].iter_mut().find(|r| r.bottom() <= ptr && ptr < r.top()) {
+            if let Some(r) = h.region_of(ptr) {
                 if let Some(p) = NonNull::new(ptr) {
                     // SAFETY: `ptr` came from this region's `allocate_first_fit`
                     // with this layout (GlobalAlloc's contract on the caller).
@@ -91,6 +139,20 @@ mod global {
                 }
             }
         }
+    }
+
+    /// Whether some region has a free block of `layout` now (allocated and freed
+    /// at once).
+    pub(super) fn has_block(layout: Layout) -> bool {
+        // SAFETY: a block allocated here is freed with the same layout at once.
+        unsafe {
+            let p = HEAP.alloc(layout);
+            if p.is_null() {
+                return false;
+            }
+            HEAP.dealloc(p, layout);
+        }
+        true
     }
 }
 
@@ -150,11 +212,13 @@ pub fn room(more: usize, mut chunk: impl FnMut() -> Option<Chunk>) -> bool {
     }
 }
 
-/// The way to get a chunk for [`ensure`], registered by the kernel at boot.
-static CHUNKS: spin::Once<fn() -> Option<Chunk>> = spin::Once::new();
+/// The way to get consecutive chunks for [`ensure`] and [`ensure_block`]
+/// (`f(n)`: `n` chunks, each right after the one before), registered by the
+/// kernel at boot.
+static CHUNKS: spin::Once<fn(usize) -> Option<alloc::vec::Vec<Chunk>>> = spin::Once::new();
 
 /// Registers how [`ensure`] gets chunks (it takes the memory lock).
-pub fn set_chunk_source(f: fn() -> Option<Chunk>) {
+pub fn set_chunk_source(f: fn(usize) -> Option<alloc::vec::Vec<Chunk>>) {
     CHUNKS.call_once(|| f);
 }
 
@@ -162,9 +226,43 @@ pub fn set_chunk_source(f: fn() -> Option<Chunk>) {
 /// lock held.
 pub fn ensure(more: usize) -> bool {
     match CHUNKS.get() {
-        Some(f) => room(more, f),
+        Some(f) => room(more, || f(1).and_then(|mut v| v.pop())),
         None => room(more, || None),
     }
+}
+
+/// Makes sure one block of `size` bytes can be allocated (beyond the reserve),
+/// adding a region of consecutive chunks for it if no region has such a block;
+/// false if guest memory has no such run of free chunks. For tables larger than
+/// half a chunk, before a `try_reserve` (which then finds the block unless
+/// another CPU took it first: the allocation stays fallible). Never call it with
+/// the memory lock held.
+pub fn ensure_block(size: usize) -> bool {
+    if size <= HUGE_PAGE_SIZE as usize / 2 {
+        return ensure(size);
+    }
+    if !ensure(0) {
+        return false;
+    }
+    #[cfg(target_os = "none")]
+    {
+        let Ok(layout) = core::alloc::Layout::from_size_align(size, 16) else { return false };
+        if global::has_block(layout) {
+            return true;
+        }
+        let Some(f) = CHUNKS.get() else { return false };
+        if full() {
+            return false;
+        }
+        // (The region's own bookkeeping is a few words at its start.)
+        let n = (size + 4096).div_ceil(HUGE_PAGE_SIZE as usize);
+        match f(n) {
+            Some(run) => grow_run(run),
+            None => false,
+        }
+    }
+    #[cfg(not(target_os = "none"))]
+    true
 }
 
 fn full() -> bool {
@@ -177,16 +275,33 @@ fn full() -> bool {
 /// Adds chunk `c` to the heap for good (the caller checked there is room for
 /// another region).
 fn grow(c: Chunk) {
-    // The heap owns the chunk from now on: it never goes back to the allocator.
-    let phys = c.phys();
+    grow_run(alloc::vec![c]);
+}
+
+/// Adds consecutive chunks to the heap for good, as one region; false if they
+/// are not consecutive or no region is left (the chunks are then lost to the
+/// program, which cannot happen with the kernel's chunk source).
+fn grow_run(run: alloc::vec::Vec<Chunk>) -> bool {
+    let Some(first) = run.first() else { return false };
+    let phys = first.phys();
+    if run.iter().enumerate().any(|(i, c)| c.phys() != phys + i as u64 * HUGE_PAGE_SIZE) {
+        return false;
+    }
+    let size = run.len() * HUGE_PAGE_SIZE as usize;
+    // The heap owns the chunks from now on: they never go back to the allocator
+    // (a Chunk is only a name for its memory; dropping it frees nothing).
+    drop(run);
     #[cfg(target_os = "none")]
     {
         let bottom = onering_abi::layout::direct(phys) as *mut u8;
-        // SAFETY: the chunk came out of the chunk allocator, so no one else uses
-        // it, and it is forgotten, so it never goes back; all RAM is in the direct
-        // map.
-        unsafe { global::HEAP.0.lock().add(bottom, HUGE_PAGE_SIZE as usize) };
+        // SAFETY: the chunks came out of the chunk allocator, so no one else uses
+        // them, they are consecutive (checked) and forgotten, so they never go
+        // back; all RAM is in the direct map.
+        unsafe { global::HEAP.0.lock().add(bottom, size) }
     }
     #[cfg(not(target_os = "none"))]
-    let _ = phys;
+    {
+        let _ = size;
+        true
+    }
 }

@@ -173,6 +173,44 @@ impl ChunkAllocator {
         None
     }
 
+    /// `n` zeroed chunks, each right after the one before (the lowest such run),
+    /// or None if no range has `n` free in a row.
+    pub fn alloc_run(&mut self, n: usize) -> Option<Vec<Chunk>> {
+        if n <= 1 {
+            return self.alloc().map(|c| vec![c]);
+        }
+        for r in &mut self.ranges {
+            let free = |i: usize| r.used[i / 64] & (1 << (i % 64)) == 0;
+            let (mut start, mut len) = (0, 0);
+            let mut found = None;
+            for i in 0..r.chunks {
+                if free(i) {
+                    if len == 0 {
+                        start = i;
+                    }
+                    len += 1;
+                    if len == n {
+                        found = Some(start);
+                        break;
+                    }
+                } else {
+                    len = 0;
+                }
+            }
+            if let Some(start) = found {
+                let mut run = Vec::new();
+                run.try_reserve_exact(n).ok()?;
+                for i in start..start + n {
+                    r.used[i / 64] |= 1 << (i % 64);
+                    run.push(Chunk { phys: r.base + i as u64 * HUGE_PAGE_SIZE });
+                }
+                self.free -= n;
+                return Some(run);
+            }
+        }
+        None
+    }
+
     /// Returns a chunk, which the caller has zeroed where it wrote. A chunk of
     /// another allocator (the boot-time image and stack) is dropped: its memory is
     /// never reused.
@@ -469,6 +507,26 @@ mod tests {
             assert_eq!(a.alloc().map(|c| c.phys()), Some(i * M));
         }
         assert_eq!(a.alloc(), None);
+    }
+
+    #[test]
+    fn runs_of_consecutive_chunks() {
+        let mut a = ChunkAllocator::new();
+        a.add_range(0, 4 * M);
+        a.add_range(10 * M, 80 * M);
+        let c0 = a.alloc().unwrap();
+        let _c1 = a.alloc().unwrap();
+        a.free(c0); // [0] free, [1] used, [2, 4) free
+        let run = a.alloc_run(3).unwrap(); // not in the first range: 10..13
+        assert_eq!(run.iter().map(|c| c.phys() / M).collect::<Vec<_>>(), [10, 11, 12]);
+        let run = a.alloc_run(2).unwrap();
+        assert_eq!(run.iter().map(|c| c.phys() / M).collect::<Vec<_>>(), [2, 3]);
+        // Across bitmap words, up to the end of the range, and no further.
+        let big = a.alloc_run(67).unwrap();
+        assert_eq!((big[0].phys() / M, big[66].phys() / M), (13, 79));
+        assert_eq!(a.alloc_run(2), None);
+        assert_eq!(a.free_chunks(), 1);
+        assert_eq!(a.alloc_run(1).map(|r| r[0].phys()), Some(0));
     }
 
     #[test]

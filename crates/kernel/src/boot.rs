@@ -55,10 +55,11 @@ fn setup(boot: Boot) {
     let exe = crate::vfs::absolute(&vfs.path_of(cwd).unwrap_or_else(|_| b"/".to_vec()), &execfn);
     let cfg = Config { flags: bi.flags, stdio: bi.stdio, uid: bi.uid, gid: bi.gid, exe };
     let k = kernel::install(Kernel::new(cfg, space, vfs, bi.seed));
-    onering_arch::heap::set_chunk_source(|| kernel().mm.lock().chunks().alloc());
+    onering_arch::heap::set_chunk_source(|n| kernel().mm.lock().chunks().alloc_run(n));
     write_vvar(k, bi);
     protect_image(&mut k.mm.lock(), bi);
     sched::set_ncpus(bi.ncpus as usize);
+    crate::fs::epoll::set_max_watches(k.mm.lock().total_bytes());
     // The program: pid 1, with the standard streams on descriptors 0, 1 and 2.
     let mut fds = FdTable::new();
     {

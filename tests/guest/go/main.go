@@ -34,6 +34,7 @@ func main() {
 		"exec":     execFails,
 		"sleepers": sleepers,
 		"net":      netHTTP,
+		"conns":    manyConns,
 	}
 	f, ok := modes[os.Args[1]]
 	if !ok {

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 )
@@ -112,4 +114,98 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// manyConns: N (default 10,000) loopback TCP connections held open at once, idle,
+// then a round trip on every one of them and an orderly close: what a server with
+// many keep-alive clients needs. Prints counts only (the same on any machine).
+func manyConns() {
+	n := 10000
+	if len(os.Args) > 2 {
+		n, _ = strconv.Atoi(os.Args[2])
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println("listen:", err)
+		return
+	}
+	accepted := make(chan net.Conn, n)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				fmt.Println("accept:", err)
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	clients := make([]net.Conn, 0, n)
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			fmt.Printf("dial %d: %v\n", i, err)
+			break
+		}
+		clients = append(clients, c)
+	}
+	servers := make([]net.Conn, 0, n)
+	for len(servers) < len(clients) {
+		s, ok := <-accepted
+		if !ok {
+			break
+		}
+		servers = append(servers, s)
+	}
+	fmt.Println("open connections:", len(clients), len(servers))
+	for len(clients) > len(servers) { // (no server side: nothing would answer)
+		clients[len(clients)-1].Close()
+		clients = clients[:len(clients)-1]
+	}
+	// Every server side echoes one line; every client sends one and reads it back.
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		wg.Add(1)
+		go func(s net.Conn) {
+			defer wg.Done()
+			line, err := bufio.NewReader(s).ReadString('\n')
+			if err == nil {
+				s.Write([]byte(line))
+			}
+		}(s)
+	}
+	ok := 0
+	var mu sync.Mutex
+	for i, c := range clients {
+		wg.Add(1)
+		go func(i int, c net.Conn) {
+			defer wg.Done()
+			want := fmt.Sprintf("conn %d\n", i)
+			c.Write([]byte(want))
+			got, err := bufio.NewReader(c).ReadString('\n')
+			if err == nil && got == want {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		}(i, c)
+	}
+	wg.Wait()
+	fmt.Println("round trips:", ok)
+	for _, c := range clients {
+		c.Close()
+	}
+	closed := 0
+	buf := make([]byte, 1)
+	for _, s := range servers {
+		if _, err := s.Read(buf); err == io.EOF {
+			closed++
+		} else if closed < 3 {
+			fmt.Println("read after the peer closed:", err)
+		}
+		s.Close()
+	}
+	fmt.Println("closed by the peer:", closed)
+	ln.Close()
 }

@@ -21,7 +21,7 @@ use alloc::sync::Arc;
 use core::any::Any;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-pub use fdtable::{FdTable, MAX_FDS};
+pub use fdtable::{FdTable, NOFILE_DEFAULT, NR_OPEN};
 
 /// `open` flags.
 pub mod oflag {

@@ -39,9 +39,14 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint};
 use spin::{Mutex, Once};
 
-/// Most smoltcp sockets at once (each ~240 bytes of reserved storage): every TCP
-/// connection over loopback is two, a listener one per connection in its backlog.
-const MAX_SOCKETS: usize = 4096;
+/// Most smoltcp sockets at once, whatever `--mem` (each a `SocketStorage` of
+/// reserved storage): every TCP connection over loopback is two, a listener one
+/// more. Below it, one per [`RAM_PER_SOCKET`] of guest memory.
+const MAX_SOCKETS: usize = 65536;
+/// Guest memory per smoltcp socket slot: a TCP socket's buffers alone take 48 KiB
+/// by default, so a slot per 64 KiB is more than memory could fill with them.
+const RAM_PER_SOCKET: u64 = 64 << 10;
+const MIN_SOCKETS: usize = 1024;
 pub const IPPROTO_TCP: u64 = 6;
 pub const IPPROTO_UDP: u64 = 17;
 const IPPROTO_IP: u64 = 0;
@@ -256,12 +261,18 @@ fn stack() -> &'static Mutex<Stack> {
             let _ = a.push(IpCidr::new(IpAddress::v4(127, 0, 0, 1), 8));
             let _ = a.push(IpCidr::new(IpAddress::v6(0, 0, 0, 0, 0, 0, 0, 1), 128));
         });
-        // Room for MAX_SOCKETS smoltcp sockets (~240 bytes each), or what the heap
-        // has: past it, new sockets are ENOBUFS.
-        let _ = onering_arch::heap::ensure(2 << 20);
+        // Room for a smoltcp socket per RAM_PER_SOCKET of guest memory, or what
+        // the heap has: past it, new sockets are ENOBUFS.
+        let ram = crate::task::kernel::try_kernel().map_or(256 << 20, |k| k.mm.lock().total_bytes());
+        let want = ((ram / RAM_PER_SOCKET) as usize).clamp(MIN_SOCKETS, MAX_SOCKETS);
         let mut storage = Vec::new();
-        let cap =
-            [MAX_SOCKETS, MAX_SOCKETS / 4, 64].into_iter().find(|n| storage.try_reserve_exact(*n).is_ok()).unwrap_or(0);
+        let cap = [want, want / 4, 64]
+            .into_iter()
+            .find(|n| {
+                onering_arch::heap::ensure_block(n * core::mem::size_of::<smoltcp::iface::SocketStorage>())
+                    && storage.try_reserve_exact(*n).is_ok()
+            })
+            .unwrap_or(0);
         Mutex::new(Stack {
             iface,
             dev,

@@ -4,6 +4,7 @@
 //! (`crate::file::socket`) that the socket system calls (`syscall::net`) use.
 
 pub mod inet;
+pub mod route;
 pub mod unix;
 
 use crate::errno::{Errno, SysResult};

@@ -190,18 +190,18 @@ fn epoll_wait_until(
     let max = max as usize;
     let found = wait_for(ctx, deadline, mask, || {
         ctx.user.check(events, max as u64 * 12, true)?;
-        let mut s = ep.ep.lock().scan(max);
-        if s.ready.is_empty() && deadline != Some(0) {
-            s.keys.push(ep.key());
-            return Ok((None, s.keys));
+        let ready = ep.ep.lock().scan(max);
+        if ready.is_empty() && deadline != Some(0) {
+            // Its files' wake-ups reach the epoll's key (its ready list).
+            return Ok((None, alloc::vec![ep.key()]));
         }
-        let mut out = Vec::with_capacity(s.ready.len() * 12);
-        for (e, data) in &s.ready {
+        let mut out = Vec::with_capacity(ready.len() * 12);
+        for (e, data) in &ready {
             out.extend_from_slice(&e.to_le_bytes());
             out.extend_from_slice(&data.to_le_bytes());
         }
         ctx.user.write(events, &out)?;
-        Ok((Some(s.ready.len() as u64), Vec::new()))
+        Ok((Some(ready.len() as u64), Vec::new()))
     })?;
     Ok(found.unwrap_or(0))
 }
@@ -242,7 +242,8 @@ pub fn epoll_pwait2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 /// poll/ppoll on `n` `struct pollfd` at `fds`.
 fn poll_until(ctx: &Ctx, fds: u64, n: u64, deadline: Option<u64>, mask: Option<u64>) -> SysResult {
-    let limit = crate::file::MAX_FDS as u64;
+    // As Linux: more entries than RLIMIT_NOFILE allows descriptors is EINVAL.
+    let limit = ctx.proc().fds.lock().limit();
     if n > limit {
         return Err(Errno::EINVAL);
     }

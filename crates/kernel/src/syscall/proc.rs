@@ -360,7 +360,7 @@ fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
     const INF: u64 = u64::MAX;
     Some(match resource {
         3 => (onering_abi::layout::STACK_SIZE, INF),                     // STACK
-        7 => (crate::file::MAX_FDS as u64, crate::file::MAX_FDS as u64), // NOFILE
+        7 => crate::file::NOFILE_DEFAULT,                                // NOFILE
         0 | 1 | 2 | 4 | 5 | 6 | 8 | 9 | 10 | 11 | 12 | 13 | 14 | 15 => (INF, INF), // the rest
         _ => return None,
     })
@@ -379,6 +379,9 @@ fn rlimit(ctx: &Ctx, resource: u64, new: u64, old: u64) -> SysResult {
         if soft > hard || hard > cur.1 {
             return Err(if soft > hard { Errno::EINVAL } else { Errno::EPERM });
         }
+        if resource == 7 && hard > crate::file::NR_OPEN {
+            return Err(Errno::EPERM);
+        }
         Some((soft, hard))
     } else {
         None
@@ -391,6 +394,9 @@ fn rlimit(ctx: &Ctx, resource: u64, new: u64, old: u64) -> SysResult {
     }
     if let Some(l) = set {
         ctx.proc().rlimits.lock().insert(resource, l);
+        if resource == 7 {
+            ctx.proc().fds.lock().set_limit(l.0);
+        }
     }
     Ok(0)
 }

@@ -90,6 +90,15 @@ impl Console {
         }
     }
 
+    /// When buffered output must go at the latest (monotonic ns; u64::MAX when
+    /// nothing is buffered).
+    pub fn deadline(&self) -> u64 {
+        match self.since.load(Relaxed) {
+            0 => u64::MAX,
+            s => s.saturating_add(DELAY),
+        }
+    }
+
     /// Sends what is buffered, unless a send is in progress (which sends it too).
     pub fn flush_pending(&self) {
         if self.since.load(Relaxed) == 0 {

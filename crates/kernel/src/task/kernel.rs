@@ -77,6 +77,11 @@ pub fn kernel() -> &'static Kernel {
     }
 }
 
+/// The kernel, if boot installed it (host tests have none).
+pub fn try_kernel() -> Option<&'static Kernel> {
+    KERNEL.get()
+}
+
 /// Installs the kernel state (once, at boot).
 pub fn install(k: Kernel) -> &'static Kernel {
     super::sched::set_poll(service_events);
@@ -86,9 +91,10 @@ pub fn install(k: Kernel) -> &'static Kernel {
 /// Looks at the devices' completions the VMM posted (the events page) and hands
 /// them on, and sends console output that has waited long enough (or any, when
 /// the CPU is `idle`: the program waits): the scheduler calls it whenever it looks
-/// for work (registered with `sched::set_poll`).
-pub fn service_events(idle: bool) {
-    let Some(k) = KERNEL.get() else { return };
+/// for work (registered with `sched::set_poll`). Returns when it must look again
+/// at the latest: the console's batch deadline (u64::MAX: none).
+pub fn service_events(idle: bool) -> u64 {
+    let Some(k) = KERNEL.get() else { return u64::MAX };
     if idle {
         k.console.flush_pending();
     } else {
@@ -96,9 +102,6 @@ pub fn service_events(idle: bool) {
     }
     super::itimer::fire_due(crate::time::mono_now());
     let pending = onering_arch::events::take_pending();
-    if pending == 0 {
-        return;
-    }
     if pending & onering_abi::events::STDIN != 0 {
         k.stdin.complete();
     }
@@ -108,6 +111,7 @@ pub fn service_events(idle: bool) {
     if pending & onering_abi::events::SIGNAL != 0 {
         forward_host_signals();
     }
+    k.console.deadline()
 }
 
 /// Signals sent to onering on the host go to the program, as `docker run --init`

@@ -20,6 +20,7 @@ use crate::placement::{self, CpuState, CpuView, SpinBudget};
 use crate::sigframe;
 use crate::time::mono_now;
 use alloc::collections::{BTreeMap, VecDeque};
+use alloc::sync::Weak;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 use onering_abi::MAX_CPUS;
@@ -68,6 +69,19 @@ struct Sched {
     live: BTreeMap<u64, &'static Thread>,
     /// Finished threads whose structures (and stacks) can be reused once off-CPU.
     free: Vec<&'static Thread>,
+    /// Watchers by key (epoll registrations): told when the key is woken.
+    watchers: BTreeMap<u64, Vec<(Weak<dyn Watcher>, u64)>>,
+}
+
+/// What wants to know when a wait key is woken without a thread sleeping on it:
+/// an epoll's ready list, so that `epoll_wait` looks only at the files that
+/// changed. Called under the scheduler's lock: it may take no lock but a leaf
+/// lock of its own, and its destructor none at all (the last reference may go
+/// under the scheduler's lock).
+pub trait Watcher: Send + Sync {
+    /// Key `tag` (the watcher's name for a registration) was woken; returns a
+    /// further wait key to wake (the epoll's own, for its waiters), if any.
+    fn fired(&self, tag: u64) -> Option<u64>;
 }
 
 static SCHED: Mutex<Sched> = Mutex::new(Sched {
@@ -77,22 +91,31 @@ static SCHED: Mutex<Sched> = Mutex::new(Sched {
     alarms: BTreeMap::new(),
     live: BTreeMap::new(),
     free: Vec::new(),
+    watchers: BTreeMap::new(),
 });
 
 /// What the scheduler calls whenever it looks for work, to pick up what devices
 /// posted (registered at boot: `task::kernel::service_events`).
-/// Its argument: whether this CPU is idle (nothing to run).
-static POLL: spin::Once<fn(bool)> = spin::Once::new();
+/// Its argument: whether this CPU is idle (nothing to run); it returns when it
+/// needs to run again at the latest (monotonic ns; u64::MAX: no need), which the
+/// scheduler makes sure of with this CPU's timer. (So a deadline such as the
+/// console's batch survives an interrupt that took the timer for something else.)
+static POLL: spin::Once<fn(bool) -> u64> = spin::Once::new();
 
 /// Registers the device poll (once).
-pub fn set_poll(f: fn(bool)) {
+pub fn set_poll(f: fn(bool) -> u64) {
     POLL.call_once(|| f);
 }
 
+/// Runs the device poll; when the CPU will run a thread after it, arms the timer
+/// for the poll's next deadline (an idle CPU looks again anyway).
 #[inline]
 fn poll_devices(idle: bool) {
     if let Some(f) = POLL.get() {
-        f(idle);
+        let again = f(idle);
+        if again != u64::MAX && !idle {
+            arm_timer(again);
+        }
     }
 }
 
@@ -213,6 +236,18 @@ impl Sched {
     }
 
     /// Makes sleeping thread `t` runnable; the CPU to notify, if any.
+    /// Wakes the threads waiting on `key`; the CPUs to notify.
+    fn wake_queue(&mut self, key: u64) -> CpuSet {
+        let mut cpus = 0;
+        if let Some(q) = self.waitq.remove(&key) {
+            for t in q {
+                t.wakeup.store(true, Relaxed);
+                cpus |= self.make_runnable(t);
+            }
+        }
+        cpus
+    }
+
     fn make_runnable(&mut self, t: &'static Thread) -> CpuSet {
         if t.state.load(Relaxed) != SLEEPING {
             return 0;
@@ -509,16 +544,49 @@ pub fn finish_wait(key: u64) {
 pub fn wake_all(key: u64) {
     let cpus = {
         let mut s = SCHED.lock();
-        let mut cpus = 0;
-        if let Some(q) = s.waitq.remove(&key) {
-            for t in q {
-                t.wakeup.store(true, Relaxed);
-                cpus |= s.make_runnable(t);
+        let mut cpus = s.wake_queue(key);
+        if s.watchers.contains_key(&key) {
+            let mut more: Vec<u64> = Vec::new();
+            let mut dead = false;
+            if let Some(ws) = s.watchers.get(&key) {
+                for (w, tag) in ws {
+                    match w.upgrade() {
+                        Some(w) => more.extend(w.fired(*tag)),
+                        None => dead = true,
+                    }
+                }
+            }
+            if dead {
+                if let Some(ws) = s.watchers.get_mut(&key) {
+                    ws.retain(|(w, _)| w.strong_count() > 0);
+                    if ws.is_empty() {
+                        s.watchers.remove(&key);
+                    }
+                }
+            }
+            for k in more {
+                cpus |= s.wake_queue(k);
             }
         }
         cpus
     };
     notify(cpus);
+}
+
+/// Tells `w` (as `tag`) whenever wait key `key` is woken, until [`unwatch`].
+pub fn watch_key(key: u64, w: Weak<dyn Watcher>, tag: u64) {
+    SCHED.lock().watchers.entry(key).or_default().push((w, tag));
+}
+
+/// Stops telling watcher `w` (as `tag`) about `key`.
+pub fn unwatch_key(key: u64, w: &Weak<dyn Watcher>, tag: u64) {
+    let mut s = SCHED.lock();
+    if let Some(ws) = s.watchers.get_mut(&key) {
+        ws.retain(|(x, t)| !(*t == tag && Weak::ptr_eq(x, w)));
+        if ws.is_empty() {
+            s.watchers.remove(&key);
+        }
+    }
 }
 
 /// Ends thread `t` of a finished process at its next chance (it is blocked, runs
