@@ -1,5 +1,6 @@
 /* TCP and UDP over loopback against the host: echo over IPv4 and IPv6, a
-   dual-stack listener, non-blocking connect with epoll, half-close, refused
+   dual-stack listener, non-blocking connect with epoll, edge-triggered epoll,
+   half-close, refused
    connections, a backlog of many concurrent connects, names, options, and the
    errors Linux gives. Ports are chosen by the kernel (bind to port 0), so runs do
    not collide; only properties are printed. Same output on the host and in
@@ -168,6 +169,43 @@ static void nonblocking(void) {
     close(a), close(ep), close(l);
 }
 
+/* Edge-triggered epoll reports each new arrival, even when the socket returns
+   to a state it was in before (a listener's queue 1, 0, 1; a connection's bytes
+   waiting 1, 0, 1): onering once compared a hash of the state, and a Go server
+   never saw its second connection. */
+static void edge_triggered(void) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char buf[8];
+    int l = listener(AF_INET, &ss, &len);
+    fcntl(l, F_SETFL, fcntl(l, F_GETFL) | O_NONBLOCK);
+    int ep = epoll_create1(0);
+    struct epoll_event e = {EPOLLIN | EPOLLET, {.fd = l}}, out[2];
+    epoll_ctl(ep, EPOLL_CTL_ADD, l, &e);
+    int c1 = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c1, (struct sockaddr *)&ss, len);
+    CHECK(epoll_wait(ep, out, 2, 2000) == 1, "ET: a connection to accept");
+    int a = accept(l, NULL, NULL);
+    CHECK(a >= 0, "ET: accepted");
+    CHECK_ERR(accept(l, NULL, NULL), EAGAIN, "ET: then none");
+    CHECK(epoll_wait(ep, out, 2, 0) == 0, "ET: nothing new");
+    int c2 = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c2, (struct sockaddr *)&ss, len);
+    CHECK(epoll_wait(ep, out, 2, 2000) == 1, "ET: the second connection is an edge");
+    int a2 = accept(l, NULL, NULL);
+    CHECK(a2 >= 0, "ET: second accepted");
+    e.events = EPOLLIN | EPOLLET;
+    e.data.fd = a;
+    epoll_ctl(ep, EPOLL_CTL_ADD, a, &e);
+    write(c1, "x", 1);
+    CHECK(epoll_wait(ep, out, 2, 2000) == 1 && out[0].data.fd == a, "ET: a byte to read");
+    CHECK(read(a, buf, sizeof buf) == 1, "ET: read it");
+    CHECK(epoll_wait(ep, out, 2, 0) == 0, "ET: nothing new after the read");
+    write(c1, "y", 1);
+    CHECK(epoll_wait(ep, out, 2, 2000) == 1 && out[0].data.fd == a, "ET: the next byte is an edge");
+    close(a), close(a2), close(c1), close(c2), close(ep), close(l);
+}
+
 static void refused_and_errors(void) {
     struct sockaddr_storage ss;
     socklen_t len;
@@ -271,6 +309,7 @@ int main(void) {
     udp_echo(AF_INET, "udp4");
     udp_echo(AF_INET6, "udp6");
     nonblocking();
+    edge_triggered();
     refused_and_errors();
     dual_stack();
     backlog();

@@ -217,9 +217,14 @@ struct Sock {
     connecting: bool,
     shut_rd: bool,
     shut_wr: bool,
-    /// The wait key and the readiness last seen (to wake on a change).
+    /// The wait key, the readiness signature last seen (to wake on a change),
+    /// and the generation epoll's edge triggering compares: a counter bumped on
+    /// every change of the signature (the signature itself comes back to an
+    /// old value, as a listener's queue going 1, 0, 1, and an edge-triggered
+    /// waiter would miss the second connection).
     key: u64,
     seen: u64,
+    gen: u64,
 }
 
 /// The network stack.
@@ -409,6 +414,7 @@ impl Stack {
             let sig = readiness_sig(&self.set, s);
             if sig != s.seen {
                 s.seen = sig;
+                s.gen += 1;
                 keys.push(s.key);
             }
         }
@@ -623,6 +629,7 @@ impl InetSocket {
             shut_wr: false,
             key,
             seen: 0,
+            gen: 0,
         };
         s.socks.insert(id, sock);
         Ok(InetSocket { id, anchor })
@@ -1364,12 +1371,14 @@ impl File for InetSocket {
                 }
             }
         }
-        let gen = readiness_sig(&s.set, sk);
+        let sig = readiness_sig(&s.set, sk);
         let key = sk.key;
-        if let Some(sk) = s.socks.get_mut(&self.id) {
-            sk.seen = gen;
+        let sk = s.socks.get_mut(&self.id)?;
+        if sig != sk.seen {
+            sk.seen = sig;
+            sk.gen += 1;
         }
-        Some(Readiness { events: e, gen, key })
+        Some(Readiness { events: e, gen: sk.gen, key })
     }
 
     fn wait_key(&self) -> Option<u64> {
