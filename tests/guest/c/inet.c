@@ -1,8 +1,7 @@
 /* TCP and UDP over loopback against the host: echo over IPv4 and IPv6, a
    dual-stack listener, non-blocking connect with epoll, edge-triggered epoll,
-   half-close, refused
-   connections, a backlog of many concurrent connects, names, options, and the
-   errors Linux gives. Ports are chosen by the kernel (bind to port 0), so runs do
+   half-close, resets, refused connections, a backlog of many concurrent
+   connects, names, options, and the errors Linux gives. Ports are chosen by the kernel (bind to port 0), so runs do
    not collide; only properties are printed. Same output on the host and in
    onering. */
 #define _GNU_SOURCE
@@ -253,6 +252,47 @@ static void refused_and_errors(void) {
     close(l2), close(l3);
 }
 
+/* Resets: data for a socket its program closed is answered with a reset (a
+   writer learns nobody reads; Go's TestWritevError wrote 1 GB into a closed
+   peer and waited forever), which a peer that had the FIN reports as EPIPE;
+   closing with unread data resets, reported once as ECONNRESET, then end of file
+   and EPIPE. */
+static void resets(void) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char buf[64];
+    int err = 0;
+    socklen_t el = sizeof err;
+    signal(SIGPIPE, SIG_IGN);
+    int l = listener(AF_INET, &ss, &len);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&ss, len);
+    int a = accept(l, NULL, NULL);
+    close(a);
+    CHECK(write(c, "x", 1) == 1, "write to a closed peer: taken");
+    struct pollfd p = {c, POLLIN, 0};
+    CHECK(poll(&p, 1, 2000) == 1 && (p.revents & POLLERR) && (p.revents & POLLHUP), "then reset: POLLERR, POLLHUP");
+    CHECK(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == EPIPE, "SO_ERROR after the FIN: EPIPE");
+    CHECK(read(c, buf, sizeof buf) == 0, "read: end of file");
+    CHECK_ERR(write(c, "x", 1), EPIPE, "write: EPIPE");
+    close(c);
+
+    c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&ss, len);
+    a = accept(l, NULL, NULL);
+    write(c, "unread", 6);
+    struct pollfd pa = {a, POLLIN, 0};
+    poll(&pa, 1, 2000);
+    close(a);
+    p.revents = 0;
+    CHECK(poll(&p, 1, 2000) == 1 && (p.revents & POLLERR), "closed with unread data: POLLERR");
+    CHECK_ERR(read(c, buf, sizeof buf), ECONNRESET, "read: ECONNRESET");
+    CHECK(read(c, buf, sizeof buf) == 0, "then end of file");
+    CHECK_ERR(write(c, "x", 1), EPIPE, "then write: EPIPE");
+    CHECK(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0, "SO_ERROR: reported already");
+    close(c), close(l);
+}
+
 static void dual_stack(void) {
     int l = socket(AF_INET6, SOCK_STREAM, 0);
     struct sockaddr_in6 any = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
@@ -311,6 +351,7 @@ int main(void) {
     nonblocking();
     edge_triggered();
     refused_and_errors();
+    resets();
     dual_stack();
     backlog();
     return failures;

@@ -215,6 +215,12 @@ struct Sock {
     error: Option<Errno>,
     /// A connect was started (EALREADY / EISCONN bookkeeping).
     connecting: bool,
+    /// The connection was made (past the handshake), its peer's FIN came (or
+    /// TIME-WAIT), and its state when `observe` last looked: smoltcp forgets how
+    /// a socket closed, so these tell a reset from an orderly end.
+    synced: bool,
+    fin: bool,
+    state: tcp::State,
     shut_rd: bool,
     shut_wr: bool,
     /// The wait key, the readiness signature last seen (to wake on a change),
@@ -381,7 +387,8 @@ impl Stack {
         let t = now();
         for _ in 0..PUMP_ROUNDS {
             let _ = self.iface.poll(t, &mut self.dev, &mut self.set);
-            if self.dev.queue.is_empty() {
+            let reset = self.reset_orphans();
+            if self.dev.queue.is_empty() && !reset {
                 break;
             }
         }
@@ -401,15 +408,7 @@ impl Stack {
         let mut keys = Vec::new();
         for s in self.socks.values_mut() {
             if let Role::Conn(c) = s.role {
-                // A connection refused or reset: its error, once.
-                let t = self.set.get::<tcp::Socket>(c);
-                if t.state() == tcp::State::Closed && s.connecting && s.error.is_none() {
-                    s.error = Some(Errno::ECONNREFUSED);
-                    s.connecting = false;
-                }
-                if t.state() != tcp::State::SynSent && t.state() != tcp::State::Closed {
-                    s.connecting = false;
-                }
+                observe(s, self.set.get::<tcp::Socket>(c));
             }
             let sig = readiness_sig(&self.set, s);
             if sig != s.seen {
@@ -419,6 +418,22 @@ impl Stack {
             }
         }
         keys
+    }
+
+    /// Resets closed connections that data still reaches: Linux answers data for
+    /// a socket the program has closed with a reset, so a sender learns that
+    /// nobody will read (else it would fill the window and wait forever).
+    /// Whether any was reset (its RST is still to be sent).
+    fn reset_orphans(&mut self) -> bool {
+        let mut any = false;
+        for h in &self.closing {
+            let t = self.set.get_mut::<tcp::Socket>(*h);
+            if t.recv_queue() > 0 && t.state() != tcp::State::Closed {
+                t.abort();
+                any = true;
+            }
+        }
+        any
     }
 
     fn tend_listeners(&mut self) {
@@ -625,6 +640,9 @@ impl InetSocket {
             opts: Opts::default(),
             error: None,
             connecting: false,
+            synced: false,
+            fin: false,
+            state: tcp::State::Closed,
             shut_rd: false,
             shut_wr: false,
             key,
@@ -806,13 +824,18 @@ impl Socket for InetSocket {
         let new = InetSocket::new(fam, SOCK_STREAM, 0)?;
         let peer = {
             let mut s = stack().lock();
-            let t = s.set.get::<tcp::Socket>(conn);
+            let Stack { set, socks, .. } = &mut *s;
+            let t = set.get::<tcp::Socket>(conn);
             let (local, remote) = (t.local_endpoint(), t.remote_endpoint());
-            let sk = s.sock(new.id)?;
+            let sk = socks.get_mut(&new.id).ok_or(Errno::EBADF)?;
             sk.role = Role::Conn(conn);
             sk.local = local.map(|e| (Some(e.addr), e.port));
             sk.opts = opts;
             sk.opts.misc.clear();
+            // (Made, so a reset while it waited is ECONNRESET.)
+            sk.synced = true;
+            sk.state = tcp::State::Established;
+            observe(sk, t);
             let sig = readiness_sig(&s.set, &s.socks[&new.id]);
             if let Some(sk) = s.socks.get_mut(&new.id) {
                 sk.seen = sig;
@@ -958,7 +981,6 @@ impl Socket for InetSocket {
                     match t.state() {
                         tcp::State::SynSent | tcp::State::SynReceived => return Err(Errno::EAGAIN),
                         tcp::State::Established | tcp::State::CloseWait => {}
-                        tcp::State::Closed => return Err(Errno::ECONNRESET),
                         _ => return Err(Errno::EPIPE),
                     }
                     if len == 0 {
@@ -1043,7 +1065,6 @@ impl Socket for InetSocket {
                                 Err(Errno::EAGAIN)
                             }
                             tcp::State::FinWait1 | tcp::State::FinWait2 if t.may_recv() => Err(Errno::EAGAIN),
-                            tcp::State::Closed if !t.may_recv() && was_reset(t) => Err(Errno::ECONNRESET),
                             _ => Ok((0, extra)),
                         };
                     }
@@ -1281,11 +1302,38 @@ fn known_opt(level: u64, name: u64) -> bool {
     )
 }
 
-/// Whether a closed connection ended by a reset (not an orderly close).
-fn was_reset(t: &tcp::Socket) -> bool {
-    // smoltcp forgets how it closed; a socket that never saw FIN and is closed
-    // with both directions gone was reset.
-    !t.may_send() && !t.may_recv() && t.state() == tcp::State::Closed && t.remote_endpoint().is_none()
+/// Follows connection `s`'s smoltcp socket `t` after protocol work: a connect
+/// refused is ECONNREFUSED; a connection made and then closed without the
+/// orderly end (the peer's FIN, our FIN acknowledged, TIME-WAIT) was reset:
+/// ECONNRESET, or EPIPE if the peer had sent its FIN (Linux's choice for a reset
+/// in CLOSE-WAIT). Each error is reported once (SO_ERROR or the next call).
+fn observe(s: &mut Sock, t: &tcp::Socket) {
+    use tcp::State::*;
+    let st = t.state();
+    match st {
+        Closed if s.connecting => {
+            if s.error.is_none() {
+                s.error = Some(Errno::ECONNREFUSED);
+            }
+            s.connecting = false;
+        }
+        Closed if s.synced && s.state != Closed => {
+            if !s.fin {
+                s.error = Some(Errno::ECONNRESET);
+            } else if s.state == CloseWait && !s.shut_wr {
+                s.error = Some(Errno::EPIPE);
+            }
+        }
+        Closed | SynSent => {}
+        _ => {
+            s.connecting = false;
+            s.synced = true;
+            if matches!(st, CloseWait | LastAck | Closing | TimeWait) {
+                s.fin = true;
+            }
+        }
+    }
+    s.state = st;
 }
 
 impl InetSocket {
