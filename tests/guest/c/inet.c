@@ -255,8 +255,8 @@ static void refused_and_errors(void) {
 /* Resets: data for a socket its program closed is answered with a reset (a
    writer learns nobody reads; Go's TestWritevError wrote 1 GB into a closed
    peer and waited forever), which a peer that had the FIN reports as EPIPE;
-   closing with unread data resets, reported once as ECONNRESET, then end of file
-   and EPIPE. */
+   closing with unread data (or SO_LINGER's zero time) resets, reported once as
+   ECONNRESET, then end of file and EPIPE. */
 static void resets(void) {
     struct sockaddr_storage ss;
     socklen_t len;
@@ -290,6 +290,17 @@ static void resets(void) {
     CHECK(read(c, buf, sizeof buf) == 0, "then end of file");
     CHECK_ERR(write(c, "x", 1), EPIPE, "then write: EPIPE");
     CHECK(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0, "SO_ERROR: reported already");
+    close(c);
+
+    c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&ss, len);
+    a = accept(l, NULL, NULL);
+    struct linger lg = {5, 0};
+    socklen_t lgl = sizeof lg;
+    CHECK(setsockopt(a, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0, "SO_LINGER {5, 0}");
+    CHECK(getsockopt(a, SOL_SOCKET, SO_LINGER, &lg, &lgl) == 0 && lg.l_onoff == 1 && lg.l_linger == 0, "read back as {1, 0}");
+    close(a);
+    CHECK_ERR(read(c, buf, sizeof buf), ECONNRESET, "closed with a zero linger time: ECONNRESET");
     close(c), close(l);
 }
 

@@ -725,8 +725,11 @@ impl Drop for InetSocket {
                 }
                 Role::Conn(h) => {
                     let t = s.set.get_mut::<tcp::Socket>(h);
-                    // Unread data: a reset, as Linux; else an orderly close.
-                    if t.recv_queue() > 0 {
+                    // Unread data, or SO_LINGER on with a zero time: a reset, as
+                    // Linux; else an orderly close.
+                    let l = &sk.opts.linger;
+                    let abortive = l[..4] != [0; 4] && l[4..] == [0; 4];
+                    if t.recv_queue() > 0 || abortive {
                         t.abort();
                     } else {
                         t.close();
@@ -1198,7 +1201,12 @@ impl Socket for InetSocket {
             match (level, name) {
                 (opt::SOL_SOCKET, opt::SO_RCVTIMEO) => o.rcvtimeo = sock::timeval_opt(val)?,
                 (opt::SOL_SOCKET, opt::SO_SNDTIMEO) => o.sndtimeo = sock::timeval_opt(val)?,
-                (opt::SOL_SOCKET, opt::SO_LINGER) => o.linger.copy_from_slice(val.get(..8).ok_or(Errno::EINVAL)?),
+                (opt::SOL_SOCKET, opt::SO_LINGER) => {
+                    // struct linger: l_onoff (read back as 0 or 1), l_linger.
+                    let v = val.get(..8).ok_or(Errno::EINVAL)?;
+                    o.linger[..4].copy_from_slice(&u32::from(v[..4] != [0; 4]).to_le_bytes());
+                    o.linger[4..].copy_from_slice(&v[4..]);
+                }
                 (opt::SOL_SOCKET, opt::SO_REUSEADDR) => o.reuseaddr = sock::int_opt(val)? != 0,
                 (opt::SOL_SOCKET, opt::SO_REUSEPORT) => o.reuseport = sock::int_opt(val)? != 0,
                 (opt::SOL_SOCKET, opt::SO_KEEPALIVE) => o.keepalive = sock::int_opt(val)? != 0,
