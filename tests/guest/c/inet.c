@@ -1,7 +1,7 @@
 /* TCP and UDP over loopback against the host: echo over IPv4 and IPv6, a
-   dual-stack listener, non-blocking connect with epoll, half-close, refused
-   connections, a backlog of many concurrent connects, names, options, and the
-   errors Linux gives. Ports are chosen by the kernel (bind to port 0), so runs do
+   dual-stack listener, non-blocking connect with epoll, edge-triggered epoll,
+   half-close, resets, refused connections, a backlog of many concurrent
+   connects, names, options, and the errors Linux gives. Ports are chosen by the kernel (bind to port 0), so runs do
    not collide; only properties are printed. Same output on the host and in
    onering. */
 #define _GNU_SOURCE
@@ -168,6 +168,43 @@ static void nonblocking(void) {
     close(a), close(ep), close(l);
 }
 
+/* Edge-triggered epoll reports each new arrival, even when the socket returns
+   to a state it was in before (a listener's queue 1, 0, 1; a connection's bytes
+   waiting 1, 0, 1): onering once compared a hash of the state, and a Go server
+   never saw its second connection. */
+static void edge_triggered(void) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char buf[8];
+    int l = listener(AF_INET, &ss, &len);
+    fcntl(l, F_SETFL, fcntl(l, F_GETFL) | O_NONBLOCK);
+    int ep = epoll_create1(0);
+    struct epoll_event e = {EPOLLIN | EPOLLET, {.fd = l}}, out[2];
+    epoll_ctl(ep, EPOLL_CTL_ADD, l, &e);
+    int c1 = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c1, (struct sockaddr *)&ss, len);
+    CHECK(epoll_wait(ep, out, 2, 2000) == 1, "ET: a connection to accept");
+    int a = accept(l, NULL, NULL);
+    CHECK(a >= 0, "ET: accepted");
+    CHECK_ERR(accept(l, NULL, NULL), EAGAIN, "ET: then none");
+    CHECK(epoll_wait(ep, out, 2, 0) == 0, "ET: nothing new");
+    int c2 = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c2, (struct sockaddr *)&ss, len);
+    CHECK(epoll_wait(ep, out, 2, 2000) == 1, "ET: the second connection is an edge");
+    int a2 = accept(l, NULL, NULL);
+    CHECK(a2 >= 0, "ET: second accepted");
+    e.events = EPOLLIN | EPOLLET;
+    e.data.fd = a;
+    epoll_ctl(ep, EPOLL_CTL_ADD, a, &e);
+    write(c1, "x", 1);
+    CHECK(epoll_wait(ep, out, 2, 2000) == 1 && out[0].data.fd == a, "ET: a byte to read");
+    CHECK(read(a, buf, sizeof buf) == 1, "ET: read it");
+    CHECK(epoll_wait(ep, out, 2, 0) == 0, "ET: nothing new after the read");
+    write(c1, "y", 1);
+    CHECK(epoll_wait(ep, out, 2, 2000) == 1 && out[0].data.fd == a, "ET: the next byte is an edge");
+    close(a), close(a2), close(c1), close(c2), close(ep), close(l);
+}
+
 static void refused_and_errors(void) {
     struct sockaddr_storage ss;
     socklen_t len;
@@ -213,6 +250,58 @@ static void refused_and_errors(void) {
     signal(SIGPIPE, SIG_IGN);
     CHECK_ERR(send(l3, &b, 1, 0), EPIPE, "send on it: EPIPE");
     close(l2), close(l3);
+}
+
+/* Resets: data for a socket its program closed is answered with a reset (a
+   writer learns nobody reads; Go's TestWritevError wrote 1 GB into a closed
+   peer and waited forever), which a peer that had the FIN reports as EPIPE;
+   closing with unread data (or SO_LINGER's zero time) resets, reported once as
+   ECONNRESET, then end of file and EPIPE. */
+static void resets(void) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char buf[64];
+    int err = 0;
+    socklen_t el = sizeof err;
+    signal(SIGPIPE, SIG_IGN);
+    int l = listener(AF_INET, &ss, &len);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&ss, len);
+    int a = accept(l, NULL, NULL);
+    close(a);
+    CHECK(write(c, "x", 1) == 1, "write to a closed peer: taken");
+    struct pollfd p = {c, POLLIN, 0};
+    CHECK(poll(&p, 1, 2000) == 1 && (p.revents & POLLERR) && (p.revents & POLLHUP), "then reset: POLLERR, POLLHUP");
+    CHECK(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == EPIPE, "SO_ERROR after the FIN: EPIPE");
+    CHECK(read(c, buf, sizeof buf) == 0, "read: end of file");
+    CHECK_ERR(write(c, "x", 1), EPIPE, "write: EPIPE");
+    close(c);
+
+    c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&ss, len);
+    a = accept(l, NULL, NULL);
+    write(c, "unread", 6);
+    struct pollfd pa = {a, POLLIN, 0};
+    poll(&pa, 1, 2000);
+    close(a);
+    p.revents = 0;
+    CHECK(poll(&p, 1, 2000) == 1 && (p.revents & POLLERR), "closed with unread data: POLLERR");
+    CHECK_ERR(read(c, buf, sizeof buf), ECONNRESET, "read: ECONNRESET");
+    CHECK(read(c, buf, sizeof buf) == 0, "then end of file");
+    CHECK_ERR(write(c, "x", 1), EPIPE, "then write: EPIPE");
+    CHECK(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0, "SO_ERROR: reported already");
+    close(c);
+
+    c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&ss, len);
+    a = accept(l, NULL, NULL);
+    struct linger lg = {5, 0};
+    socklen_t lgl = sizeof lg;
+    CHECK(setsockopt(a, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0, "SO_LINGER {5, 0}");
+    CHECK(getsockopt(a, SOL_SOCKET, SO_LINGER, &lg, &lgl) == 0 && lg.l_onoff == 1 && lg.l_linger == 0, "read back as {1, 0}");
+    close(a);
+    CHECK_ERR(read(c, buf, sizeof buf), ECONNRESET, "closed with a zero linger time: ECONNRESET");
+    close(c), close(l);
 }
 
 static void dual_stack(void) {
@@ -271,7 +360,9 @@ int main(void) {
     udp_echo(AF_INET, "udp4");
     udp_echo(AF_INET6, "udp6");
     nonblocking();
+    edge_triggered();
     refused_and_errors();
+    resets();
     dual_stack();
     backlog();
     return failures;

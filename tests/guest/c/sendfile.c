@@ -1,6 +1,7 @@
 /* sendfile against the host: file to file at an explicit offset (the input's own
    offset untouched) and at the file's offset (advanced), to a pipe, a socketpair
-   and a TCP connection over loopback, short counts, end of file, and the errors. */
+   and a TCP connection over loopback, short counts, end of file, inputs that are
+   not regular files (EINVAL), and the errors. */
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -50,6 +51,29 @@ int main(void) {
 
     int sv[2];
     socketpair(AF_UNIX, SOCK_STREAM, 0, sv);
+    /* A pipe is never read, a socket only into a pipe (other outputs need a
+       seekable input): otherwise EINVAL (the caller falls back to read and
+       write), data waiting or not. */
+    SHOW("from an empty pipe", sendfile(sv[0], p[0], NULL, 10));
+    write(p[1], "xy", 2);
+    SHOW("from a pipe with data", sendfile(sv[0], p[0], NULL, 10));
+    SHOW("pipe kept its data", read(p[0], back, sizeof back));
+    int q[2];
+    pipe(q);
+    write(q[1], "xy", 2);
+    SHOW("pipe to pipe", sendfile(p[1], q[0], NULL, 10));
+    write(sv[1], "abc", 3);
+    SHOW("socket to socket", sendfile(sv[1], sv[0], NULL, 10));
+    SHOW("socket to pipe", sendfile(p[1], sv[0], NULL, 10));
+    SHOW("pipe got", read(p[0], back, sizeof back));
+    int zero = open("/dev/zero", O_RDONLY);
+    SHOW("/dev/zero to a socket", sendfile(sv[0], zero, NULL, 10));
+    SHOW("/dev/zero to a pipe", sendfile(p[1], zero, NULL, 10));
+    SHOW("pipe got", read(p[0], back, sizeof back));
+    SHOW("socket got", read(sv[1], back, sizeof back));
+    close(zero);
+    close(q[0]);
+    close(q[1]);
     off = 0;
     SHOW("to a unix socket", sendfile(sv[0], in, &off, 50000));
     long got = 0;

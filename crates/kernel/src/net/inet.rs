@@ -220,11 +220,22 @@ struct Sock {
     error: Option<Errno>,
     /// A connect was started (EALREADY / EISCONN bookkeeping).
     connecting: bool,
+    /// The connection was made (past the handshake), its peer's FIN came (or
+    /// TIME-WAIT), and its state when `observe` last looked: smoltcp forgets how
+    /// a socket closed, so these tell a reset from an orderly end.
+    synced: bool,
+    fin: bool,
+    state: tcp::State,
     shut_rd: bool,
     shut_wr: bool,
-    /// The wait key and the readiness last seen (to wake on a change).
+    /// The wait key, the readiness signature last seen (to wake on a change),
+    /// and the generation epoll's edge triggering compares: a counter bumped on
+    /// every change of the signature (the signature itself comes back to an
+    /// old value, as a listener's queue going 1, 0, 1, and an edge-triggered
+    /// waiter would miss the second connection).
     key: u64,
     seen: u64,
+    gen: u64,
 }
 
 /// The network stack.
@@ -387,7 +398,8 @@ impl Stack {
         let t = now();
         for _ in 0..PUMP_ROUNDS {
             let _ = self.iface.poll(t, &mut self.dev, &mut self.set);
-            if self.dev.queue.is_empty() {
+            let reset = self.reset_orphans();
+            if self.dev.queue.is_empty() && !reset {
                 break;
             }
         }
@@ -407,23 +419,32 @@ impl Stack {
         let mut keys = Vec::new();
         for s in self.socks.values_mut() {
             if let Role::Conn(c) = s.role {
-                // A connection refused or reset: its error, once.
-                let t = self.set.get::<tcp::Socket>(c);
-                if t.state() == tcp::State::Closed && s.connecting && s.error.is_none() {
-                    s.error = Some(Errno::ECONNREFUSED);
-                    s.connecting = false;
-                }
-                if t.state() != tcp::State::SynSent && t.state() != tcp::State::Closed {
-                    s.connecting = false;
-                }
+                observe(s, self.set.get::<tcp::Socket>(c));
             }
             let sig = readiness_sig(&self.set, s);
             if sig != s.seen {
                 s.seen = sig;
+                s.gen += 1;
                 keys.push(s.key);
             }
         }
         keys
+    }
+
+    /// Resets closed connections that data still reaches: Linux answers data for
+    /// a socket the program has closed with a reset, so a sender learns that
+    /// nobody will read (else it would fill the window and wait forever).
+    /// Whether any was reset (its RST is still to be sent).
+    fn reset_orphans(&mut self) -> bool {
+        let mut any = false;
+        for h in &self.closing {
+            let t = self.set.get_mut::<tcp::Socket>(*h);
+            if t.recv_queue() > 0 && t.state() != tcp::State::Closed {
+                t.abort();
+                any = true;
+            }
+        }
+        any
     }
 
     fn tend_listeners(&mut self) {
@@ -630,10 +651,14 @@ impl InetSocket {
             opts: Opts::default(),
             error: None,
             connecting: false,
+            synced: false,
+            fin: false,
+            state: tcp::State::Closed,
             shut_rd: false,
             shut_wr: false,
             key,
             seen: 0,
+            gen: 0,
         };
         s.socks.insert(id, sock);
         Ok(InetSocket { id, anchor })
@@ -711,8 +736,11 @@ impl Drop for InetSocket {
                 }
                 Role::Conn(h) => {
                     let t = s.set.get_mut::<tcp::Socket>(h);
-                    // Unread data: a reset, as Linux; else an orderly close.
-                    if t.recv_queue() > 0 {
+                    // Unread data, or SO_LINGER on with a zero time: a reset, as
+                    // Linux; else an orderly close.
+                    let l = &sk.opts.linger;
+                    let abortive = l[..4] != [0; 4] && l[4..] == [0; 4];
+                    if t.recv_queue() > 0 || abortive {
                         t.abort();
                     } else {
                         t.close();
@@ -810,13 +838,18 @@ impl Socket for InetSocket {
         let new = InetSocket::new(fam, SOCK_STREAM, 0)?;
         let peer = {
             let mut s = stack().lock();
-            let t = s.set.get::<tcp::Socket>(conn);
+            let Stack { set, socks, .. } = &mut *s;
+            let t = set.get::<tcp::Socket>(conn);
             let (local, remote) = (t.local_endpoint(), t.remote_endpoint());
-            let sk = s.sock(new.id)?;
+            let sk = socks.get_mut(&new.id).ok_or(Errno::EBADF)?;
             sk.role = Role::Conn(conn);
             sk.local = local.map(|e| (Some(e.addr), e.port));
             sk.opts = opts;
             sk.opts.misc.clear();
+            // (Made, so a reset while it waited is ECONNRESET.)
+            sk.synced = true;
+            sk.state = tcp::State::Established;
+            observe(sk, t);
             let sig = readiness_sig(&s.set, &s.socks[&new.id]);
             if let Some(sk) = s.socks.get_mut(&new.id) {
                 sk.seen = sig;
@@ -962,7 +995,6 @@ impl Socket for InetSocket {
                     match t.state() {
                         tcp::State::SynSent | tcp::State::SynReceived => return Err(Errno::EAGAIN),
                         tcp::State::Established | tcp::State::CloseWait => {}
-                        tcp::State::Closed => return Err(Errno::ECONNRESET),
                         _ => return Err(Errno::EPIPE),
                     }
                     if len == 0 {
@@ -1047,7 +1079,6 @@ impl Socket for InetSocket {
                                 Err(Errno::EAGAIN)
                             }
                             tcp::State::FinWait1 | tcp::State::FinWait2 if t.may_recv() => Err(Errno::EAGAIN),
-                            tcp::State::Closed if !t.may_recv() && was_reset(t) => Err(Errno::ECONNRESET),
                             _ => Ok((0, extra)),
                         };
                     }
@@ -1181,7 +1212,12 @@ impl Socket for InetSocket {
             match (level, name) {
                 (opt::SOL_SOCKET, opt::SO_RCVTIMEO) => o.rcvtimeo = sock::timeval_opt(val)?,
                 (opt::SOL_SOCKET, opt::SO_SNDTIMEO) => o.sndtimeo = sock::timeval_opt(val)?,
-                (opt::SOL_SOCKET, opt::SO_LINGER) => o.linger.copy_from_slice(val.get(..8).ok_or(Errno::EINVAL)?),
+                (opt::SOL_SOCKET, opt::SO_LINGER) => {
+                    // struct linger: l_onoff (read back as 0 or 1), l_linger.
+                    let v = val.get(..8).ok_or(Errno::EINVAL)?;
+                    o.linger[..4].copy_from_slice(&u32::from(v[..4] != [0; 4]).to_le_bytes());
+                    o.linger[4..].copy_from_slice(&v[4..]);
+                }
                 (opt::SOL_SOCKET, opt::SO_REUSEADDR) => o.reuseaddr = sock::int_opt(val)? != 0,
                 (opt::SOL_SOCKET, opt::SO_REUSEPORT) => o.reuseport = sock::int_opt(val)? != 0,
                 (opt::SOL_SOCKET, opt::SO_KEEPALIVE) => o.keepalive = sock::int_opt(val)? != 0,
@@ -1285,11 +1321,38 @@ fn known_opt(level: u64, name: u64) -> bool {
     )
 }
 
-/// Whether a closed connection ended by a reset (not an orderly close).
-fn was_reset(t: &tcp::Socket) -> bool {
-    // smoltcp forgets how it closed; a socket that never saw FIN and is closed
-    // with both directions gone was reset.
-    !t.may_send() && !t.may_recv() && t.state() == tcp::State::Closed && t.remote_endpoint().is_none()
+/// Follows connection `s`'s smoltcp socket `t` after protocol work: a connect
+/// refused is ECONNREFUSED; a connection made and then closed without the
+/// orderly end (the peer's FIN, our FIN acknowledged, TIME-WAIT) was reset:
+/// ECONNRESET, or EPIPE if the peer had sent its FIN (Linux's choice for a reset
+/// in CLOSE-WAIT). Each error is reported once (SO_ERROR or the next call).
+fn observe(s: &mut Sock, t: &tcp::Socket) {
+    use tcp::State::*;
+    let st = t.state();
+    match st {
+        Closed if s.connecting => {
+            if s.error.is_none() {
+                s.error = Some(Errno::ECONNREFUSED);
+            }
+            s.connecting = false;
+        }
+        Closed if s.synced && s.state != Closed => {
+            if !s.fin {
+                s.error = Some(Errno::ECONNRESET);
+            } else if s.state == CloseWait && !s.shut_wr {
+                s.error = Some(Errno::EPIPE);
+            }
+        }
+        Closed | SynSent => {}
+        _ => {
+            s.connecting = false;
+            s.synced = true;
+            if matches!(st, CloseWait | LastAck | Closing | TimeWait) {
+                s.fin = true;
+            }
+        }
+    }
+    s.state = st;
 }
 
 impl InetSocket {
@@ -1375,12 +1438,14 @@ impl File for InetSocket {
                 }
             }
         }
-        let gen = readiness_sig(&s.set, sk);
+        let sig = readiness_sig(&s.set, sk);
         let key = sk.key;
-        if let Some(sk) = s.socks.get_mut(&self.id) {
-            sk.seen = gen;
+        let sk = s.socks.get_mut(&self.id)?;
+        if sig != sk.seen {
+            sk.seen = sig;
+            sk.gen += 1;
         }
-        Some(Readiness { events: e, gen, key })
+        Some(Readiness { events: e, gen: sk.gen, key })
     }
 
     fn wait_key(&self) -> Option<u64> {

@@ -928,6 +928,16 @@ pub fn sendfile(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if fout.flags() & oflag::O_APPEND != 0 {
         return Err(Errno::EINVAL);
     }
+    // What Linux reads this way: never a pipe; a socket only into a pipe (its
+    // other outputs need a seekable input). Otherwise EINVAL, which tells the
+    // caller (Go's io.Copy, cat) to fall back to read and write. (Reading a pipe
+    // here gave an EAGAIN that Go took for a full socket: it waited for room
+    // forever.)
+    let kind = |of: &OpenFile| of.obj().stat().mode & mode::S_IFMT;
+    let in_kind = kind(&fin);
+    if in_kind == mode::S_IFIFO || (in_kind == mode::S_IFSOCK && kind(&fout) != mode::S_IFIFO) {
+        return Err(Errno::EINVAL);
+    }
     let mut at = if off_ptr == 0 {
         None
     } else {
