@@ -28,7 +28,8 @@ use onering_abi::layout::HUGE_PAGE_SIZE;
 const MAX_REGIONS: usize = 4096;
 /// Chunk numbers (guest-physical address / 2 MiB) the region table covers: all
 /// of guest RAM, which ends below MAX_RAM plus the MMIO hole.
-const MAX_CHUNK_INDEX: usize = ((onering_abi::layout::MAX_RAM + onering_abi::layout::HIGH_RAM_START) / HUGE_PAGE_SIZE) as usize;
+const MAX_CHUNK_INDEX: usize =
+    ((onering_abi::layout::MAX_RAM + onering_abi::layout::HIGH_RAM_START) / HUGE_PAGE_SIZE) as usize;
 
 #[cfg(target_os = "none")]
 mod global {
@@ -215,10 +216,13 @@ pub fn room(more: usize, mut chunk: impl FnMut() -> Option<Chunk>) -> bool {
 /// The way to get consecutive chunks for [`ensure`] and [`ensure_block`]
 /// (`f(n)`: `n` chunks, each right after the one before), registered by the
 /// kernel at boot.
-static CHUNKS: spin::Once<fn(usize) -> Option<alloc::vec::Vec<Chunk>>> = spin::Once::new();
+static CHUNKS: spin::Once<ChunkSource> = spin::Once::new();
+
+/// `f(n)`: `n` consecutive chunks, or None.
+pub type ChunkSource = fn(usize) -> Option<alloc::vec::Vec<Chunk>>;
 
 /// Registers how [`ensure`] gets chunks (it takes the memory lock).
-pub fn set_chunk_source(f: fn(usize) -> Option<alloc::vec::Vec<Chunk>>) {
+pub fn set_chunk_source(f: ChunkSource) {
     CHUNKS.call_once(|| f);
 }
 

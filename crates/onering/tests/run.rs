@@ -505,6 +505,13 @@ fn inet_sockets_match_the_host() {
 }
 
 #[test]
+fn hostile_socket_arguments_match_the_host() {
+    // Bad pointers, lengths, families, option values, msghdr and cmsghdr contents,
+    // socket calls on other files: the host's errno for each, never a crash.
+    same_as_host_on_1_2_4_vcpus(&musl("hostile_net"));
+}
+
+#[test]
 fn epoll_eventfd_and_poll_match_the_host() {
     // Level- and edge-triggered, one-shot, hang-up, errors, timeouts, and waits
     // ended by another thread (on another vCPU, too).

@@ -218,7 +218,8 @@ impl Epoll {
                 }
                 let tag = self.next_tag;
                 self.next_tag += 1;
-                let reg = Reg { file: Arc::downgrade(file), events, data, seen: None, disarmed: false, tag, key: now.key };
+                let reg =
+                    Reg { file: Arc::downgrade(file), events, data, seen: None, disarmed: false, tag, key: now.key };
                 self.regs.insert(key, reg);
                 self.tags.insert(tag, key);
                 sched::watch_key(now.key, self.watcher(), tag);

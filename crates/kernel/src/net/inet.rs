@@ -1197,6 +1197,12 @@ impl Socket for InetSocket {
             (l, n) => match o.misc.iter().find(|m| m.0 == (l, n)) {
                 Some(m) => int(m.1),
                 None if known_opt(l, n) => int(0),
+                // As Linux's ip_getsockopt: an IPv4 socket knows no other level.
+                None if sk.family == AF_INET
+                    && ![opt::SOL_SOCKET, IPPROTO_TCP, IPPROTO_UDP, IPPROTO_IP].contains(&l) =>
+                {
+                    Err(Errno::EOPNOTSUPP)
+                }
                 None => Err(Errno::ENOPROTOOPT),
             },
         }

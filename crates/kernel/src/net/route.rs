@@ -76,12 +76,7 @@ pub fn parse(p: &[u8]) -> Option<Flow> {
         }
         _ => return None,
     };
-    Some(Flow {
-        proto,
-        src: IpEndpoint::new(src, be16(l4, 0)?),
-        dst: IpEndpoint::new(dst, be16(l4, 2)?),
-        flags,
-    })
+    Some(Flow { proto, src: IpEndpoint::new(src, be16(l4, 0)?), dst: IpEndpoint::new(dst, be16(l4, 2)?), flags })
 }
 
 #[cfg(test)]

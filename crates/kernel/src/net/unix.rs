@@ -282,7 +282,8 @@ impl Socket for UnixSocket {
     fn bind(&self, env: &dyn NetEnv, addr: &[u8]) -> SysResult {
         let mut name = Name::parse(addr)?;
         if self.core.st.lock().name.is_some() {
-            return Err(Errno::EINVAL);
+            // Autobinding a named socket does nothing, as on Linux.
+            return if matches!(name, Name::Unnamed) { Ok(0) } else { Err(Errno::EINVAL) };
         }
         match &name {
             Name::Path(p) => {

@@ -502,7 +502,9 @@ fn read_control(ctx: &Ctx, h: &MsgHdr, extra: &mut SendExtra) -> Result<(), Errn
         }
         let data = &buf[at + CMSG_HDR as usize..at + len as usize];
         if u64::from(level) != opt::SOL_SOCKET {
-            return Err(Errno::EINVAL);
+            // As Linux's __scm_send: messages of other levels are not ours.
+            at += cmsg_align(len) as usize;
+            continue;
         }
         match ty {
             opt::SCM_RIGHTS => {

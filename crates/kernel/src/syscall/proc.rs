@@ -359,8 +359,8 @@ pub fn sched_setaffinity(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
     const INF: u64 = u64::MAX;
     Some(match resource {
-        3 => (onering_abi::layout::STACK_SIZE, INF),                     // STACK
-        7 => crate::file::NOFILE_DEFAULT,                                // NOFILE
+        3 => (onering_abi::layout::STACK_SIZE, INF), // STACK
+        7 => crate::file::NOFILE_DEFAULT,            // NOFILE
         0 | 1 | 2 | 4 | 5 | 6 | 8 | 9 | 10 | 11 | 12 | 13 | 14 | 15 => (INF, INF), // the rest
         _ => return None,
     })

@@ -70,8 +70,11 @@ struct Sched {
     /// Finished threads whose structures (and stacks) can be reused once off-CPU.
     free: Vec<&'static Thread>,
     /// Watchers by key (epoll registrations): told when the key is woken.
-    watchers: BTreeMap<u64, Vec<(Weak<dyn Watcher>, u64)>>,
+    watchers: BTreeMap<u64, Vec<Watch>>,
 }
+
+/// A watcher and its tag for the registration.
+type Watch = (Weak<dyn Watcher>, u64);
 
 /// What wants to know when a wait key is woken without a thread sleeping on it:
 /// an epoll's ready list, so that `epoll_wait` looks only at the files that
