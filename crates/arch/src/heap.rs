@@ -23,9 +23,9 @@
 use crate::mm::Chunk;
 use onering_abi::layout::HUGE_PAGE_SIZE;
 
-/// Most regions: the VMM's, and up to this many runs of chunks minus one (8 GiB
+/// Most regions: the VMM's, and up to this many runs of chunks minus one (2 GiB
 /// of 2 MiB chunks).
-const MAX_REGIONS: usize = 4096;
+const MAX_REGIONS: usize = 1024;
 /// Chunk numbers (guest-physical address / 2 MiB) the region table covers: all
 /// of guest RAM, which ends below MAX_RAM plus the MMIO hole.
 const MAX_CHUNK_INDEX: usize =
@@ -39,8 +39,9 @@ mod global {
     use linked_list_allocator::Heap;
     use onering_abi::layout::{DIRECT_MAP_BASE, HUGE_PAGE_SIZE};
 
-    /// No region owns this chunk.
-    const NONE: u16 = u16::MAX;
+    /// No region owns this chunk (the table holds region + 1, so that it is all
+    /// zeros at first, in .bss rather than the image).
+    const NONE: u16 = 0;
 
     pub(super) struct Heaps {
         pub regions: [Heap; MAX_REGIONS],
@@ -85,7 +86,7 @@ mod global {
                 let first = chunk_index(bottom);
                 let count = size.div_ceil(HUGE_PAGE_SIZE as usize);
                 for i in first..(first + count).min(MAX_CHUNK_INDEX) {
-                    self.owner[i] = self.n as u16;
+                    self.owner[i] = self.n as u16 + 1;
                 }
             }
             self.n += 1;
@@ -106,7 +107,7 @@ mod global {
             if r == NONE {
                 return None;
             }
-            self.regions.get_mut(r as usize)
+            self.regions.get_mut(r as usize - 1)
         }
     }
 

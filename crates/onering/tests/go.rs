@@ -151,6 +151,20 @@ fn go_net_http_tcp_udp_and_localhost() {
 }
 
 #[test]
+fn go_ten_thousand_loopback_connections() {
+    // Held open at once (idle), then a round trip on every one, then an orderly
+    // close; --mem 2G: each connection's two sockets have ~96 KiB of buffers.
+    let o = onering(&["run", "--mem", "2G", guest().to_str().unwrap(), "conns", "10000"]);
+    assert_eq!(
+        text(&o.stdout),
+        "open connections: 10000 10000\nround trips: 10000\nclosed by the peer: 10000\n",
+        "{}",
+        text(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(0));
+}
+
+#[test]
 fn go_files_in_tmp() {
     same_as_host("files");
 }

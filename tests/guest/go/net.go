@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // netHTTP: an httptest server and 50 goroutines of keep-alive clients, a raw TCP
@@ -117,12 +119,25 @@ func contains(list []string, s string) bool {
 }
 
 // manyConns: N (default 10,000) loopback TCP connections held open at once, idle,
-// then a round trip on every one of them and an orderly close: what a server with
-// many keep-alive clients needs. Prints counts only (the same on any machine).
+// then a round trip on ACTIVE of them (default all) while the others stay idle,
+// and an orderly close: what a server with many keep-alive clients needs. Prints
+// counts only (the same on any machine), and with -v the time of each phase on
+// stderr.
 func manyConns() {
-	n := 10000
+	n, active := 10000, -1
 	if len(os.Args) > 2 {
 		n, _ = strconv.Atoi(os.Args[2])
+	}
+	if len(os.Args) > 3 {
+		active, _ = strconv.Atoi(os.Args[3])
+	}
+	verbose := len(os.Args) > 4 && os.Args[4] == "-v"
+	start := time.Now()
+	phase := func(what string) {
+		if verbose {
+			fmt.Fprintf(os.Stderr, "%s: %v\n", what, time.Since(start))
+			start = time.Now()
+		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -130,11 +145,16 @@ func manyConns() {
 		return
 	}
 	accepted := make(chan net.Conn, n)
+	var closing sync.WaitGroup
+	closing.Add(1)
 	go func() {
+		defer closing.Done()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
-				fmt.Println("accept:", err)
+				if !errors.Is(err, net.ErrClosed) {
+					fmt.Println("accept:", err)
+				}
 				close(accepted)
 				return
 			}
@@ -159,13 +179,17 @@ func manyConns() {
 		servers = append(servers, s)
 	}
 	fmt.Println("open connections:", len(clients), len(servers))
+	phase("connected")
 	for len(clients) > len(servers) { // (no server side: nothing would answer)
 		clients[len(clients)-1].Close()
 		clients = clients[:len(clients)-1]
 	}
+	if active < 0 || active > len(clients) {
+		active = len(clients)
+	}
 	// Every server side echoes one line; every client sends one and reads it back.
 	var wg sync.WaitGroup
-	for _, s := range servers {
+	for _, s := range servers[:active] {
 		wg.Add(1)
 		go func(s net.Conn) {
 			defer wg.Done()
@@ -177,7 +201,7 @@ func manyConns() {
 	}
 	ok := 0
 	var mu sync.Mutex
-	for i, c := range clients {
+	for i, c := range clients[:active] {
 		wg.Add(1)
 		go func(i int, c net.Conn) {
 			defer wg.Done()
@@ -193,6 +217,7 @@ func manyConns() {
 	}
 	wg.Wait()
 	fmt.Println("round trips:", ok)
+	phase("round trips")
 	for _, c := range clients {
 		c.Close()
 	}
@@ -208,4 +233,6 @@ func manyConns() {
 	}
 	fmt.Println("closed by the peer:", closed)
 	ln.Close()
+	closing.Wait()
+	phase("closed")
 }

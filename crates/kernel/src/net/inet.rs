@@ -2,17 +2,23 @@
 //! interface (127.0.0.1/8 and ::1): everything inside the VM (the network
 //! device comes with issue 15).
 //!
-//! - One stack ([`Stack`]: the interface, its loopback device, smoltcp's socket
-//!   set and our sockets' state) under one lock. Protocol work runs on the calling
-//!   thread, as the seed's in-application processing: every operation that may
-//!   produce or consume packets ends with [`Stack::pump`], which runs smoltcp
-//!   until the loopback queue is empty (a send is delivered to its receiver within
-//!   the sender's call), then wakes the sockets whose readiness changed. No
-//!   network thread, no tick: a thread that waits on a socket also waits for the
-//!   stack's next timer (`poll_at`) and pumps when it wakes.
+//! - One stack ([`Stack`]: the interface, smoltcp's sockets and our sockets'
+//!   state) under one lock. Protocol work runs on the calling thread, as the
+//!   seed's in-application processing: every operation that may produce or
+//!   consume packets ends with [`Stack::pump`], which runs smoltcp until no socket
+//!   has work (a send is delivered to its receiver within the sender's call), then
+//!   wakes the sockets whose readiness changed. No network thread, no tick: a
+//!   thread that waits on a socket also waits for the stack's next timer and
+//!   pumps when it wakes.
+//! - Every smoltcp socket is in a socket set of its own ([`Shard`]): smoltcp walks
+//!   all the sockets of the set it polls, per packet, so one set for all made
+//!   every packet cost as much as there were connections. `pump` runs only the
+//!   shards that have work, and [`Stack::route`] hands each packet sent to the
+//!   shard it is for (by connection, listener, or UDP port; `net::route` parses).
 //! - smoltcp has no accept queue: a listener keeps a pool of smoltcp sockets in
 //!   LISTEN; each one a SYN claims is replaced, and those that reach ESTABLISHED
-//!   wait for `accept` (the backlog bounds pool and queue together).
+//!   wait for `accept` (the backlog bounds pool and queue together; SYNs beyond
+//!   it wait for room, as Linux's clients send theirs again).
 //! - Ports (bind, ephemeral 32768-60999, SO_REUSEADDR / SO_REUSEPORT, the
 //!   dual-stack rule of IPV6_V6ONLY) are ours: smoltcp does not manage them.
 //! - Buffers are fixed when a smoltcp socket is made (SO_RCVBUF/SO_SNDBUF set
@@ -24,10 +30,11 @@ use crate::file::socket::{self as sock, msg, opt, Iov, NetEnv, RecvExtra, SendEx
 use crate::file::socket::{AF_INET, AF_INET6, SHUT_RD, SHUT_RDWR, SHUT_WR, SOCK_DGRAM, SOCK_STREAM};
 use crate::file::{ev, key_of, mode, File, FileRef, Meta, OpenFile, Readiness};
 use crate::mm::user::UserMem;
+use crate::net::route;
 use crate::task::sched;
 use crate::time::mono_now;
 use alloc::boxed::Box;
-use alloc::collections::{BTreeMap, VecDeque};
+use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
 use alloc::vec;
 use alloc::vec::Vec;
 use core::any::Any;
@@ -39,14 +46,6 @@ use smoltcp::time::Instant;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint};
 use spin::{Mutex, Once};
 
-/// Most smoltcp sockets at once, whatever `--mem` (each a `SocketStorage` of
-/// reserved storage): every TCP connection over loopback is two, a listener one
-/// more. Below it, one per [`RAM_PER_SOCKET`] of guest memory.
-const MAX_SOCKETS: usize = 65536;
-/// Guest memory per smoltcp socket slot: a TCP socket's buffers alone take 48 KiB
-/// by default, so a slot per 64 KiB is more than memory could fill with them.
-const RAM_PER_SOCKET: u64 = 64 << 10;
-const MIN_SOCKETS: usize = 1024;
 pub const IPPROTO_TCP: u64 = 6;
 pub const IPPROTO_UDP: u64 = 17;
 const IPPROTO_IP: u64 = 0;
@@ -86,57 +85,193 @@ const UDP_PACKETS: usize = 256;
 const UDP_MAX: usize = 65507;
 const EPHEMERAL: core::ops::RangeInclusive<u16> = 32768..=60999;
 /// Rounds of smoltcp per pump at most (each empties the loopback queue once).
-const PUMP_ROUNDS: usize = 256;
+/// Most shard runs in one pump (a bound on the work of one call; a pump that
+/// stops early leaves the rest dirty for the next).
+const PUMP_ROUNDS: usize = 4096;
+/// SYNs held for a full backlog, per listener.
+const DEFERRED_MAX: usize = 4096;
 const MTU: usize = 65535;
 
-// ---- the loopback device ------------------------------------------------------
+// ---- one socket set per smoltcp socket ------------------------------------------
 
-/// Packets sent come back in order on the next receive.
-#[derive(Default)]
-struct Lo {
-    queue: VecDeque<Vec<u8>>,
-    /// Packets carried (for --stats and tests).
-    packets: u64,
+/// A smoltcp socket's name here: its shard.
+type Ref = u64;
+
+/// The device a shard is polled with: the packets routed to it come in, what it
+/// sends goes out to be routed.
+struct ShardDev<'a> {
+    rx: &'a mut VecDeque<Vec<u8>>,
+    out: &'a mut Vec<Vec<u8>>,
 }
 
-struct LoRx(Vec<u8>);
-struct LoTx<'a>(&'a mut Lo);
+struct DevRx(Vec<u8>);
+struct DevTx<'a>(&'a mut Vec<Vec<u8>>);
 
-impl phy::RxToken for LoRx {
+impl phy::RxToken for DevRx {
     fn consume<R, F: FnOnce(&[u8]) -> R>(self, f: F) -> R {
         f(&self.0)
     }
 }
 
-impl phy::TxToken for LoTx<'_> {
+impl phy::TxToken for DevTx<'_> {
     fn consume<R, F: FnOnce(&mut [u8]) -> R>(self, len: usize, f: F) -> R {
         let mut buf = vec![0u8; len];
         let r = f(&mut buf);
-        self.0.queue.push_back(buf);
-        self.0.packets += 1;
+        self.0.push(buf);
         r
     }
 }
 
-impl Device for Lo {
-    type RxToken<'a> = LoRx;
-    type TxToken<'a> = LoTx<'a>;
+impl Device for ShardDev<'_> {
+    type RxToken<'a>
+        = DevRx
+    where
+        Self: 'a;
+    type TxToken<'a>
+        = DevTx<'a>
+    where
+        Self: 'a;
 
     fn capabilities(&self) -> DeviceCapabilities {
         let mut c = DeviceCapabilities::default();
         c.max_transmission_unit = MTU;
         c.medium = Medium::Ip;
+        // Loopback: nothing corrupts a packet.
         c.checksum = ChecksumCapabilities::ignored();
         c
     }
 
-    fn receive(&mut self, _: Instant) -> Option<(LoRx, LoTx<'_>)> {
-        let p = self.queue.pop_front()?;
-        Some((LoRx(p), LoTx(self)))
+    fn receive(&mut self, _: Instant) -> Option<(DevRx, DevTx<'_>)> {
+        let p = self.rx.pop_front()?;
+        Some((DevRx(p), DevTx(self.out)))
     }
 
-    fn transmit(&mut self, _: Instant) -> Option<LoTx<'_>> {
-        Some(LoTx(self))
+    fn transmit(&mut self, _: Instant) -> Option<DevTx<'_>> {
+        Some(DevTx(self.out))
+    }
+}
+
+/// One smoltcp socket in a socket set of its own (smoltcp walks every socket of
+/// the set it polls, on every packet: with one set for all, ten thousand idle
+/// connections made each packet cost milliseconds).
+struct Shard {
+    set: SocketSet<'static>,
+    h: SocketHandle,
+    /// Packets routed to it, not yet taken in.
+    rx: VecDeque<Vec<u8>>,
+    /// The socket (`Sock` id) whose readiness it makes; 0 for none (closing).
+    owner: u64,
+    /// The TCP connection's (local, remote) endpoints it is found by.
+    tuple: Option<(IpEndpoint, IpEndpoint)>,
+    /// When smoltcp next needs to run it (µs), as filed in `Shards::timers`.
+    deadline: Option<i64>,
+}
+
+/// Every smoltcp socket, each in its shard, and where packets go.
+#[derive(Default)]
+struct Shards {
+    map: BTreeMap<Ref, Shard>,
+    next: Ref,
+    /// Shards with work: changed by a call, or packets routed to them.
+    dirty: BTreeSet<Ref>,
+    /// TCP connections by (local, remote) endpoint.
+    conns: BTreeMap<(IpEndpoint, IpEndpoint), Ref>,
+    /// UDP sockets by local port.
+    udp: BTreeMap<u16, Vec<Ref>>,
+    /// Shards by the time smoltcp next needs them (µs).
+    timers: BTreeSet<(i64, Ref)>,
+    /// An empty set: packets nobody takes are polled with it, so smoltcp answers
+    /// them (a reset for TCP).
+    nobody: Option<SocketSet<'static>>,
+    nobody_rx: VecDeque<Vec<u8>>,
+}
+
+impl Shards {
+    fn get<T: smoltcp::socket::AnySocket<'static>>(&self, r: Ref) -> &T {
+        let sh = &self.map[&r];
+        sh.set.get::<T>(sh.h)
+    }
+
+    /// The socket, to change: its shard is polled at the next pump.
+    fn get_mut<T: smoltcp::socket::AnySocket<'static>>(&mut self, r: Ref) -> &mut T {
+        self.dirty.insert(r);
+        let sh = self.map.get_mut(&r).expect("a socket of the stack");
+        sh.set.get_mut::<T>(sh.h)
+    }
+
+    fn add<T: smoltcp::socket::AnySocket<'static>>(&mut self, sock: T) -> Result<Ref, Errno> {
+        let mut storage = Vec::new();
+        storage.try_reserve_exact(1).map_err(|_| Errno::ENOBUFS)?;
+        let mut set = SocketSet::new(storage);
+        let h = set.add(sock);
+        self.next += 1;
+        let r = self.next;
+        self.map.insert(r, Shard { set, h, rx: VecDeque::new(), owner: 0, tuple: None, deadline: None });
+        self.dirty.insert(r);
+        Ok(r)
+    }
+
+    fn remove(&mut self, r: Ref) {
+        let Some(sh) = self.map.remove(&r) else { return };
+        if let Some(t) = sh.tuple {
+            if self.conns.get(&t) == Some(&r) {
+                self.conns.remove(&t);
+            }
+        }
+        if let Some(d) = sh.deadline {
+            self.timers.remove(&(d, r));
+        }
+        if let Some(v) = self.udp.values_mut().find(|v| v.contains(&r)) {
+            v.retain(|x| *x != r);
+        }
+        self.udp.retain(|_, v| !v.is_empty());
+        self.dirty.remove(&r);
+    }
+
+    /// Names `owner` as the socket whose readiness shard `r` makes.
+    fn own(&mut self, r: Ref, owner: u64) {
+        if let Some(sh) = self.map.get_mut(&r) {
+            sh.owner = owner;
+        }
+    }
+
+    fn owner(&self, r: Ref) -> u64 {
+        self.map.get(&r).map_or(0, |sh| sh.owner)
+    }
+
+    /// Files UDP socket `r` under its local port.
+    fn add_udp(&mut self, port: u16, r: Ref) {
+        self.udp.entry(port).or_default().push(r);
+    }
+
+    /// Keeps the connection table and the timers up to date for shard `r`
+    /// (after it ran).
+    fn refile(&mut self, iface: &mut Interface, t: Instant, r: Ref) {
+        let Some(sh) = self.map.get_mut(&r) else { return };
+        if let Some((_, smoltcp::socket::Socket::Tcp(tcp))) = sh.set.iter().next() {
+            let tuple = tcp.local_endpoint().zip(tcp.remote_endpoint());
+            if tuple != sh.tuple {
+                if let Some(old) = sh.tuple {
+                    if self.conns.get(&old) == Some(&r) {
+                        self.conns.remove(&old);
+                    }
+                }
+                if let Some(new) = tuple {
+                    self.conns.insert(new, r);
+                }
+                sh.tuple = tuple;
+            }
+        }
+        let at = iface.poll_at(t, &sh.set).map(|i| i.total_micros());
+        if at != sh.deadline {
+            if let Some(d) = sh.deadline {
+                self.timers.remove(&(d, r));
+            }
+            if let Some(d) = at {
+                self.timers.insert((d, r));
+            }
+            sh.deadline = at;
+        }
     }
 }
 
@@ -152,14 +287,14 @@ enum Proto {
 enum Role {
     /// Made, maybe bound; no smoltcp socket yet.
     Fresh,
-    Udp(SocketHandle),
+    Udp(Ref),
     Listener {
-        pool: Vec<SocketHandle>,
-        ready: VecDeque<SocketHandle>,
+        pool: Vec<Ref>,
+        ready: VecDeque<Ref>,
         backlog: usize,
     },
     /// A TCP connection (or one being made).
-    Conn(SocketHandle),
+    Conn(Ref),
 }
 
 /// Options, as stored and read back.
@@ -241,18 +376,23 @@ struct Sock {
 /// The network stack.
 pub struct Stack {
     iface: Interface,
-    dev: Lo,
-    set: SocketSet<'static>,
+    set: Shards,
     socks: BTreeMap<u64, Sock>,
     next_id: u64,
     next_port: u16,
     /// smoltcp sockets of closed files, closing gracefully (FIN, TIME-WAIT).
-    closing: Vec<SocketHandle>,
-    /// smoltcp sockets in `set`, and how many its storage holds: the storage is
-    /// reserved up front, because smoltcp grows it with an allocation that panics
-    /// when the heap has no room (see `add`).
-    used: usize,
-    cap: usize,
+    closing: BTreeSet<Ref>,
+    /// Listening sockets (`Sock` ids), and SYNs that found a listener's backlog
+    /// full: held, as Linux drops them for the client to send again, until
+    /// `accept` makes room.
+    listeners: BTreeSet<u64>,
+    deferred: BTreeMap<u64, VecDeque<Vec<u8>>>,
+    /// Sockets by local port (for the bind rules without a walk over all).
+    by_port: BTreeMap<u16, BTreeSet<u64>>,
+    /// Packets sent by the shard being run, to route.
+    out: Vec<Vec<u8>>,
+    /// Packets carried (for --stats and tests).
+    packets: u64,
 }
 
 static STACK: Once<Mutex<Stack>> = Once::new();
@@ -264,51 +404,43 @@ fn now() -> Instant {
 /// The stack, made on first use.
 fn stack() -> &'static Mutex<Stack> {
     STACK.call_once(|| {
-        let mut dev = Lo::default();
+        let mut set = Shards::default();
         let mut cfg = Config::new(HardwareAddress::Ip);
         cfg.random_seed = mono_now() ^ 0x006f_6e65_7269_6e67;
-        let mut iface = Interface::new(cfg, &mut dev, now());
+        let mut none = VecDeque::new();
+        let mut out = Vec::new();
+        let mut iface = Interface::new(cfg, &mut ShardDev { rx: &mut none, out: &mut out }, now());
         iface.update_ip_addrs(|a| {
             let _ = a.push(IpCidr::new(IpAddress::v4(127, 0, 0, 1), 8));
             let _ = a.push(IpCidr::new(IpAddress::v6(0, 0, 0, 0, 0, 0, 0, 1), 128));
         });
-        // Room for a smoltcp socket per RAM_PER_SOCKET of guest memory, or what
-        // the heap has: past it, new sockets are ENOBUFS.
-        let ram = crate::task::kernel::try_kernel().map_or(256 << 20, |k| k.mm.lock().total_bytes());
-        let want = ((ram / RAM_PER_SOCKET) as usize).clamp(MIN_SOCKETS, MAX_SOCKETS);
-        let mut storage = Vec::new();
-        let cap = [want, want / 4, 64]
-            .into_iter()
-            .find(|n| {
-                onering_arch::heap::ensure_block(n * core::mem::size_of::<smoltcp::iface::SocketStorage>())
-                    && storage.try_reserve_exact(*n).is_ok()
-            })
-            .unwrap_or(0);
+        set.nobody = Some(SocketSet::new(Vec::new()));
         Mutex::new(Stack {
             iface,
-            dev,
-            set: SocketSet::new(storage),
+            set,
             socks: BTreeMap::new(),
             next_id: 1,
             next_port: *EPHEMERAL.start(),
-            closing: Vec::new(),
-            used: 0,
-            cap,
+            closing: BTreeSet::new(),
+            listeners: BTreeSet::new(),
+            deferred: BTreeMap::new(),
+            by_port: BTreeMap::new(),
+            out: Vec::new(),
+            packets: 0,
         })
     })
 }
 
 /// Packets the loopback device has carried.
 pub fn packets() -> u64 {
-    STACK.get().map_or(0, |s| s.lock().dev.packets)
+    STACK.get().map_or(0, |s| s.lock().packets)
 }
 
 /// The next time the stack needs to run (monotonic ns), if any.
 pub fn next_deadline() -> Option<u64> {
-    let mut g = STACK.get()?.lock();
-    let Stack { iface, set, .. } = &mut *g;
-    let at = iface.poll_at(now(), set)?;
-    Some((at.total_micros().max(0) as u64).saturating_mul(1000))
+    let g = STACK.get()?.lock();
+    let (at, _) = g.set.timers.first()?;
+    Some(((*at).max(0) as u64).saturating_mul(1000))
 }
 
 /// smoltcp's receive buffer (its window) for SO_RCVBUF `r`: a quarter, as Linux
@@ -335,7 +467,7 @@ fn tcp_socket(rx: usize, tx: usize) -> Result<tcp::Socket<'static>, Errno> {
     Ok(s)
 }
 
-fn readiness_sig(set: &SocketSet<'static>, s: &Sock) -> u64 {
+fn readiness_sig(set: &Shards, s: &Sock) -> u64 {
     let mut h: u64 = s.error.map_or(0, |e| e as u64) << 56;
     let mix = |h: u64, v: u64| (h ^ v).wrapping_mul(0x100_0000_01b3);
     match &s.role {
@@ -357,69 +489,143 @@ fn readiness_sig(set: &SocketSet<'static>, s: &Sock) -> u64 {
 }
 
 impl Stack {
-    /// Adds a smoltcp socket within the reserved storage. When it is full, closed
-    /// connections waiting out TIME-WAIT (or still closing) give up their places
-    /// first, as Linux recycles TIME-WAIT sockets under pressure; ENOBUFS if none.
-    fn add<T: smoltcp::socket::AnySocket<'static>>(&mut self, sock: T) -> Result<SocketHandle, Errno> {
-        if self.used >= self.cap {
-            let set = &mut self.set;
-            let mut freed = 0;
-            for tw in [true, false] {
-                self.closing.retain(|h| {
-                    let t = set.get_mut::<tcp::Socket>(*h);
-                    if freed == 0 && (!tw || t.state() == tcp::State::TimeWait) {
-                        t.abort();
-                        set.remove(*h);
-                        freed += 1;
-                        return false;
+    /// Adds a smoltcp socket (a shard of its own) for socket `owner`.
+    fn add<T: smoltcp::socket::AnySocket<'static>>(&mut self, sock: T) -> Result<Ref, Errno> {
+        self.set.add(sock)
+    }
+
+    fn remove(&mut self, r: Ref) {
+        self.set.remove(r);
+    }
+
+    /// Where packet `p` goes: a connection's shard, a listener's (a SYN), a UDP
+    /// socket's; held for a listener whose backlog is full; else to nobody (smoltcp
+    /// answers a TCP segment with a reset). Packets that are neither TCP nor UDP
+    /// (ICMP errors, which smoltcp's sockets ignore anyway) are dropped.
+    fn route(&mut self, p: Vec<u8>) {
+        self.packets += 1;
+        let Some(f) = route::parse(&p) else { return };
+        let to = match f.proto {
+            route::IPPROTO_TCP => match self.set.conns.get(&(f.dst, f.src)) {
+                Some(r) => Some(*r),
+                None if f.is_syn() => match self.listener_for(f.dst) {
+                    Some((_, Some(r))) => Some(r),
+                    Some((id, None)) => {
+                        let q = self.deferred.entry(id).or_default();
+                        if q.len() < DEFERRED_MAX {
+                            q.push_back(p);
+                        }
+                        return;
                     }
-                    true
-                });
+                    None => None,
+                },
+                None => None,
+            },
+            _ => self.udp_for(f.dst),
+        };
+        match to.and_then(|r| self.set.map.get_mut(&r).map(|sh| (r, sh))) {
+            Some((r, sh)) => {
+                sh.rx.push_back(p);
+                self.set.dirty.insert(r);
             }
-            self.used -= freed;
-            if self.used >= self.cap {
-                return Err(Errno::ENOBUFS);
+            None => self.set.nobody_rx.push_back(p),
+        }
+    }
+
+    /// The listener for a SYN to `dst` (an exact address before "any"), and its
+    /// listening smoltcp socket (None: its backlog is full).
+    fn listener_for(&self, dst: IpEndpoint) -> Option<(u64, Option<Ref>)> {
+        let mut best: Option<(bool, u64)> = None;
+        for id in &self.listeners {
+            let s = &self.socks[id];
+            let Some((a, port)) = s.local else { continue };
+            if port != dst.port {
+                continue;
+            }
+            let exact = match a {
+                Some(x) if x == dst.addr => true,
+                None if family_covers(s, dst.addr) => false,
+                _ => continue,
+            };
+            if best.is_none_or(|(e, _)| exact && !e) {
+                best = Some((exact, *id));
             }
         }
-        self.used += 1;
-        Ok(self.set.add(sock))
+        let (_, id) = best?;
+        let Role::Listener { pool, .. } = &self.socks[&id].role else { return None };
+        let listening = pool.iter().copied().find(|r| self.set.get::<tcp::Socket>(*r).state() == tcp::State::Listen);
+        Some((id, listening))
     }
 
-    fn remove(&mut self, h: SocketHandle) {
-        self.set.remove(h);
-        self.used -= 1;
+    /// The UDP socket bound to `dst` (an exact address before "any").
+    fn udp_for(&self, dst: IpEndpoint) -> Option<Ref> {
+        let v = self.set.udp.get(&dst.port)?;
+        let addr = |r: &Ref| self.set.get::<udp::Socket>(*r).endpoint().addr;
+        v.iter().find(|r| addr(r) == Some(dst.addr)).or_else(|| v.iter().find(|r| addr(r).is_none())).copied()
     }
 
-    /// Runs smoltcp until the loopback queue is empty, moves connections that
-    /// listeners' pools took into their accept queues (refilling the pools),
-    /// frees closed sockets, and returns the keys of sockets whose readiness
-    /// changed (to wake once the lock is dropped).
-    fn pump(&mut self) -> Vec<u64> {
+    /// Runs the shards that have work until none has: each takes in the packets
+    /// routed to it and sends what it has, and what it sends is routed on. Then
+    /// moves connections that listeners' pools took into their accept queues
+    /// (refilling the pools), frees closed sockets, and returns the keys of
+    /// sockets whose readiness changed (to wake once the lock is dropped): those
+    /// of the shards that ran, the listeners, and `also`.
+    fn pump(&mut self, also: Option<u64>) -> Vec<u64> {
         let t = now();
+        let mut ran = BTreeSet::new();
         for _ in 0..PUMP_ROUNDS {
-            let _ = self.iface.poll(t, &mut self.dev, &mut self.set);
-            let reset = self.reset_orphans();
-            if self.dev.queue.is_empty() && !reset {
-                break;
+            if !self.set.nobody_rx.is_empty() {
+                let Shards { nobody, nobody_rx, .. } = &mut self.set;
+                if let Some(set) = nobody.as_mut() {
+                    let _ = self.iface.poll(t, &mut ShardDev { rx: nobody_rx, out: &mut self.out }, set);
+                }
+                nobody_rx.clear();
+            } else {
+                let Some(r) = self.set.dirty.pop_first() else {
+                    if self.tend_listeners() {
+                        continue;
+                    }
+                    break;
+                };
+                let Some(sh) = self.set.map.get_mut(&r) else { continue };
+                let _ = self.iface.poll(t, &mut ShardDev { rx: &mut sh.rx, out: &mut self.out }, &mut sh.set);
+                // smoltcp sends one segment per run: a shard that sent runs again.
+                if !self.out.is_empty() {
+                    self.set.dirty.insert(r);
+                }
+                if self.closing.contains(&r) {
+                    self.reset_orphan(r);
+                }
+                self.set.refile(&mut self.iface, t, r);
+                ran.insert(r);
+            }
+            for p in core::mem::take(&mut self.out) {
+                self.route(p);
             }
         }
-        self.tend_listeners();
-        let set = &mut self.set;
-        let before = self.closing.len();
-        self.closing.retain(|h| {
-            // TIME-WAIT guards against a lost segment's late duplicate; loopback
-            // loses and reorders nothing, so the socket (and its buffers) goes now.
-            let done = matches!(set.get::<tcp::Socket>(*h).state(), tcp::State::Closed | tcp::State::TimeWait);
-            if done {
-                set.remove(*h);
+        // TIME-WAIT guards against a lost segment's late duplicate; loopback loses
+        // and reorders nothing, so a closed connection's socket (and buffers) goes now.
+        for r in &ran {
+            if self.closing.contains(r) {
+                let done = self.set.map.get(r).is_none_or(|_| {
+                    matches!(self.set.get::<tcp::Socket>(*r).state(), tcp::State::Closed | tcp::State::TimeWait)
+                });
+                if done {
+                    self.closing.remove(r);
+                    self.set.remove(*r);
+                }
             }
-            !done
-        });
-        self.used -= before - self.closing.len();
+        }
+        let mut ids: BTreeSet<u64> = ran.iter().map(|r| self.set.owner(*r)).filter(|o| *o != 0).collect();
+        ids.extend(self.listeners.iter().copied());
+        ids.extend(also);
         let mut keys = Vec::new();
-        for s in self.socks.values_mut() {
+        for id in ids {
+            let Some(s) = self.socks.get_mut(&id) else { continue };
             if let Role::Conn(c) = s.role {
-                observe(s, self.set.get::<tcp::Socket>(c));
+                if self.set.map.contains_key(&c) {
+                    observe(s, self.set.get::<tcp::Socket>(c));
+                }
             }
             let sig = readiness_sig(&self.set, s);
             if sig != s.seen {
@@ -431,25 +637,22 @@ impl Stack {
         keys
     }
 
-    /// Resets closed connections that data still reaches: Linux answers data for
+    /// Resets a closed connection that data still reaches: Linux answers data for
     /// a socket the program has closed with a reset, so a sender learns that
     /// nobody will read (else it would fill the window and wait forever).
-    /// Whether any was reset (its RST is still to be sent).
-    fn reset_orphans(&mut self) -> bool {
-        let mut any = false;
-        for h in &self.closing {
-            let t = self.set.get_mut::<tcp::Socket>(*h);
-            if t.recv_queue() > 0 && t.state() != tcp::State::Closed {
-                t.abort();
-                any = true;
-            }
+    fn reset_orphan(&mut self, r: Ref) {
+        let t = self.set.get::<tcp::Socket>(r);
+        if t.recv_queue() > 0 && t.state() != tcp::State::Closed {
+            self.set.get_mut::<tcp::Socket>(r).abort();
         }
-        any
     }
 
-    fn tend_listeners(&mut self) {
-        let ids: Vec<u64> =
-            self.socks.iter().filter(|(_, s)| matches!(s.role, Role::Listener { .. })).map(|(i, _)| *i).collect();
+    /// Moves listeners' established connections to their accept queues and gives
+    /// each a listening socket while its backlog has room (then the next SYN it
+    /// held goes to it). Whether a held SYN was routed.
+    fn tend_listeners(&mut self) -> bool {
+        let mut routed = false;
+        let ids: Vec<u64> = self.listeners.iter().copied().collect();
         for id in ids {
             let Some(s) = self.socks.get_mut(&id) else { continue };
             let (rb, tb) = (s.opts.rcvbuf as usize, s.opts.sndbuf as usize);
@@ -476,8 +679,9 @@ impl Stack {
                 if let Ok(mut t) = tcp_socket(rx_size(rb), tx_size(tb)) {
                     t.set_nagle_enabled(!nodelay);
                     if t.listen(ep).is_ok() {
-                        // (No room: the SYN finds no listener and is refused.)
-                        if let Ok(h) = self.add(t) {
+                        // (No memory: the SYN waits, as for a full backlog.)
+                        if let Ok(h) = self.set.add(t) {
+                            self.set.own(h, id);
                             if let Some(Role::Listener { pool, .. }) = self.socks.get_mut(&id).map(|s| &mut s.role) {
                                 pool.push(h);
                             }
@@ -485,7 +689,42 @@ impl Stack {
                     }
                 }
             }
+            // A held SYN for the socket now listening.
+            let has_listening = matches!(self.listener_pool_listening(id), Some(true));
+            if has_listening {
+                if let Some(p) = self.deferred.get_mut(&id).and_then(|q| q.pop_front()) {
+                    self.packets -= 1; // (counted when first routed)
+                    self.route(p);
+                    routed = true;
+                }
+                if self.deferred.get(&id).is_some_and(|q| q.is_empty()) {
+                    self.deferred.remove(&id);
+                }
+            }
         }
+        routed
+    }
+
+    fn listener_pool_listening(&self, id: u64) -> Option<bool> {
+        let Role::Listener { pool, .. } = &self.socks.get(&id)?.role else { return None };
+        Some(pool.iter().any(|r| self.set.get::<tcp::Socket>(*r).state() == tcp::State::Listen))
+    }
+
+    /// Sets socket `id`'s local address and port, filed by port.
+    fn set_local(&mut self, id: u64, local: Option<(Option<IpAddress>, u16)>) -> Result<(), Errno> {
+        let sk = self.socks.get_mut(&id).ok_or(Errno::EBADF)?;
+        if let Some((_, p)) = core::mem::replace(&mut sk.local, local) {
+            if let Some(ids) = self.by_port.get_mut(&p) {
+                ids.remove(&id);
+                if ids.is_empty() {
+                    self.by_port.remove(&p);
+                }
+            }
+        }
+        if let Some((_, p)) = local {
+            self.by_port.entry(p).or_default().insert(id);
+        }
+        Ok(())
     }
 
     fn sock(&mut self, id: u64) -> Result<&mut Sock, Errno> {
@@ -495,7 +734,8 @@ impl Stack {
     /// Whether port `port` of `proto` is free for `me` to bind at `addr`.
     fn port_free(&self, me: u64, proto: Proto, addr: Option<IpAddress>, port: u16) -> bool {
         let mine = &self.socks[&me];
-        !self.socks.iter().any(|(id, s)| {
+        let Some(ids) = self.by_port.get(&port) else { return true };
+        !ids.iter().filter_map(|id| Some((id, self.socks.get(id)?))).any(|(id, s)| {
             if *id == me || s.proto != proto {
                 return false;
             }
@@ -677,7 +917,7 @@ impl InetSocket {
         let (r, keys) = {
             let mut s = stack().lock();
             let r = f(&mut s);
-            let keys = s.pump();
+            let keys = s.pump(Some(self.id));
             (r, keys)
         };
         wake(keys);
@@ -691,12 +931,12 @@ impl InetSocket {
         }
         let proto = s.sock(id)?.proto;
         let port = s.ephemeral(id, proto, None)?;
-        s.sock(id)?.local = Some((None, port));
+        s.set_local(id, Some((None, port)))?;
         Ok(())
     }
 
     /// The UDP socket, made on first need.
-    fn udp(s: &mut Stack, id: u64) -> Result<SocketHandle, Errno> {
+    fn udp(s: &mut Stack, id: u64) -> Result<Ref, Errno> {
         Self::autobind(s, id)?;
         let sk = s.sock(id)?;
         if let Role::Udp(h) = sk.role {
@@ -715,6 +955,8 @@ impl InetSocket {
         );
         u.bind(ep).map_err(|_| Errno::EINVAL)?;
         let h = s.add(u)?;
+        s.set.own(h, id);
+        s.set.add_udp(ep.port, h);
         s.sock(id)?.role = Role::Udp(h);
         Ok(h)
     }
@@ -724,14 +966,21 @@ impl Drop for InetSocket {
     fn drop(&mut self) {
         let keys = {
             let mut s = stack().lock();
+            let _ = s.set_local(self.id, None);
             let Some(sk) = s.socks.remove(&self.id) else { return };
             match sk.role {
                 Role::Fresh => {}
                 Role::Udp(h) => s.remove(h),
                 Role::Listener { pool, ready, .. } => {
+                    s.listeners.remove(&self.id);
                     for h in pool.into_iter().chain(ready) {
                         s.set.get_mut::<tcp::Socket>(h).abort();
-                        s.closing.push(h);
+                        s.set.own(h, 0);
+                        s.closing.insert(h);
+                    }
+                    // SYNs it held: refused, as the connections in Linux's queue are.
+                    for p in s.deferred.remove(&self.id).unwrap_or_default() {
+                        s.set.nobody_rx.push_back(p);
                     }
                 }
                 Role::Conn(h) => {
@@ -745,10 +994,11 @@ impl Drop for InetSocket {
                     } else {
                         t.close();
                     }
-                    s.closing.push(h);
+                    s.set.own(h, 0);
+                    s.closing.insert(h);
                 }
             }
-            s.pump()
+            s.pump(None)
         };
         wake(keys);
     }
@@ -783,11 +1033,11 @@ impl Socket for InetSocket {
             } else if !s.port_free(id, proto, a, port) {
                 return Err(Errno::EADDRINUSE);
             }
-            s.sock(id)?.local = Some((a, port));
+            s.set_local(id, Some((a, port)))?;
             if proto == Proto::Udp {
                 // Datagrams to the port arrive from now on, read or not.
                 if let Err(e) = Self::udp(s, id) {
-                    s.sock(id)?.local = None;
+                    s.set_local(id, None)?;
                     return Err(e);
                 }
             }
@@ -816,6 +1066,7 @@ impl Socket for InetSocket {
                 return Err(Errno::EADDRINUSE);
             }
             s.sock(id)?.role = Role::Listener { pool: Vec::new(), ready: VecDeque::new(), backlog };
+            s.listeners.insert(id);
             s.tend_listeners();
             Ok(0)
         })
@@ -838,12 +1089,14 @@ impl Socket for InetSocket {
         let new = InetSocket::new(fam, SOCK_STREAM, 0)?;
         let peer = {
             let mut s = stack().lock();
+            s.set.own(conn, new.id);
+            let local = s.set.get::<tcp::Socket>(conn).local_endpoint();
+            s.set_local(new.id, local.map(|e| (Some(e.addr), e.port)))?;
             let Stack { set, socks, .. } = &mut *s;
             let t = set.get::<tcp::Socket>(conn);
-            let (local, remote) = (t.local_endpoint(), t.remote_endpoint());
+            let remote = t.remote_endpoint();
             let sk = socks.get_mut(&new.id).ok_or(Errno::EBADF)?;
             sk.role = Role::Conn(conn);
-            sk.local = local.map(|e| (Some(e.addr), e.port));
             sk.opts = opts;
             sk.opts.misc.clear();
             // (Made, so a reset while it waited is ECONNRESET.)
@@ -912,6 +1165,7 @@ impl Socket for InetSocket {
             t.connect(cx, IpEndpoint::new(a, port), IpListenEndpoint { addr: la, port: lp })
                 .map_err(|_| Errno::EADDRNOTAVAIL)?;
             let h = s.add(t)?;
+            s.set.own(h, id);
             let sk = s.sock(id)?;
             sk.role = Role::Conn(h);
             sk.connecting = true;
@@ -1309,7 +1563,7 @@ impl Socket for InetSocket {
     }
 
     fn tick(&self) {
-        let keys = stack().lock().pump();
+        let keys = stack().lock().pump(None);
         wake(keys);
     }
 }

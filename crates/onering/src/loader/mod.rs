@@ -31,8 +31,10 @@ use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 const MIB: u64 = 1 << 20;
 /// Guest memory a Go program needs past its image, and 1 MiB more per vCPU
 /// (measured: Go 1.2x's hello world runs in 46 MiB at --smp 1, not in 44; at
-/// --smp 4 in 48 MiB, not in 46).
-const GO_RUNTIME_MIN: u64 = 24 * MIB;
+/// --smp 4 in 48 MiB, not in 46), with 4 MiB to spare: how much the runtime
+/// touches at start varies from run to run (the test's hello at the minimum
+/// without it: killed in 1 of 6 runs, needing 2 MiB more).
+const GO_RUNTIME_MIN: u64 = 28 * MIB;
 
 #[derive(Debug, Error)]
 pub enum LoadError {
