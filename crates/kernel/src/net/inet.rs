@@ -82,7 +82,7 @@ const UDP_MAX: usize = 65507;
 const EPHEMERAL: core::ops::RangeInclusive<u16> = 32768..=60999;
 /// Rounds of smoltcp per pump at most (each empties the loopback queue once).
 const PUMP_ROUNDS: usize = 256;
-const MTU: usize = 65535;
+pub const MTU: usize = 65535;
 
 // ---- the loopback device ------------------------------------------------------
 
@@ -1445,7 +1445,7 @@ impl File for InetSocket {
         let v = match request {
             0x541b => self.inq(),
             0x5411 => self.outq(),
-            _ => return Err(Errno::ENOTTY),
+            _ => return super::iface::ioctl(user, self.domain(), request, arg).unwrap_or(Err(Errno::ENOTTY)),
         };
         user.write(arg, &(v.min(i32::MAX as u64) as u32).to_le_bytes())?;
         Ok(0)
