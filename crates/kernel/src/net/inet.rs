@@ -44,6 +44,11 @@ use spin::{Mutex, Once};
 const MAX_SOCKETS: usize = 4096;
 pub const IPPROTO_TCP: u64 = 6;
 pub const IPPROTO_UDP: u64 = 17;
+const IPPROTO_ICMP: u64 = 1;
+const IPPROTO_ICMPV6: u64 = 58;
+/// Protocol numbers Linux knows end below this (IPPROTO_MPTCP is 262).
+const IPPROTO_MAX: u64 = 263;
+const SOCK_RAW: u32 = 3;
 const IPPROTO_IP: u64 = 0;
 const IPPROTO_IPV6: u64 = 41;
 const TCP_NODELAY: u64 = 1;
@@ -620,10 +625,20 @@ fn wake(keys: Vec<u64>) {
 impl InetSocket {
     /// A new socket (`kind`: SOCK_STREAM or SOCK_DGRAM; `proto` 0 or the match).
     pub fn new(family: u16, kind: u32, proto: u64) -> Result<InetSocket, Errno> {
+        // As Linux: a protocol past IPPROTO_MAX is EINVAL; raw sockets need
+        // CAP_NET_RAW, which the program does not have here (there is no raw
+        // access to anything), EPERM; ICMP "ping" datagram sockets are refused as
+        // Linux's default net.ipv4.ping_group_range refuses everyone, EACCES.
+        if proto >= IPPROTO_MAX {
+            return Err(Errno::EINVAL);
+        }
         let p = match (kind, proto) {
             (SOCK_STREAM, 0 | IPPROTO_TCP) => Proto::Tcp,
             (SOCK_DGRAM, 0 | IPPROTO_UDP) => Proto::Udp,
-            (SOCK_STREAM | SOCK_DGRAM, _) => return Err(Errno::EPROTONOSUPPORT),
+            (SOCK_DGRAM, IPPROTO_ICMP) if family == AF_INET => return Err(Errno::EACCES),
+            (SOCK_DGRAM, IPPROTO_ICMPV6) if family == AF_INET6 => return Err(Errno::EACCES),
+            (SOCK_RAW, 0) | (SOCK_STREAM | SOCK_DGRAM, _) => return Err(Errno::EPROTONOSUPPORT),
+            (SOCK_RAW, _) => return Err(Errno::EPERM),
             _ => return Err(Errno::ESOCKTNOSUPPORT),
         };
         let mut s = stack().lock();
