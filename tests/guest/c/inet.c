@@ -297,6 +297,40 @@ static void resets(void) {
     CHECK(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == 0, "SO_ERROR: reported already");
     close(c);
 
+    /* A reply, then a reset: the reply is read first, then the end of file (the
+       FIN came before the reset), the error left for SO_ERROR. Go's HTTP server
+       answers an oversized request so: 431, shutdown(SHUT_WR), close. */
+    c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&ss, len);
+    a = accept(l, NULL, NULL);
+    write(c, "request", 7);
+    pa.fd = a;
+    poll(&pa, 1, 2000);
+    write(a, "431", 3);
+    shutdown(a, SHUT_WR);
+    close(a);
+    p.revents = 0;
+    CHECK(poll(&p, 1, 2000) == 1 && (p.revents & POLLERR) && (p.revents & POLLIN), "reply and reset: POLLIN, POLLERR");
+    CHECK(read(c, buf, sizeof buf) == 3, "the reply is read");
+    CHECK(read(c, buf, sizeof buf) == 0, "then end of file");
+    CHECK(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == EPIPE, "SO_ERROR: EPIPE");
+    close(c);
+
+    /* Bytes that came before a reset are read before its ECONNRESET. */
+    c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&ss, len);
+    a = accept(l, NULL, NULL);
+    write(c, "unread", 6);
+    pa.fd = a;
+    poll(&pa, 1, 2000);
+    write(a, "data", 4);
+    close(a);
+    p.revents = 0;
+    CHECK(poll(&p, 1, 2000) == 1 && (p.revents & POLLERR), "data and reset: POLLERR");
+    CHECK(read(c, buf, sizeof buf) == 4, "the data is read");
+    CHECK_ERR(read(c, buf, sizeof buf), ECONNRESET, "then ECONNRESET");
+    close(c);
+
     c = socket(AF_INET, SOCK_STREAM, 0);
     connect(c, (struct sockaddr *)&ss, len);
     a = accept(l, NULL, NULL);

@@ -1070,11 +1070,17 @@ impl Socket for InetSocket {
                     Err(Errno::EAGAIN)
                 }
                 Role::Conn(h) => {
-                    if let Some(e) = sk.error.take() {
-                        return Err(e);
-                    }
                     if sk.shut_rd {
                         return Ok((0, extra));
+                    }
+                    // As Linux: bytes that came are read before an error (a reset's),
+                    // and after them the peer's FIN is the end of file, the error
+                    // left for SO_ERROR or a write.
+                    let fin = sk.fin;
+                    if s.set.get::<tcp::Socket>(h).recv_queue() == 0 && !fin {
+                        if let Some(e) = s.sock(id)?.error.take() {
+                            return Err(e);
+                        }
                     }
                     let t = s.set.get_mut::<tcp::Socket>(h);
                     if t.recv_queue() == 0 {
