@@ -1,9 +1,9 @@
 /* TCP and UDP over loopback against the host: echo over IPv4 and IPv6, a
    dual-stack listener, non-blocking connect with epoll, edge-triggered epoll,
-   half-close, resets, refused connections, a backlog of many concurrent
-   connects, names, options, and the errors Linux gives. Ports are chosen by the kernel (bind to port 0), so runs do
-   not collide; only properties are printed. Same output on the host and in
-   onering. */
+   half-close, resets, refused connections and datagrams, a backlog of many
+   concurrent connects, names, options, and the errors Linux gives. Ports are
+   chosen by the kernel (bind to port 0), so runs do not collide; only
+   properties are printed. Same output on the host and in onering. */
 #define _GNU_SOURCE
 #include "check.h"
 #include <arpa/inet.h>
@@ -125,7 +125,31 @@ static void udp_echo(int family, const char *what) {
     int u = socket(family, SOCK_DGRAM, 0);
     snprintf(msg, sizeof msg, "%s: send on an unconnected socket: EDESTADDRREQ", what);
     CHECK_ERR(send(u, "x", 1, 0), EDESTADDRREQ, msg);
-    close(u), close(s), close(c);
+    /* A closed port: ICMP's port unreachable is ECONNREFUSED for a connected
+       sender, once, at its next send or receive (Go's DNS client moves on to the
+       next server at once); an unconnected sender hears nothing. */
+    close(s);
+    struct pollfd p = {c, POLLIN, 0};
+    snprintf(msg, sizeof msg, "%s: to a closed port: sent, then POLLERR", what);
+    CHECK(send(c, "x", 1, 0) == 1 && poll(&p, 1, 2000) == 1 && p.revents == POLLERR, msg);
+    snprintf(msg, sizeof msg, "%s: recv: ECONNREFUSED", what);
+    CHECK_ERR(recv(c, buf, sizeof buf, MSG_DONTWAIT), ECONNREFUSED, msg);
+    snprintf(msg, sizeof msg, "%s: then EAGAIN", what);
+    CHECK_ERR(recv(c, buf, sizeof buf, MSG_DONTWAIT), EAGAIN, msg);
+    send(c, "x", 1, 0);
+    snprintf(msg, sizeof msg, "%s: the next send: ECONNREFUSED", what);
+    CHECK_ERR(send(c, "x", 1, 0), ECONNREFUSED, msg);
+    send(c, "x", 1, 0);
+    int err = 0;
+    socklen_t el = sizeof err;
+    snprintf(msg, sizeof msg, "%s: or SO_ERROR", what);
+    CHECK(getsockopt(c, SOL_SOCKET, SO_ERROR, &err, &el) == 0 && err == ECONNREFUSED, msg);
+    u = socket(family, SOCK_DGRAM, 0);
+    p.fd = u;
+    snprintf(msg, sizeof msg, "%s: unconnected: no error", what);
+    CHECK(sendto(u, "x", 1, 0, (struct sockaddr *)&ss, len) == 1 && poll(&p, 1, 0) == 0 &&
+              sendto(u, "x", 1, 0, (struct sockaddr *)&ss, len) == 1, msg);
+    close(u), close(c);
 }
 
 static void nonblocking(void) {

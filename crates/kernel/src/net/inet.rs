@@ -97,6 +97,53 @@ struct Lo {
     queue: VecDeque<Vec<u8>>,
     /// Packets carried (for --stats and tests).
     packets: u64,
+    /// The UDP datagrams ICMP said nobody took (port unreachable), as (source,
+    /// destination) of the datagram: `pump` gives their connected senders
+    /// ECONNREFUSED, as Linux does.
+    unreachable: Vec<(IpEndpoint, IpEndpoint)>,
+}
+
+/// If IP packet `p` is an ICMP or ICMPv6 "destination unreachable" about a UDP
+/// datagram, that datagram's source and destination.
+fn unreachable_udp(p: &[u8]) -> Option<(IpEndpoint, IpEndpoint)> {
+    let ep = |a: IpAddress, port: &[u8]| IpEndpoint::new(a, u16::from_be_bytes([port[0], port[1]]));
+    match p.first()? >> 4 {
+        4 => {
+            let ihl = usize::from(p[0] & 0xf) * 4;
+            // ICMP type 3, then the datagram's IP header and its first 8 bytes.
+            if *p.get(9)? != 1 || *p.get(ihl)? != 3 {
+                return None;
+            }
+            let o = p.get(ihl + 8..)?;
+            let oihl = usize::from(o.first()? & 0xf) * 4;
+            if *o.get(9)? != IPPROTO_UDP as u8 {
+                return None;
+            }
+            let (src, dst) = (o.get(12..16)?, o.get(16..20)?);
+            let udp = o.get(oihl..oihl + 4)?;
+            let v4 = |b: &[u8]| IpAddress::Ipv4(Ipv4Addr::new(b[0], b[1], b[2], b[3]));
+            Some((ep(v4(src), &udp[..2]), ep(v4(dst), &udp[2..])))
+        }
+        6 => {
+            // ICMPv6 type 1, then the datagram's IPv6 header (smoltcp adds no
+            // extension headers) and its first bytes.
+            if *p.get(6)? != 58 || *p.get(40)? != 1 {
+                return None;
+            }
+            let o = p.get(48..)?;
+            if *o.get(6)? != IPPROTO_UDP as u8 {
+                return None;
+            }
+            let v6 = |b: &[u8]| {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(b);
+                IpAddress::Ipv6(Ipv6Addr::from(a))
+            };
+            let udp = o.get(40..44)?;
+            Some((ep(v6(o.get(8..24)?), &udp[..2]), ep(v6(o.get(24..40)?), &udp[2..])))
+        }
+        _ => None,
+    }
 }
 
 struct LoRx(Vec<u8>);
@@ -132,6 +179,9 @@ impl Device for Lo {
 
     fn receive(&mut self, _: Instant) -> Option<(LoRx, LoTx<'_>)> {
         let p = self.queue.pop_front()?;
+        if let Some(u) = unreachable_udp(&p) {
+            self.unreachable.push(u);
+        }
         Some((LoRx(p), LoTx(self)))
     }
 
@@ -398,6 +448,18 @@ impl Stack {
             }
         }
         self.tend_listeners();
+        for (from, to) in core::mem::take(&mut self.dev.unreachable) {
+            // A connected UDP socket learns that its peer's port is closed (an
+            // unconnected one does not, without IP_RECVERR), as Linux.
+            for s in self.socks.values_mut() {
+                if matches!(s.role, Role::Udp(_))
+                    && s.peer == Some(to)
+                    && s.local.is_some_and(|(a, p)| p == from.port && a.is_none_or(|a| a == from.addr))
+                {
+                    s.error = Some(Errno::ECONNREFUSED);
+                }
+            }
+        }
         let set = &mut self.set;
         let before = self.closing.len();
         self.closing.retain(|h| {
@@ -1040,6 +1102,9 @@ impl Socket for InetSocket {
             let fam = sk.family;
             match sk.role {
                 Role::Udp(h) => {
+                    if let Some(e) = sk.error.take() {
+                        return Err(e); // (before any datagram, as Linux)
+                    }
                     let peer = sk.peer;
                     let u = s.set.get_mut::<udp::Socket>(h);
                     loop {
