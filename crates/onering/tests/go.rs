@@ -3,7 +3,10 @@
 //! against the host's output, and Go's own standard-library tests built with
 //! `go test -c` and run in a rootfs holding the package's source directory (at its
 //! host path, the working directory) and the system files they read, skipping only
-//! what tests/guest/go-std/skips.txt lists (with its reason).
+//! what tests/guest/go-std/skips.txt lists (with its reason): the core packages in
+//! one test, the network ones (net, net/http...) in another, each printing per
+//! package how many tests (subtests included) ran, passed and skipped themselves,
+//! in onering and on the host.
 //!
 //! These tests need /dev/kvm and the Go toolchain; without them they fail, loudly.
 
@@ -196,7 +199,7 @@ fn go_exec_fails_with_a_clear_error() {
     assert_eq!(o.status.code(), Some(0));
 }
 
-/// The packages the issue names, with the tests skipped for each.
+/// The core packages issue 10 names.
 const PACKAGES: &[&str] = &[
     "os",
     "io",
@@ -214,6 +217,12 @@ const PACKAGES: &[&str] = &[
     "path/filepath",
 ];
 
+/// The network packages issue 14 names.
+const NET_PACKAGES: &[&str] =
+    &["net", "net/http", "net/http/httptest", "net/rpc", "net/textproto", "net/url", "net/netip", "log/syslog"];
+
+/// The tests skips.txt skips in `pkg`: a name, or a subtest path whose parts
+/// (split at `/`) are each a regular expression for one level.
 fn skips(pkg: &str) -> Vec<String> {
     let list = std::fs::read_to_string(root().join("tests/guest/go-std/skips.txt")).unwrap();
     list.lines()
@@ -223,6 +232,14 @@ fn skips(pkg: &str) -> Vec<String> {
             (w.next() == Some(pkg)).then(|| w.next().unwrap().to_string())
         })
         .collect()
+}
+
+/// `-test.skip`'s pattern for these skips: one alternative per skip, each level
+/// anchored (Go matches a pattern with `/` level by level, and `|` outside
+/// parentheses separates alternatives).
+fn skip_pattern(skips: &[String]) -> String {
+    let one = |s: &String| s.split('/').map(|p| format!("^{p}$")).collect::<Vec<_>>().join("/");
+    skips.iter().map(one).collect::<Vec<_>>().join("|")
 }
 
 /// Copies the tree at `from` to `to` (files, directories and symbolic links).
@@ -248,14 +265,15 @@ fn goroot_extras(pkg: &str) -> &'static [&'static str] {
     match pkg {
         "path/filepath" => &["src/unicode"], // TestBug3486 walks it
         "time" => &["lib/time"],             // the zone database
+        "net" => &["src/testdata"],          // the sendfile tests send ../testdata/Isaac.Newton-Opticks.txt
         _ => &[],
     }
 }
 
 /// The file tree a package's tests run in: its source directory at the same path
 /// as on the host (the working directory: `go test` runs tests there), what else of
-/// GOROOT it reads, and the system files Go's os tests look at on Linux
-/// (/etc/group, /etc/hosts, /etc/passwd, and a populated /usr/bin).
+/// GOROOT it reads, and the system files Go's tests look at on Linux
+/// (/etc/group, /etc/hosts, /etc/passwd, /etc/services, and a populated /usr/bin).
 fn std_rootfs(pkg: &str, goroot: &Path) -> PathBuf {
     let root = out_dir().join("std-root").join(pkg.replace('/', "_"));
     let _ = std::fs::remove_dir_all(&root);
@@ -267,9 +285,12 @@ fn std_rootfs(pkg: &str, goroot: &Path) -> PathBuf {
         copy_tree(&from, &inside(&from));
     }
     std::fs::create_dir_all(root.join("etc")).unwrap();
-    for (name, fallback) in
-        [("group", "root:x:0:\n"), ("hosts", "127.0.0.1 localhost\n"), ("passwd", "root:x:0:0:root:/root:/bin/sh\n")]
-    {
+    for (name, fallback) in [
+        ("group", "root:x:0:\n"),
+        ("hosts", "127.0.0.1 localhost\n"),
+        ("passwd", "root:x:0:0:root:/root:/bin/sh\n"),
+        ("services", "echo 7/tcp\necho 7/udp\nhttp 80/tcp www\n"),
+    ] {
         let text = std::fs::read_to_string(Path::new("/etc").join(name)).unwrap_or_else(|_| fallback.into());
         std::fs::write(root.join("etc").join(name), text).unwrap();
     }
@@ -281,24 +302,56 @@ fn std_rootfs(pkg: &str, goroot: &Path) -> PathBuf {
     root
 }
 
-#[test]
-fn go_standard_library_tests_pass() {
-    let dir = out_dir().join("std");
+/// What one package's `-test.v` output says: tests (and subtests) run, passed,
+/// skipped, failed.
+#[derive(Default, Debug)]
+struct Counts {
+    run: usize,
+    pass: usize,
+    skip: usize,
+    fail: usize,
+}
+
+fn counts(out: &str) -> Counts {
+    let mut c = Counts::default();
+    for l in out.lines() {
+        let l = l.trim_start();
+        if l.starts_with("=== RUN ") {
+            c.run += 1;
+        } else if l.starts_with("--- PASS: ") {
+            c.pass += 1;
+        } else if l.starts_with("--- SKIP: ") {
+            c.skip += 1;
+        } else if l.starts_with("--- FAIL: ") {
+            c.fail += 1;
+        }
+    }
+    c
+}
+
+/// Builds the tests of `packages` with `go test -c` into `dir`, runs each in
+/// onering (`--smp 2`, its rootfs, `-test.short -test.v`, skipping what skips.txt
+/// lists) and on the host (in its source directory, nothing skipped), prints the
+/// counts of both, and fails naming every package that did not pass in onering.
+fn run_standard_library_tests(dir: &str, packages: &[&str]) {
+    let dir = out_dir().join(dir);
     std::fs::create_dir_all(&dir).unwrap();
     // One `go test -c` for all.
     let out = go()
         .args(["test", "-c", "-o"])
         .arg(&dir)
-        .args(PACKAGES)
+        .args(packages)
         .output()
         .expect("go (the Go toolchain must be installed)");
     assert!(out.status.success(), "go test -c: {}", text(&out.stderr));
     let goroot = text(&go().args(["env", "GOROOT"]).output().unwrap().stdout).trim().to_string();
     let mut failed = Vec::new();
-    for pkg in PACKAGES {
+    for pkg in packages {
         let name = pkg.rsplit('/').next().unwrap();
         let bin = dir.join(format!("{name}.test"));
         let src = Path::new(&goroot).join("src").join(pkg);
+        // (A hang is a failure with every goroutine's stack, not a stuck test.)
+        let common = ["-test.short", "-test.v", "-test.timeout=240s"];
         let mut args = vec![
             "run".to_string(),
             "--smp".into(),
@@ -311,19 +364,50 @@ fn go_standard_library_tests_pass() {
             "-w".into(),
             src.to_str().unwrap().into(),
             bin.to_str().unwrap().into(),
-            "-test.short".into(),
         ];
+        args.extend(common.iter().map(|a| a.to_string()));
         let skip = skips(pkg);
         if !skip.is_empty() {
-            args.push(format!("-test.skip=^({})$", skip.join("|")));
+            args.push(format!("-test.skip={}", skip_pattern(&skip)));
         }
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let started = std::time::Instant::now();
         let o = onering(&a);
+        let took = started.elapsed();
         let stdout = text(&o.stdout);
-        eprintln!("{pkg}: {}", stdout.lines().last().unwrap_or(""));
-        if o.status.code() != Some(0) || !stdout.ends_with("PASS\n") {
-            failed.push(format!("{pkg} (status {:?}):\n{stdout}\n{}", o.status.code(), text(&o.stderr)));
+        let host = Command::new(&bin).args(common).current_dir(&src).stdin(Stdio::null()).output().unwrap();
+        let (c, h) = (counts(&stdout), counts(&text(&host.stdout)));
+        eprintln!(
+            "{pkg}: onering ran {} passed {} skipped {} failed {} (skip list: {}) in {:.1} s; host ran {} passed {} skipped {} failed {}",
+            c.run,
+            c.pass,
+            c.skip,
+            c.fail,
+            skip.len(),
+            took.as_secs_f64(),
+            h.run,
+            h.pass,
+            h.skip,
+            h.fail
+        );
+        if o.status.code() != Some(0) || !stdout.ends_with("PASS\n") || c.fail > 0 {
+            let fails: Vec<&str> = stdout.lines().filter(|l| l.trim_start().starts_with("--- FAIL")).collect();
+            failed.push(format!(
+                "{pkg} (status {:?}), failed: {fails:?}\n{stdout}\n{}",
+                o.status.code(),
+                text(&o.stderr)
+            ));
         }
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
+
+#[test]
+fn go_standard_library_tests_pass() {
+    run_standard_library_tests("std", PACKAGES);
+}
+
+#[test]
+fn go_network_standard_library_tests_pass() {
+    run_standard_library_tests("std-net", NET_PACKAGES);
 }

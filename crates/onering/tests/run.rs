@@ -498,8 +498,8 @@ fn unix_sockets_match_the_host() {
 #[test]
 fn inet_sockets_match_the_host() {
     // TCP and UDP echo over 127.0.0.1 and ::1, a dual-stack listener, non-blocking
-    // connect with epoll, half-close, refusals, 1000 concurrent connects to one
-    // listener, options and the errors.
+    // connect with epoll, edge-triggered epoll, half-close, resets, refusals, 1000
+    // concurrent connects to one listener, options and the errors.
     same_as_host_on_1_2_4_vcpus(&musl("inet"));
     same_as_host_on_1_2_4_vcpus(&glibc("inet"));
 }
@@ -509,6 +509,15 @@ fn hostile_socket_arguments_match_the_host() {
     // Bad pointers, lengths, families, option values, msghdr and cmsghdr contents,
     // socket calls on other files: the host's errno for each, never a crash.
     same_as_host_on_1_2_4_vcpus(&musl("hostile_net"));
+}
+
+#[test]
+fn network_interfaces_match_the_host() {
+    // lo as getifaddrs, if_nametoindex and if_nameindex see it (netlink and the
+    // SIOCGIF* ioctls underneath), the ioctls themselves, and NETLINK_ROUTE: dumps,
+    // single requests, acknowledgements, port ids, truncation, errors.
+    same_as_host_on_1_2_4_vcpus(&musl("ifaces"));
+    same_as_host_on_1_2_4_vcpus(&glibc("ifaces"));
 }
 
 #[test]

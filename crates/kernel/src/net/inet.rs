@@ -48,6 +48,11 @@ use spin::{Mutex, Once};
 
 pub const IPPROTO_TCP: u64 = 6;
 pub const IPPROTO_UDP: u64 = 17;
+const IPPROTO_ICMP: u64 = 1;
+const IPPROTO_ICMPV6: u64 = 58;
+/// Protocol numbers Linux knows end below this (IPPROTO_MPTCP is 262).
+const IPPROTO_MAX: u64 = 263;
+const SOCK_RAW: u32 = 3;
 const IPPROTO_IP: u64 = 0;
 const IPPROTO_IPV6: u64 = 41;
 const TCP_NODELAY: u64 = 1;
@@ -90,7 +95,7 @@ const EPHEMERAL: core::ops::RangeInclusive<u16> = 32768..=60999;
 const PUMP_ROUNDS: usize = 4096;
 /// SYNs held for a full backlog, per listener.
 const DEFERRED_MAX: usize = 4096;
-const MTU: usize = 65535;
+pub const MTU: usize = 65535;
 
 // ---- one socket set per smoltcp socket ------------------------------------------
 
@@ -102,6 +107,49 @@ type Ref = u64;
 struct ShardDev<'a> {
     rx: &'a mut VecDeque<Vec<u8>>,
     out: &'a mut Vec<Vec<u8>>,
+}
+
+/// If IP packet `p` is an ICMP or ICMPv6 "destination unreachable" about a UDP
+/// datagram, that datagram's source and destination.
+fn unreachable_udp(p: &[u8]) -> Option<(IpEndpoint, IpEndpoint)> {
+    let ep = |a: IpAddress, port: &[u8]| IpEndpoint::new(a, u16::from_be_bytes([port[0], port[1]]));
+    match p.first()? >> 4 {
+        4 => {
+            let ihl = usize::from(p[0] & 0xf) * 4;
+            // ICMP type 3, then the datagram's IP header and its first 8 bytes.
+            if *p.get(9)? != 1 || *p.get(ihl)? != 3 {
+                return None;
+            }
+            let o = p.get(ihl + 8..)?;
+            let oihl = usize::from(o.first()? & 0xf) * 4;
+            if *o.get(9)? != IPPROTO_UDP as u8 {
+                return None;
+            }
+            let (src, dst) = (o.get(12..16)?, o.get(16..20)?);
+            let udp = o.get(oihl..oihl + 4)?;
+            let v4 = |b: &[u8]| IpAddress::Ipv4(Ipv4Addr::new(b[0], b[1], b[2], b[3]));
+            Some((ep(v4(src), &udp[..2]), ep(v4(dst), &udp[2..])))
+        }
+        6 => {
+            // ICMPv6 type 1, then the datagram's IPv6 header (smoltcp adds no
+            // extension headers) and its first bytes.
+            if *p.get(6)? != 58 || *p.get(40)? != 1 {
+                return None;
+            }
+            let o = p.get(48..)?;
+            if *o.get(6)? != IPPROTO_UDP as u8 {
+                return None;
+            }
+            let v6 = |b: &[u8]| {
+                let mut a = [0u8; 16];
+                a.copy_from_slice(b);
+                IpAddress::Ipv6(Ipv6Addr::from(a))
+            };
+            let udp = o.get(40..44)?;
+            Some((ep(v6(o.get(8..24)?), &udp[..2]), ep(v6(o.get(24..40)?), &udp[2..])))
+        }
+        _ => None,
+    }
 }
 
 struct DevRx(Vec<u8>);
@@ -393,6 +441,10 @@ pub struct Stack {
     out: Vec<Vec<u8>>,
     /// Packets carried (for --stats and tests).
     packets: u64,
+    /// The UDP datagrams ICMP said nobody took (port unreachable), as (source,
+    /// destination) of the datagram: `pump` gives their connected senders
+    /// ECONNREFUSED, as Linux does.
+    unreachable: Vec<(IpEndpoint, IpEndpoint)>,
 }
 
 static STACK: Once<Mutex<Stack>> = Once::new();
@@ -427,6 +479,7 @@ fn stack() -> &'static Mutex<Stack> {
             by_port: BTreeMap::new(),
             out: Vec::new(),
             packets: 0,
+            unreachable: Vec::new(),
         })
     })
 }
@@ -504,6 +557,9 @@ impl Stack {
     /// (ICMP errors, which smoltcp's sockets ignore anyway) are dropped.
     fn route(&mut self, p: Vec<u8>) {
         self.packets += 1;
+        if let Some(u) = unreachable_udp(&p) {
+            self.unreachable.push(u);
+        }
         let Some(f) = route::parse(&p) else { return };
         let to = match f.proto {
             route::IPPROTO_TCP => match self.set.conns.get(&(f.dst, f.src)) {
@@ -619,6 +675,20 @@ impl Stack {
         let mut ids: BTreeSet<u64> = ran.iter().map(|r| self.set.owner(*r)).filter(|o| *o != 0).collect();
         ids.extend(self.listeners.iter().copied());
         ids.extend(also);
+        for (from, to) in core::mem::take(&mut self.unreachable) {
+            // A connected UDP socket learns that its peer's port is closed (an
+            // unconnected one does not, without IP_RECVERR), as Linux.
+            for id in self.by_port.get(&from.port).into_iter().flatten() {
+                let Some(s) = self.socks.get_mut(id) else { continue };
+                if matches!(s.role, Role::Udp(_))
+                    && s.peer == Some(to)
+                    && s.local.is_some_and(|(a, p)| p == from.port && a.is_none_or(|a| a == from.addr))
+                {
+                    s.error = Some(Errno::ECONNREFUSED);
+                    ids.insert(*id);
+                }
+            }
+        }
         let mut keys = Vec::new();
         for id in ids {
             let Some(s) = self.socks.get_mut(&id) else { continue };
@@ -871,10 +941,20 @@ fn wake(keys: Vec<u64>) {
 impl InetSocket {
     /// A new socket (`kind`: SOCK_STREAM or SOCK_DGRAM; `proto` 0 or the match).
     pub fn new(family: u16, kind: u32, proto: u64) -> Result<InetSocket, Errno> {
+        // As Linux: a protocol past IPPROTO_MAX is EINVAL; raw sockets need
+        // CAP_NET_RAW, which the program does not have here (there is no raw
+        // access to anything), EPERM; ICMP "ping" datagram sockets are refused as
+        // Linux's default net.ipv4.ping_group_range refuses everyone, EACCES.
+        if proto >= IPPROTO_MAX {
+            return Err(Errno::EINVAL);
+        }
         let p = match (kind, proto) {
             (SOCK_STREAM, 0 | IPPROTO_TCP) => Proto::Tcp,
             (SOCK_DGRAM, 0 | IPPROTO_UDP) => Proto::Udp,
-            (SOCK_STREAM | SOCK_DGRAM, _) => return Err(Errno::EPROTONOSUPPORT),
+            (SOCK_DGRAM, IPPROTO_ICMP) if family == AF_INET => return Err(Errno::EACCES),
+            (SOCK_DGRAM, IPPROTO_ICMPV6) if family == AF_INET6 => return Err(Errno::EACCES),
+            (SOCK_RAW, 0) | (SOCK_STREAM | SOCK_DGRAM, _) => return Err(Errno::EPROTONOSUPPORT),
+            (SOCK_RAW, _) => return Err(Errno::EPERM),
             _ => return Err(Errno::ESOCKTNOSUPPORT),
         };
         let mut s = stack().lock();
@@ -1290,6 +1370,9 @@ impl Socket for InetSocket {
             let fam = sk.family;
             match sk.role {
                 Role::Udp(h) => {
+                    if let Some(e) = sk.error.take() {
+                        return Err(e); // (before any datagram, as Linux)
+                    }
                     let peer = sk.peer;
                     let u = s.set.get_mut::<udp::Socket>(h);
                     loop {
@@ -1320,11 +1403,17 @@ impl Socket for InetSocket {
                     Err(Errno::EAGAIN)
                 }
                 Role::Conn(h) => {
-                    if let Some(e) = sk.error.take() {
-                        return Err(e);
-                    }
                     if sk.shut_rd {
                         return Ok((0, extra));
+                    }
+                    // As Linux: bytes that came are read before an error (a reset's),
+                    // and after them the peer's FIN is the end of file, the error
+                    // left for SO_ERROR or a write.
+                    let fin = sk.fin;
+                    if s.set.get::<tcp::Socket>(h).recv_queue() == 0 && !fin {
+                        if let Some(e) = s.sock(id)?.error.take() {
+                            return Err(e);
+                        }
                     }
                     let t = s.set.get_mut::<tcp::Socket>(h);
                     if t.recv_queue() == 0 {
@@ -1716,7 +1805,7 @@ impl File for InetSocket {
         let v = match request {
             0x541b => self.inq(),
             0x5411 => self.outq(),
-            _ => return Err(Errno::ENOTTY),
+            _ => return super::iface::ioctl(user, self.domain(), request, arg).unwrap_or(Err(Errno::ENOTTY)),
         };
         user.write(arg, &(v.min(i32::MAX as u64) as u32).to_le_bytes())?;
         Ok(0)

@@ -1,9 +1,13 @@
 //! Socket objects, one kind per file: `unix` (AF_UNIX stream, datagram and
-//! seqpacket, all in the kernel's memory) and `inet` (AF_INET and AF_INET6, TCP and
-//! UDP on smoltcp over loopback). They implement the socket interface
+//! seqpacket, all in the kernel's memory), `inet` (AF_INET and AF_INET6, TCP and
+//! UDP on smoltcp over loopback) and `netlink` (AF_NETLINK's NETLINK_ROUTE: the
+//! interfaces and addresses); `iface` is the one interface, `lo`, and the
+//! interface ioctls every socket takes. They implement the socket interface
 //! (`crate::file::socket`) that the socket system calls (`syscall::net`) use.
 
+pub mod iface;
 pub mod inet;
+pub mod netlink;
 pub mod route;
 pub mod unix;
 

@@ -812,7 +812,7 @@ impl File for UnixSocket {
         let v = match request {
             FIONREAD => self.inq(),
             SIOCOUTQ => self.outq(),
-            _ => return Err(Errno::ENOTTY),
+            _ => return super::iface::ioctl(user, AF_UNIX, request, arg).unwrap_or(Err(Errno::ENOTTY)),
         };
         user.write(arg, &(v.min(i32::MAX as u64) as u32).to_le_bytes())?;
         Ok(0)

@@ -14,6 +14,7 @@ use crate::file::socket::{AF_INET, AF_INET6, AF_UNIX, SOCK_CLOEXEC, SOCK_NONBLOC
 use crate::file::{oflag, FileRef, OpenFile};
 use crate::mm::user::{UserMem, UserMemExt};
 use crate::net::inet::InetSocket;
+use crate::net::netlink::{NetlinkSocket, AF_NETLINK};
 use crate::net::unix::UnixSocket;
 use crate::task::{sched, signal, Ctx};
 use crate::time::{mono_now, real_now};
@@ -207,6 +208,10 @@ pub fn socket(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         }
         d if d == u64::from(AF_INET) || d == u64::from(AF_INET6) => {
             let s = InetSocket::new(d as u16, kind, proto)?;
+            install(ctx, OpenFile::new(s, flags), cloexec)
+        }
+        d if d == u64::from(AF_NETLINK) => {
+            let s = NetlinkSocket::new(kind, proto)?;
             install(ctx, OpenFile::new(s, flags), cloexec)
         }
         d if d >= NPROTO => Err(Errno::EAFNOSUPPORT),
