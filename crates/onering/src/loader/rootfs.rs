@@ -94,7 +94,11 @@ pub fn add_etc(image: &mut Vec<u8>, root: Option<&Path>) {
         Some(_) => {}
         None => push(image, DIR, 0o755, 0, b"etc", b""),
     }
-    for (name, data) in [("etc/hosts", HOSTS), ("etc/hostname", &b"onering\n"[..])] {
+    // No network yet: a resolver asks 127.0.0.1 (refused at once), as glibc, musl
+    // and Go would without the file; names come from /etc/hosts.
+    const RESOLV: &[u8] =
+        b"# onering: this VM has loopback only; names resolve from /etc/hosts\nnameserver 127.0.0.1\n";
+    for (name, data) in [("etc/hosts", HOSTS), ("etc/hostname", &b"onering\n"[..]), ("etc/resolv.conf", RESOLV)] {
         if has(name).is_none() {
             push(image, FILE, 0o644, 0, name.as_bytes(), data);
         }
