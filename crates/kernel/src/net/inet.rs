@@ -18,6 +18,12 @@
 //! - Buffers are fixed when a smoltcp socket is made (SO_RCVBUF/SO_SNDBUF set
 //!   before connect or listen size them); they come from the kernel heap, which
 //!   `--mem` bounds, and exhaustion is ENOBUFS, never a panic.
+//! - Errors are Linux's: `observe` tells a reset from an orderly end (smoltcp
+//!   forgets), closed connections that data still reaches are reset
+//!   (`reset_orphans`), and ICMP port unreachable on the loopback gives a
+//!   connected UDP sender ECONNREFUSED (`unreachable_udp`).
+//! - Readiness: a signature of each socket's state, and a generation bumped
+//!   whenever it changes (what edge-triggered epoll compares).
 
 use crate::errno::{Errno, SysResult};
 use crate::file::socket::{self as sock, msg, opt, Iov, NetEnv, RecvExtra, SendExtra, Socket};
