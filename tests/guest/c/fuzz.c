@@ -186,6 +186,7 @@ static void make_pool(void) {
     pool[i++] = socket(AF_INET, SOCK_DGRAM, 0);
     pool[i++] = socket(AF_INET6, SOCK_STREAM, 0);
     pool[i++] = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    pool[i++] = socket(16 /* AF_NETLINK */, SOCK_RAW | SOCK_NONBLOCK, 0 /* NETLINK_ROUTE */);
     pool[i++] = epoll_create1(0);
     pool[i++] = eventfd(3, EFD_NONBLOCK);
     pool[i++] = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK);

@@ -381,7 +381,58 @@ static void dual_stack(void) {
     socklen_t pl = sizeof peer;
     int a = accept(l, (struct sockaddr *)&peer, &pl);
     CHECK(a >= 0 && pl == sizeof peer && IN6_IS_ADDR_V4MAPPED(&peer.sin6_addr), "the peer is v4-mapped");
-    close(a), close(c), close(l);
+    close(a), close(c);
+    /* 0.0.0.0 on the port of a dual-stack [::] is taken; beside a v6-only one it
+       is free (and the other way round), for TCP and UDP. */
+    struct sockaddr_in v4any = {.sin_family = AF_INET, .sin_port = any.sin6_port};
+    int t = socket(AF_INET, SOCK_STREAM, 0);
+    CHECK_ERR(bind(t, (struct sockaddr *)&v4any, sizeof v4any), EADDRINUSE, "0.0.0.0 beside a dual-stack [::]: EADDRINUSE");
+    close(t), close(l);
+    int one = 1;
+    for (int ty = SOCK_STREAM; ty <= SOCK_DGRAM; ty++) {
+        int six = socket(AF_INET6, ty, 0);
+        setsockopt(six, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        any.sin6_port = 0;
+        len = sizeof any;
+        bind(six, (struct sockaddr *)&any, len);
+        getsockname(six, (struct sockaddr *)&any, &len);
+        v4any.sin_port = any.sin6_port;
+        int four = socket(AF_INET, ty, 0);
+        CHECK(bind(four, (struct sockaddr *)&v4any, sizeof v4any) == 0,
+              ty == SOCK_STREAM ? "TCP: 0.0.0.0 beside a v6-only [::]" : "UDP: 0.0.0.0 beside a v6-only [::]");
+        /* Each gets its own family's traffic only. */
+        struct sockaddr_in to4 = v4any;
+        to4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        struct sockaddr_in6 to6 = any;
+        to6.sin6_addr = in6addr_loopback;
+        int c4 = socket(AF_INET, ty, 0), c6 = socket(AF_INET6, ty, 0);
+        char b[8];
+        int ok;
+        if (ty == SOCK_STREAM) {
+            listen(six, 4), listen(four, 4);
+            ok = connect(c4, (struct sockaddr *)&to4, sizeof to4) == 0 && connect(c6, (struct sockaddr *)&to6, sizeof to6) == 0;
+            struct sockaddr_storage p4, p6;
+            socklen_t l4 = sizeof p4, l6 = sizeof p6;
+            int a4 = accept(four, (struct sockaddr *)&p4, &l4), a6 = accept(six, (struct sockaddr *)&p6, &l6);
+            ok = ok && a4 >= 0 && a6 >= 0 && p4.ss_family == AF_INET && p6.ss_family == AF_INET6 &&
+                 IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&p6)->sin6_addr);
+            /* (The clients close first: TIME-WAIT stays on their ports.) */
+            close(c4), close(c6), close(a4), close(a6);
+            c4 = c6 = -1;
+        } else {
+            sendto(c4, "4", 1, 0, (struct sockaddr *)&to4, sizeof to4);
+            sendto(c6, "6", 1, 0, (struct sockaddr *)&to6, sizeof to6);
+            ok = recv(four, b, 8, MSG_DONTWAIT) == 1 && b[0] == '4' && recv(six, b, 8, MSG_DONTWAIT) == 1 && b[0] == '6' &&
+                 recv(four, b, 8, MSG_DONTWAIT) == -1;
+        }
+        CHECK(ok, ty == SOCK_STREAM ? "TCP: each listener gets its family" : "UDP: each socket gets its family");
+        close(c4), close(c6), close(six);
+        six = socket(AF_INET6, ty, 0);
+        setsockopt(six, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+        CHECK(bind(six, (struct sockaddr *)&any, len) == 0,
+              ty == SOCK_STREAM ? "TCP: and a v6-only [::] beside 0.0.0.0" : "UDP: and a v6-only [::] beside 0.0.0.0");
+        close(six), close(four);
+    }
 }
 
 static void backlog(void) {

@@ -24,6 +24,12 @@
 //! - Buffers are fixed when a smoltcp socket is made (SO_RCVBUF/SO_SNDBUF set
 //!   before connect or listen size them); they come from the kernel heap, which
 //!   `--mem` bounds, and exhaustion is ENOBUFS, never a panic.
+//! - Errors are Linux's: `observe` tells a reset from an orderly end (smoltcp
+//!   forgets), closed connections that data still reaches are reset
+//!   (`reset_orphan`), and ICMP port unreachable on the loopback gives a
+//!   connected UDP sender ECONNREFUSED (`unreachable_udp`).
+//! - Readiness: a signature of each socket's state, and a generation bumped
+//!   whenever it changes (what edge-triggered epoll compares).
 
 use crate::errno::{Errno, SysResult};
 use crate::file::socket::{self as sock, msg, opt, Iov, NetEnv, RecvExtra, SendExtra, Socket};
@@ -815,7 +821,13 @@ impl Stack {
             }
             // Overlap: either is "any" (of the same family, or a dual-stack one).
             let overlap = match (a, addr) {
-                (None, None) => true,
+                // Two "any"s meet where their families do: a v6-only [::] and
+                // 0.0.0.0 share a port, as on Linux.
+                (None, None) => {
+                    let v4 = |s: &Sock| family_covers(s, IpAddress::Ipv4(Ipv4Addr::UNSPECIFIED));
+                    let v6 = |s: &Sock| s.family == AF_INET6;
+                    (v4(s) && v4(mine)) || (v6(s) && v6(mine))
+                }
                 (None, Some(x)) => family_covers(s, x),
                 (Some(x), None) => family_covers(mine, x),
                 (Some(x), Some(y)) => x == y,
@@ -852,8 +864,17 @@ fn family_covers(s: &Sock, x: IpAddress) -> bool {
     }
 }
 
+/// Where smoltcp takes packets for socket `s`. smoltcp's "any" takes both
+/// families, so an AF_INET "any" is the interface's one IPv4 address and a
+/// v6-only one its IPv6 address: a 0.0.0.0 listener then never gets an IPv6
+/// connection, and it and a v6-only [::] may share a port (`port_free`).
 fn listen_endpoint(s: &Sock) -> IpListenEndpoint {
     let (addr, port) = s.local.unwrap_or((None, 0));
+    let addr = addr.or(match s.family {
+        AF_INET => Some(IpAddress::Ipv4(Ipv4Addr::LOCALHOST)),
+        _ if s.opts.v6only => Some(IpAddress::Ipv6(Ipv6Addr::LOCALHOST)),
+        _ => None,
+    });
     IpListenEndpoint { addr, port }
 }
 

@@ -710,6 +710,37 @@ mod tests {
     }
 
     #[test]
+    fn garbage_requests_never_panic() {
+        // Seeded: valid requests with bytes flipped, cut short, or lengths forged.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut by_name = vec![0u8; 16];
+        attr(&mut by_name, IFLA_IFNAME, b"lo\0");
+        let seeds = [
+            request(RTM_GETLINK, NLM_F_REQUEST | NLM_F_DUMP, 1, &[0; 16]),
+            request(RTM_GETADDR, NLM_F_REQUEST | NLM_F_DUMP | NLM_F_ACK, 2, &[AF_INET6]),
+            request(RTM_GETLINK, NLM_F_REQUEST | NLM_F_ACK, 3, &by_name),
+        ];
+        for i in 0..20_000 {
+            let mut m = seeds[i % seeds.len()].clone();
+            m.extend_from_slice(&seeds[(i / 3) % seeds.len()]);
+            for _ in 0..(next() % 4) {
+                let at = (next() as usize) % m.len();
+                m[at] = next() as u8;
+            }
+            let cut = (next() as usize) % (m.len() + 1);
+            for d in answer(&m[..cut], 7) {
+                assert!(d.len() >= 16 && d.len() % 4 == 0);
+            }
+        }
+    }
+
+    #[test]
     fn ports_are_the_pid_then_negative() {
         let a = take_port(0, 77).unwrap();
         let b = take_port(0, 77).unwrap();
