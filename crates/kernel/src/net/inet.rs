@@ -1744,17 +1744,11 @@ impl InetSocket {
 
 impl File for InetSocket {
     fn read(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
-        if off.is_some() {
-            return Err(Errno::ESPIPE);
-        }
-        self.recv(user, &Iov::one(buf, len), 0).map(|r| r.0)
+        super::read(self, user, buf, len, off)
     }
 
     fn write(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
-        if off.is_some() {
-            return Err(Errno::ESPIPE);
-        }
-        self.send(&super::NoEnv, user, &Iov::one(buf, len), SendExtra::default())
+        super::write(self, user, buf, len, off)
     }
 
     fn poll(&self, _: &OpenFile) -> Option<Readiness> {

@@ -12,9 +12,27 @@ pub mod route;
 pub mod unix;
 
 use crate::errno::{Errno, SysResult};
-use crate::file::socket::{self as sock, Cred, NetEnv};
+use crate::file::socket::{self as sock, Cred, Iov, NetEnv, SendExtra, Socket};
+use crate::mm::user::UserMem;
 use alloc::sync::Weak;
 use core::any::Any;
+
+/// `read(2)` on socket `s`: `recv` with no flags (no offsets: ESPIPE). Whatever
+/// came with the data (descriptors passed with it) is dropped, as on Linux.
+pub(crate) fn read(s: &dyn Socket, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+    if off.is_some() {
+        return Err(Errno::ESPIPE);
+    }
+    s.recv(user, &Iov::one(buf, len), 0).map(|r| r.0)
+}
+
+/// `write(2)` on socket `s`: `send` with no destination and no name lookups.
+pub(crate) fn write(s: &dyn Socket, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+    if off.is_some() {
+        return Err(Errno::ESPIPE);
+    }
+    s.send(&NoEnv, user, &Iov::one(buf, len), SendExtra::default())
+}
 
 /// The environment of `write(2)` on a socket: no names to look up.
 struct NoEnv;

@@ -742,20 +742,13 @@ const SIOCOUTQ: u64 = 0x5411;
 
 impl File for UnixSocket {
     fn read(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
-        if off.is_some() {
-            return Err(Errno::ESPIPE);
-        }
-        let (n, extra) = self.recv(user, &Iov::one(buf, len), 0)?;
-        drop(extra); // descriptors sent with data read by read(2) are closed
-        Ok(n)
+        // (Descriptors sent with data read by read(2) are closed.)
+        super::read(self, user, buf, len, off)
     }
 
     fn write(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
-        if off.is_some() {
-            return Err(Errno::ESPIPE);
-        }
-        // (No destination: a datagram socket must be connected. No name lookups.)
-        self.send(&super::NoEnv, user, &Iov::one(buf, len), SendExtra::default())
+        // (No destination: a datagram socket must be connected.)
+        super::write(self, user, buf, len, off)
     }
 
     fn poll(&self, _: &OpenFile) -> Option<Readiness> {
