@@ -495,9 +495,13 @@ pub fn packets() -> u64 {
     STACK.get().map_or(0, |s| s.lock().packets)
 }
 
-/// The next time the stack needs to run (monotonic ns), if any.
+/// The next time the stack needs to run (monotonic ns), if any: now if a pump
+/// stopped at its bound with shards still to run.
 pub fn next_deadline() -> Option<u64> {
     let g = STACK.get()?.lock();
+    if !g.set.dirty.is_empty() || !g.set.nobody_rx.is_empty() {
+        return Some(0);
+    }
     let (at, _) = g.set.timers.first()?;
     Some(((*at).max(0) as u64).saturating_mul(1000))
 }
