@@ -190,11 +190,12 @@ fn epoll_wait_until(
     let max = max as usize;
     let found = wait_for(ctx, deadline, mask, || {
         ctx.user.check(events, max as u64 * 12, true)?;
-        let ready = ep.ep.lock().scan(max);
-        if ready.is_empty() && deadline != Some(0) {
-            // Its files' wake-ups reach the epoll's key (its ready list).
-            return Ok((None, alloc::vec![ep.key()]));
+        let mut s = ep.ep.lock().scan(max);
+        if s.ready.is_empty() && deadline != Some(0) {
+            s.keys.push(ep.key());
+            return Ok((None, s.keys));
         }
+        let ready = s.ready;
         let mut out = Vec::with_capacity(ready.len() * 12);
         for (e, data) in &ready {
             out.extend_from_slice(&e.to_le_bytes());

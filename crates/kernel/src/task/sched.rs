@@ -20,7 +20,6 @@ use crate::placement::{self, CpuState, CpuView, SpinBudget};
 use crate::sigframe;
 use crate::time::mono_now;
 use alloc::collections::{BTreeMap, VecDeque};
-use alloc::sync::Weak;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
 use onering_abi::MAX_CPUS;
@@ -69,22 +68,6 @@ struct Sched {
     live: BTreeMap<u64, &'static Thread>,
     /// Finished threads whose structures (and stacks) can be reused once off-CPU.
     free: Vec<&'static Thread>,
-    /// Watchers by key (epoll registrations): told when the key is woken.
-    watchers: BTreeMap<u64, Vec<Watch>>,
-}
-
-/// A watcher and its tag for the registration.
-type Watch = (Weak<dyn Watcher>, u64);
-
-/// What wants to know when a wait key is woken without a thread sleeping on it:
-/// an epoll's ready list, so that `epoll_wait` looks only at the files that
-/// changed. Called under the scheduler's lock: it may take no lock but a leaf
-/// lock of its own, and its destructor none at all (the last reference may go
-/// under the scheduler's lock).
-pub trait Watcher: Send + Sync {
-    /// Key `tag` (the watcher's name for a registration) was woken; returns a
-    /// further wait key to wake (the epoll's own, for its waiters), if any.
-    fn fired(&self, tag: u64) -> Option<u64>;
 }
 
 static SCHED: Mutex<Sched> = Mutex::new(Sched {
@@ -94,7 +77,6 @@ static SCHED: Mutex<Sched> = Mutex::new(Sched {
     alarms: BTreeMap::new(),
     live: BTreeMap::new(),
     free: Vec::new(),
-    watchers: BTreeMap::new(),
 });
 
 /// What the scheduler calls whenever it looks for work, to pick up what devices
@@ -545,51 +527,8 @@ pub fn finish_wait(key: u64) {
 
 /// Wakes every thread on wait queue `key`.
 pub fn wake_all(key: u64) {
-    let cpus = {
-        let mut s = SCHED.lock();
-        let mut cpus = s.wake_queue(key);
-        if s.watchers.contains_key(&key) {
-            let mut more: Vec<u64> = Vec::new();
-            let mut dead = false;
-            if let Some(ws) = s.watchers.get(&key) {
-                for (w, tag) in ws {
-                    match w.upgrade() {
-                        Some(w) => more.extend(w.fired(*tag)),
-                        None => dead = true,
-                    }
-                }
-            }
-            if dead {
-                if let Some(ws) = s.watchers.get_mut(&key) {
-                    ws.retain(|(w, _)| w.strong_count() > 0);
-                    if ws.is_empty() {
-                        s.watchers.remove(&key);
-                    }
-                }
-            }
-            for k in more {
-                cpus |= s.wake_queue(k);
-            }
-        }
-        cpus
-    };
+    let cpus = SCHED.lock().wake_queue(key);
     notify(cpus);
-}
-
-/// Tells `w` (as `tag`) whenever wait key `key` is woken, until [`unwatch`].
-pub fn watch_key(key: u64, w: Weak<dyn Watcher>, tag: u64) {
-    SCHED.lock().watchers.entry(key).or_default().push((w, tag));
-}
-
-/// Stops telling watcher `w` (as `tag`) about `key`.
-pub fn unwatch_key(key: u64, w: &Weak<dyn Watcher>, tag: u64) {
-    let mut s = SCHED.lock();
-    if let Some(ws) = s.watchers.get_mut(&key) {
-        ws.retain(|(x, t)| !(*t == tag && Weak::ptr_eq(x, w)));
-        if ws.is_empty() {
-            s.watchers.remove(&key);
-        }
-    }
 }
 
 /// Ends thread `t` of a finished process at its next chance (it is blocked, runs
