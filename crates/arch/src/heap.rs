@@ -146,7 +146,10 @@ mod global {
     /// Whether some region has a free block of `layout` now (allocated and freed
     /// at once).
     pub(super) fn has_block(layout: Layout) -> bool {
-        // SAFETY: a block allocated here is freed with the same layout at once.
+        // SAFETY: `alloc` is called with a valid non-zero-size layout (the caller
+        // builds it from a size above half a chunk); a non-null block it returns is
+        // used by nothing and given straight back to `dealloc` with the same layout,
+        // as GlobalAlloc requires.
         unsafe {
             let p = HEAP.alloc(layout);
             if p.is_null() {
@@ -300,8 +303,9 @@ fn grow_run(run: alloc::vec::Vec<Chunk>) -> bool {
     {
         let bottom = onering_abi::layout::direct(phys) as *mut u8;
         // SAFETY: the chunks came out of the chunk allocator, so no one else uses
-        // them, they are consecutive (checked) and forgotten, so they never go
-        // back; all RAM is in the direct map.
+        // them; they are consecutive (checked above); their `Chunk` names are
+        // dropped without being freed, so the allocator never hands them out again;
+        // all RAM is in the direct map.
         unsafe { global::HEAP.0.lock().add(bottom, size) }
     }
     #[cfg(not(target_os = "none"))]

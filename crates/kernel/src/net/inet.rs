@@ -275,10 +275,16 @@ impl Shards {
         if let Some(d) = sh.deadline {
             self.timers.remove(&(d, r));
         }
-        if let Some(v) = self.udp.values_mut().find(|v| v.contains(&r)) {
-            v.retain(|x| *x != r);
+        // A UDP socket leaves its port's list (TCP shards were never on one).
+        if let Some((_, smoltcp::socket::Socket::Udp(u))) = sh.set.iter().next() {
+            let port = u.endpoint().port;
+            if let Some(v) = self.udp.get_mut(&port) {
+                v.retain(|x| *x != r);
+                if v.is_empty() {
+                    self.udp.remove(&port);
+                }
+            }
         }
-        self.udp.retain(|_, v| !v.is_empty());
         self.dirty.remove(&r);
     }
 
@@ -552,7 +558,7 @@ fn readiness_sig(set: &Shards, s: &Sock) -> u64 {
 }
 
 impl Stack {
-    /// Adds a smoltcp socket (a shard of its own) for socket `owner`.
+    /// Adds a smoltcp socket (a shard of its own; the caller names its owner).
     fn add<T: smoltcp::socket::AnySocket<'static>>(&mut self, sock: T) -> Result<Ref, Errno> {
         self.set.add(sock)
     }
