@@ -19,6 +19,13 @@
 //! Finding a block's region on free is a table lookup (the chunk a block lies in
 //! names its region), so thousands of regions cost a free nothing; an allocation
 //! tries the region the last one came from first.
+//!
+//! Small blocks (up to 2 KiB: packets' headers, queue nodes, tree nodes) come from
+//! size classes in front of the lists: a free list per power of two, refilled a
+//! slab at a time from the lists. Taking or returning one is a pointer swap, so
+//! the heap's lock, which every vCPU takes, is held for a few instructions instead
+//! of a first-fit walk. Blocks stay in their class once carved (the classes hold
+//! at most what the program's peak needed of each size).
 
 use crate::mm::Chunk;
 use onering_abi::layout::HUGE_PAGE_SIZE;
@@ -39,6 +46,20 @@ mod global {
     use linked_list_allocator::Heap;
     use onering_abi::layout::{DIRECT_MAP_BASE, HUGE_PAGE_SIZE};
 
+    /// Size classes: 16 B to 2 KiB, powers of two.
+    const CLASSES: usize = 8;
+    const MIN_CLASS: usize = 16;
+    /// Bytes carved into blocks at once when a class is empty.
+    const SLAB: usize = 16 * 1024;
+
+    /// The class of a layout, if it has one: a block of the class's size is big
+    /// enough and aligned enough (slabs are aligned to their class's size).
+    fn class_of(layout: Layout) -> Option<usize> {
+        let size = layout.size().max(layout.align()).max(MIN_CLASS).next_power_of_two();
+        let c = (size.trailing_zeros() - MIN_CLASS.trailing_zeros()) as usize;
+        (c < CLASSES).then_some(c)
+    }
+
     /// No region owns this chunk (the table holds region + 1, so that it is all
     /// zeros at first, in .bss rather than the image).
     const NONE: u16 = 0;
@@ -51,6 +72,9 @@ mod global {
         /// For each chunk of guest RAM, the region made of it (regions added
         /// after the first are whole chunks), or NONE.
         owner: [u16; MAX_CHUNK_INDEX],
+        /// Each size class's free blocks: the address of the first (0: none);
+        /// each free block holds the address of the next.
+        free: [usize; CLASSES],
     }
 
     pub(super) struct Locked(pub spin::Mutex<Heaps>);
@@ -61,6 +85,7 @@ mod global {
         n: 0,
         hint: 0,
         owner: [NONE; MAX_CHUNK_INDEX],
+        free: [0; CLASSES],
     }));
 
     /// The chunk number of a direct-map address.
@@ -97,6 +122,63 @@ mod global {
             self.n == MAX_REGIONS
         }
 
+        /// A block from the lists, first fit (null if none fits).
+        fn first_fit(&mut self, layout: Layout) -> *mut u8 {
+            let Heaps { regions, n, hint, .. } = self;
+            if let Ok(p) = regions[*hint].allocate_first_fit(layout) {
+                return p.as_ptr();
+            }
+            for (i, r) in regions[..*n].iter_mut().enumerate() {
+                if let Ok(p) = r.allocate_first_fit(layout) {
+                    *hint = i;
+                    return p.as_ptr();
+                }
+            }
+            core::ptr::null_mut()
+        }
+
+        /// A block of class `c`: the first free one, or one of a new slab (null
+        /// when the lists have no room for a slab or a block).
+        fn take(&mut self, c: usize) -> *mut u8 {
+            let size = MIN_CLASS << c;
+            if self.free[c] == 0 {
+                let Ok(slab) = Layout::from_size_align(SLAB, size) else {
+                    return core::ptr::null_mut();
+                };
+                let p = self.first_fit(slab);
+                if p.is_null() {
+                    // No room for a slab: one block alone.
+                    return Layout::from_size_align(size, size).map_or(core::ptr::null_mut(), |l| self.first_fit(l));
+                }
+                for i in (0..SLAB / size).rev() {
+                    // SAFETY: the slab is ours alone and SLAB bytes long; block i
+                    // lies inside it, aligned to `size` (>= 8), so its first word
+                    // can hold the list's next address.
+                    unsafe {
+                        let b = p.add(i * size);
+                        b.cast::<usize>().write(self.free[c]);
+                        self.free[c] = b as usize;
+                    }
+                }
+            }
+            let b = self.free[c] as *mut u8;
+            // SAFETY: a free block of the class, carved above or given back by
+            // `give`; its first word holds the next free block's address.
+            self.free[c] = unsafe { b.cast::<usize>().read() };
+            b
+        }
+
+        /// Returns a block of class `c` to its list.
+        ///
+        /// # Safety
+        /// `b` came from `take(c)` and is not used any more.
+        unsafe fn give(&mut self, c: usize, b: *mut u8) {
+            // SAFETY: the block is at least MIN_CLASS bytes, aligned, and ours now
+            // (the caller's contract).
+            unsafe { b.cast::<usize>().write(self.free[c]) };
+            self.free[c] = b as usize;
+        }
+
         /// The region holding `ptr`.
         fn region_of(&mut self, ptr: *mut u8) -> Option<&mut Heap> {
             let first = &self.regions[0];
@@ -112,27 +194,28 @@ mod global {
     }
 
     // SAFETY: every block handed out lies inside one region and is handed out
-    // once until freed (linked_list_allocator's contract); `dealloc` returns a
-    // block to the region whose range contains it, the one it came from (the
-    // owner table maps every chunk of a region to it, and regions never overlap).
+    // once until freed (linked_list_allocator's contract, and a class's list holds
+    // each of its blocks once); the class of a layout is fixed, so `dealloc` gives
+    // a block back to the class it was taken from, or to the region whose range
+    // contains it, the one it came from (the owner table maps every chunk of a
+    // region to it, and regions never overlap).
     unsafe impl GlobalAlloc for Locked {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             let mut h = self.0.lock();
-            let Heaps { regions, n, hint, .. } = &mut *h;
-            if let Ok(p) = regions[*hint].allocate_first_fit(layout) {
-                return p.as_ptr();
+            match class_of(layout) {
+                Some(c) => h.take(c),
+                None => h.first_fit(layout),
             }
-            for (i, r) in regions[..*n].iter_mut().enumerate() {
-                if let Ok(p) = r.allocate_first_fit(layout) {
-                    *hint = i;
-                    return p.as_ptr();
-                }
-            }
-            core::ptr::null_mut()
         }
 
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
             let mut h = self.0.lock();
+            if let Some(c) = class_of(layout) {
+                // SAFETY: a block of this layout came from `take(c)` (alloc's
+                // choice depends on the layout alone); the caller is done with it.
+                unsafe { h.give(c, ptr) };
+                return;
+            }
             if let Some(r) = h.region_of(ptr) {
                 if let Some(p) = NonNull::new(ptr) {
                     // SAFETY: `ptr` came from this region's `allocate_first_fit`
@@ -240,21 +323,19 @@ pub fn ensure(more: usize) -> bool {
 }
 
 /// Makes sure one block of `size` bytes can be allocated (beyond the reserve),
-/// adding a region of consecutive chunks for it if no region has such a block;
-/// false if guest memory has no such run of free chunks. For tables larger than
-/// half a chunk, before a `try_reserve` (which then finds the block unless
-/// another CPU took it first: the allocation stays fallible). Never call it with
-/// the memory lock held.
+/// adding a region of consecutive chunks for it if no region has such a block
+/// (free bytes scattered over holes do not make one); false if guest memory has
+/// no such run of free chunks. For tables larger than half a chunk and buffers
+/// that grow (a file's), before a `try_reserve` (which then finds the block
+/// unless another CPU took it first: the allocation stays fallible). Never call it
+/// with the memory lock held.
 pub fn ensure_block(size: usize) -> bool {
-    if size <= HUGE_PAGE_SIZE as usize / 2 {
-        return ensure(size);
-    }
-    if !ensure(0) {
+    if !ensure(size.min(HUGE_PAGE_SIZE as usize / 2)) {
         return false;
     }
     #[cfg(target_os = "none")]
     {
-        let Ok(layout) = core::alloc::Layout::from_size_align(size, 16) else { return false };
+        let Ok(layout) = core::alloc::Layout::from_size_align(size.max(1), 16) else { return false };
         if global::has_block(layout) {
             return true;
         }

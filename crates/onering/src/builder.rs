@@ -43,6 +43,8 @@ pub struct VmConfig<'a> {
     pub quiet: bool,
     pub rewrite: bool,
     pub vdso: bool,
+    /// The profiler's sampler (`--profile`, `--profile-top`), started with the VM.
+    pub sampler: Option<&'static vstate::sampler::Sampler>,
 }
 
 /// Why the VM could not be built.
@@ -59,6 +61,8 @@ pub enum BuildError {
     Rootfs(#[from] RootfsError),
     #[error("{0}")]
     Bus(#[from] BusError),
+    #[error("cannot start the profiler: {0}")]
+    Sampler(String),
 }
 
 impl BuildError {
@@ -176,5 +180,8 @@ pub fn run(
     // The VM (and its memory) stays until the process exits: its teardown (~0.6 ms
     // here) happens after onering has exited, see sys::exit_leaving_teardown.
     let machine = vstate::Machine::new(mem, bus, vmfd, cpuid, config.smp, stdio, finish);
+    if let Some(s) = config.sampler {
+        machine.profile_with(s).map_err(|e| BuildError::Sampler(e.to_string()))?;
+    }
     Machine::run_boot_cpu(machine, vcpu, &|| trace.mark("first exit from the guest"))
 }

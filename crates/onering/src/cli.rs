@@ -8,11 +8,13 @@ use crate::builder::{self, VmConfig};
 use crate::exit::{self, Outcome};
 use crate::loader::RewriteStats;
 use crate::trace::Trace;
+use crate::{profile, vstate};
 use clap::{Args, Parser, Subcommand};
 use onering_rewrite::elf;
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use vm_memory::GuestMemoryMmap;
 
 #[derive(Parser)]
@@ -72,6 +74,16 @@ struct RunArgs {
     /// (for comparison and debugging).
     #[arg(long)]
     no_vdso: bool,
+    /// Sample the program and the kernel while it runs and write a flame graph (SVG)
+    /// to FILE, and the folded stacks beside it (FILE with the extension .folded).
+    #[arg(long, value_name = "FILE")]
+    profile: Option<std::path::PathBuf>,
+    /// Sample the program and the kernel and print the N hottest functions at exit.
+    #[arg(long, value_name = "N")]
+    profile_top: Option<usize>,
+    /// Samples a second per running vCPU for --profile and --profile-top.
+    #[arg(long, value_name = "HZ", default_value_t = 1000)]
+    profile_hz: u32,
     /// The static x86-64 ELF program.
     program: OsString,
     /// Its arguments (everything after PROGRAM goes to the program).
@@ -126,7 +138,8 @@ impl Failure {
 /// passes `--mem x` to prog), as with `docker run`. clap would still parse options
 /// there, so a `--` goes in front of the program before clap sees the arguments.
 fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
-    const TAKES_VALUE: &[&str] = &["--mem", "--smp", "-e", "--env", "--rootfs", "-w", "--workdir"];
+    const TAKES_VALUE: &[&str] =
+        &["--mem", "--smp", "-e", "--env", "--rootfs", "-w", "--workdir", "--profile", "--profile-top", "--profile-hz"];
     let Some(run) = args.iter().position(|a| a == "run") else {
         return args;
     };
@@ -276,11 +289,26 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         quiet: args.quiet,
         rewrite: !args.no_rewrite,
         vdso: !args.no_vdso,
+        sampler: (args.profile.is_some() || args.profile_top.is_some())
+            .then(|| vstate::sampler::Sampler::new(args.profile_hz, args.smp)),
     };
     let (stats, ncpus) = (args.stats, args.smp);
+    let profile = config.sampler.map(|sampler| {
+        let (bias, _) = crate::loader::placement(&prog);
+        let symbols = profile::Symbols::new(
+            onering_rewrite::functions::named_functions(&file),
+            bias,
+            |a| crate::embedded::kernel_symbols::lookup(a).map(|(name, _)| name),
+            onering_abi::layout::KERNEL_VBASE,
+        );
+        (sampler, symbols, args.profile.clone(), args.profile_top)
+    });
     let on_exit: builder::OnExit = Box::new(move |mem, outcome, rewritten| {
         if stats {
             print_stats(mem, rewritten, ncpus);
+        }
+        if let Some((sampler, symbols, file, top)) = &profile {
+            report_profile(sampler, symbols, file.as_deref(), *top);
         }
         report(outcome)
     });
@@ -291,6 +319,47 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
             Failure::Onering(e.to_string())
         }
     })
+}
+
+/// `--profile FILE` and `--profile-top N`: writes the flame graph and the folded
+/// stacks, prints the hottest functions; a failure to write is reported, and does
+/// not change the program's exit status.
+fn report_profile(
+    sampler: &vstate::sampler::Sampler,
+    symbols: &profile::Symbols,
+    file: Option<&Path>,
+    top: Option<usize>,
+) {
+    let (samples, took) = sampler.take();
+    say!(
+        "onering: profile: {} samples at {} Hz a vCPU over {:.2} s (halted vCPUs are not sampled)",
+        samples.total(),
+        sampler.hz,
+        took.as_secs_f64()
+    );
+    if let Some(n) = top {
+        say!("{}", profile::top(&samples, symbols, n).trim_end());
+        if std::env::var_os("ONERING_PROFILE_ADDRESSES").is_some() {
+            for (addr, count) in samples.leaves().into_iter().take(n) {
+                say!("{count:>7}  {addr:#x}  {}", symbols.name(addr));
+            }
+        }
+    }
+    let Some(file) = file else {
+        return;
+    };
+    let folded = profile::folded(&samples, symbols);
+    let folded_path = file.with_extension("folded");
+    let written = std::fs::write(&folded_path, folded.iter().map(|l| format!("{l}\n")).collect::<String>())
+        .map_err(|e| format!("{}: {e}", folded_path.display()))
+        .and_then(|()| profile::flame_graph(&folded, "onering profile"))
+        .and_then(|svg| std::fs::write(file, svg).map_err(|e| format!("{}: {e}", file.display())));
+    match written {
+        Ok(()) => {
+            say!("onering: profile: flame graph in {}, folded stacks in {}", file.display(), folded_path.display())
+        }
+        Err(e) => say!("onering: profile: {e}"),
+    }
 }
 
 fn signal_name(sig: u64) -> String {

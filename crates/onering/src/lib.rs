@@ -49,6 +49,7 @@ pub mod event_loop;
 pub mod exit;
 pub mod layout;
 pub mod loader;
+pub mod profile;
 pub mod sys;
 pub mod trace;
 pub mod vstate;

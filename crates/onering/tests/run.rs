@@ -819,3 +819,39 @@ fn a_closed_pipe_ends_the_program_with_sigpipe_as_on_linux() {
     assert_eq!(o.status.code(), Some(141), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(stderr(&o), "", "no message for a broken pipe");
 }
+
+/// The profiler (`--profile`, `--profile-top`): a C program that spends most of
+/// its time in one function of its own and the rest writing to /dev/null is
+/// profiled; the table names that function first and the kernel's write path
+/// below it, the folded stacks parse (`frames count`, vCPU at the root), and the
+/// flame graph is an SVG document. The program's output and status are untouched.
+#[test]
+fn the_profiler_names_the_hot_function_and_the_kernel_path() {
+    let bin = musl("hot");
+    let dir = out_dir().join("profile");
+    std::fs::create_dir_all(&dir).unwrap();
+    let svg = dir.join("hot.svg");
+    let o = run_args(&["--profile", svg.to_str().unwrap(), "--profile-top", "10"], &bin);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("hot "), "{}", stdout(&o));
+    let err = stderr(&o);
+    let table: Vec<&str> = err.lines().skip_while(|l| !l.contains("self%")).skip(1).collect();
+    assert!(table.first().is_some_and(|l| l.ends_with("burn_cycles")), "{err}");
+    assert!(table.iter().any(|l| l.contains("onering_kernel::syscall::fs::write")), "{err}");
+    let folded = std::fs::read_to_string(dir.join("hot.folded")).unwrap();
+    for line in folded.lines() {
+        let (stack, count) = line.rsplit_once(' ').unwrap();
+        assert!(count.parse::<u64>().is_ok() && stack.starts_with("vcpu"), "{line}");
+    }
+    assert!(folded.lines().any(|l| l.contains(";burn_cycles ")), "{folded}");
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>") && svg.contains("burn_cycles"));
+}
+
+/// `onering run ARGS... BIN`.
+fn run_args(args: &[&str], bin: &Path) -> Output {
+    let mut a = vec!["run"];
+    a.extend_from_slice(args);
+    a.push(bin.to_str().unwrap());
+    onering(&a)
+}

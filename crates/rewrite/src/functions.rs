@@ -97,6 +97,7 @@ struct SectionHeader {
     addr: u64,
     offset: u64,
     size: u64,
+    link: u32,
     entsize: u64,
 }
 
@@ -117,38 +118,58 @@ fn section_header(file: &[u8], at: u64) -> Option<SectionHeader> {
         addr: u64_at(h, 16)?,
         offset: u64_at(h, 24)?,
         size: u64_at(h, 32)?,
+        link: u32_at(h, 40)?,
         entsize: u64_at(h, 56)?,
     })
 }
 
 /// Function symbols `(address, size)` from the symbol table, if the file has one;
 /// empty for a stripped or malformed file. Used to decode code function by function.
-/// Only the first `SHT_SYMTAB` is read (ELF allows one): a file that names the same
-/// table many times must not multiply the work.
 pub fn functions(file: &[u8]) -> Vec<(u64, u64)> {
-    let Some(symtab) = section_headers(file).find(|h| h.kind == SHT_SYMTAB) else {
-        return Vec::new();
-    };
-    if symtab.entsize < SYM_SIZE {
-        return Vec::new();
-    }
-    let mut out = Vec::new();
-    // Symbols that lie in the file; the count follows from the size, and stops at
-    // the end of the file.
-    for j in 0..symtab.size / symtab.entsize {
-        let Some(sym) = symtab.offset.checked_add(j * symtab.entsize).and_then(|at| slice(file, at, SYM_SIZE)) else {
-            break;
-        };
-        let (Some(info), Some(value), Some(size)) = (u8_at(sym, 4), u64_at(sym, 8), u64_at(sym, 16)) else {
-            break;
-        };
-        if info & 0xf == STT_FUNC && size > 0 && value != 0 {
-            out.push((value, size));
-        }
-    }
+    let mut out: Vec<(u64, u64)> = function_symbols(file).map(|(value, size, _)| (value, size)).collect();
     out.sort_unstable();
     out.dedup_by_key(|f| f.0);
     out
+}
+
+/// Function symbols with their names `(address, size, name)`, sorted by address
+/// (unbiased), for naming addresses in a profile; names that are not in the file or
+/// not UTF-8 are replaced by `?` or lossily converted. Empty for a stripped file.
+pub fn named_functions(file: &[u8]) -> Vec<(u64, u64, String)> {
+    let mut out: Vec<(u64, u64, String)> = function_symbols(file)
+        .map(|(value, size, name)| {
+            (value, size, name.map_or_else(|| "?".into(), |n| String::from_utf8_lossy(n).into()))
+        })
+        .collect();
+    out.sort_unstable_by_key(|f| f.0);
+    out.dedup_by_key(|f| f.0);
+    out
+}
+
+/// The function symbols of the symbol table `(value, size, name)` in file order.
+/// Only the first `SHT_SYMTAB` is read (ELF allows one): a file that names the same
+/// table many times must not multiply the work. The count follows from the size and
+/// stops at the end of the file.
+fn function_symbols(file: &[u8]) -> impl Iterator<Item = (u64, u64, Option<&[u8]>)> + '_ {
+    let symtab = section_headers(file).find(|h| h.kind == SHT_SYMTAB).filter(|h| h.entsize >= SYM_SIZE);
+    let strings = symtab
+        .and_then(|t| {
+            let shoff = u64_at(file, 40)?;
+            let shentsize = u64::from(u16_at(file, 58)?);
+            section_header(file, shoff.checked_add(u64::from(t.link).checked_mul(shentsize)?)?)
+        })
+        .and_then(|h| slice(file, h.offset, h.size));
+    let (offset, count, entsize) = symtab.map_or((0, 0, SYM_SIZE), |t| (t.offset, t.size / t.entsize, t.entsize));
+    (0..count)
+        .map_while(move |j| {
+            let sym = offset.checked_add(j * entsize).and_then(|at| slice(file, at, SYM_SIZE))?;
+            Some((u32_at(sym, 0)?, u8_at(sym, 4)?, u64_at(sym, 8)?, u64_at(sym, 16)?))
+        })
+        .filter(|&(_, info, value, size)| info & 0xf == STT_FUNC && size > 0 && value != 0)
+        .map(move |(name, _, value, size)| {
+            let name = strings.and_then(|s| s.get(name as usize..)).and_then(|s| s.split(|b| *b == 0).next());
+            (value, size, name)
+        })
 }
 
 /// A section's bytes and address, by name; None if it is absent or any header on

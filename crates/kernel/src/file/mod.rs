@@ -154,11 +154,13 @@ pub trait File: Send + Sync + 'static {
         None
     }
 
-    /// Whether its reads or writes may wait for the host (the standard streams: a
-    /// hostcall that returns when the host's stdin has data or its stdout has
-    /// room). Other files' operations are short and may run under the descriptor
-    /// table's lock (see `syscall::fs::read`). Fixed for the object's life.
-    fn host_io(&self) -> bool {
+    /// Whether its reads or writes may be long: wait for the host (the standard
+    /// streams: a hostcall that returns when the host's stdin has data or its
+    /// stdout has room) or run a protocol stack under a lock of their own (TCP and
+    /// UDP sockets). Other files' operations are short and may run under the
+    /// descriptor table's lock (see `syscall::fs::read`); long ones must not, or
+    /// every thread's file calls wait for them. Fixed for the object's life.
+    fn long_io(&self) -> bool {
         false
     }
 
@@ -185,10 +187,10 @@ pub struct OpenFile {
     /// Access mode and status flags (`O_APPEND`, `O_NONBLOCK`, ...).
     flags: AtomicU32,
     offset: AtomicU64,
-    /// The object's `wait_key` and `host_io`, which never change: read on every
+    /// The object's `wait_key` and `long_io`, which never change: read on every
     /// read and write, so kept here rather than asked for each time.
     key: Option<u64>,
-    host_io: bool,
+    long_io: bool,
 }
 
 impl core::fmt::Debug for OpenFile {
@@ -201,8 +203,8 @@ pub type FileRef = Arc<OpenFile>;
 
 impl OpenFile {
     pub fn new(obj: impl File, flags: u32) -> FileRef {
-        let (key, host_io) = (obj.wait_key(), obj.host_io());
-        Arc::new(OpenFile { obj: Box::new(obj), flags: AtomicU32::new(flags), offset: AtomicU64::new(0), key, host_io })
+        let (key, long_io) = (obj.wait_key(), obj.long_io());
+        Arc::new(OpenFile { obj: Box::new(obj), flags: AtomicU32::new(flags), offset: AtomicU64::new(0), key, long_io })
     }
 
     /// The object.
@@ -269,9 +271,9 @@ impl OpenFile {
         self.key
     }
 
-    /// Whether its reads or writes may wait for the host (`File::host_io`).
-    pub fn host_io(&self) -> bool {
-        self.host_io
+    /// Whether its reads or writes may be long (`File::long_io`).
+    pub fn long_io(&self) -> bool {
+        self.long_io
     }
 
     pub fn node(&self) -> Option<Ino> {

@@ -40,13 +40,26 @@ impl File for NodeFile {
     fn write(&self, of: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
         let len = len.min(MAX_RW_COUNT);
         let now = crate::time::real_now();
+        // Where the write goes: the offset given, the end of the file (O_APPEND) or
+        // the file's position.
+        let position = |v: &crate::vfs::tree::Vfs| match off {
+            Some(o) => o,
+            None if of.flags() & oflag::O_APPEND != 0 => v.node(self.node.ino).size(),
+            None => of.offset(),
+        };
+        let grows = {
+            let v = self.node.vfs.lock();
+            position(&v).checked_add(len).filter(|end| v.outgrows(self.node.ino, *end))
+        };
+        if let Some(end) = grows {
+            // A file is one buffer: the heap needs one free block of its new size,
+            // not only as many free bytes (made here, outside the tree's lock; the
+            // write stays fallible, ENOSPC).
+            let _ = onering_arch::heap::ensure_block(end as usize);
+        }
         let (at, n) = {
             let mut v = self.node.vfs.lock();
-            let at = match off {
-                Some(o) => o,
-                None if of.flags() & oflag::O_APPEND != 0 => v.node(self.node.ino).size(),
-                None => of.offset(),
-            };
+            let at = position(&v);
             // Checked first: a bad buffer must not grow the file.
             user.check(buf, len, false)?;
             let n = v.write_with(self.node.ino, at, len as usize, now, |dst| user.read(buf, dst))?;

@@ -134,7 +134,7 @@ impl File for StdinFile {
 
     /// (A read makes a hostcall and copies out under the stdin lock: not under the
     /// descriptor table's.)
-    fn host_io(&self) -> bool {
+    fn long_io(&self) -> bool {
         true
     }
 
@@ -198,7 +198,7 @@ impl File for StdoutFile {
         Some(self.node.ino)
     }
 
-    fn host_io(&self) -> bool {
+    fn long_io(&self) -> bool {
         true
     }
 

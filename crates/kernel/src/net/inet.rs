@@ -39,12 +39,13 @@ use crate::mm::user::UserMem;
 use crate::net::route;
 use crate::task::sched;
 use crate::time::mono_now;
-use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
+use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use core::any::Any;
 use core::net::{Ipv4Addr, Ipv6Addr};
+use core::sync::atomic::{AtomicU64, Ordering};
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::{tcp, udp};
@@ -431,7 +432,13 @@ struct Sock {
     key: u64,
     seen: u64,
     gen: u64,
+    /// What `publish` last made of it, shared with the socket's file.
+    ready: Arc<Ready>,
 }
+
+/// A socket's published readiness: its generation (low 32 bits) above its
+/// events. Its address is the socket's wait key.
+struct Ready(AtomicU64);
 
 /// The network stack.
 pub struct Stack {
@@ -534,6 +541,76 @@ fn tcp_socket(rx: usize, tx: usize) -> Result<tcp::Socket<'static>, Errno> {
     // Loopback loses nothing: acknowledge at once (no delayed-ACK stalls).
     s.set_ack_delay(None);
     Ok(s)
+}
+
+/// The `poll` events of socket `sk`.
+fn events(set: &Shards, sk: &Sock) -> u32 {
+    use ev::*;
+    let mut e = 0;
+    if sk.error.is_some() {
+        e |= ERR;
+    }
+    match &sk.role {
+        Role::Fresh => {
+            if sk.proto == Proto::Tcp {
+                e |= OUT | WRNORM | HUP;
+            } else {
+                e |= OUT | WRNORM;
+            }
+        }
+        Role::Udp(h) => {
+            let u = set.get::<udp::Socket>(*h);
+            if u.can_recv() {
+                e |= IN | RDNORM;
+            }
+            if u.can_send() {
+                e |= OUT | WRNORM;
+            }
+        }
+        Role::Listener { ready, .. } => {
+            if !ready.is_empty() {
+                e |= IN | RDNORM;
+            }
+        }
+        Role::Conn(h) => {
+            let t = set.get::<tcp::Socket>(*h);
+            let st = t.state();
+            if t.recv_queue() > 0 || sk.shut_rd {
+                e |= IN | RDNORM;
+            }
+            let rd_done = !t.may_recv() && !matches!(st, tcp::State::SynSent | tcp::State::SynReceived);
+            if rd_done {
+                e |= IN | RDNORM | RDHUP;
+            }
+            if matches!(st, tcp::State::Established | tcp::State::CloseWait) && t.can_send() && !sk.shut_wr {
+                e |= OUT | WRNORM;
+            }
+            if st == tcp::State::Closed || (rd_done && sk.shut_wr) {
+                e |= HUP;
+                if !sk.shut_wr {
+                    e |= OUT | WRNORM;
+                }
+            }
+        }
+    }
+    e
+}
+
+/// Publishes socket `sk`'s readiness for `InetSocket::poll`: its events, and a
+/// generation bumped when they or the state behind them changed (what epoll's
+/// edge triggering compares; the state itself comes back to old values, as a
+/// listener's queue going 1, 0, 1, and an edge-triggered waiter would miss the
+/// second connection). Whether anything changed (then its waiters are woken).
+fn publish(set: &Shards, sk: &mut Sock) -> bool {
+    let e = events(set, sk);
+    let sig = readiness_sig(set, sk) ^ u64::from(e).rotate_left(24);
+    let changed = sig != sk.seen;
+    if changed {
+        sk.seen = sig;
+        sk.gen = sk.gen.wrapping_add(1);
+    }
+    sk.ready.0.store((sk.gen & 0xffff_ffff) << 32 | u64::from(e), Ordering::Release);
+    changed
 }
 
 fn readiness_sig(set: &Shards, s: &Sock) -> u64 {
@@ -643,6 +720,11 @@ impl Stack {
     /// sockets whose readiness changed (to wake once the lock is dropped): those
     /// of the shards that ran, the listeners, and `also`.
     fn pump(&mut self, also: Option<u64>) -> Vec<u64> {
+        if self.set.dirty.is_empty() && self.set.nobody_rx.is_empty() && self.unreachable.is_empty() {
+            // No shard has work (the last pump left the listeners settled): only
+            // the call's own socket may have changed.
+            return self.changed(also.into_iter().collect());
+        }
         let t = now();
         let mut ran = BTreeSet::new();
         for _ in 0..PUMP_ROUNDS {
@@ -705,6 +787,19 @@ impl Stack {
                 }
             }
         }
+        self.changed(ids)
+    }
+
+    /// Publishes socket `id`'s readiness again after a change outside `pump`.
+    fn republish(&mut self, id: u64) {
+        if let Some(sk) = self.socks.get_mut(&id) {
+            publish(&self.set, sk);
+        }
+    }
+
+    /// The wait keys of sockets among `ids` whose readiness changed (each one's
+    /// generation is bumped).
+    fn changed(&mut self, ids: BTreeSet<u64>) -> Vec<u64> {
         let mut keys = Vec::new();
         for id in ids {
             let Some(s) = self.socks.get_mut(&id) else { continue };
@@ -713,10 +808,7 @@ impl Stack {
                     observe(s, self.set.get::<tcp::Socket>(c));
                 }
             }
-            let sig = readiness_sig(&self.set, s);
-            if sig != s.seen {
-                s.seen = sig;
-                s.gen += 1;
+            if publish(&self.set, s) {
                 keys.push(s.key);
             }
         }
@@ -959,8 +1051,7 @@ fn local_addr(a: IpAddress) -> bool {
 /// An AF_INET or AF_INET6 socket's file object: an id in the stack's table.
 pub struct InetSocket {
     id: u64,
-    /// Its address is the socket's wait key.
-    anchor: Box<u64>,
+    ready: Arc<Ready>,
 }
 
 fn wake(keys: Vec<u64>) {
@@ -991,9 +1082,9 @@ impl InetSocket {
         let mut s = stack().lock();
         let id = s.next_id;
         s.next_id += 1;
-        let anchor = Box::new(id);
-        let key = key_of(&*anchor);
-        let sock = Sock {
+        let ready = Arc::new(Ready(AtomicU64::new(0)));
+        let key = key_of(&*ready);
+        let mut sock = Sock {
             family,
             proto: p,
             local: None,
@@ -1010,13 +1101,15 @@ impl InetSocket {
             key,
             seen: 0,
             gen: 0,
+            ready: ready.clone(),
         };
+        publish(&s.set, &mut sock);
         s.socks.insert(id, sock);
-        Ok(InetSocket { id, anchor })
+        Ok(InetSocket { id, ready })
     }
 
     fn key(&self) -> u64 {
-        key_of(&*self.anchor)
+        key_of(&*self.ready)
     }
 
     /// Runs `f` on the stack and this socket, pumps, and wakes.
@@ -1214,9 +1307,9 @@ impl Socket for InetSocket {
             sk.synced = true;
             sk.state = tcp::State::Established;
             observe(sk, t);
-            let sig = readiness_sig(&s.set, &s.socks[&new.id]);
-            if let Some(sk) = s.socks.get_mut(&new.id) {
-                sk.seen = sig;
+            let Stack { set, socks, .. } = &mut *s;
+            if let Some(sk) = socks.get_mut(&new.id) {
+                publish(set, sk);
             }
             remote.map_or_else(|| encode(fam, None, 0), |e| encode(fam, Some(e.addr), e.port))
         };
@@ -1288,8 +1381,11 @@ impl Socket for InetSocket {
         // from SO_ERROR or from the blocking caller's wait.
         match self.connect_done() {
             Err(e) if e != Errno::EINPROGRESS => {
-                if let Ok(sk) = stack().lock().sock(self.id) {
+                let mut s = stack().lock();
+                let Stack { set, socks, .. } = &mut *s;
+                if let Some(sk) = socks.get_mut(&self.id) {
                     sk.error = Some(e);
+                    publish(set, sk);
                 }
                 Err(Errno::EINPROGRESS)
             }
@@ -1446,7 +1542,10 @@ impl Socket for InetSocket {
                             return Err(e);
                         }
                     }
-                    let t = s.set.get_mut::<tcp::Socket>(h);
+                    // (Looked at first without marking the shard for the pump: a
+                    // read that finds nothing, as every non-blocking reader's last,
+                    // changes nothing.)
+                    let t = s.set.get::<tcp::Socket>(h);
                     if t.recv_queue() == 0 {
                         return match t.state() {
                             tcp::State::SynSent | tcp::State::SynReceived | tcp::State::Established => {
@@ -1456,6 +1555,7 @@ impl Socket for InetSocket {
                             _ => Ok((0, extra)),
                         };
                     }
+                    let t = s.set.get_mut::<tcp::Socket>(h);
                     let mut got = 0u64;
                     if peek {
                         let mut tmp = vec![0u8; (want as usize).min(t.recv_queue())];
@@ -1501,7 +1601,6 @@ impl Socket for InetSocket {
             if how != SHUT_RD {
                 sk.shut_wr = true;
             }
-            sk.seen = 0; // readiness changed: wake pollers
             if how != SHUT_RD {
                 s.set.get_mut::<tcp::Socket>(h).close();
             }
@@ -1538,50 +1637,11 @@ impl Socket for InetSocket {
 
     fn getopt(&self, level: u64, name: u64) -> Result<Vec<u8>, Errno> {
         let mut s = stack().lock();
-        let sk = s.sock(self.id)?;
-        let int = |v: i32| Ok(v.to_le_bytes().to_vec());
-        let o = &sk.opts;
-        match (level, name) {
-            (opt::SOL_SOCKET, opt::SO_TYPE) => int(if sk.proto == Proto::Tcp { 1 } else { 2 }),
-            (opt::SOL_SOCKET, opt::SO_DOMAIN) => int(i32::from(sk.family)),
-            (opt::SOL_SOCKET, opt::SO_PROTOCOL) => {
-                int(if sk.proto == Proto::Tcp { IPPROTO_TCP as i32 } else { IPPROTO_UDP as i32 })
-            }
-            (opt::SOL_SOCKET, opt::SO_ERROR) => int(sk.error.take().map_or(0, |e| e as i32)),
-            (opt::SOL_SOCKET, opt::SO_ACCEPTCONN) => int(matches!(sk.role, Role::Listener { .. }) as i32),
-            (opt::SOL_SOCKET, opt::SO_REUSEADDR) => int(o.reuseaddr as i32),
-            (opt::SOL_SOCKET, opt::SO_REUSEPORT) => int(o.reuseport as i32),
-            (opt::SOL_SOCKET, opt::SO_KEEPALIVE) => int(o.keepalive as i32),
-            (opt::SOL_SOCKET, opt::SO_BROADCAST) => int(o.broadcast as i32),
-            (opt::SOL_SOCKET, opt::SO_SNDBUF) => int(o.sndbuf as i32),
-            (opt::SOL_SOCKET, opt::SO_RCVBUF) => int(o.rcvbuf as i32),
-            (opt::SOL_SOCKET, opt::SO_RCVTIMEO) => Ok(sock::timeval_bytes(o.rcvtimeo)),
-            (opt::SOL_SOCKET, opt::SO_SNDTIMEO) => Ok(sock::timeval_bytes(o.sndtimeo)),
-            (opt::SOL_SOCKET, opt::SO_LINGER) => Ok(o.linger.to_vec()),
-            (IPPROTO_TCP, _) if sk.proto != Proto::Tcp => Err(Errno::EOPNOTSUPP),
-            (IPPROTO_TCP, TCP_NODELAY) => int(o.nodelay as i32),
-            (IPPROTO_TCP, TCP_MAXSEG) => int((MTU - 40) as i32),
-            (IPPROTO_TCP, TCP_KEEPIDLE) => int(o.keepidle),
-            (IPPROTO_TCP, TCP_KEEPINTVL) => int(o.keepintvl),
-            (IPPROTO_TCP, TCP_KEEPCNT) => int(o.keepcnt),
-            (IPPROTO_TCP, TCP_INFO) => Ok(vec![0u8; 104]),
-            (IPPROTO_TCP, TCP_CONGESTION) => Ok(b"reno\0\0\0\0\0\0\0\0\0\0\0\0".to_vec()),
-            (IPPROTO_IP, IP_TTL) | (IPPROTO_IPV6, IPV6_UNICAST_HOPS) => int(o.ttl),
-            (IPPROTO_IPV6, IPV6_V6ONLY) if sk.family == AF_INET6 => int(o.v6only as i32),
-            (l, n) => match o.misc.iter().find(|m| m.0 == (l, n)) {
-                Some(m) => int(m.1),
-                None if known_opt(l, n) => int(0),
-                // As Linux's ip_getsockopt: an IPv4 socket knows no other level.
-                None if sk.family == AF_INET
-                    && ![opt::SOL_SOCKET, IPPROTO_TCP, IPPROTO_UDP, IPPROTO_IP].contains(&l) =>
-                {
-                    Err(Errno::EOPNOTSUPP)
-                }
-                None => Err(Errno::ENOPROTOOPT),
-            },
-        }
+        let r = Self::getopt_in(&mut s, self.id, level, name);
+        // (SO_ERROR takes the error: ERR goes.)
+        s.republish(self.id);
+        r
     }
-
     fn setopt(&self, level: u64, name: u64, val: &[u8]) -> SysResult {
         let id = self.id;
         self.with(|s| {
@@ -1736,6 +1796,52 @@ fn observe(s: &mut Sock, t: &tcp::Socket) {
 }
 
 impl InetSocket {
+    /// `getopt` on the locked stack.
+    fn getopt_in(s: &mut Stack, id: u64, level: u64, name: u64) -> Result<Vec<u8>, Errno> {
+        let sk = s.sock(id)?;
+        let int = |v: i32| Ok(v.to_le_bytes().to_vec());
+        let o = &sk.opts;
+        match (level, name) {
+            (opt::SOL_SOCKET, opt::SO_TYPE) => int(if sk.proto == Proto::Tcp { 1 } else { 2 }),
+            (opt::SOL_SOCKET, opt::SO_DOMAIN) => int(i32::from(sk.family)),
+            (opt::SOL_SOCKET, opt::SO_PROTOCOL) => {
+                int(if sk.proto == Proto::Tcp { IPPROTO_TCP as i32 } else { IPPROTO_UDP as i32 })
+            }
+            (opt::SOL_SOCKET, opt::SO_ERROR) => int(sk.error.take().map_or(0, |e| e as i32)),
+            (opt::SOL_SOCKET, opt::SO_ACCEPTCONN) => int(matches!(sk.role, Role::Listener { .. }) as i32),
+            (opt::SOL_SOCKET, opt::SO_REUSEADDR) => int(o.reuseaddr as i32),
+            (opt::SOL_SOCKET, opt::SO_REUSEPORT) => int(o.reuseport as i32),
+            (opt::SOL_SOCKET, opt::SO_KEEPALIVE) => int(o.keepalive as i32),
+            (opt::SOL_SOCKET, opt::SO_BROADCAST) => int(o.broadcast as i32),
+            (opt::SOL_SOCKET, opt::SO_SNDBUF) => int(o.sndbuf as i32),
+            (opt::SOL_SOCKET, opt::SO_RCVBUF) => int(o.rcvbuf as i32),
+            (opt::SOL_SOCKET, opt::SO_RCVTIMEO) => Ok(sock::timeval_bytes(o.rcvtimeo)),
+            (opt::SOL_SOCKET, opt::SO_SNDTIMEO) => Ok(sock::timeval_bytes(o.sndtimeo)),
+            (opt::SOL_SOCKET, opt::SO_LINGER) => Ok(o.linger.to_vec()),
+            (IPPROTO_TCP, _) if sk.proto != Proto::Tcp => Err(Errno::EOPNOTSUPP),
+            (IPPROTO_TCP, TCP_NODELAY) => int(o.nodelay as i32),
+            (IPPROTO_TCP, TCP_MAXSEG) => int((MTU - 40) as i32),
+            (IPPROTO_TCP, TCP_KEEPIDLE) => int(o.keepidle),
+            (IPPROTO_TCP, TCP_KEEPINTVL) => int(o.keepintvl),
+            (IPPROTO_TCP, TCP_KEEPCNT) => int(o.keepcnt),
+            (IPPROTO_TCP, TCP_INFO) => Ok(vec![0u8; 104]),
+            (IPPROTO_TCP, TCP_CONGESTION) => Ok(b"reno\0\0\0\0\0\0\0\0\0\0\0\0".to_vec()),
+            (IPPROTO_IP, IP_TTL) | (IPPROTO_IPV6, IPV6_UNICAST_HOPS) => int(o.ttl),
+            (IPPROTO_IPV6, IPV6_V6ONLY) if sk.family == AF_INET6 => int(o.v6only as i32),
+            (l, n) => match o.misc.iter().find(|m| m.0 == (l, n)) {
+                Some(m) => int(m.1),
+                None if known_opt(l, n) => int(0),
+                // As Linux's ip_getsockopt: an IPv4 socket knows no other level.
+                None if sk.family == AF_INET
+                    && ![opt::SOL_SOCKET, IPPROTO_TCP, IPPROTO_UDP, IPPROTO_IP].contains(&l) =>
+                {
+                    Err(Errno::EOPNOTSUPP)
+                }
+                None => Err(Errno::ENOPROTOOPT),
+            },
+        }
+    }
+
     /// After connect started: done, EINPROGRESS for the caller to wait, or the
     /// error the handshake ended with.
     fn connect_done(&self) -> SysResult {
@@ -1743,6 +1849,7 @@ impl InetSocket {
         let sk = s.sock(self.id)?;
         let Role::Conn(h) = sk.role else { return Ok(0) };
         if let Some(e) = sk.error.take() {
+            s.republish(self.id);
             return Err(e);
         }
         match s.set.get::<tcp::Socket>(h).state() {
@@ -1753,6 +1860,12 @@ impl InetSocket {
 }
 
 impl File for InetSocket {
+    /// Reads and writes run smoltcp under the stack's lock: not under the
+    /// descriptor table's too.
+    fn long_io(&self) -> bool {
+        true
+    }
+
     fn read(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
         super::read(self, user, buf, len, off)
     }
@@ -1761,65 +1874,11 @@ impl File for InetSocket {
         super::write(self, user, buf, len, off)
     }
 
+    /// The readiness the stack last published for this socket: an atomic load,
+    /// no lock (epoll and poll look at every socket they watch on every wait).
     fn poll(&self, _: &OpenFile) -> Option<Readiness> {
-        use ev::*;
-        let mut s = stack().lock();
-        let sk = s.socks.get(&self.id)?;
-        let mut e = 0;
-        if sk.error.is_some() {
-            e |= ERR;
-        }
-        match &sk.role {
-            Role::Fresh => {
-                if sk.proto == Proto::Tcp {
-                    e |= OUT | WRNORM | HUP;
-                } else {
-                    e |= OUT | WRNORM;
-                }
-            }
-            Role::Udp(h) => {
-                let u = s.set.get::<udp::Socket>(*h);
-                if u.can_recv() {
-                    e |= IN | RDNORM;
-                }
-                if u.can_send() {
-                    e |= OUT | WRNORM;
-                }
-            }
-            Role::Listener { ready, .. } => {
-                if !ready.is_empty() {
-                    e |= IN | RDNORM;
-                }
-            }
-            Role::Conn(h) => {
-                let t = s.set.get::<tcp::Socket>(*h);
-                let st = t.state();
-                if t.recv_queue() > 0 || sk.shut_rd {
-                    e |= IN | RDNORM;
-                }
-                let rd_done = !t.may_recv() && !matches!(st, tcp::State::SynSent | tcp::State::SynReceived);
-                if rd_done {
-                    e |= IN | RDNORM | RDHUP;
-                }
-                if matches!(st, tcp::State::Established | tcp::State::CloseWait) && t.can_send() && !sk.shut_wr {
-                    e |= OUT | WRNORM;
-                }
-                if st == tcp::State::Closed || (rd_done && sk.shut_wr) {
-                    e |= HUP;
-                    if !sk.shut_wr {
-                        e |= OUT | WRNORM;
-                    }
-                }
-            }
-        }
-        let sig = readiness_sig(&s.set, sk);
-        let key = sk.key;
-        let sk = s.socks.get_mut(&self.id)?;
-        if sig != sk.seen {
-            sk.seen = sig;
-            sk.gen += 1;
-        }
-        Some(Readiness { events: e, gen: sk.gen, key })
+        let v = self.ready.0.load(Ordering::Acquire);
+        Some(Readiness { events: v as u32, gen: v >> 32, key: key_of(&*self.ready) })
     }
 
     fn wait_key(&self) -> Option<u64> {

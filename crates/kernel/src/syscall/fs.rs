@@ -149,7 +149,7 @@ const QUICK_MAX: u64 = 64 * 1024;
 pub fn read(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, buf, len, ..] = f.args();
     if len <= QUICK_MAX {
-        let quick = ctx.with_file(fd, |of| (!of.host_io()).then(|| of.read(ctx.user, buf, len, None)))?;
+        let quick = ctx.with_file(fd, |of| (!of.long_io()).then(|| of.read(ctx.user, buf, len, None)))?;
         match quick {
             Some(Err(Errno::EAGAIN)) | None => {}
             Some(r) => return r,
@@ -165,7 +165,7 @@ pub fn write(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let mut done = 0;
     if len <= QUICK_MAX {
         let quick = ctx.with_file(fd, |of| {
-            if of.host_io() {
+            if of.long_io() {
                 return None;
             }
             let r = of.write(ctx.user, buf, len, None);

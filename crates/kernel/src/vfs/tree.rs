@@ -641,6 +641,12 @@ impl Vfs {
 
     /// Writes `len` bytes at `offset`, filled in place by `fill` (a copy from user
     /// memory), growing the file. If `fill` fails, the file is as it was in size.
+    /// Whether writing up to byte `end` of file `ino` must move it to a larger
+    /// buffer (the caller may make room in the heap first, outside this lock).
+    pub fn outgrows(&self, ino: Ino, end: u64) -> bool {
+        matches!(&self.node(ino).data, Data::File(v) if end > v.capacity() as u64)
+    }
+
     pub fn write_with(
         &mut self,
         ino: Ino,

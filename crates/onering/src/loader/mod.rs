@@ -114,7 +114,7 @@ pub struct RewriteStats {
 }
 
 /// Where the program goes: the load bias (static-pie) and the end of its image.
-fn placement(prog: &Program) -> (u64, u64) {
+pub fn placement(prog: &Program) -> (u64, u64) {
     let (lo, hi) = prog.span();
     // Addresses wrap (a hostile file may place a static-pie anywhere); the loader's
     // range check rejects whatever does not land in user space.

@@ -103,3 +103,40 @@ pub fn monotonic_ns() -> u64 {
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64).saturating_mul(1_000_000_000).saturating_add(ts.tv_nsec as u64)
 }
+
+/// The signal that interrupts a vCPU thread's KVM_RUN so the profiler can read its
+/// registers (a real-time signal nothing else in onering uses).
+pub fn sample_signal() -> i32 {
+    libc::SIGRTMIN() + 3
+}
+
+extern "C" fn interrupt_only(_: libc::c_int) {}
+
+/// Installs a handler for `sample_signal` that does nothing: its only effect is that
+/// the thread's KVM_RUN (or futex wait) returns with EINTR (no SA_RESTART).
+pub fn install_sample_signal() {
+    // SAFETY: as in `forward_signals`: a zeroed sigaction with a handler that does
+    // nothing at all, an empty mask and no flags.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = interrupt_only as extern "C" fn(libc::c_int) as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sample_signal(), &sa, std::ptr::null_mut());
+    }
+}
+
+/// The calling thread's handle, for `interrupt_thread`.
+pub fn this_thread() -> u64 {
+    // SAFETY: pthread_self has no preconditions.
+    unsafe { libc::pthread_self() as u64 }
+}
+
+/// Sends `sample_signal` to `thread` (from `this_thread` of a thread that lives until
+/// the process exits, as vCPU threads do).
+pub fn interrupt_thread(thread: u64) {
+    // SAFETY: vCPU threads never exit before the process does, so the handle stays
+    // valid; the signal's handler is installed before any thread is sent one.
+    unsafe {
+        libc::pthread_kill(thread as libc::pthread_t, sample_signal());
+    }
+}

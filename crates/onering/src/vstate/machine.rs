@@ -80,6 +80,8 @@ pub struct Machine {
     /// that stops the VM at once (0: none).
     first_stop: AtomicU64,
     forced: AtomicU64,
+    /// The profiler's sampler (`--profile`), if on (set before the VM runs).
+    sampler: OnceLock<&'static super::sampler::Sampler>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -113,6 +115,7 @@ impl Machine {
             finish,
             first_stop: AtomicU64::new(0),
             forced: AtomicU64::new(0),
+            sampler: OnceLock::new(),
         }));
         if MACHINE.set(m).is_ok() {
             crate::sys::signals::forward_signals(on_host_signal);
@@ -165,6 +168,15 @@ impl Machine {
         let _ = self.vm.signal_msi(msi);
     }
 
+    /// Has the vCPUs sampled by `sampler` (`--profile`) and starts it; before the
+    /// VM runs.
+    pub fn profile_with(&'static self, sampler: &'static super::sampler::Sampler) -> std::io::Result<()> {
+        if self.sampler.set(sampler).is_ok() {
+            sampler.start()?;
+        }
+        Ok(())
+    }
+
     /// Runs vCPU 0 on the calling thread; ends the process when the VM ends.
     pub fn run_boot_cpu(&'static self, mut vcpu: VcpuFd, first_exit: &dyn Fn()) -> ! {
         crate::sys::precise_timers();
@@ -179,13 +191,21 @@ impl Machine {
             if forced != 0 {
                 return Outcome::Stopped(forced);
             }
-            let exit = match vcpu.run() {
+            let sampler = self.sampler.get();
+            if let Some(s) = sampler {
+                s.enter(cpu);
+            }
+            let run = vcpu.run().map(VmExit::from_kvm);
+            if let Some(s) = sampler {
+                s.leave(cpu, vcpu, &self.mem);
+            }
+            let exit = match run {
                 Ok(e) => {
                     if first {
                         first = false;
                         first_exit();
                     }
-                    VmExit::from_kvm(e)
+                    e
                 }
                 Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => continue,
                 Err(e) => return Outcome::GuestError(format!("KVM_RUN failed on vCPU {cpu}: {e}")),
