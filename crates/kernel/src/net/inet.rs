@@ -305,6 +305,20 @@ impl Shards {
         self.udp.entry(port).or_default().push(r);
     }
 
+    /// Marks the shards whose timer is due at `now` (µs) to run.
+    fn due(&mut self, now: i64) {
+        while let Some(&(at, r)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.timers.remove(&(at, r));
+            if let Some(sh) = self.map.get_mut(&r) {
+                sh.deadline = None;
+            }
+            self.dirty.insert(r);
+        }
+    }
+
     /// Keeps the connection table and the timers up to date for shard `r`
     /// (after it ran).
     fn refile(&mut self, iface: &mut Interface, t: Instant, r: Ref) {
@@ -506,6 +520,14 @@ fn stack() -> &'static Mutex<Stack> {
 /// Packets the loopback device has carried.
 pub fn packets() -> u64 {
     STACK.get().map_or(0, |s| s.lock().packets)
+}
+
+/// Runs the stack's timers that are due (and wakes whom they concern); for
+/// waits that are not on one socket (poll, select, epoll).
+pub fn tick() {
+    let Some(stack) = STACK.get() else { return };
+    let keys = stack.lock().pump(None);
+    wake(keys);
 }
 
 /// The next time the stack needs to run (monotonic ns), if any: now if a pump
@@ -720,12 +742,13 @@ impl Stack {
     /// sockets whose readiness changed (to wake once the lock is dropped): those
     /// of the shards that ran, the listeners, and `also`.
     fn pump(&mut self, also: Option<u64>) -> Vec<u64> {
+        let t = now();
+        self.set.due(t.total_micros());
         if self.set.dirty.is_empty() && self.set.nobody_rx.is_empty() && self.unreachable.is_empty() {
             // No shard has work (the last pump left the listeners settled): only
             // the call's own socket may have changed.
             return self.changed(also.into_iter().collect());
         }
-        let t = now();
         let mut ran = BTreeSet::new();
         for _ in 0..PUMP_ROUNDS {
             if !self.set.nobody_rx.is_empty() {

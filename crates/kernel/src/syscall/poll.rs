@@ -131,8 +131,20 @@ fn wait_for<T>(
             }
             Ok((None, _)) => {}
         }
-        let w = sched::block(deadline);
+        // Wake for the TCP/IP stack's next timer too (a retransmission, a
+        // keep-alive, a closing connection's), and run it: a program that only
+        // ever waits here (Go's network poller) has no other thread to do it.
+        let timer = crate::net::inet::next_deadline();
+        let until = match (deadline, timer) {
+            (Some(d), Some(t)) => Some(d.min(t)),
+            (d, t) => d.or(t),
+        };
+        let w = sched::block(until);
         unwait();
+        if w == Wake::TimedOut && deadline.is_none_or(|d| mono_now() < d) {
+            crate::net::inet::tick();
+            continue;
+        }
         match w {
             Wake::Interrupted => {
                 // The temporary mask stays until the signal that it let in has
