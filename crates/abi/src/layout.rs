@@ -49,7 +49,13 @@ pub const MAX_RAM: u64 = 64 << 30;
 pub const LAPIC_PHYS: u64 = 0xfee0_0000;
 /// Writing a hostcall number here exits to the VMM (no memory behind it).
 pub const HOSTCALL_DOORBELL_PHYS: u64 = 0xfef0_0000;
-/// The 2 MiB page holding the LAPIC and the doorbell, mapped in the direct map.
+/// The virtio-net device's registers (virtio-mmio version 2, one page: registers
+/// from 0, the device's configuration from 0x100), when the VM has one
+/// (`BootInfo::net`). In the page after the doorbell, so the direct map's MMIO
+/// page already maps it.
+pub const VIRTIO_NET_PHYS: u64 = 0xfef0_1000;
+/// The 2 MiB page holding the LAPIC, the doorbell and the virtio-net registers,
+/// mapped in the direct map.
 pub const MMIO_PAGE_PHYS: u64 = 0xfee0_0000;
 
 /// Per-CPU kernel stacks, allocated by the VMM after the kernel image.

@@ -16,7 +16,7 @@ pub mod layout;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 11;
+pub const ABI_VERSION: u64 = 12;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -178,6 +178,31 @@ pub struct BootInfo {
     /// `nsegments` 0: unknown (the whole image stays readable and writable).
     pub segments: [Segment; MAX_SEGMENTS],
     pub nsegments: u64,
+    /// The network device and the VM's address on it (`--net`, `-p`).
+    pub net: NetInfo,
+}
+
+/// The VM's network device: a virtio-net device at `layout::VIRTIO_NET_PHYS`
+/// (virtio-mmio version 2, queue 0 receive, queue 1 transmit), and the static
+/// address configuration the VMM chose with its back end (no DHCP needed). IPv4
+/// addresses are in network byte order in the low 4 bytes (`u32::from_be_bytes`
+/// of the octets); 0 means none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NetInfo {
+    /// 1: the device is there; 0: loopback only (`--net none`, the default).
+    pub present: u64,
+    /// The device's MAC address in the low 6 bytes, first octet lowest (also in the
+    /// device's configuration space).
+    pub mac: u64,
+    /// The VM's IPv4 address and prefix length, its default gateway (where the
+    /// host is reachable with `--net user`), and the DNS server for resolv.conf.
+    pub ipv4: u64,
+    pub prefix4: u64,
+    pub gateway4: u64,
+    pub dns4: u64,
+    /// The link's MTU (1500 unless the back end says otherwise).
+    pub mtu: u64,
 }
 
 /// A loadable segment: `[start, end)` in user memory with its `PROT_*` bits.
