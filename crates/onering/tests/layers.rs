@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 #[rustfmt::skip]
 const LAYERS: &[&[&str]] = &[
     &["sys", "embedded", "trace"],
-    &["layout"],
+    &["layout", "profile"],
     &["arch", "devices", "event_loop"],
     &["loader", "exit"],
     &["vstate"],
