@@ -15,9 +15,11 @@
 //! - `boot`, `heap`, `hostcall`, `events`, `supervisor`, `panic`: boot resources,
 //!   the kernel heap, the VMM doorbell, the VMM's device completions, the
 //!   privileged operations, the panic handler.
+//! - `virtio`: the network device (`virtio-drivers` over the MMIO transport).
 //!
 //! Layering: this crate names nothing above it. It depends only on `onering-abi`
-//! (the VMM interface) and two small no_std crates (spin locks, a list allocator).
+//! (the VMM interface) and three no_std crates (spin locks, a list allocator, the
+//! virtio drivers).
 //!
 //! On the host (the kernel's unit tests) the crate builds too: the pure parts work
 //! as in the guest; the machine parts are stand-ins for one pretend CPU (no context
@@ -43,6 +45,7 @@ pub mod sref;
 pub mod supervisor;
 pub mod task;
 pub mod user;
+pub mod virtio;
 
 pub use frame::{FaultFrame, SyscallFrame, UserRegs};
 /// Names the kernel's four entry hooks, which the assembly calls:

@@ -48,6 +48,7 @@ fn setup(boot: Boot) {
     // that running out is ENOSPC or EAGAIN for the program, never a kernel panic.
     vfs.set_limit(bi.heap_size as usize / 2);
     crate::pipebuf::set_budget(bi.heap_size as usize / 4);
+    crate::net::inet::configure_link(bi.net);
     rootfs::load(&mut vfs, boot.rootfs);
     let cwd = if boot.workdir.is_empty() { ROOT } else { vfs.lookup(ROOT, boot.workdir, true).unwrap_or(ROOT) };
     let mut execfn = alloc::vec![0u8; bi.execfn_len.min(4096) as usize];

@@ -36,6 +36,7 @@ use crate::file::socket::{self as sock, msg, opt, Iov, NetEnv, RecvExtra, SendEx
 use crate::file::socket::{AF_INET, AF_INET6, SHUT_RD, SHUT_RDWR, SHUT_WR, SOCK_DGRAM, SOCK_STREAM};
 use crate::file::{ev, key_of, mode, File, FileRef, Meta, OpenFile, Readiness};
 use crate::mm::user::UserMem;
+use crate::net::ether::Ether;
 use crate::net::route;
 use crate::task::sched;
 use crate::time::mono_now;
@@ -478,9 +479,84 @@ pub struct Stack {
     /// destination) of the datagram: `pump` gives their connected senders
     /// ECONNREFUSED, as Linux does.
     unreachable: Vec<(IpEndpoint, IpEndpoint)>,
+    /// The network device and its link layer, when the VM has one.
+    link: Option<Link>,
+}
+
+/// The VM's network device, seen from the stack: packets to addresses beyond the
+/// VM leave through it (framed by `ether`), frames it receives come in through
+/// `route` like the loopback's packets.
+struct Link {
+    nic: onering_arch::virtio::Nic,
+    ether: Ether,
+    /// The VM's IPv4 address on it.
+    ip: Ipv4Addr,
 }
 
 static STACK: Once<Mutex<Stack>> = Once::new();
+
+/// The network device the VMM described (`BootInfo::net`), set at boot.
+static LINK: Once<onering_abi::NetInfo> = Once::new();
+
+/// Receive buffers posted to the device.
+const RX_BUFFERS: usize = 128;
+/// Frames taken from the device per look.
+const RX_BATCH: usize = 256;
+
+/// Tells the stack about the VM's network device (at boot, before any socket).
+pub fn configure_link(info: onering_abi::NetInfo) {
+    if info.present != 0 {
+        LINK.call_once(|| info);
+    }
+}
+
+/// An address in a `NetInfo` field.
+fn v4(field: u64) -> Ipv4Addr {
+    Ipv4Addr::from((field as u32).to_be_bytes())
+}
+
+/// Opens the device and gives the interface the VM's address and default route.
+fn open_link(iface: &mut Interface) -> Option<Link> {
+    let info = LINK.get()?;
+    let nic = onering_arch::virtio::Nic::open(info.mtu as usize, RX_BUFFERS)?;
+    let ip = v4(info.ipv4);
+    let gateway = v4(info.gateway4);
+    let prefix = (info.prefix4 as u8).min(32);
+    iface.update_ip_addrs(|a| {
+        let _ = a.push(IpCidr::new(IpAddress::Ipv4(ip), prefix));
+    });
+    if !gateway.is_unspecified() {
+        let _ = iface.routes_mut().add_default_ipv4_route(gateway);
+    }
+    let ether = Ether::new(nic.mac(), ip, prefix, gateway);
+    Some(Link { nic, ether, ip })
+}
+
+/// The destination address of IP packet `p`.
+fn packet_dst(p: &[u8]) -> Option<IpAddress> {
+    match p.first()? >> 4 {
+        4 => Some(IpAddress::Ipv4(Ipv4Addr::from(<[u8; 4]>::try_from(p.get(16..20)?).ok()?))),
+        6 => Some(IpAddress::Ipv6(Ipv6Addr::from(<[u8; 16]>::try_from(p.get(24..40)?).ok()?))),
+        _ => None,
+    }
+}
+
+/// Looks at the network device from the scheduler (a vCPU about to idle or run a
+/// thread): runs the stack if frames came. Skipped while another CPU holds the
+/// stack (it looks at the device in its own pump).
+pub fn poll_link() {
+    if LINK.get().is_none() {
+        return;
+    }
+    let Some(stack) = STACK.get() else { return };
+    let Some(mut s) = stack.try_lock() else { return };
+    if !s.link.as_ref().is_some_and(|l| l.nic.has_rx()) {
+        return;
+    }
+    let keys = s.pump(None);
+    drop(s);
+    wake(keys);
+}
 
 fn now() -> Instant {
     Instant::from_micros((mono_now() / 1000) as i64)
@@ -500,6 +576,7 @@ fn stack() -> &'static Mutex<Stack> {
             let _ = a.push(IpCidr::new(IpAddress::v6(0, 0, 0, 0, 0, 0, 0, 1), 128));
         });
         set.nobody = Some(SocketSet::new(Vec::new()));
+        let link = open_link(&mut iface);
         Mutex::new(Stack {
             iface,
             set,
@@ -513,6 +590,7 @@ fn stack() -> &'static Mutex<Stack> {
             out: Vec::new(),
             packets: 0,
             unreachable: Vec::new(),
+            link,
         })
     })
 }
@@ -672,6 +750,10 @@ impl Stack {
     /// (ICMP errors, which smoltcp's sockets ignore anyway) are dropped.
     fn route(&mut self, p: Vec<u8>) {
         self.packets += 1;
+        if packet_dst(&p).is_some_and(|d| !self.is_local(d)) {
+            self.link_out(p);
+            return;
+        }
         if let Some(u) = unreachable_udp(&p) {
             self.unreachable.push(u);
         }
@@ -703,6 +785,73 @@ impl Stack {
         }
     }
 
+    /// Whether `a` is one of the VM's own addresses (loopback's, the device's).
+    fn is_local(&self, a: IpAddress) -> bool {
+        match a {
+            IpAddress::Ipv4(v) => v.is_loopback() || self.link.as_ref().is_some_and(|l| l.ip == v),
+            IpAddress::Ipv6(v) => v == Ipv6Addr::LOCALHOST,
+        }
+    }
+
+    /// Whether packets to `a` go anywhere: the VM's own addresses, and IPv4
+    /// addresses beyond it when there is a device (IPv6 stays inside for now).
+    fn reachable(&self, a: IpAddress) -> bool {
+        self.is_local(a) || (self.link.is_some() && matches!(a, IpAddress::Ipv4(v) if !v.is_unspecified()))
+    }
+
+    /// The source address for a packet to `dst` from a socket bound to "any":
+    /// None (smoltcp's choice, the loopback address) inside the VM, the device's
+    /// address beyond it, or `dst` itself when it is the device's address.
+    fn source_for(&self, dst: IpAddress) -> Option<IpAddress> {
+        let link = self.link.as_ref()?;
+        match dst {
+            IpAddress::Ipv4(v) if !v.is_loopback() => Some(IpAddress::Ipv4(link.ip)),
+            _ => None,
+        }
+    }
+
+    /// IP packet `p` leaves through the device (dropped without one).
+    fn link_out(&mut self, p: Vec<u8>) {
+        let Some(link) = self.link.as_mut() else { return };
+        if p.first().is_some_and(|v| v >> 4 != 4) {
+            link.ether.dropped += 1;
+            return;
+        }
+        let mut frames = Vec::new();
+        link.ether.output(p, mono_now(), &mut frames);
+        for f in frames {
+            if !link.nic.send(&f) {
+                link.ether.dropped += 1;
+            }
+        }
+    }
+
+    /// Takes in what the device received: IP packets are routed (to the shards
+    /// they are for), ARP is answered. Whether anything came.
+    fn link_in(&mut self) -> bool {
+        let Some(link) = self.link.as_mut() else { return false };
+        if !link.nic.has_rx() {
+            return false;
+        }
+        let (mut packets, mut replies) = (Vec::new(), Vec::new());
+        let t = mono_now();
+        let Link { nic, ether, .. } = link;
+        nic.recv(RX_BATCH, |f| {
+            if let Some(p) = ether.input(f, t, &mut replies) {
+                packets.push(p);
+            }
+        });
+        for f in replies {
+            if !nic.send(&f) {
+                ether.dropped += 1;
+            }
+        }
+        for p in packets {
+            self.route(p);
+        }
+        true
+    }
+
     /// The listener for a SYN to `dst` (an exact address before "any"), and its
     /// listening smoltcp socket (None: its backlog is full).
     fn listener_for(&self, dst: IpEndpoint) -> Option<(u64, Option<Ref>)> {
@@ -731,8 +880,14 @@ impl Stack {
     /// The UDP socket bound to `dst` (an exact address before "any").
     fn udp_for(&self, dst: IpEndpoint) -> Option<Ref> {
         let v = self.set.udp.get(&dst.port)?;
-        let addr = |r: &Ref| self.set.get::<udp::Socket>(*r).endpoint().addr;
-        v.iter().find(|r| addr(r) == Some(dst.addr)).or_else(|| v.iter().find(|r| addr(r).is_none())).copied()
+        let sock = |r: &Ref| self.socks.get(&self.set.owner(*r));
+        let bound = |r: &&Ref| sock(r).and_then(|s| s.local).map(|(a, _)| a);
+        v.iter()
+            .find(|r| bound(r) == Some(Some(dst.addr)))
+            .or_else(|| {
+                v.iter().find(|r| bound(r) == Some(None) && sock(r).is_some_and(|s| family_covers(s, dst.addr)))
+            })
+            .copied()
     }
 
     /// Runs the shards that have work until none has: each takes in the packets
@@ -744,6 +899,7 @@ impl Stack {
     fn pump(&mut self, also: Option<u64>) -> Vec<u64> {
         let t = now();
         self.set.due(t.total_micros());
+        self.link_in();
         if self.set.dirty.is_empty() && self.set.nobody_rx.is_empty() && self.unreachable.is_empty() {
             // No shard has work (the last pump left the listeners settled): only
             // the call's own socket may have changed.
@@ -759,7 +915,7 @@ impl Stack {
                 nobody_rx.clear();
             } else {
                 let Some(r) = self.set.dirty.pop_first() else {
-                    if self.tend_listeners() {
+                    if self.tend_listeners() || self.link_in() {
                         continue;
                     }
                     break;
@@ -989,17 +1145,13 @@ fn family_covers(s: &Sock, x: IpAddress) -> bool {
     }
 }
 
-/// Where smoltcp takes packets for socket `s`. smoltcp's "any" takes both
-/// families, so an AF_INET "any" is the interface's one IPv4 address and a
-/// v6-only one its IPv6 address: a 0.0.0.0 listener then never gets an IPv6
-/// connection, and it and a v6-only [::] may share a port (`port_free`).
+/// Where smoltcp takes packets for socket `s`: its address, or smoltcp's "any"
+/// (None), which takes both families and every address of the VM. Which family
+/// and address a socket bound to "any" takes is `route`'s choice (`listener_for`,
+/// `udp_for`: a 0.0.0.0 socket never gets IPv6, a v6-only [::] never IPv4), so
+/// the two may share a port (`port_free`).
 fn listen_endpoint(s: &Sock) -> IpListenEndpoint {
     let (addr, port) = s.local.unwrap_or((None, 0));
-    let addr = addr.or(match s.family {
-        AF_INET => Some(IpAddress::Ipv4(Ipv4Addr::LOCALHOST)),
-        _ if s.opts.v6only => Some(IpAddress::Ipv6(Ipv6Addr::LOCALHOST)),
-        _ => None,
-    });
     IpListenEndpoint { addr, port }
 }
 
@@ -1059,14 +1211,6 @@ fn encode(family: u16, addr: Option<IpAddress>, port: u16) -> Vec<u8> {
         v.extend_from_slice(&[0; 4]);
     }
     v
-}
-
-/// Whether `a` is an address of this machine.
-fn local_addr(a: IpAddress) -> bool {
-    match a {
-        IpAddress::Ipv4(v) => v == Ipv4Addr::LOCALHOST,
-        IpAddress::Ipv6(v) => v == Ipv6Addr::LOCALHOST,
-    }
 }
 
 // ---- the file object ---------------------------------------------------------------
@@ -1248,7 +1392,7 @@ impl Socket for InetSocket {
         self.with(|s| {
             let fam = s.sock(id)?.family;
             let (a, mut port) = parse_addr(fam, addr)?;
-            if a.is_some_and(|a| !local_addr(a)) {
+            if a.is_some_and(|a| !s.is_local(a)) {
                 return Err(Errno::EADDRNOTAVAIL);
             }
             if s.sock(id)?.local.is_some() {
@@ -1379,12 +1523,14 @@ impl Socket for InetSocket {
                 return Err(Errno::ECONNREFUSED);
             }
             let a = a.unwrap_or(IpAddress::Ipv4(Ipv4Addr::LOCALHOST));
-            if !local_addr(a) {
-                return Err(Errno::ENETUNREACH); // no network device yet
+            if !s.reachable(a) {
+                return Err(Errno::ENETUNREACH);
             }
             Self::autobind(s, id)?;
+            let source = s.source_for(a);
             let sk = s.sock(id)?;
             let (la, lp) = sk.local.unwrap_or((None, 0));
+            let la = la.or(source);
             let (rb, tb, nodelay) = (sk.opts.rcvbuf as usize, sk.opts.sndbuf as usize, sk.opts.nodelay);
             let mut t = tcp_socket(rx_size(rb), tx_size(tb))?;
             t.set_nagle_enabled(!nodelay);
@@ -1448,9 +1594,13 @@ impl Socket for InetSocket {
                         }
                         None => sk.peer.ok_or(Errno::EDESTADDRREQ)?,
                     };
-                    if !local_addr(dest.addr) {
+                    if !s.reachable(dest.addr) {
                         return Err(Errno::ENETUNREACH);
                     }
+                    let source = match s.sock(id)?.local {
+                        Some((Some(_), _)) => None,
+                        _ => s.source_for(dest.addr),
+                    };
                     if len as usize > UDP_MAX {
                         return Err(Errno::EMSGSIZE);
                     }
@@ -1460,7 +1610,8 @@ impl Socket for InetSocket {
                     iov.read_at(user, 0, &mut data)?;
                     let h = Self::udp(s, id)?;
                     let u = s.set.get_mut::<udp::Socket>(h);
-                    match u.send_slice(&data, dest) {
+                    let meta = udp::UdpMetadata { endpoint: dest, local_address: source, meta: Default::default() };
+                    match u.send_slice(&data, meta) {
                         Ok(()) => Ok(len),
                         Err(udp::SendError::BufferFull) => Err(Errno::EAGAIN),
                         Err(udp::SendError::Unaddressable) => Err(Errno::EINVAL),

@@ -5,6 +5,7 @@
 //! interface ioctls every socket takes. They implement the socket interface
 //! (`crate::file::socket`) that the socket system calls (`syscall::net`) use.
 
+pub mod ether;
 pub mod iface;
 pub mod inet;
 pub mod netlink;

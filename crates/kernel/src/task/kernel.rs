@@ -101,6 +101,7 @@ pub fn service_events(idle: bool) -> u64 {
         k.console.flush_due();
     }
     super::itimer::fire_due(crate::time::mono_now());
+    crate::net::inet::poll_link();
     let pending = onering_arch::events::take_pending();
     if pending & onering_abi::events::STDIN != 0 {
         k.stdin.complete();

@@ -1,0 +1,284 @@
+//! The network device: the VM's virtio-net device (virtio-mmio, at
+//! `layout::VIRTIO_NET_PHYS`), driven by the `virtio-drivers` crate's raw net
+//! driver, behind a safe [`Nic`] that sends and receives whole Ethernet frames.
+//!
+//! `virtio-drivers` (rcore-os, maintained, used by several Rust kernels) does the
+//! virtqueue work: descriptor tables, available and used rings, and notification
+//! suppression with VIRTIO_F_EVENT_IDX, so a notify (an MMIO write, a VM exit) only
+//! happens when the device asked for one. What it needs from us is the `Hal`:
+//! memory the device can reach (the kernel heap, which the direct map shows at a
+//! fixed offset from its guest-physical address, so an address translation is a
+//! subtraction) and the register page (mapped uncached in the direct map with the
+//! local APIC's page).
+//!
+//! Buffers: `Nic` owns a receive buffer per posted receive descriptor and a pool of
+//! transmit buffers; a frame is copied into a free transmit buffer (the device reads
+//! it later), and a received frame is handed to the caller in place, then its buffer
+//! is posted again. Buffers stay where they are while the device holds them (boxed
+//! slices, never touched until the device gives them back), which is the contract
+//! of `transmit_begin` and `receive_begin`. Nothing here waits: the device's back
+//! end on the host polls the transmit ring, and the kernel looks at the receive ring
+//! when its network stack runs and when a vCPU goes idle.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+
+/// Frames (with the 12-byte virtio-net header) up to this many bytes are received.
+const HEADER: usize = 12;
+/// Queue size (entries of each virtqueue the driver uses).
+const QUEUE: usize = 256;
+
+#[cfg(target_os = "none")]
+mod hal {
+    use core::ptr::NonNull;
+    use onering_abi::layout::{DIRECT_MAP_BASE, KERNEL_VBASE, PAGE_SIZE};
+    use virtio_drivers::{BufferDirection, Hal, PhysAddr};
+
+    /// Guest-physical address of a direct-map address.
+    fn phys(virt: usize) -> PhysAddr {
+        let v = virt as u64;
+        assert!((DIRECT_MAP_BASE..KERNEL_VBASE).contains(&v), "virtio: a buffer outside the direct map");
+        (v - DIRECT_MAP_BASE) as PhysAddr
+    }
+
+    pub struct DirectHal;
+
+    // SAFETY: `dma_alloc` hands out zeroed, page-aligned, physically contiguous
+    // memory (a heap block: the heap's regions are contiguous guest-physical ranges
+    // seen through the direct map) that nothing else uses until `dma_dealloc` gives
+    // it back with the same size; `share` returns the guest-physical address of
+    // the buffer itself (no bounce buffers are needed: the device reads and writes
+    // guest memory directly), valid as long as the buffer, which the driver's
+    // callers keep alive and untouched until the device returns it.
+    unsafe impl Hal for DirectHal {
+        fn dma_alloc(pages: usize, _: BufferDirection) -> (PhysAddr, NonNull<u8>) {
+            let size = pages * PAGE_SIZE as usize;
+            let layout =
+                core::alloc::Layout::from_size_align(size.max(1), PAGE_SIZE as usize).expect("virtio: a DMA layout");
+            // SAFETY: a non-zero-size layout.
+            let p = unsafe { alloc::alloc::alloc_zeroed(layout) };
+            let p = NonNull::new(p).expect("virtio: no memory for the queues");
+            (phys(p.as_ptr() as usize), p)
+        }
+
+        unsafe fn dma_dealloc(_: PhysAddr, vaddr: NonNull<u8>, pages: usize) -> i32 {
+            let size = pages * PAGE_SIZE as usize;
+            if let Ok(layout) = core::alloc::Layout::from_size_align(size.max(1), PAGE_SIZE as usize) {
+                // SAFETY: `vaddr` came from `dma_alloc` with this many pages (the
+                // trait's contract), so from `alloc_zeroed` with this layout.
+                unsafe { alloc::alloc::dealloc(vaddr.as_ptr(), layout) };
+            }
+            0
+        }
+
+        unsafe fn mmio_phys_to_virt(paddr: PhysAddr, _: usize) -> NonNull<u8> {
+            NonNull::new(onering_abi::layout::direct(paddr) as *mut u8).expect("virtio: MMIO at 0")
+        }
+
+        unsafe fn share(buffer: NonNull<[u8]>, _: BufferDirection) -> PhysAddr {
+            phys(buffer.as_ptr() as *mut u8 as usize)
+        }
+
+        unsafe fn unshare(_: PhysAddr, _: NonNull<[u8]>, _: BufferDirection) {}
+    }
+}
+
+#[cfg(target_os = "none")]
+type Raw = virtio_drivers::device::net::VirtIONetRaw<
+    hal::DirectHal,
+    virtio_drivers::transport::mmio::MmioTransport<'static>,
+    QUEUE,
+>;
+
+/// The VM's network device.
+pub struct Nic {
+    #[cfg(target_os = "none")]
+    raw: Raw,
+    /// Receive buffers by token (descriptor index), while the device holds them.
+    rx: Vec<Option<Box<[u8]>>>,
+    /// Transmit buffers by token while the device holds them, and free ones.
+    tx: Vec<Option<Box<[u8]>>>,
+    tx_free: Vec<Box<[u8]>>,
+    /// Largest frame (without the virtio header).
+    frame_max: usize,
+    mac: [u8; 6],
+}
+
+// SAFETY: the transport's register pointer and the queues' memory are reached only
+// through `&mut Nic`, which the kernel keeps behind its network stack's lock; the
+// device page and the queue memory stay valid for the kernel's whole life.
+#[cfg(target_os = "none")]
+unsafe impl Send for Nic {}
+
+impl Nic {
+    /// Opens the device if the VMM gave the VM one (`BootInfo::net`): resets and
+    /// negotiates it, sets up both queues and posts `rx_buffers` receive buffers for
+    /// frames up to `mtu` bytes of payload. None if there is none, or it is not a
+    /// virtio-net device the driver accepts.
+    #[cfg(target_os = "none")]
+    pub fn open(mtu: usize, rx_buffers: usize) -> Option<Nic> {
+        use virtio_drivers::transport::mmio::{MmioTransport, VirtIOHeader};
+        let header = core::ptr::NonNull::new(
+            onering_abi::layout::direct(onering_abi::layout::VIRTIO_NET_PHYS) as *mut VirtIOHeader
+        )?;
+        // SAFETY: the VMM put a virtio-mmio register page at VIRTIO_NET_PHYS (it
+        // said so in BootInfo::net), which the direct map maps uncached for the
+        // kernel's life; this is its only user (the caller opens it once).
+        let transport = unsafe { MmioTransport::new(header, onering_abi::layout::PAGE_SIZE as usize) }.ok()?;
+        let raw = Raw::new(transport).ok()?;
+        let mac = raw.mac_address();
+        let frame_max = mtu.clamp(576, 65_521) + 14;
+        let mut nic = Nic {
+            raw,
+            rx: (0..QUEUE).map(|_| None).collect(),
+            tx: (0..QUEUE).map(|_| None).collect(),
+            tx_free: Vec::new(),
+            frame_max,
+            mac,
+        };
+        for _ in 0..rx_buffers.clamp(1, QUEUE) {
+            let buf = alloc::vec![0u8; HEADER + frame_max].into_boxed_slice();
+            if !nic.post_rx(buf) {
+                break;
+            }
+        }
+        Some(nic)
+    }
+
+    #[cfg(not(target_os = "none"))]
+    pub fn open(_: usize, _: usize) -> Option<Nic> {
+        None
+    }
+
+    pub fn mac(&self) -> [u8; 6] {
+        self.mac
+    }
+
+    /// The largest frame `send` takes (the MTU and the Ethernet header).
+    pub fn frame_max(&self) -> usize {
+        self.frame_max
+    }
+
+    /// Gives receive buffer `buf` to the device; false if the queue is full (the
+    /// buffer is dropped).
+    #[cfg(target_os = "none")]
+    fn post_rx(&mut self, mut buf: Box<[u8]>) -> bool {
+        // SAFETY: `buf` is kept in `self.rx` under its token and not touched until
+        // `receive_complete` returns it.
+        match unsafe { self.raw.receive_begin(&mut buf) } {
+            Ok(token) => match self.rx.get_mut(token as usize) {
+                Some(slot) => {
+                    *slot = Some(buf);
+                    true
+                }
+                None => {
+                    // (A token beyond the queue: the buffer must stay alive anyway.)
+                    core::mem::forget(buf);
+                    false
+                }
+            },
+            Err(_) => false,
+        }
+    }
+
+    /// Takes back the transmit buffers the device is done with.
+    #[cfg(target_os = "none")]
+    fn reclaim_tx(&mut self) {
+        while let Some(token) = self.raw.poll_transmit() {
+            let Some(buf) = self.tx.get_mut(token as usize).and_then(Option::take) else { break };
+            // SAFETY: `buf` is the buffer `transmit_begin` gave the device under
+            // this token.
+            if unsafe { self.raw.transmit_complete(token, &buf) }.is_err() {
+                // (The device broke its ring: keep the buffer out of use.)
+                core::mem::forget(buf);
+                break;
+            }
+            self.tx_free.push(buf);
+        }
+    }
+
+    /// Sends Ethernet frame `frame` (copied); false if it is too long or the
+    /// transmit queue is full (the frame is dropped, as a NIC drops it).
+    #[cfg(target_os = "none")]
+    pub fn send(&mut self, frame: &[u8]) -> bool {
+        if frame.len() > self.frame_max {
+            return false;
+        }
+        self.reclaim_tx();
+        if !self.raw.can_send() {
+            return false;
+        }
+        let mut buf =
+            self.tx_free.pop().unwrap_or_else(|| alloc::vec![0u8; HEADER + self.frame_max].into_boxed_slice());
+        let Ok(h) = self.raw.fill_buffer_header(&mut buf) else { return false };
+        buf[h..h + frame.len()].copy_from_slice(frame);
+        let len = h + frame.len();
+        // SAFETY: the first `len` bytes of `buf` go to the device, which reads them
+        // until `transmit_complete`; `buf` is kept under its token until then and
+        // not touched (the slice handed over is the same one given back).
+        match unsafe { self.raw.transmit_begin(&buf[..len]) } {
+            Ok(token) => match self.tx.get_mut(token as usize) {
+                Some(slot) => {
+                    *slot = Some(buf);
+                    true
+                }
+                None => {
+                    core::mem::forget(buf);
+                    false
+                }
+            },
+            Err(_) => {
+                self.tx_free.push(buf);
+                false
+            }
+        }
+    }
+
+    /// Whether received frames wait.
+    #[cfg(target_os = "none")]
+    pub fn has_rx(&self) -> bool {
+        self.raw.poll_receive().is_some()
+    }
+
+    /// Hands every received frame (without the virtio header) to `f`, at most
+    /// `max`, and posts their buffers again; how many.
+    #[cfg(target_os = "none")]
+    pub fn recv(&mut self, max: usize, mut f: impl FnMut(&[u8])) -> usize {
+        let mut n = 0;
+        while n < max {
+            let Some(token) = self.raw.poll_receive() else { break };
+            let Some(mut buf) = self.rx.get_mut(token as usize).and_then(Option::take) else { break };
+            // SAFETY: `buf` is the buffer `receive_begin` gave the device under this
+            // token.
+            match unsafe { self.raw.receive_complete(token, &mut buf) } {
+                Ok((hdr, len)) => {
+                    if let Some(frame) = buf.get(hdr..hdr + len) {
+                        f(frame);
+                    }
+                }
+                Err(_) => {
+                    core::mem::forget(buf);
+                    break;
+                }
+            }
+            n += 1;
+            self.post_rx(buf);
+        }
+        n
+    }
+
+    #[cfg(not(target_os = "none"))]
+    pub fn send(&mut self, _: &[u8]) -> bool {
+        false
+    }
+
+    #[cfg(not(target_os = "none"))]
+    pub fn has_rx(&self) -> bool {
+        false
+    }
+
+    #[cfg(not(target_os = "none"))]
+    pub fn recv(&mut self, _: usize, _: impl FnMut(&[u8])) -> usize {
+        0
+    }
+}
