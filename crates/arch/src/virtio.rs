@@ -23,7 +23,7 @@
 use alloc::boxed::Box;
 use alloc::vec::Vec;
 
-/// Frames (with the 12-byte virtio-net header) up to this many bytes are received.
+/// The virtio-net header in front of every frame.
 const HEADER: usize = 12;
 /// Queue size (entries of each virtqueue the driver uses).
 const QUEUE: usize = 256;
@@ -127,7 +127,8 @@ impl Nic {
         let transport = unsafe { MmioTransport::new(header, onering_abi::layout::PAGE_SIZE as usize) }.ok()?;
         let raw = Raw::new(transport).ok()?;
         let mac = raw.mac_address();
-        let frame_max = mtu.clamp(576, 65_521) + 14;
+        // (The driver takes no receive buffer under 1526 bytes: 1500 at least.)
+        let frame_max = mtu.clamp(1500, 65_521) + 14;
         let mut nic = Nic {
             raw,
             rx: (0..QUEUE).map(|_| None).collect(),
@@ -136,7 +137,10 @@ impl Nic {
             frame_max,
             mac,
         };
-        for _ in 0..rx_buffers.clamp(1, QUEUE) {
+        // At most 2 MiB of receive buffers (a 64 KiB MTU gets 32 of them).
+        let count = ((2 << 20) / (HEADER + frame_max)).clamp(16, rx_buffers.clamp(1, QUEUE));
+        let _ = crate::heap::ensure(count * (HEADER + frame_max));
+        for _ in 0..count {
             let buf = alloc::vec![0u8; HEADER + frame_max].into_boxed_slice();
             if !nic.post_rx(buf) {
                 break;

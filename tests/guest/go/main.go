@@ -35,6 +35,8 @@ func main() {
 		"sleepers": sleepers,
 		"net":      netHTTP,
 		"conns":    manyConns,
+		"serve":    serveHTTP,
+		"fetch":    fetchURL,
 	}
 	f, ok := modes[os.Args[1]]
 	if !ok {

@@ -236,3 +236,48 @@ func manyConns() {
 	closing.Wait()
 	phase("closed")
 }
+
+// serveHTTP: `serve PORT N`: an HTTP server on PORT (all addresses) that answers
+// N requests with "hello from onering PATH" and then exits; prints "listening"
+// once it listens (for a test driving it from the host).
+func serveHTTP() {
+	port, n := os.Args[2], 1
+	if len(os.Args) > 3 {
+		n, _ = strconv.Atoi(os.Args[3])
+	}
+	ln, err := net.Listen("tcp", ":"+port)
+	if err != nil {
+		fmt.Println("listen:", err)
+		os.Exit(1)
+	}
+	done := make(chan struct{})
+	var mu sync.Mutex
+	served := 0
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "hello from onering %s\n", r.URL.Path)
+		mu.Lock()
+		served++
+		if served == n {
+			close(done)
+		}
+		mu.Unlock()
+	})}
+	go srv.Serve(ln)
+	fmt.Println("listening")
+	<-done
+	time.Sleep(100 * time.Millisecond) // (the last response goes out)
+	fmt.Println("served", n)
+}
+
+// fetchURL: `fetch URL`: GETs URL and prints the status and the body.
+func fetchURL() {
+	c := &http.Client{Timeout: 20 * time.Second}
+	resp, err := c.Get(os.Args[2])
+	if err != nil {
+		fmt.Println("fetch:", err)
+		os.Exit(1)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	fmt.Printf("%d %s", resp.StatusCode, b)
+}

@@ -1,11 +1,13 @@
-//! The VM's network interfaces, as programs see them: one, `lo` (index 1, up,
-//! loopback), with the addresses `net::inet` serves (127.0.0.1/8, ::1/128) and
-//! its MTU. `net::netlink` reports it to RTM_GETLINK/RTM_GETADDR; [`ioctl`]
-//! answers the interface ioctls every socket takes on Linux (SIOCGIFINDEX,
-//! SIOCGIFNAME, SIOCGIFFLAGS, SIOCGIFMTU, SIOCGIFHWADDR, SIOCGIFTXQLEN,
-//! SIOCGIFCONF; the address ones on AF_INET sockets), which musl's and glibc's
-//! `if_nametoindex` and `ifconfig`-style programs use. Nothing can be configured
-//! (the SIOCSIF* calls are EPERM, as for a user without CAP_NET_ADMIN).
+//! The VM's network interfaces, as programs see them: `lo` (index 1, up,
+//! loopback) with the addresses `net::inet` serves (127.0.0.1/8, ::1/128) and its
+//! MTU, and `eth0` (index 2) when the VMM gave the VM a network device, with its
+//! MAC address, MTU and IPv4 address ([`all`]). `net::netlink` reports them to
+//! RTM_GETLINK/RTM_GETADDR; [`ioctl`] answers the interface ioctls every socket
+//! takes on Linux (SIOCGIFINDEX, SIOCGIFNAME, SIOCGIFFLAGS, SIOCGIFMTU,
+//! SIOCGIFHWADDR, SIOCGIFTXQLEN, SIOCGIFCONF; the address ones on AF_INET
+//! sockets), which musl's and glibc's `if_nametoindex` and `ifconfig`-style
+//! programs use. Nothing can be configured (the SIOCSIF* calls are EPERM, as for a
+//! user without CAP_NET_ADMIN).
 
 use crate::errno::{Errno, SysResult};
 use crate::file::socket::AF_INET;
@@ -18,8 +20,84 @@ pub const LO_FLAGS: u32 = 0x1 | 0x8 | 0x40 | 0x1_0000;
 pub const ARPHRD_LOOPBACK: u16 = 772;
 pub const TXQLEN: u32 = 1000;
 
-pub fn mtu() -> u32 {
-    super::inet::MTU as u32
+pub const ETH_INDEX: u32 = 2;
+/// IFF_UP | IFF_BROADCAST | IFF_RUNNING | IFF_MULTICAST, and IFF_LOWER_UP.
+pub const ETH_FLAGS: u32 = 0x1 | 0x2 | 0x40 | 0x1000 | 0x1_0000;
+pub const ARPHRD_ETHER: u16 = 1;
+
+/// One network interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Iface {
+    pub index: u32,
+    pub name: &'static [u8],
+    pub flags: u32,
+    pub mtu: u32,
+    pub hwtype: u16,
+    pub mac: [u8; 6],
+    /// Its IPv4 address and prefix length, and whether it has ::1.
+    pub v4: Option<([u8; 4], u8)>,
+    pub v6_loopback: bool,
+}
+
+impl Iface {
+    pub fn is_loopback(&self) -> bool {
+        self.hwtype == ARPHRD_LOOPBACK
+    }
+
+    /// Its IPv4 broadcast address (none for lo).
+    pub fn broadcast(&self) -> [u8; 4] {
+        match self.v4 {
+            Some((a, prefix)) if !self.is_loopback() => {
+                let host = if prefix >= 32 { 0 } else { u32::MAX >> prefix };
+                (u32::from_be_bytes(a) | host).to_be_bytes()
+            }
+            _ => [0; 4],
+        }
+    }
+}
+
+/// The interfaces, by index: `lo`, then `eth0` when the VM has a network device.
+pub fn all() -> alloc::vec::Vec<Iface> {
+    let mut v = alloc::vec![Iface {
+        index: LO_INDEX,
+        name: LO_NAME,
+        flags: LO_FLAGS,
+        mtu: super::inet::MTU as u32,
+        hwtype: ARPHRD_LOOPBACK,
+        mac: [0; 6],
+        v4: Some(([127, 0, 0, 1], 8)),
+        v6_loopback: true,
+    }];
+    if let Some(n) = super::inet::link_info() {
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&n.mac.to_le_bytes()[..6]);
+        v.push(Iface {
+            index: ETH_INDEX,
+            name: b"eth0",
+            flags: ETH_FLAGS,
+            mtu: n.mtu as u32,
+            hwtype: ARPHRD_ETHER,
+            mac,
+            v4: (n.ipv4 != 0).then(|| ((n.ipv4 as u32).to_be_bytes(), (n.prefix4 as u8).min(32))),
+            v6_loopback: false,
+        });
+    }
+    v
+}
+
+/// The interface named `name`, or of index `index`.
+pub fn by_name(name: &[u8]) -> Option<Iface> {
+    all().into_iter().find(|i| i.name == name)
+}
+
+pub fn by_index(index: u32) -> Option<Iface> {
+    all().into_iter().find(|i| i.index == index)
+}
+
+/// The netmask of a prefix length.
+fn netmask(prefix: u8) -> [u8; 4] {
+    let m = if prefix == 0 { 0 } else { u32::MAX << (32 - u32::from(prefix.min(32))) };
+    m.to_be_bytes()
 }
 
 const SIOCGIFNAME: u64 = 0x8910;
@@ -71,30 +149,31 @@ fn ifreq(user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
     user.read(arg, &mut r)?;
     if request == SIOCGIFNAME {
         let index = i32::from_le_bytes([r[16], r[17], r[18], r[19]]);
-        if index != LO_INDEX as i32 {
-            return Err(Errno::ENODEV);
-        }
+        let i = u32::try_from(index).ok().and_then(by_index).ok_or(Errno::ENODEV)?;
         let mut name = [0u8; IFNAMSIZ];
-        name[..LO_NAME.len()].copy_from_slice(LO_NAME);
+        name[..i.name.len()].copy_from_slice(i.name);
         return user.write(arg, &name).map(|_| 0);
     }
     let name = r[..IFNAMSIZ].split(|b| *b == 0).next().unwrap_or_default();
-    if name != LO_NAME {
-        return Err(Errno::ENODEV);
-    }
+    let i = by_name(name).ok_or(Errno::ENODEV)?;
+    let (addr, prefix) = i.v4.unwrap_or(([0; 4], 0));
     let mut v = [0u8; 24];
     match request {
-        SIOCGIFFLAGS => v[..2].copy_from_slice(&(LO_FLAGS as u16).to_le_bytes()),
+        SIOCGIFFLAGS => v[..2].copy_from_slice(&(i.flags as u16).to_le_bytes()),
         SIOCGIFMETRIC => {}
-        SIOCGIFMTU => v[..4].copy_from_slice(&mtu().to_le_bytes()),
-        SIOCGIFINDEX => v[..4].copy_from_slice(&LO_INDEX.to_le_bytes()),
+        SIOCGIFMTU => v[..4].copy_from_slice(&i.mtu.to_le_bytes()),
+        SIOCGIFINDEX => v[..4].copy_from_slice(&i.index.to_le_bytes()),
         SIOCGIFTXQLEN => v[..4].copy_from_slice(&TXQLEN.to_le_bytes()),
-        SIOCGIFHWADDR => v[..2].copy_from_slice(&ARPHRD_LOOPBACK.to_le_bytes()),
-        SIOCGIFADDR => v[..16].copy_from_slice(&sockaddr_in([127, 0, 0, 1])),
-        SIOCGIFNETMASK => v[..16].copy_from_slice(&sockaddr_in([255, 0, 0, 0])),
-        // (The peer address is the address itself; lo has no broadcast address.)
-        SIOCGIFDSTADDR => v[..16].copy_from_slice(&sockaddr_in([127, 0, 0, 1])),
-        SIOCGIFBRDADDR => v[..16].copy_from_slice(&sockaddr_in([0, 0, 0, 0])),
+        SIOCGIFHWADDR => {
+            v[..2].copy_from_slice(&i.hwtype.to_le_bytes());
+            v[2..8].copy_from_slice(&i.mac);
+        }
+        SIOCGIFADDR if i.v4.is_none() => return Err(Errno::EADDRNOTAVAIL),
+        SIOCGIFADDR => v[..16].copy_from_slice(&sockaddr_in(addr)),
+        SIOCGIFNETMASK => v[..16].copy_from_slice(&sockaddr_in(netmask(prefix))),
+        // (lo's peer address is the address itself; lo has no broadcast address.)
+        SIOCGIFDSTADDR => v[..16].copy_from_slice(&sockaddr_in(addr)),
+        SIOCGIFBRDADDR => v[..16].copy_from_slice(&sockaddr_in(i.broadcast())),
         _ => return Err(Errno::ENOTTY),
     }
     user.write(arg + IFNAMSIZ as u64, &v).map(|_| 0)
@@ -106,18 +185,24 @@ fn ifreq(user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
 fn ifconf(user: &dyn UserMem, arg: u64) -> SysResult {
     let mut c = [0u8; 16];
     user.read(arg, &mut c)?;
-    let len = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+    let len = i32::from_le_bytes([c[0], c[1], c[2], c[3]]).max(0) as usize;
     let buf = u64::from_le_bytes([c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15]]);
-    let mut entry = [0u8; IFREQ];
-    entry[..LO_NAME.len()].copy_from_slice(LO_NAME);
-    entry[16..32].copy_from_slice(&sockaddr_in([127, 0, 0, 1]));
+    let mut entries = alloc::vec::Vec::new();
+    for i in all() {
+        let Some((a, _)) = i.v4 else { continue };
+        let mut entry = [0u8; IFREQ];
+        entry[..i.name.len()].copy_from_slice(i.name);
+        entry[16..32].copy_from_slice(&sockaddr_in(a));
+        entries.push(entry);
+    }
     let used = if buf == 0 {
-        IFREQ as i32
-    } else if len >= IFREQ as i32 {
-        user.write(buf, &entry)?;
-        IFREQ as i32
+        entries.len() * IFREQ
     } else {
-        0
+        let fit = (len / IFREQ).min(entries.len());
+        for (k, e) in entries.iter().take(fit).enumerate() {
+            user.write(buf + (k * IFREQ) as u64, e)?;
+        }
+        fit * IFREQ
     };
-    user.write(arg, &used.to_le_bytes()).map(|_| 0)
+    user.write(arg, &(used as i32).to_le_bytes()).map(|_| 0)
 }

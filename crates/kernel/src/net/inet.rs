@@ -510,6 +510,11 @@ pub fn configure_link(info: onering_abi::NetInfo) {
     }
 }
 
+/// The network device the VMM described, if any.
+pub fn link_info() -> Option<onering_abi::NetInfo> {
+    LINK.get().copied()
+}
+
 /// An address in a `NetInfo` field.
 fn v4(field: u64) -> Ipv4Addr {
     Ipv4Addr::from((field as u32).to_be_bytes())

@@ -19,7 +19,7 @@
 //! - The message encoding is pure functions ([`dump_links`], [`dump_addrs`]...),
 //!   unit-tested on the host.
 
-use super::iface::{ARPHRD_LOOPBACK, LO_FLAGS, LO_INDEX, LO_NAME, TXQLEN};
+use super::iface::{Iface, TXQLEN};
 use crate::errno::{Errno, SysResult};
 use crate::file::socket::{self as sock, msg, opt, Iov, NetEnv, RecvExtra, SendExtra, Socket};
 use crate::file::{ev, key_of, mode, File, Meta, OpenFile, Readiness};
@@ -63,6 +63,7 @@ const IFLA_CARRIER: u16 = 33;
 const IFA_ADDRESS: u16 = 1;
 const IFA_LOCAL: u16 = 2;
 const IFA_LABEL: u16 = 3;
+const IFA_BROADCAST: u16 = 4;
 const IFA_CACHEINFO: u16 = 6;
 const IFA_FLAGS: u16 = 8;
 
@@ -71,6 +72,7 @@ const AF_INET: u8 = 2;
 const AF_INET6: u8 = 10;
 const IFA_F_PERMANENT: u8 = 0x80;
 const RT_SCOPE_HOST: u8 = 254;
+const RT_SCOPE_UNIVERSE: u8 = 0;
 
 /// Linux's default socket buffer; `setsockopt` doubles what it is given.
 const DEFAULT_BUF: u32 = 212_992;
@@ -103,28 +105,32 @@ fn attr(out: &mut Vec<u8>, ty: u16, data: &[u8]) {
     pad(out);
 }
 
-/// The body of RTM_NEWLINK for `lo`: `struct ifinfomsg` and the attributes Linux
-/// puts first.
-fn link_body() -> Vec<u8> {
+/// The body of RTM_NEWLINK for interface `i`: `struct ifinfomsg` and the
+/// attributes Linux puts first.
+fn link_body(i: &Iface) -> Vec<u8> {
     let mut b = Vec::new();
     b.extend_from_slice(&[AF_UNSPEC, 0]);
-    b.extend_from_slice(&ARPHRD_LOOPBACK.to_le_bytes());
-    b.extend_from_slice(&LO_INDEX.to_le_bytes());
-    b.extend_from_slice(&LO_FLAGS.to_le_bytes());
+    b.extend_from_slice(&i.hwtype.to_le_bytes());
+    b.extend_from_slice(&i.index.to_le_bytes());
+    b.extend_from_slice(&i.flags.to_le_bytes());
     b.extend_from_slice(&0u32.to_le_bytes()); // ifi_change
-    attr(&mut b, IFLA_IFNAME, b"lo\0");
+    let mut name = i.name.to_vec();
+    name.push(0);
+    attr(&mut b, IFLA_IFNAME, &name);
     attr(&mut b, IFLA_TXQLEN, &TXQLEN.to_le_bytes());
-    attr(&mut b, IFLA_OPERSTATE, &[0]); // IF_OPER_UNKNOWN, as Linux's lo
+    // IF_OPER_UNKNOWN for lo, as Linux's; IF_OPER_UP for the device.
+    attr(&mut b, IFLA_OPERSTATE, &[if i.is_loopback() { 0 } else { 6 }]);
     attr(&mut b, IFLA_LINKMODE, &[0]);
-    attr(&mut b, IFLA_MTU, &super::iface::mtu().to_le_bytes());
-    attr(&mut b, IFLA_QDISC, b"noqueue\0");
+    attr(&mut b, IFLA_MTU, &i.mtu.to_le_bytes());
+    attr(&mut b, IFLA_QDISC, if i.is_loopback() { b"noqueue\0" } else { b"pfifo_fast\0" });
     attr(&mut b, IFLA_CARRIER, &[1]);
-    attr(&mut b, IFLA_ADDRESS, &[0; 6]);
-    attr(&mut b, IFLA_BROADCAST, &[0; 6]);
+    attr(&mut b, IFLA_ADDRESS, &i.mac);
+    attr(&mut b, IFLA_BROADCAST, &if i.is_loopback() { [0; 6] } else { [0xff; 6] });
     b
 }
 
-/// The bodies of RTM_NEWADDR for `lo`'s addresses of `family` (AF_UNSPEC: all).
+/// The bodies of RTM_NEWADDR for every interface's addresses of `family`
+/// (AF_UNSPEC: all).
 fn addr_bodies(family: u8) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     // (Linux's cache info for a permanent address: lifetimes infinite.)
@@ -133,32 +139,44 @@ fn addr_bodies(family: u8) -> Vec<Vec<u8>> {
     cache.extend_from_slice(&u32::MAX.to_le_bytes());
     cache.extend_from_slice(&[0; 8]);
     let flags = u32::from(IFA_F_PERMANENT).to_le_bytes();
+    let ifaces = super::iface::all();
     if family == AF_UNSPEC || family == AF_INET {
-        let mut b = ifaddrmsg(AF_INET, 8);
-        let a = [127, 0, 0, 1];
-        attr(&mut b, IFA_ADDRESS, &a);
-        attr(&mut b, IFA_LOCAL, &a);
-        attr(&mut b, IFA_LABEL, b"lo\0");
-        attr(&mut b, IFA_FLAGS, &flags);
-        attr(&mut b, IFA_CACHEINFO, &cache);
-        out.push(b);
+        for i in &ifaces {
+            let Some((a, prefix)) = i.v4 else { continue };
+            let mut b = ifaddrmsg(AF_INET, prefix, i);
+            let mut label = i.name.to_vec();
+            label.push(0);
+            attr(&mut b, IFA_ADDRESS, &a);
+            attr(&mut b, IFA_LOCAL, &a);
+            if !i.is_loopback() {
+                attr(&mut b, IFA_BROADCAST, &i.broadcast());
+            }
+            attr(&mut b, IFA_LABEL, &label);
+            attr(&mut b, IFA_FLAGS, &flags);
+            attr(&mut b, IFA_CACHEINFO, &cache);
+            out.push(b);
+        }
     }
     if family == AF_UNSPEC || family == AF_INET6 {
-        let mut b = ifaddrmsg(AF_INET6, 128);
-        let mut a = [0u8; 16];
-        a[15] = 1;
-        attr(&mut b, IFA_ADDRESS, &a);
-        attr(&mut b, IFA_CACHEINFO, &cache);
-        attr(&mut b, IFA_FLAGS, &flags);
-        out.push(b);
+        for i in ifaces.iter().filter(|i| i.v6_loopback) {
+            let mut b = ifaddrmsg(AF_INET6, 128, i);
+            let mut a = [0u8; 16];
+            a[15] = 1;
+            attr(&mut b, IFA_ADDRESS, &a);
+            attr(&mut b, IFA_CACHEINFO, &cache);
+            attr(&mut b, IFA_FLAGS, &flags);
+            out.push(b);
+        }
     }
     out
 }
 
-/// `struct ifaddrmsg` of a permanent host-scope address of `lo`.
-fn ifaddrmsg(family: u8, prefix: u8) -> Vec<u8> {
-    let mut b = alloc::vec![family, prefix, IFA_F_PERMANENT, RT_SCOPE_HOST];
-    b.extend_from_slice(&LO_INDEX.to_le_bytes());
+/// `struct ifaddrmsg` of a permanent address of interface `i` (host scope on lo,
+/// universe elsewhere).
+fn ifaddrmsg(family: u8, prefix: u8, i: &Iface) -> Vec<u8> {
+    let scope = if i.is_loopback() { RT_SCOPE_HOST } else { RT_SCOPE_UNIVERSE };
+    let mut b = alloc::vec![family, prefix, IFA_F_PERMANENT, scope];
+    b.extend_from_slice(&i.index.to_le_bytes());
     b
 }
 
@@ -174,7 +192,8 @@ fn dump(ty: u16, bodies: &[Vec<u8>], seq: u32, port: u32) -> Vec<u8> {
 }
 
 pub fn dump_links(seq: u32, port: u32) -> Vec<u8> {
-    dump(RTM_NEWLINK, &[link_body()], seq, port)
+    let bodies: Vec<Vec<u8>> = super::iface::all().iter().map(link_body).collect();
+    dump(RTM_NEWLINK, &bodies, seq, port)
 }
 
 pub fn dump_addrs(family: u8, seq: u32, port: u32) -> Vec<u8> {
@@ -197,7 +216,7 @@ fn get_link(m: &[u8], seq: u32, port: u32) -> Result<Vec<u8>, Errno> {
     let body = m.get(NLMSG_HDRLEN..NLMSG_HDRLEN + 16).ok_or(Errno::EINVAL)?;
     let index = i32::from_le_bytes([body[4], body[5], body[6], body[7]]);
     let found = if index > 0 {
-        index as u32 == LO_INDEX
+        super::iface::by_index(index as u32)
     } else {
         // IFLA_IFNAME among the attributes after the ifinfomsg.
         let mut name = None;
@@ -215,15 +234,13 @@ fn get_link(m: &[u8], seq: u32, port: u32) -> Result<Vec<u8>, Errno> {
             at += len.next_multiple_of(4);
         }
         match name {
-            Some(n) => n == LO_NAME,
+            Some(n) => super::iface::by_name(n),
             None => return Err(Errno::EINVAL),
         }
     };
-    if !found {
-        return Err(Errno::ENODEV);
-    }
+    let i = found.ok_or(Errno::ENODEV)?;
     let mut out = Vec::new();
-    message(&mut out, RTM_NEWLINK, 0, seq, port, &link_body());
+    message(&mut out, RTM_NEWLINK, 0, seq, port, &link_body(&i));
     Ok(out)
 }
 
@@ -660,7 +677,7 @@ mod tests {
         assert_eq!((m[0].0, m[0].1, m[0].2, m[0].3), (RTM_NEWLINK, NLM_F_MULTI, 7, 42));
         let b = &m[0].4;
         assert_eq!(u32::from_le_bytes(b[4..8].try_into().unwrap()), 1, "index");
-        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), LO_FLAGS);
+        assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), super::super::iface::LO_FLAGS);
         let a = attrs(b, 16);
         assert!(a.contains(&(IFLA_IFNAME, b"lo\0".to_vec())));
         assert_eq!((m[1].0, m[1].4.clone()), (NLMSG_DONE, vec![0; 4]));
