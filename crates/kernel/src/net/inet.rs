@@ -816,12 +816,13 @@ impl Stack {
     }
 
     /// IP packet `p` leaves through the device (dropped without one).
-    fn link_out(&mut self, p: Vec<u8>) {
+    fn link_out(&mut self, mut p: Vec<u8>) {
         let Some(link) = self.link.as_mut() else { return };
         if p.first().is_some_and(|v| v >> 4 != 4) {
             link.ether.dropped += 1;
             return;
         }
+        crate::net::ether::fill_checksums(&mut p);
         let mut frames = Vec::new();
         link.ether.output(p, mono_now(), &mut frames);
         for f in frames {
