@@ -20,6 +20,7 @@
 pub mod bus;
 pub mod doorbell;
 pub mod lapic;
+pub mod virtio;
 
 use onering_abi::layout::{self, PAGE_SIZE};
 use std::sync::Arc;
