@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["sys", "embedded", "trace"],
     &["layout"],
     &["arch", "devices", "event_loop"],
-    &["loader", "exit"],
+    &["loader", "exit", "profile"],
     &["vstate"],
     &["builder"],
     &["cli"],

@@ -20,6 +20,7 @@
 pub mod bus;
 pub mod doorbell;
 pub mod lapic;
+pub mod netback;
 pub mod virtio;
 
 use onering_abi::layout::{self, PAGE_SIZE};

@@ -5,7 +5,7 @@
 //! descriptors; nothing here keeps state.
 #![allow(unsafe_code)]
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 
@@ -66,5 +66,22 @@ pub fn die_with_parent_keeping(cmd: &mut Command, keep: RawFd) {
     // SAFETY: as explained above.
     unsafe {
         cmd.pre_exec(hook);
+    }
+}
+
+/// Sets `O_NONBLOCK` on `fd` (a pipe std opened for us, which it has no setter for).
+pub fn set_nonblocking(fd: &impl AsFd) -> std::io::Result<()> {
+    let fd = fd.as_fd().as_raw_fd();
+    // fcntl F_GETFL/F_SETFL on a descriptor the caller borrows (so it is open)
+    // takes and returns integers only.
+    // SAFETY: as explained above.
+    let ok = unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
