@@ -46,6 +46,10 @@ pub struct Passt {
     out: Vec<u8>,
     out_at: usize,
     stderr: Option<ChildStderr>,
+    /// The VM's MAC address: passt sends to 00:00:00:00:00:00 until it has seen a
+    /// frame from the guest (a published port's first SYN, say), which a guest
+    /// stack filtering on its own address would drop; such frames get this one.
+    mac: [u8; 6],
 }
 
 /// Where `passt` is, if installed.
@@ -127,8 +131,16 @@ pub fn start(spec: &NetSpec, ports: &[PortForward], option: &'static str) -> Res
         // Read only once passt stopped; never block the I/O thread on it.
         let _ = crate::sys::net::set_nonblocking(e);
     }
-    let passt =
-        Passt { sock: ours, inbuf: vec![0; 2 * (4 + MAX_FRAME)], start: 0, end: 0, out: Vec::new(), out_at: 0, stderr };
+    let passt = Passt {
+        sock: ours,
+        inbuf: vec![0; 2 * (4 + MAX_FRAME)],
+        start: 0,
+        end: 0,
+        out: Vec::new(),
+        out_at: 0,
+        stderr,
+        mac: spec.mac,
+    };
     Ok((passt, child))
 }
 
@@ -200,6 +212,9 @@ impl Backend for Passt {
                 if have.len() >= 4 + len {
                     buf[..len].copy_from_slice(&have[4..4 + len]);
                     self.start += 4 + len;
+                    if let Some(dst) = buf.get_mut(..6).filter(|d| **d == [0; 6]) {
+                        dst.copy_from_slice(&self.mac);
+                    }
                     return Ok(Some(len));
                 }
             }
@@ -276,6 +291,7 @@ mod tests {
             out: Vec::new(),
             out_at: 0,
             stderr: None,
+            mac: [2, 0, 0, 0, 0, 9],
         };
         assert!(p.send(b"abc").unwrap());
         p.flush().unwrap();
@@ -292,6 +308,11 @@ mod tests {
         theirs.write_all(b"ld").unwrap();
         assert_eq!(p.recv(&mut buf).unwrap(), Some(5));
         assert_eq!(&buf[..5], b"world");
+        // A frame to the all-zero MAC (passt has not learned the guest's yet) is
+        // addressed to the VM's.
+        theirs.write_all(b"\0\0\0\x0f\0\0\0\0\0\0\x02\xfc\0\0\0\x01\x08\0!").unwrap();
+        assert_eq!(p.recv(&mut buf).unwrap(), Some(15));
+        assert_eq!(&buf[..15], b"\x02\0\0\0\0\x09\x02\xfc\0\0\0\x01\x08\0!");
         // An absurd length is an error, as is the other end closing.
         theirs.write_all(&[0xff; 4]).unwrap();
         assert!(p.recv(&mut buf).is_err());
