@@ -23,7 +23,6 @@ use std::convert::Infallible;
 use std::ffi::OsStr;
 use std::io::Read;
 use std::path::Path;
-use std::sync::Arc;
 use thiserror::Error;
 use vm_memory::GuestMemoryMmap;
 
@@ -217,15 +216,16 @@ pub fn run(
         Some((spec, started)) => {
             let dev = NetDevice::new(mem.clone(), &NetConfig { mac: spec.mac, mtu: spec.mtu })?;
             bus.insert(onering_abi::layout::VIRTIO_NET_PHYS, onering_abi::layout::PAGE_SIZE, dev.clone())?;
-            (Some((dev, started.backend)), Some(Arc::new(started.child)))
+            (Some((dev, started.backend)), Some(started.child))
         }
         None => (None, None),
     };
-    let child_at_end = child.clone();
+    let at_end = net.as_ref().map(|(dev, _)| dev.clone()).zip(child);
     let finish: Finish = Box::new(move |mem, outcome| {
-        // No back-end process outlives the VM.
-        if let Some(c) = &child_at_end {
-            c.stop();
+        // No back-end process outlives the VM (and its going is no news).
+        if let Some((dev, child)) = &at_end {
+            dev.end();
+            child.stop();
         }
         trace.mark("VM ended");
         trace.print();

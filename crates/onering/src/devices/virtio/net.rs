@@ -150,6 +150,8 @@ pub struct NetDevice {
     doorbell: EventFd,
     /// How the guest is told about used buffers (set once the machine exists).
     wake: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// The VM is ending: the back end going away is expected, not news.
+    ending: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -161,12 +163,22 @@ impl NetDevice {
         let transport = Transport::new(mem, VIRTIO_ID_NET, FEATURES, &[QUEUE_SIZE, QUEUE_SIZE], config_space(config));
         let doorbell = EventFd::new(EFD_NONBLOCK).map_err(VirtioError::Start)?;
         STATS.present.store(true, Relaxed);
-        Ok(Arc::new(NetDevice { transport: Mutex::new(transport), doorbell, wake: OnceLock::new() }))
+        Ok(Arc::new(NetDevice {
+            transport: Mutex::new(transport),
+            doorbell,
+            wake: OnceLock::new(),
+            ending: AtomicBool::new(false),
+        }))
     }
 
     /// Sets how the guest is told about used buffers (`Machine::wake_halted`).
     pub fn set_wake(&self, wake: Box<dyn Fn() + Send + Sync>) {
         let _ = self.wake.set(wake);
+    }
+
+    /// The VM is ending (its back end is about to be stopped): say nothing of it.
+    pub fn end(&self) {
+        self.ending.store(true, Relaxed);
     }
 
     fn ring_doorbell(&self) {
@@ -497,8 +509,11 @@ impl IoLoop {
         loop {
             let p = self.pass();
             if let (Some(why), false) = (&self.pending.backend_gone, self.reported_gone) {
-                say!("onering: network back end {} stopped: {why}; the VM's network is down", self.backend.name());
                 self.reported_gone = true;
+                if self.dev.ending.load(Relaxed) {
+                    return Ok(());
+                }
+                say!("onering: network back end {} stopped: {why}; the VM's network is down", self.backend.name());
             }
             if p.work {
                 last_work = Instant::now();
