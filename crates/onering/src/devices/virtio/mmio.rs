@@ -72,7 +72,7 @@ impl QueueSlot {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Effect {
     None,
-    /// The driver set DRIVER_OK: the queues are live.
+    /// The driver set DRIVER_OK, or made a queue ready after it: queues are live.
     Activated,
     /// The driver reset the device (or it failed): stop using the queues.
     Reset,
@@ -266,7 +266,12 @@ impl Transport {
             self.needs_reset();
             return Effect::Reset;
         }
-        Effect::None
+        // A queue made ready on a running device is news for its I/O thread.
+        if self.active() {
+            Effect::Activated
+        } else {
+            Effect::None
+        }
     }
 
     fn set_status(&mut self, v: u32) -> Effect {
@@ -448,6 +453,15 @@ pub(crate) mod tests {
             assert_eq!(set_up_queue(&mut t, 0, 64, 0x10000), Effect::None);
             assert_eq!(w(&mut t, VIRTIO_MMIO_STATUS, RUNNING), Effect::Activated);
         }
+    }
+
+    #[test]
+    fn a_queue_made_ready_on_a_running_device_is_news() {
+        let mut t = transport();
+        negotiate(&mut t, 1 << VIRTIO_F_VERSION_1);
+        assert_eq!(set_up_queue(&mut t, 1, 64, 0x20000), Effect::None);
+        assert_eq!(w(&mut t, VIRTIO_MMIO_STATUS, RUNNING), Effect::Activated);
+        assert_eq!(set_up_queue(&mut t, 0, 64, 0x10000), Effect::Activated);
     }
 
     #[test]
