@@ -7,6 +7,9 @@
 //! It takes a plain `VmConfig`, not the command line: `cli` parses and validates
 //! options and the program file, maps errors to exit statuses and prints messages.
 
+use crate::devices::netback::{self, NetBackError, NetSpec};
+use crate::devices::virtio::net::{NetConfig, NetDevice};
+use crate::devices::virtio::VirtioError;
 use crate::devices::{self, BusError};
 use crate::embedded::{kernel_image, vdso};
 use crate::exit::Outcome;
@@ -14,6 +17,7 @@ use crate::loader::rootfs::{self, RootfsError};
 use crate::loader::{self, LoadError, LoadSpec, RewriteStats};
 use crate::trace::Trace;
 use crate::vstate::{self, vcpu, vm, Finish, Machine, VmError};
+use onering_abi::NetInfo;
 use onering_rewrite::elf::Program;
 use std::convert::Infallible;
 use std::ffi::OsStr;
@@ -45,6 +49,10 @@ pub struct VmConfig<'a> {
     pub vdso: bool,
     /// The profiler's sampler (`--profile`, `--profile-top`), started with the VM.
     pub sampler: Option<&'static vstate::sampler::Sampler>,
+    /// The network device and its back end (`--net`, `-p`); None: loopback only.
+    pub net: Option<NetSpec>,
+    /// The option that asked for the network, for messages (`-p`, `--net user`).
+    pub net_option: &'static str,
 }
 
 /// Why the VM could not be built.
@@ -63,6 +71,10 @@ pub enum BuildError {
     Bus(#[from] BusError),
     #[error("cannot start the profiler: {0}")]
     Sampler(String),
+    #[error("{0}")]
+    Net(#[from] NetBackError),
+    #[error("{0}")]
+    Virtio(#[from] VirtioError),
 }
 
 impl BuildError {
@@ -85,6 +97,23 @@ fn random16() -> [u8; 16] {
     r
 }
 
+/// The boot info's view of the network: addresses in network byte order in the low
+/// 4 bytes, the MAC's first octet lowest.
+fn net_info(n: &NetSpec) -> NetInfo {
+    let ip4 = |a: Option<std::net::Ipv4Addr>| a.map_or(0, |a| u64::from(u32::from_be_bytes(a.octets())));
+    let mut mac = [0u8; 8];
+    mac[..6].copy_from_slice(&n.mac);
+    NetInfo {
+        present: 1,
+        mac: u64::from_le_bytes(mac),
+        ipv4: ip4(n.ip.map(|i| i.0)),
+        prefix4: n.ip.map_or(0, |i| u64::from(i.1)),
+        gateway4: ip4(n.gateway),
+        dns4: ip4(n.dns),
+        mtu: u64::from(n.mtu),
+    }
+}
+
 /// Builds the VM for `prog` (parsed from `file`; `shown` is its path for messages)
 /// and runs it. Returns only if building failed: once the VM runs, the process ends
 /// with it (see `Machine::run_boot_cpu`).
@@ -98,6 +127,15 @@ pub fn run(
 ) -> Result<Infallible, BuildError> {
     let plan = config.rewrite.then(|| loader::plan_rewrite(prog, file));
     trace.mark("rewrite planned");
+    // The back end first: its errors (passt missing, a port in use) come before any
+    // work, and passt starts while the VM is built.
+    let net = match &config.net {
+        Some(spec) => Some((spec, netback::start(spec, config.net_option)?)),
+        None => None,
+    };
+    if net.is_some() {
+        trace.mark("network back end started");
+    }
 
     let mem_size = onering_abi::layout::align_up(config.mem, onering_abi::layout::HUGE_PAGE_SIZE);
     let kvm = vm::open_kvm()?;
@@ -132,7 +170,8 @@ pub fn run(
         Some(dir) => rootfs::build(dir, mem_size)?,
         None => Vec::new(),
     };
-    rootfs::add_etc(&mut image, config.rootfs);
+    let dns = config.net.as_ref().and_then(|n| n.dns).map(|d| d.octets());
+    rootfs::add_etc(&mut image, config.rootfs, dns);
     let workdir = rootfs::workdir(config.workdir, config.rootfs)?;
     let (uid, gid) = crate::sys::ids();
     let spec = LoadSpec {
@@ -159,6 +198,7 @@ pub fn run(
         rewrite: plan.as_ref(),
         rootfs: &image,
         workdir: &workdir,
+        net: config.net.as_ref().map_or_else(NetInfo::default, net_info),
     };
 
     let (mut bi, rewritten) =
@@ -171,8 +211,22 @@ pub fn run(
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     loader::write_boot_info(&mem, &bi).map_err(BuildError::BootInfo)?;
     vm::advise_pool(&mem, bi.phys_free_start);
-    let bus = devices::standard_bus()?;
+    let mut bus = devices::standard_bus()?;
+    let (net, child) = match net {
+        Some((spec, started)) => {
+            let dev = NetDevice::new(mem.clone(), &NetConfig { mac: spec.mac, mtu: spec.mtu })?;
+            bus.insert(onering_abi::layout::VIRTIO_NET_PHYS, onering_abi::layout::PAGE_SIZE, dev.clone())?;
+            (Some((dev, started.backend)), Some(started.child))
+        }
+        None => (None, None),
+    };
+    let at_end = net.as_ref().map(|(dev, _)| dev.clone()).zip(child);
     let finish: Finish = Box::new(move |mem, outcome| {
+        // No back-end process outlives the VM (and its going is no news).
+        if let Some((dev, child)) = &at_end {
+            dev.end();
+            child.stop();
+        }
         trace.mark("VM ended");
         trace.print();
         on_exit(mem, outcome, rewritten)
@@ -182,6 +236,12 @@ pub fn run(
     let machine = vstate::Machine::new(mem, bus, vmfd, cpuid, config.smp, stdio, finish);
     if let Some(s) = config.sampler {
         machine.profile_with(s).map_err(|e| BuildError::Sampler(e.to_string()))?;
+    }
+    if let Some((dev, backend)) = net {
+        dev.set_wake(Box::new(move || machine.wake_halted()));
+        // The I/O thread runs until the process ends.
+        std::mem::forget(dev.start(backend)?);
+        trace.mark("network device started");
     }
     Machine::run_boot_cpu(machine, vcpu, &|| trace.mark("first exit from the guest"))
 }

@@ -5,6 +5,8 @@
 //! starting with `onering:`. The VM itself is built and run by `builder`.
 
 use crate::builder::{self, VmConfig};
+use crate::devices::netback::{self, Mode, NetSpec, PortForward};
+use crate::devices::virtio::net::STATS as NET;
 use crate::exit::{self, Outcome};
 use crate::loader::RewriteStats;
 use crate::trace::Trace;
@@ -84,6 +86,22 @@ struct RunArgs {
     /// Samples a second per running vCPU for --profile and --profile-top.
     #[arg(long, value_name = "HZ", default_value_t = 1000)]
     profile_hz: u32,
+    /// Publish a guest port on the host, as docker run -p (repeatable; implies
+    /// --net user): [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp], ports or ranges
+    /// (8000-8010:8000-8010).
+    #[arg(short = 'p', long = "publish", value_name = "[HOSTIP:]HOSTPORT:GUESTPORT[/PROTO]")]
+    publish: Vec<PortForward>,
+    /// The VM's network: none (loopback only, the default without -p), user
+    /// (outbound TCP/UDP and DNS through the host with passt, no root; the host is
+    /// the gateway 10.0.2.2) or tap:NAME (an existing TAP device).
+    #[arg(long, value_name = "none|user|tap:NAME")]
+    net: Option<String>,
+    /// The VM's IPv4 address and prefix (default with --net user: 10.0.2.15/24).
+    #[arg(long, value_name = "CIDR")]
+    ip: Option<String>,
+    /// The VM's default gateway (default with --net user: 10.0.2.2, the host).
+    #[arg(long, value_name = "IP")]
+    gateway: Option<String>,
     /// The static x86-64 ELF program.
     program: OsString,
     /// Its arguments (everything after PROGRAM goes to the program).
@@ -138,8 +156,23 @@ impl Failure {
 /// passes `--mem x` to prog), as with `docker run`. clap would still parse options
 /// there, so a `--` goes in front of the program before clap sees the arguments.
 fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
-    const TAKES_VALUE: &[&str] =
-        &["--mem", "--smp", "-e", "--env", "--rootfs", "-w", "--workdir", "--profile", "--profile-top", "--profile-hz"];
+    const TAKES_VALUE: &[&str] = &[
+        "--mem",
+        "--smp",
+        "-e",
+        "--env",
+        "--rootfs",
+        "-w",
+        "--workdir",
+        "--profile",
+        "--profile-top",
+        "--profile-hz",
+        "-p",
+        "--publish",
+        "--net",
+        "--ip",
+        "--gateway",
+    ];
     let Some(run) = args.iter().position(|a| a == "run") else {
         return args;
     };
@@ -251,6 +284,56 @@ fn read_program(path: &OsString) -> Result<Vec<u8>, Failure> {
     std::fs::read(path).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))
 }
 
+/// The network from `--net`, `-p`, `--ip` and `--gateway` (None: loopback only),
+/// and the option that asked for it.
+fn network(args: &RunArgs) -> Result<(Option<NetSpec>, &'static str), Failure> {
+    let bad = |m: String| Failure::Onering(m);
+    let ip = args.ip.as_deref().map(netback::parse_cidr).transpose().map_err(|e| bad(format!("--ip {e}")))?;
+    let gateway = match args.gateway.as_deref() {
+        Some(g) => Some(g.parse().map_err(|_| bad(format!("--gateway '{g}' is not an IPv4 address")))?),
+        None => None,
+    };
+    let net = args.net.as_deref().unwrap_or(if args.publish.is_empty() { "none" } else { "user" });
+    let (mode, option) = match net {
+        "none" => {
+            if !args.publish.is_empty() {
+                return Err(bad("-p needs --net user (ports are published through passt)".into()));
+            }
+            if ip.is_some() || gateway.is_some() {
+                return Err(bad("--ip and --gateway need a network (--net user or --net tap:NAME)".into()));
+            }
+            return Ok((None, ""));
+        }
+        "user" => (Mode::User(args.publish.clone()), if args.net.is_some() { "--net user" } else { "-p" }),
+        tap => match tap.strip_prefix("tap:") {
+            Some(name) if !name.is_empty() => {
+                if !args.publish.is_empty() {
+                    return Err(bad(
+                        "-p works with --net user only (with a TAP device, the host's own routing decides)".into(),
+                    ));
+                }
+                (Mode::Tap(name.to_string()), "--net tap")
+            }
+            _ => return Err(bad(format!("--net '{net}' is not none, user or tap:NAME"))),
+        },
+    };
+    let spec = match mode {
+        Mode::User(_) => {
+            let ip = ip.unwrap_or(netback::USER_IP);
+            let gateway = gateway.unwrap_or(if ip == netback::USER_IP {
+                netback::USER_GATEWAY
+            } else {
+                netback::host_in(ip, 2, &[ip.0])
+            });
+            let dns =
+                if ip == netback::USER_IP { netback::USER_DNS } else { netback::host_in(ip, 3, &[ip.0, gateway]) };
+            NetSpec { mode, mac: netback::MAC, mtu: netback::MTU, ip: Some(ip), gateway: Some(gateway), dns: Some(dns) }
+        }
+        Mode::Tap(_) => NetSpec { mode, mac: netback::MAC, mtu: netback::MTU, ip, gateway, dns: None },
+    };
+    Ok((Some(spec), option))
+}
+
 fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
     let trace: &'static Trace = Box::leak(Box::new(Trace::from_env()));
     if args.smp == 0 || args.smp > onering_abi::MAX_CPUS as u64 {
@@ -271,6 +354,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
             onering_abi::layout::MAX_RAM >> 30
         )));
     }
+    let (net, net_option) = network(&args)?;
     let path = &args.program;
     let shown = path.to_string_lossy().into_owned();
     let file = read_program(&program_file(&args))?;
@@ -291,6 +375,8 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         vdso: !args.no_vdso,
         sampler: (args.profile.is_some() || args.profile_top.is_some())
             .then(|| vstate::sampler::Sampler::new(args.profile_hz, args.smp)),
+        net,
+        net_option,
     };
     let (stats, ncpus) = (args.stats, args.smp);
     let profile = config.sampler.map(|sampler| {
@@ -412,6 +498,19 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
         exit::HOSTCALLS.load(Relaxed),
         exit::WRITES.load(Relaxed)
     );
+    if NET.present.load(Relaxed) {
+        say!(
+            "onering: stats: net: {} frames ({} bytes) in, {} frames ({} bytes) out; {} doorbells, {} kicks, {} \
+             dropped",
+            NET.rx_frames.load(Relaxed),
+            NET.rx_bytes.load(Relaxed),
+            NET.tx_frames.load(Relaxed),
+            NET.tx_bytes.load(Relaxed),
+            NET.doorbells.load(Relaxed),
+            NET.kicks.load(Relaxed),
+            NET.drops.load(Relaxed)
+        );
+    }
 }
 
 /// Prints how the VM ended (if not by a plain exit) and returns the exit status.
@@ -476,6 +575,22 @@ mod tests {
         );
         assert_eq!(separate_program(v(&["onering", "run", "--", "p", "-x"])), v(&["onering", "run", "--", "p", "-x"]));
         assert_eq!(separate_program(v(&["onering", "--help"])), v(&["onering", "--help"]));
+        assert_eq!(
+            separate_program(v(&[
+                "onering",
+                "run",
+                "-p",
+                "80:80",
+                "--net",
+                "user",
+                "--ip",
+                "a",
+                "--gateway",
+                "b",
+                "p"
+            ])),
+            v(&["onering", "run", "-p", "80:80", "--net", "user", "--ip", "a", "--gateway", "b", "--", "p"])
+        );
     }
 
     #[test]

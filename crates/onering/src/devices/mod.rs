@@ -20,6 +20,8 @@
 pub mod bus;
 pub mod doorbell;
 pub mod lapic;
+pub mod netback;
+pub mod virtio;
 
 use onering_abi::layout::{self, PAGE_SIZE};
 use std::sync::Arc;

@@ -20,7 +20,7 @@ use crate::embedded::kernel_image;
 use crate::layout::{cpu_stack_tops, ram_ranges, stacks_base};
 use onering_abi::layout::{self, align_down, align_up, direct, HUGE_PAGE_SIZE};
 use onering_abi::{
-    vvar, BootInfo, MemRegion, PerCpuHeader, Segment, UserMapping, ABI_VERSION, BOOT_MAGIC, MAX_SEGMENTS,
+    vvar, BootInfo, MemRegion, NetInfo, PerCpuHeader, Segment, UserMapping, ABI_VERSION, BOOT_MAGIC, MAX_SEGMENTS,
 };
 use onering_rewrite::elf::Program;
 use onering_rewrite::{functions, rewrite};
@@ -91,6 +91,8 @@ pub struct LoadSpec<'a> {
     pub workdir: &'a [u8],
     /// The vDSO to map (with AT_SYSINFO_EHDR), or none.
     pub vdso: Option<&'a [u8]>,
+    /// The network device and the VM's addresses (`present` 0: none).
+    pub net: NetInfo,
 }
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
@@ -331,6 +333,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         vdso_base,
         segments,
         nsegments,
+        net: spec.net,
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
@@ -395,6 +398,8 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
         w.extend([s.start, s.end, s.prot]);
     }
     w.push(bi.nsegments);
+    let n = &bi.net;
+    w.extend([n.present, n.mac, n.ipv4, n.prefix4, n.gateway4, n.dns4, n.mtu]);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }
@@ -422,6 +427,7 @@ mod tests {
             hwcap: 0,
             rewrite: None,
             vdso: None,
+            net: NetInfo::default(),
         }
     }
 
@@ -429,10 +435,15 @@ mod tests {
     fn boot_info_layout_matches_the_struct() {
         assert_eq!(std::mem::size_of::<BootInfo>() % 8, 0);
         let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
-        write_boot_info(&m, &BootInfo { magic: BOOT_MAGIC, nsegments: 77, ..Default::default() }).unwrap();
-        let last: u64 =
-            m.read_obj(GuestAddress(layout::BOOT_INFO_PHYS + std::mem::size_of::<BootInfo>() as u64 - 8)).unwrap();
-        assert_eq!(last, 77);
+        let net = NetInfo { present: 1, mac: 0x5634_1200_5452, mtu: 1500, ..Default::default() };
+        write_boot_info(&m, &BootInfo { magic: BOOT_MAGIC, nsegments: 77, net, ..Default::default() }).unwrap();
+        let end = layout::BOOT_INFO_PHYS + std::mem::size_of::<BootInfo>() as u64;
+        let last: u64 = m.read_obj(GuestAddress(end - 8)).unwrap();
+        assert_eq!(last, 1500, "the MTU last");
+        let at = |off: usize| m.read_obj::<u64>(GuestAddress(layout::BOOT_INFO_PHYS + off as u64)).unwrap();
+        assert_eq!(at(std::mem::offset_of!(BootInfo, nsegments)), 77);
+        assert_eq!(at(std::mem::offset_of!(BootInfo, net)), 1);
+        assert_eq!(at(std::mem::offset_of!(BootInfo, net) + 8), 0x5634_1200_5452);
     }
 
     #[test]

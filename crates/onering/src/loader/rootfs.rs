@@ -83,10 +83,11 @@ pub fn build(root: &Path, limit: u64) -> Result<Vec<u8>, RootfsError> {
 }
 
 /// What every VM's /etc has, as docker gives every container: `hosts` (localhost
-/// for IPv4 and IPv6, and the VM's name) and `hostname`. Added to `image` (the
+/// for IPv4 and IPv6, and the VM's name), `hostname` and `resolv.conf` (naming
+/// `dns`, the network back end's resolver, or 127.0.0.1 without one). Added to `image` (the
 /// tree at `root`, if any) unless the tree has its own; nothing when its `etc` is
 /// not a directory.
-pub fn add_etc(image: &mut Vec<u8>, root: Option<&Path>) {
+pub fn add_etc(image: &mut Vec<u8>, root: Option<&Path>, dns: Option<[u8; 4]>) {
     const HOSTS: &[u8] = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tonering\n";
     let has = |rel: &str| root.and_then(|r| std::fs::symlink_metadata(r.join(rel)).ok());
     match has("etc") {
@@ -94,11 +95,16 @@ pub fn add_etc(image: &mut Vec<u8>, root: Option<&Path>) {
         Some(_) => {}
         None => push(image, DIR, 0o755, 0, b"etc", b""),
     }
-    // No network yet: a resolver asks 127.0.0.1 (refused at once), as glibc, musl
-    // and Go would without the file; names come from /etc/hosts.
-    const RESOLV: &[u8] =
-        b"# onering: this VM has loopback only; names resolve from /etc/hosts\nnameserver 127.0.0.1\n";
-    for (name, data) in [("etc/hosts", HOSTS), ("etc/hostname", &b"onering\n"[..]), ("etc/resolv.conf", RESOLV)] {
+    // Without a network device a resolver asks 127.0.0.1 (refused at once), as
+    // glibc, musl and Go would without the file; names come from /etc/hosts. With
+    // one, the back end's resolver (`--net user`: passt forwards it to the host's).
+    let resolv = match dns {
+        Some([a, b, c, d]) => format!("# onering: the network back end's resolver\nnameserver {a}.{b}.{c}.{d}\n"),
+        None => "# onering: this VM has loopback only; names resolve from /etc/hosts\nnameserver 127.0.0.1\n".into(),
+    };
+    for (name, data) in
+        [("etc/hosts", HOSTS), ("etc/hostname", &b"onering\n"[..]), ("etc/resolv.conf", resolv.as_bytes())]
+    {
         if has(name).is_none() {
             push(image, FILE, 0o644, 0, name.as_bytes(), data);
         }

@@ -18,7 +18,8 @@
 //!
 //! Device back ends on the event loop (`crate::event_loop`, held here and started
 //! only when a device registers with it) tell the guest about work with
-//! [`Machine::kick`], the same wake-up a `Kick` hostcall gives.
+//! [`Machine::kick`], the same wake-up a `Kick` hostcall gives; the network
+//! device's I/O thread uses [`Machine::wake_halted`] (sticky kicks, no interrupt).
 //!
 //! Ending: the first vCPU whose exit stops the VM (the program exited, was killed,
 //! the guest broke) reports the outcome and ends the whole process, whatever the
@@ -265,6 +266,14 @@ impl Machine {
     pub fn notify_guest(&'static self) {
         self.wake_all();
         self.interrupt_cpu0();
+    }
+
+    /// Tells the guest that a device has work for it without interrupting anyone:
+    /// every started vCPU gets a sticky kick (a halted one wakes, one about to halt
+    /// will not). For the network device, whose used rings the guest kernel polls
+    /// while it runs, so that only an idle guest needs waking.
+    pub fn wake_halted(&self) {
+        self.wake_all();
     }
 
     /// The `StdinRequest` hostcall: takes the request and has the host's stdin

@@ -1,0 +1,242 @@
+//! The network options through `onering run`, before the guest has a driver: `-p`
+//! and `--net user` start passt and stop it with the VM (also when onering is
+//! killed), the program's status is kept, and the errors that must come before
+//! boot (a used host port, passt missing, a TAP device that does not exist, bad
+//! options) give a clear message and 125. `--net tap:NAME` attaches to a TAP device
+//! in a network namespace the test makes (and removes).
+//!
+//! These tests need /dev/kvm, musl-gcc, passt and root (for the namespace); without
+//! them they fail, loudly.
+
+mod common;
+
+use common::*;
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A program that sleeps `argv[1]` ms and exits with `argv[2]`.
+fn sleeper() -> PathBuf {
+    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let dir = temp_dir("net-sleeper");
+            let src = dir.join("sleeper.c");
+            std::fs::write(
+                &src,
+                "#include <stdlib.h>\n#include <time.h>\nint main(int c, char **v) {\n  long ms = c > 1 ? atol(v[1]) \
+                 : 0;\n  struct timespec t = {ms / 1000, (ms % 1000) * 1000000};\n  nanosleep(&t, 0);\n  return c > 2 \
+                 ? atoi(v[2]) : 0;\n}\n",
+            )
+            .unwrap();
+            let bin = dir.join("sleeper");
+            let out = Command::new("musl-gcc").args(["-static", "-O2"]).arg(&src).arg("-o").arg(&bin).output();
+            let out = out.unwrap_or_else(|e| panic!("cannot run musl-gcc (apt-get install musl-tools): {e}"));
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            bin
+        })
+        .clone()
+}
+
+fn require_passt() {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join("passt").exists());
+    assert!(found, "these tests need passt (apt-get install passt, or scripts/setup.sh)");
+}
+
+/// A host TCP port nobody uses now.
+fn free_port() -> u16 {
+    TcpListener::bind(("0.0.0.0", 0)).unwrap().local_addr().unwrap().port()
+}
+
+/// The pids of passt processes whose command line has `needle`.
+fn passts_with(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains("passt") && cmdline.contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn wait_for(what: &str, limit: Duration, f: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !f() {
+        assert!(start.elapsed() < limit, "timed out waiting: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn port_is_taken(port: u16) -> bool {
+    TcpListener::bind(("0.0.0.0", port)).is_err()
+}
+
+#[test]
+fn publishing_a_port_runs_passt_for_the_vm_only() {
+    require_passt();
+    let bin = sleeper();
+    let port = free_port();
+    let spec = format!("{port}:80");
+    let child = cmd(&["run", "--stats", "-p", &spec, bin.to_str().unwrap(), "700", "7"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for("passt listens on the published port", Duration::from_secs(5), || port_is_taken(port));
+    assert_eq!(passts_with(&format!("-t {spec}")).len(), 1);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(status(&out), 7, "the program's status: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("onering: stats: net: 0 frames (0 bytes) in"), "{err}");
+    // Gone with the VM: no process, the port free again.
+    assert!(passts_with(&format!("-t {spec}")).is_empty(), "passt outlived onering");
+    assert!(!port_is_taken(port), "the port is still bound");
+}
+
+#[test]
+fn passt_dies_with_a_killed_onering() {
+    require_passt();
+    let bin = sleeper();
+    let port = free_port();
+    let spec = format!("{port}:80/tcp");
+    let mut child = cmd(&["run", "-p", &spec, bin.to_str().unwrap(), "20000"]).stdin(Stdio::null()).spawn().unwrap();
+    wait_for("passt listens", Duration::from_secs(5), || port_is_taken(port));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_for("passt exits after onering was killed", Duration::from_secs(2), || {
+        passts_with(&format!("-t {port}:80")).is_empty()
+    });
+}
+
+#[test]
+fn net_user_without_ports_boots() {
+    require_passt();
+    let out = onering(&["run", "--net", "user", sleeper().to_str().unwrap(), "0", "3"]);
+    assert_eq!(status(&out), 3, "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn a_used_host_port_is_refused_before_boot() {
+    require_passt();
+    let l = TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let out = onering(&["run", "-p", &format!("{port}:80"), sleeper().to_str().unwrap()]);
+    assert_eq!(status(&out), 125);
+    assert_eq!(stderr(&out), format!("onering: -p {port}:80: host port {port}/tcp is already in use\n"));
+    // UDP too.
+    let u = std::net::UdpSocket::bind(("0.0.0.0", 0)).unwrap();
+    let port = u.local_addr().unwrap().port();
+    let out = onering(&["run", "-p", &format!("127.0.0.1:{port}:53/udp"), sleeper().to_str().unwrap()]);
+    assert_eq!(status(&out), 125);
+    assert!(stderr(&out).contains(&format!("host port {port}/udp is already in use")), "{}", stderr(&out));
+}
+
+#[test]
+fn passt_missing_is_a_clear_125() {
+    let out = cmd(&["run", "-p", "8080:80", sleeper().to_str().unwrap()])
+        .env("PATH", "/nonexistent")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(status(&out), 125);
+    assert!(stderr(&out).starts_with("onering: -p needs passt (user-mode networking), which is not installed"));
+}
+
+#[test]
+fn bad_network_options_are_125() {
+    let bin = sleeper();
+    let bin = bin.to_str().unwrap();
+    for (args, says) in [
+        (vec!["--net", "bogus"], "--net 'bogus' is not none, user or tap:NAME"),
+        (vec!["--net", "none", "-p", "80:80"], "-p needs --net user"),
+        (vec!["--net", "tap:x", "-p", "80:80"], "-p works with --net user only"),
+        (vec!["-p", "80"], "is not [HOSTIP:]HOSTPORT:GUESTPORT"),
+        (vec!["--ip", "10.0.0.2/24"], "--ip and --gateway need a network"),
+        (vec!["--net", "user", "--ip", "10.0.0.300/24"], "--ip '10.0.0.300/24' is not an IPv4 address"),
+        (vec!["--net", "tap:onering-none0"], "--net tap:onering-none0: no such network device"),
+        (vec!["--net", "tap:lo"], "--net tap:lo: lo is not a TAP device"),
+    ] {
+        let mut a = vec!["run"];
+        a.extend(&args);
+        a.push(bin);
+        let out = onering(&a);
+        assert_eq!(status(&out), 125, "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).starts_with("onering: "), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
+    }
+}
+
+/// A network namespace for one test, removed when dropped.
+struct Netns(String);
+
+impl Netns {
+    fn new(name: &str) -> Netns {
+        let name = format!("{name}-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        let ok = Command::new("ip").args(["netns", "add", &name]).status();
+        assert!(ok.is_ok_and(|s| s.success()), "cannot make a network namespace (ip netns add; root needed)");
+        Netns(name)
+    }
+    fn ip(&self, args: &[&str]) -> String {
+        let out = Command::new("ip").args(["netns", "exec", &self.0, "ip"]).args(args).output().unwrap();
+        assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+#[test]
+fn a_tap_device_in_a_namespace_is_attached() {
+    require_kvm();
+    let ns = Netns::new("onering-tap");
+    ns.ip(&["tuntap", "add", "ortap0", "mode", "tap"]);
+    ns.ip(&["addr", "add", "10.9.0.1/24", "dev", "ortap0"]);
+    ns.ip(&["link", "set", "ortap0", "up"]);
+    assert!(ns.ip(&["link", "show", "ortap0"]).contains("NO-CARRIER"), "nothing attached yet");
+    let bin = sleeper();
+    let child = Command::new("ip")
+        .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_onering"), "run", "--stats", "--net", "tap:ortap0"])
+        .args(["--ip", "10.9.0.2/24", "--gateway", "10.9.0.1", bin.to_str().unwrap(), "1500", "5"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Attached: the link has a carrier while onering runs.
+    wait_for("the TAP device gets a carrier", Duration::from_secs(5), || {
+        ns.ip(&["link", "show", "ortap0"]).contains("LOWER_UP")
+    });
+    // Frames toward the VM (no driver yet: they wait in the device, or are dropped).
+    let _ = Command::new("ip")
+        .args(["netns", "exec", &ns.0, "ping", "-c", "1", "-W", "1", "10.9.0.2"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(status(&out), 5, "{}", stderr(&out));
+    assert!(stderr(&out).contains("onering: stats: net: "), "{}", stderr(&out));
+    // Detached once onering and its teardown helper (which shares its descriptors
+    // for the milliseconds the VM's release takes) are gone.
+    wait_for("the TAP device loses its carrier", Duration::from_secs(5), || {
+        ns.ip(&["link", "show", "ortap0"]).contains("NO-CARRIER")
+    });
+    // Inside the namespace too, a missing device is named.
+    let busy = Command::new("ip")
+        .args(["netns", "exec", &ns.0, env!("CARGO_BIN_EXE_onering"), "run", "--net", "tap:nosuch0"])
+        .arg(bin.to_str().unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(busy.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&busy.stderr).contains("--net tap:nosuch0: no such network device"));
+}
