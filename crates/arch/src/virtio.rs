@@ -83,12 +83,123 @@ mod hal {
     }
 }
 
+/// The MMIO transport with notifications as VIRTIO_F_EVENT_IDX means them.
+/// `virtio-drivers` (0.13) decides to notify with `avail_idx >= avail_event + 1`,
+/// true for every buffer added after the one the device asked about, so while the
+/// device's back end polls the ring awake, each frame sent would still ring the
+/// doorbell (an exit). This wrapper lets a notify through only when the buffer
+/// just added is the one the device named (`avail_idx == avail_event + 1`): the
+/// spec's `vring_need_event` for one buffer added per check, which is how the
+/// driver adds them. It learns where the rings are from `queue_set`.
 #[cfg(target_os = "none")]
-type Raw = virtio_drivers::device::net::VirtIONetRaw<
-    hal::DirectHal,
-    virtio_drivers::transport::mmio::MmioTransport<'static>,
-    QUEUE,
->;
+mod suppress {
+    use core::fmt::Debug;
+    use core::ops::BitAnd;
+    use virtio_drivers::transport::mmio::MmioTransport;
+    use virtio_drivers::transport::{DeviceStatus, DeviceType, InterruptStatus, Transport};
+    use virtio_drivers::{PhysAddr, Result};
+    use zerocopy::{FromBytes, Immutable, IntoBytes};
+
+    pub struct Suppressed {
+        pub inner: MmioTransport<'static>,
+        /// Per queue: the available ring, the used ring, the queue size.
+        rings: [(u64, u64, u32); 2],
+    }
+
+    impl Suppressed {
+        pub fn new(inner: MmioTransport<'static>) -> Self {
+            Suppressed { inner, rings: [(0, 0, 0); 2] }
+        }
+
+        /// The u16 at guest-physical `phys` (a ring's index or event field).
+        fn read16(phys: u64) -> u16 {
+            // SAFETY: `phys` lies in a ring `queue_set` was given, which the driver
+            // allocated with `DirectHal::dma_alloc` (kernel heap, mapped in the
+            // direct map) and keeps until the device is reset; the fields are
+            // 2-byte aligned (rings are), and the device may write them at any
+            // time, hence the volatile read.
+            unsafe { core::ptr::read_volatile(onering_abi::layout::direct(phys) as *const u16) }
+        }
+    }
+
+    impl Transport for Suppressed {
+        fn device_type(&self) -> DeviceType {
+            self.inner.device_type()
+        }
+        fn read_device_features(&mut self) -> u64 {
+            self.inner.read_device_features()
+        }
+        fn write_driver_features(&mut self, f: u64) {
+            self.inner.write_driver_features(f)
+        }
+        fn max_queue_size(&mut self, q: u16) -> u32 {
+            self.inner.max_queue_size(q)
+        }
+        fn notify(&mut self, q: u16) {
+            let Some(&(avail, used, size)) = self.rings.get(q as usize) else {
+                return self.inner.notify(q);
+            };
+            if avail == 0 || used == 0 {
+                return self.inner.notify(q);
+            }
+            // avail ring: flags, idx, ring[size], used_event; used ring: flags,
+            // idx, ring[size] of 8 bytes, avail_event.
+            let idx = Self::read16(avail + 2);
+            let event = Self::read16(used + 4 + 8 * u64::from(size));
+            if idx == event.wrapping_add(1) {
+                self.inner.notify(q);
+            }
+        }
+        fn get_status(&self) -> DeviceStatus {
+            self.inner.get_status()
+        }
+        fn set_status(&mut self, s: DeviceStatus) {
+            self.inner.set_status(s)
+        }
+        fn set_guest_page_size(&mut self, size: u32) {
+            self.inner.set_guest_page_size(size)
+        }
+        fn requires_legacy_layout(&self) -> bool {
+            self.inner.requires_legacy_layout()
+        }
+        fn queue_set(&mut self, q: u16, size: u32, descriptors: PhysAddr, driver: PhysAddr, device: PhysAddr) {
+            if let Some(r) = self.rings.get_mut(q as usize) {
+                *r = (driver, device, size);
+            }
+            self.inner.queue_set(q, size, descriptors, driver, device)
+        }
+        fn queue_unset(&mut self, q: u16) {
+            if let Some(r) = self.rings.get_mut(q as usize) {
+                *r = (0, 0, 0);
+            }
+            self.inner.queue_unset(q)
+        }
+        fn queue_used(&mut self, q: u16) -> bool {
+            self.inner.queue_used(q)
+        }
+        fn ack_interrupt(&mut self) -> InterruptStatus {
+            self.inner.ack_interrupt()
+        }
+        fn begin_init<F: bitflags::Flags<Bits = u64> + BitAnd<Output = F> + Debug>(&mut self, supported: F) -> F {
+            self.inner.begin_init(supported)
+        }
+        fn finish_init(&mut self) {
+            self.inner.finish_init()
+        }
+        fn read_config_generation(&self) -> u32 {
+            self.inner.read_config_generation()
+        }
+        fn read_config_space<T: FromBytes + IntoBytes>(&self, offset: usize) -> Result<T> {
+            self.inner.read_config_space(offset)
+        }
+        fn write_config_space<T: IntoBytes + Immutable>(&mut self, offset: usize, value: T) -> Result<()> {
+            self.inner.write_config_space(offset, value)
+        }
+    }
+}
+
+#[cfg(target_os = "none")]
+type Raw = virtio_drivers::device::net::VirtIONetRaw<hal::DirectHal, suppress::Suppressed, QUEUE>;
 
 /// The VM's network device.
 pub struct Nic {
@@ -125,7 +236,7 @@ impl Nic {
         // said so in BootInfo::net), which the direct map maps uncached for the
         // kernel's life; this is its only user (the caller opens it once).
         let transport = unsafe { MmioTransport::new(header, onering_abi::layout::PAGE_SIZE as usize) }.ok()?;
-        let raw = Raw::new(transport).ok()?;
+        let raw = Raw::new(suppress::Suppressed::new(transport)).ok()?;
         let mac = raw.mac_address();
         // (The driver takes no receive buffer under 1526 bytes: 1500 at least.)
         let frame_max = mtu.clamp(1500, 65_521) + 14;

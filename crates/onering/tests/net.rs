@@ -1,12 +1,14 @@
-//! The network options through `onering run`, before the guest has a driver: `-p`
-//! and `--net user` start passt and stop it with the VM (also when onering is
-//! killed), the program's status is kept, and the errors that must come before
-//! boot (a used host port, passt missing, a TAP device that does not exist, bad
-//! options) give a clear message and 125. `--net tap:NAME` attaches to a TAP device
-//! in a network namespace the test makes (and removes).
+//! The network options through `onering run`: `-p` and `--net user` start passt and
+//! stop it with the VM (also when onering is killed), the program's status is kept,
+//! and the errors that must come before boot (a used host port, passt missing, a
+//! TAP device that does not exist, bad options) give a clear message and 125.
+//! `--net tap:NAME` attaches to a TAP device in a network namespace the test makes
+//! (and removes). Through the guest's driver: the host fetches pages from a Go
+//! server in the VM through a published port, a UDP echo server in the VM answers
+//! the host, and a Go client in the VM fetches from the host at the gateway.
 //!
-//! These tests need /dev/kvm, musl-gcc, passt and root (for the namespace); without
-//! them they fail, loudly.
+//! These tests need /dev/kvm, musl-gcc, Go, passt and root (for the namespace);
+//! without them they fail, loudly.
 
 mod common;
 
@@ -239,4 +241,138 @@ fn a_tap_device_in_a_namespace_is_attached() {
         .unwrap();
     assert_eq!(busy.status.code(), Some(125));
     assert!(String::from_utf8_lossy(&busy.stderr).contains("--net tap:nosuch0: no such network device"));
+}
+
+// ---- through the guest's driver -----------------------------------------------------
+
+/// The Go guest program (tests/guest/go), built once.
+fn go_guest() -> PathBuf {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        let bin = out_dir().join("net-go-guest");
+        let mut go = Command::new("go");
+        go.env("CGO_ENABLED", "0");
+        if let Ok(path) = std::env::var("PATH") {
+            go.env("PATH", format!("{path}:/usr/local/go/bin"));
+        }
+        let out = go
+            .args(["build", "-o"])
+            .arg(&bin)
+            .arg(".")
+            .current_dir(root().join("tests/guest/go"))
+            .output()
+            .expect("go (the Go toolchain must be installed)");
+        assert!(out.status.success(), "go build: {}", String::from_utf8_lossy(&out.stderr));
+        bin
+    })
+    .clone()
+}
+
+/// One HTTP/1.0 GET of `path` on 127.0.0.1:`port` from the host: the response.
+fn http_get(port: u16, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(s, "GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").unwrap();
+    let mut r = String::new();
+    s.read_to_string(&mut r).unwrap();
+    r
+}
+
+/// Waits for a line on the child's stdout that starts with `what`.
+fn wait_line(out: &mut impl std::io::BufRead, what: &str) {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "the program ended before printing {what:?}");
+        if line.starts_with(what) {
+            return;
+        }
+    }
+}
+
+#[test]
+fn a_go_server_in_the_vm_answers_the_host_through_a_published_port() {
+    require_kvm();
+    require_passt();
+    let port = free_port();
+    let publish = format!("{port}:8080");
+    let mut child = cmd(&["run", "-p", &publish, go_guest().to_str().unwrap(), "serve", "8080", "3"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    wait_line(&mut out, "listening");
+    for path in ["/a", "/b", "/c"] {
+        let r = http_get(port, path);
+        assert!(r.starts_with("HTTP/1.0 200 OK"), "{r}");
+        assert!(r.ends_with(&format!("hello from onering {path}\n")), "{r}");
+    }
+    wait_line(&mut out, "served 3");
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+#[test]
+fn a_udp_echo_server_in_the_vm_answers_the_host() {
+    require_kvm();
+    require_passt();
+    let port = free_port();
+    let publish = format!("127.0.0.1:{port}:7/udp");
+    // (N 0: it echoes until it is stopped.)
+    let mut child = cmd(&["run", "-p", &publish, musl("udpecho").to_str().unwrap(), "7", "0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    wait_line(&mut out, "listening");
+    let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let mut buf = [0u8; 2048];
+    let mut echoed = 0;
+    for i in 0..100u32 {
+        let msg: Vec<u8> = (0..200).map(|k| (i as u8).wrapping_add(k as u8)).collect();
+        // UDP may lose a datagram (the first ones may go before the path is
+        // ready): send again, and skip late echoes of earlier ones.
+        'tries: for _ in 0..10 {
+            s.send_to(&msg, ("127.0.0.1", port)).unwrap();
+            while let Ok(n) = s.recv(&mut buf) {
+                if buf[..n] == msg[..] {
+                    echoed += 1;
+                    break 'tries;
+                }
+            }
+        }
+    }
+    assert_eq!(echoed, 100);
+    child.kill().unwrap();
+    let o = child.wait_with_output().unwrap();
+    assert!(o.stderr.is_empty() || !String::from_utf8_lossy(&o.stderr).contains("panic"));
+}
+
+#[test]
+fn a_go_client_in_the_vm_reaches_the_host_through_the_gateway() {
+    use std::io::{Read, Write};
+    require_kvm();
+    require_passt();
+    // A one-request HTTP server on the host's loopback; the VM reaches it at the
+    // gateway address, which passt maps to the host.
+    let server = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    let t = std::thread::spawn(move || {
+        let (mut c, _) = server.accept().unwrap();
+        let mut req = [0u8; 4096];
+        let n = c.read(&mut req).unwrap();
+        assert!(String::from_utf8_lossy(&req[..n]).starts_with("GET /from-vm HTTP/1.1"));
+        c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 15\r\nConnection: close\r\n\r\nhello from host").unwrap();
+    });
+    let url = format!("http://10.0.2.2:{port}/from-vm");
+    let o = onering(&["run", "--net", "user", go_guest().to_str().unwrap(), "fetch", &url]);
+    t.join().unwrap();
+    assert_eq!(stdout(&o), "200 hello from host", "{}", stderr(&o));
+    assert_eq!(status(&o), 0);
 }
