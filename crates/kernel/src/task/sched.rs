@@ -697,6 +697,11 @@ pub fn idle_loop() -> ! {
             let start = mono_now();
             supervisor::halt((left - HALT_EARLY_NS).min(MAX_HALT_NS));
             let end = mono_now();
+            // A device's kick (frames for the network stack) makes work only once
+            // the device is looked at: look now (polling again, so that threads it
+            // wakes are not sent a kick here), so that such a wake-up counts too.
+            set_state(cpu, CpuState::Polling);
+            poll_devices(true);
             if QUEUED[cpu].load(SeqCst) > 0 {
                 budget.woken_after(end - start);
             }
