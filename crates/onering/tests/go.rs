@@ -10,6 +10,8 @@
 //!
 //! These tests need /dev/kvm and the Go toolchain; without them they fail, loudly.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
@@ -24,28 +26,14 @@ fn out_dir() -> PathBuf {
     d
 }
 
-fn go() -> Command {
-    let mut c = Command::new("go");
-    c.env("CGO_ENABLED", "0");
-    if let Ok(path) = std::env::var("PATH") {
-        c.env("PATH", format!("{path}:/usr/local/go/bin"));
-    }
-    c
-}
+use common::go;
 
 /// The guest program, built once.
 fn guest() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let bin = out_dir().join("guest");
-        let out = go()
-            .args(["build", "-o"])
-            .arg(&bin)
-            .arg(".")
-            .current_dir(root().join("tests/guest/go"))
-            .output()
-            .expect("go (the Go toolchain must be installed)");
-        assert!(out.status.success(), "go build: {}", String::from_utf8_lossy(&out.stderr));
+        common::build_go_guest(&bin);
         bin
     })
 }

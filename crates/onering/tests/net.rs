@@ -250,22 +250,19 @@ fn go_guest() -> PathBuf {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
         let bin = out_dir().join("net-go-guest");
-        let mut go = Command::new("go");
-        go.env("CGO_ENABLED", "0");
-        if let Ok(path) = std::env::var("PATH") {
-            go.env("PATH", format!("{path}:/usr/local/go/bin"));
-        }
-        let out = go
-            .args(["build", "-o"])
-            .arg(&bin)
-            .arg(".")
-            .current_dir(root().join("tests/guest/go"))
-            .output()
-            .expect("go (the Go toolchain must be installed)");
-        assert!(out.status.success(), "go build: {}", String::from_utf8_lossy(&out.stderr));
+        build_go_guest(&bin);
         bin
     })
     .clone()
+}
+
+/// `onering run ARGS...` with its stdout read line by line.
+fn spawn_run(args: &[&str]) -> (std::process::Child, std::io::BufReader<std::process::ChildStdout>) {
+    let mut a = vec!["run"];
+    a.extend_from_slice(args);
+    let mut child = cmd(&a).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    (child, out)
 }
 
 /// One HTTP/1.0 GET of `path` on 127.0.0.1:`port` from the host: the response.
@@ -297,13 +294,7 @@ fn a_go_server_in_the_vm_answers_the_host_through_a_published_port() {
     require_passt();
     let port = free_port();
     let publish = format!("{port}:8080");
-    let mut child = cmd(&["run", "-p", &publish, go_guest().to_str().unwrap(), "serve", "8080", "3"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let (child, mut out) = spawn_run(&["-p", &publish, go_guest().to_str().unwrap(), "serve", "8080", "3"]);
     wait_line(&mut out, "listening");
     for path in ["/a", "/b", "/c"] {
         let r = http_get(port, path);
@@ -322,13 +313,7 @@ fn a_udp_echo_server_in_the_vm_answers_the_host() {
     let port = free_port();
     let publish = format!("127.0.0.1:{port}:7/udp");
     // (N 0: it echoes until it is stopped.)
-    let mut child = cmd(&["run", "-p", &publish, musl("udpecho").to_str().unwrap(), "7", "0"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let (mut child, mut out) = spawn_run(&["-p", &publish, musl("udpecho").to_str().unwrap(), "7", "0"]);
     wait_line(&mut out, "listening");
     let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();

@@ -97,3 +97,26 @@ pub fn stderr_bytes(o: &Output) -> &[u8] {
         None => e,
     }
 }
+
+/// The Go toolchain, for static binaries (CGO_ENABLED=0), found on PATH or in
+/// /usr/local/go/bin.
+pub fn go() -> Command {
+    let mut c = Command::new("go");
+    c.env("CGO_ENABLED", "0");
+    if let Ok(path) = std::env::var("PATH") {
+        c.env("PATH", format!("{path}:/usr/local/go/bin"));
+    }
+    c
+}
+
+/// Builds the Go guest program (tests/guest/go) to `bin`.
+pub fn build_go_guest(bin: &Path) {
+    let out = go()
+        .args(["build", "-o"])
+        .arg(bin)
+        .arg(".")
+        .current_dir(root().join("tests/guest/go"))
+        .output()
+        .expect("go (the Go toolchain must be installed)");
+    assert!(out.status.success(), "go build: {}", String::from_utf8_lossy(&out.stderr));
+}

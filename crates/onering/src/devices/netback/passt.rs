@@ -131,20 +131,16 @@ pub fn start(spec: &NetSpec, ports: &[PortForward], option: &'static str) -> Res
         // Read only once passt stopped; never block the I/O thread on it.
         let _ = crate::sys::net::set_nonblocking(e);
     }
-    let passt = Passt {
-        sock: ours,
-        inbuf: vec![0; 2 * (4 + MAX_FRAME)],
-        start: 0,
-        end: 0,
-        out: Vec::new(),
-        out_at: 0,
-        stderr,
-        mac: spec.mac,
-    };
-    Ok((passt, child))
+    Ok((Passt::over(ours, stderr, spec.mac), child))
 }
 
 impl Passt {
+    /// The back end's state over stream `sock` (passt's other end), for a VM with
+    /// MAC address `mac`.
+    fn over(sock: UnixStream, stderr: Option<ChildStderr>, mac: [u8; 6]) -> Passt {
+        Passt { sock, inbuf: vec![0; 2 * (4 + MAX_FRAME)], start: 0, end: 0, out: Vec::new(), out_at: 0, stderr, mac }
+    }
+
     /// What passt said before it stopped (start-up chatter left out).
     fn last_words(&mut self) -> String {
         let mut text = String::new();
@@ -283,16 +279,7 @@ mod tests {
     fn frames_are_length_prefixed_both_ways() {
         let (ours, mut theirs) = UnixStream::pair().unwrap();
         ours.set_nonblocking(true).unwrap();
-        let mut p = Passt {
-            sock: ours,
-            inbuf: vec![0; 2 * (4 + MAX_FRAME)],
-            start: 0,
-            end: 0,
-            out: Vec::new(),
-            out_at: 0,
-            stderr: None,
-            mac: [2, 0, 0, 0, 0, 9],
-        };
+        let mut p = Passt::over(ours, None, [2, 0, 0, 0, 0, 9]);
         assert!(p.send(b"abc").unwrap());
         p.flush().unwrap();
         let mut got = [0u8; 7];
