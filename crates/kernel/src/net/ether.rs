@@ -232,6 +232,44 @@ pub fn fill_checksums(p: &mut [u8]) {
     seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
 }
 
+/// Lowers the MSS option of a TCP SYN in IPv4 packet `p` to at most `mss` (MSS
+/// clamping, as routers do): the stack's interface has the loopback's 64 KiB MTU,
+/// and a peer beyond the device must not send segments larger than the link's.
+/// Checksums are filled in afterwards.
+pub fn clamp_mss(p: &mut [u8], mss: u16) {
+    if p.len() < 20 || p[0] >> 4 != 4 || p[9] != 6 {
+        return;
+    }
+    let ihl = usize::from(p[0] & 15) * 4;
+    let Some(tcp) = p.get_mut(ihl..) else { return };
+    if tcp.len() < 20 || tcp[13] & 0x02 == 0 {
+        return;
+    }
+    let end = (usize::from(tcp[12] >> 4) * 4).min(tcp.len());
+    let mut at = 20;
+    while at < end {
+        match tcp[at] {
+            0 => return,
+            1 => at += 1,
+            kind => {
+                let Some(&len) = tcp.get(at + 1) else { return };
+                let len = usize::from(len);
+                if len < 2 || at + len > end {
+                    return;
+                }
+                if kind == 2 && len == 4 {
+                    let cur = u16::from_be_bytes([tcp[at + 2], tcp[at + 3]]);
+                    if cur > mss {
+                        tcp[at + 2..at + 4].copy_from_slice(&mss.to_be_bytes());
+                    }
+                    return;
+                }
+                at += len;
+            }
+        }
+    }
+}
+
 /// The one's-complement sum of `b` as 16-bit big-endian words, added to `acc`.
 fn sum(b: &[u8], mut acc: u64) -> u64 {
     let mut words = b.chunks_exact(2);
@@ -395,6 +433,30 @@ mod tests {
         let mut bad = vec![0x45, 0, 0xff, 0xff, 0, 0];
         fill_checksums(&mut bad);
         assert_eq!(bad, [0x45, 0, 0xff, 0xff, 0, 0]);
+    }
+
+    #[test]
+    fn a_syns_mss_is_clamped_to_the_link() {
+        // SYN-ACK with options: NOP, MSS 65495, window scale.
+        let mut p = vec![0x45, 0, 0, 52, 0, 0, 0, 0, 64, 6, 0, 0, 10, 0, 2, 15, 10, 0, 2, 2];
+        let mut tcp = vec![0x13, 0x89, 0xe8, 0x7c, 0, 0, 0, 1, 0, 0, 0, 1, 0x80, 0x12, 0xff, 0xff, 0, 0, 0, 0];
+        tcp.extend_from_slice(&[1, 2, 4, 0xff, 0xd7, 3, 3, 7, 0, 0, 0, 0]);
+        p.extend_from_slice(&tcp);
+        clamp_mss(&mut p, 1460);
+        assert_eq!(&p[20 + 21..20 + 25], &[2, 4, 0x05, 0xb4]);
+        // A smaller one stays; a segment without SYN, or options that run off the
+        // header, are left alone.
+        clamp_mss(&mut p, 9000);
+        assert_eq!(&p[20 + 23..20 + 25], &[0x05, 0xb4]);
+        let mut ack = p.clone();
+        ack[20 + 13] = 0x10;
+        ack[20 + 23] = 0xff;
+        clamp_mss(&mut ack, 100);
+        assert_eq!(ack[20 + 23], 0xff);
+        let mut bad = p.clone();
+        bad[20 + 22] = 40;
+        clamp_mss(&mut bad, 100);
+        assert_eq!(&bad[20 + 23..20 + 25], &[0x05, 0xb4]);
     }
 
     #[test]

@@ -491,6 +491,8 @@ struct Link {
     ether: Ether,
     /// The VM's IPv4 address on it.
     ip: Ipv4Addr,
+    /// The largest TCP segment the link carries (its MTU less the headers).
+    mss: u16,
 }
 
 static STACK: Once<Mutex<Stack>> = Once::new();
@@ -534,7 +536,8 @@ fn open_link(iface: &mut Interface) -> Option<Link> {
         let _ = iface.routes_mut().add_default_ipv4_route(gateway);
     }
     let ether = Ether::new(nic.mac(), ip, prefix, gateway);
-    Some(Link { nic, ether, ip })
+    let mss = (info.mtu.clamp(576, 65_535) - 40) as u16;
+    Some(Link { nic, ether, ip, mss })
 }
 
 /// The destination address of IP packet `p`.
@@ -822,6 +825,7 @@ impl Stack {
             link.ether.dropped += 1;
             return;
         }
+        crate::net::ether::clamp_mss(&mut p, link.mss);
         crate::net::ether::fill_checksums(&mut p);
         let mut frames = Vec::new();
         link.ether.output(p, mono_now(), &mut frames);
@@ -879,7 +883,14 @@ impl Stack {
         }
         let (_, id) = best?;
         let Role::Listener { pool, .. } = &self.socks[&id].role else { return None };
-        let listening = pool.iter().copied().find(|r| self.set.get::<tcp::Socket>(*r).state() == tcp::State::Listen);
+        // A listening socket with a packet waiting is taken: that packet is a SYN
+        // routed to it since it last ran (frames from the device come in batches),
+        // and a second SYN would find it no longer listening and be reset.
+        let free = |r: &Ref| {
+            self.set.get::<tcp::Socket>(*r).state() == tcp::State::Listen
+                && self.set.map.get(r).is_some_and(|sh| sh.rx.is_empty())
+        };
+        let listening = pool.iter().copied().find(free);
         Some((id, listening))
     }
 

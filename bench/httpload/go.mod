@@ -1,0 +1,3 @@
+module onering.bench/httpload
+
+go 1.22
