@@ -349,6 +349,18 @@ impl Nic {
         }
     }
 
+    /// Frames given to the device that it has not taken yet.
+    #[cfg(target_os = "none")]
+    pub fn tx_pending(&mut self) -> usize {
+        self.reclaim_tx();
+        self.tx.iter().filter(|b| b.is_some()).count()
+    }
+
+    #[cfg(not(target_os = "none"))]
+    pub fn tx_pending(&mut self) -> usize {
+        0
+    }
+
     /// Whether received frames wait.
     #[cfg(target_os = "none")]
     pub fn has_rx(&self) -> bool {

@@ -549,6 +549,32 @@ fn packet_dst(p: &[u8]) -> Option<IpAddress> {
     }
 }
 
+/// At the program's exit: gives what its connections beyond the VM still have to
+/// send (a reply, a FIN after `close`) up to `limit` ns to leave and be
+/// acknowledged. On Linux the kernel goes on sending after the process is gone;
+/// here the VM ends with the program, and a server that answers and exits would
+/// lose its answer. Returns at once when nothing is pending (the usual case).
+pub fn linger(limit: u64) {
+    if LINK.get().is_none() {
+        return;
+    }
+    let Some(stack) = STACK.get() else { return };
+    let end = mono_now().saturating_add(limit);
+    loop {
+        let done = {
+            let mut s = stack.lock();
+            let _ = s.pump(None);
+            s.settled()
+        };
+        if done || mono_now() >= end {
+            return;
+        }
+        for _ in 0..64 {
+            core::hint::spin_loop();
+        }
+    }
+}
+
 /// Looks at the network device from the scheduler (a vCPU about to idle or run a
 /// thread): runs the stack if frames came. Skipped while another CPU holds the
 /// stack (it looks at the device in its own pump).
@@ -791,6 +817,31 @@ impl Stack {
             }
             None => self.set.nobody_rx.push_back(p),
         }
+    }
+
+    /// Whether nothing bound beyond the VM waits to be sent or acknowledged: no TCP
+    /// connection to an outside address has data or a FIN in flight, and the
+    /// device has taken every frame.
+    fn settled(&mut self) -> bool {
+        let Some(link) = self.link.as_mut() else { return true };
+        if link.nic.tx_pending() > 0 {
+            return false;
+        }
+        let outside = |e: Option<IpEndpoint>| match e.map(|e| e.addr) {
+            Some(IpAddress::Ipv4(v)) => !v.is_loopback() && v != link.ip,
+            _ => false,
+        };
+        self.set.map.values().all(|sh| match sh.set.iter().next() {
+            Some((_, smoltcp::socket::Socket::Tcp(t))) => {
+                !outside(t.remote_endpoint())
+                    || (t.send_queue() == 0
+                        && !matches!(
+                            t.state(),
+                            tcp::State::FinWait1 | tcp::State::Closing | tcp::State::LastAck | tcp::State::SynReceived
+                        ))
+            }
+            _ => true,
+        })
     }
 
     /// Whether `a` is one of the VM's own addresses (loopback's, the device's).

@@ -53,6 +53,8 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
         if status & 0x7f != 0 {
             k.killed(status & 0x7f, 0, 0);
         }
+        // What its connections beyond the VM still send gets a second to leave.
+        crate::net::inet::linger(1_000_000_000);
         k.exit(status >> 8);
     }
     let Some(files) = p.end() else {
