@@ -84,10 +84,9 @@ if command -v passt >/dev/null; then
         echo "(g) needs root (a network namespace and a TAP device): skipped"
     fi
     # (h) a TCP stream from the host into the VM behind -p, 64 KiB writes; (i) Go
-    # net/http in the VM driven from the host (bench/httpload: 50 keep-alive clients).
+    # net/http in the VM driven from the host (bench/gohttp's 50 keep-alive clients).
     gcc -O2 bench/tcpsend.c -o "$out/tcpsend"
     musl-gcc -static -O2 bench/tcpsink.c -o "$out/tcpsink"
-    (cd bench/httpload && CGO_ENABLED=0 go build -o "../../$out/httpload" .)
     (cd tests/guest/go && CGO_ENABLED=0 go build -o "../../../$out/goguest" .)
     p=$(free_port)
     "$out/tcpsink" "$p" >/dev/null & srv=$!
@@ -101,11 +100,11 @@ if command -v passt >/dev/null; then
     p=$(free_port)
     "$out/goguest" serve "$p" "$REQS" >/dev/null & srv=$!
     sleep 0.5
-    h=$("$out/httpload" "http://127.0.0.1:$p/" "$REQS" || echo failed); wait $srv || true
+    h=$("$out/gohttp" "$REQS" "http://127.0.0.1:$p/" || echo failed); wait $srv || true
     p=$(free_port)
     "$onering" run --smp $smp --mem 512M -p "127.0.0.1:$p:8080" "$out/goguest" serve 8080 "$REQS" >/dev/null 2>&1 & srv=$!
     sleep 1.5
-    r=$(timeout 120 "$out/httpload" "http://127.0.0.1:$p/" "$REQS" || echo failed); wait $srv 2>/dev/null || true
+    r=$(timeout 120 "$out/gohttp" "$REQS" "http://127.0.0.1:$p/" || echo failed); wait $srv 2>/dev/null || true
     row "(i) Go net/http in the VM, from the host, req/s" req/s 1 "$h" "$r" 2>/dev/null || echo "(i) host $h onering $r"
     awk -v a="$a" -v b="$b" -v c="${c:-0}" 'BEGIN { split(a, x); split(b, y); split(c, z);
         printf "ratios: behind -p %.2fx of the host (target 0.5x), TAP %.2fx (target 0.7x)\n", y[1] / x[1], z[1] / x[1] }'

@@ -1,7 +1,8 @@
 // bench/net.sh (c): an httptest server and 50 goroutines of keep-alive clients
 // (one connection each) making N requests in all; prints requests per second.
+// With URL, (i): only the clients, against URL (a server elsewhere).
 //
-//	gohttp N
+//	gohttp N [URL]
 package main
 
 import (
@@ -20,11 +21,17 @@ func main() {
 	if len(os.Args) > 1 {
 		n, _ = strconv.Atoi(os.Args[1])
 	}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.WriteString(w, "hello")
-	}))
-	defer ts.Close()
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	url := ""
+	if len(os.Args) > 2 {
+		url = os.Args[2]
+	} else {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.WriteString(w, "hello")
+		}))
+		defer ts.Close()
+		url = ts.URL
+	}
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}, Timeout: 30 * time.Second}
 	var wg sync.WaitGroup
 	var failed sync.Once
 	start := time.Now()
@@ -33,7 +40,7 @@ func main() {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < n/50; i++ {
-				resp, err := client.Get(ts.URL)
+				resp, err := client.Get(url)
 				if err != nil {
 					failed.Do(func() { fmt.Fprintln(os.Stderr, "gohttp:", err) })
 					return

@@ -61,6 +61,8 @@ mod hal {
             (phys(p.as_ptr() as usize), p)
         }
 
+        // SAFETY: the caller (the driver) passes what `dma_alloc` returned and was
+        // asked for, once the device no longer uses it; see the block below.
         unsafe fn dma_dealloc(_: PhysAddr, vaddr: NonNull<u8>, pages: usize) -> i32 {
             let size = pages * PAGE_SIZE as usize;
             if let Ok(layout) = core::alloc::Layout::from_size_align(size.max(1), PAGE_SIZE as usize) {
@@ -71,14 +73,19 @@ mod hal {
             0
         }
 
+        // SAFETY: no unsafe operation: the direct map maps guest RAM and the MMIO
+        // page that holds the device's registers (uncached).
         unsafe fn mmio_phys_to_virt(paddr: PhysAddr, _: usize) -> NonNull<u8> {
             NonNull::new(onering_abi::layout::direct(paddr) as *mut u8).expect("virtio: MMIO at 0")
         }
 
+        // SAFETY: no unsafe operation: the address of a direct-map buffer is its
+        // guest-physical address plus a constant (`phys` refuses any other buffer).
         unsafe fn share(buffer: NonNull<[u8]>, _: BufferDirection) -> PhysAddr {
             phys(buffer.as_ptr() as *mut u8 as usize)
         }
 
+        // SAFETY: nothing to undo: `share` made no copy and no mapping.
         unsafe fn unshare(_: PhysAddr, _: NonNull<[u8]>, _: BufferDirection) {}
     }
 }
@@ -215,10 +222,10 @@ pub struct Nic {
     mac: [u8; 6],
 }
 
+#[cfg(target_os = "none")]
 // SAFETY: the transport's register pointer and the queues' memory are reached only
 // through `&mut Nic`, which the kernel keeps behind its network stack's lock; the
 // device page and the queue memory stay valid for the kernel's whole life.
-#[cfg(target_os = "none")]
 unsafe impl Send for Nic {}
 
 impl Nic {

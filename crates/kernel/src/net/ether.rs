@@ -190,46 +190,32 @@ impl Ether {
 }
 
 /// Fills in the checksums of IPv4 packet `p` (its header's, and its TCP or UDP
-/// segment's over the pseudo-header): the stack leaves them out on the loopback,
-/// where nothing corrupts a packet, and computes them here for packets that leave
-/// the VM. A packet too short for what its header says is left alone.
+/// segment's over the pseudo-header), with smoltcp's wire code: the stack leaves
+/// them out on the loopback, where nothing corrupts a packet, and they are
+/// computed here for packets that leave the VM. A packet too short for what its
+/// headers say is left alone.
 pub fn fill_checksums(p: &mut [u8]) {
-    if p.len() < 20 || p[0] >> 4 != 4 {
-        return;
-    }
-    let ihl = usize::from(p[0] & 15) * 4;
-    let total = usize::from(u16::from_be_bytes([p[2], p[3]]));
-    if ihl < 20 || total < ihl || total > p.len() {
-        return;
-    }
-    p[10..12].copy_from_slice(&[0, 0]);
-    let c = !fold(sum(&p[..ihl], 0));
-    p[10..12].copy_from_slice(&c.to_be_bytes());
+    use smoltcp::wire::{IpAddress, IpProtocol, Ipv4Packet, TcpPacket, UdpPacket};
+    let Ok(mut ip) = Ipv4Packet::new_checked(p) else { return };
+    ip.fill_checksum();
     // Fragments after the first carry no transport header.
-    if u16::from_be_bytes([p[6], p[7]]) & 0x1fff != 0 {
+    if ip.frag_offset() != 0 {
         return;
     }
-    let proto = p[9];
-    let at = match proto {
-        6 => 16,
-        17 => 6,
-        _ => return,
-    };
-    let seg_len = total - ihl;
-    if seg_len < at + 2 {
-        return;
+    let (src, dst) = (IpAddress::Ipv4(ip.src_addr()), IpAddress::Ipv4(ip.dst_addr()));
+    match ip.next_header() {
+        IpProtocol::Tcp => {
+            if let Ok(mut t) = TcpPacket::new_checked(ip.payload_mut()) {
+                t.fill_checksum(&src, &dst);
+            }
+        }
+        IpProtocol::Udp => {
+            if let Ok(mut u) = UdpPacket::new_checked(ip.payload_mut()) {
+                u.fill_checksum(&src, &dst);
+            }
+        }
+        _ => {}
     }
-    let mut pseudo = [0u8; 12];
-    pseudo[..8].copy_from_slice(&p[12..20]);
-    pseudo[9] = proto;
-    pseudo[10..12].copy_from_slice(&(seg_len as u16).to_be_bytes());
-    let seg = &mut p[ihl..total];
-    seg[at..at + 2].copy_from_slice(&[0, 0]);
-    let mut c = !fold(sum(seg, sum(&pseudo, 0)));
-    if proto == 17 && c == 0 {
-        c = 0xffff; // (UDP: 0 means "no checksum")
-    }
-    seg[at..at + 2].copy_from_slice(&c.to_be_bytes());
 }
 
 /// Lowers the MSS option of a TCP SYN in IPv4 packet `p` to at most `mss` (MSS
@@ -270,25 +256,6 @@ pub fn clamp_mss(p: &mut [u8], mss: u16) {
     }
 }
 
-/// The one's-complement sum of `b` as 16-bit big-endian words, added to `acc`.
-fn sum(b: &[u8], mut acc: u64) -> u64 {
-    let mut words = b.chunks_exact(2);
-    for w in &mut words {
-        acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    if let [last] = words.remainder() {
-        acc += u64::from(*last) << 8;
-    }
-    acc
-}
-
-fn fold(mut acc: u64) -> u16 {
-    while acc >> 16 != 0 {
-        acc = (acc & 0xffff) + (acc >> 16);
-    }
-    acc as u16
-}
-
 /// An Ethernet frame.
 fn frame(dst: [u8; 6], src: [u8; 6], kind: u16, payload: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(ETH_HEADER + payload.len());
@@ -311,6 +278,26 @@ fn ipv4_dst(p: &[u8]) -> Option<Ipv4Addr> {
 mod tests {
     use super::*;
     use alloc::vec;
+
+    /// The one's-complement sum of `b` as 16-bit big-endian words, added to `acc`
+    /// (to verify checksums independently of the code that fills them in).
+    fn sum(b: &[u8], mut acc: u64) -> u64 {
+        let mut words = b.chunks_exact(2);
+        for w in &mut words {
+            acc += u64::from(u16::from_be_bytes([w[0], w[1]]));
+        }
+        if let [last] = words.remainder() {
+            acc += u64::from(*last) << 8;
+        }
+        acc
+    }
+
+    fn fold(mut acc: u64) -> u16 {
+        while acc >> 16 != 0 {
+            acc = (acc & 0xffff) + (acc >> 16);
+        }
+        acc as u16
+    }
 
     const US: [u8; 6] = [0x52, 0x54, 0, 0x12, 0x34, 0x56];
     const GW: [u8; 6] = [0x9a, 0x55, 0x9a, 0x55, 0x9a, 0x55];

@@ -78,7 +78,7 @@ pub fn all() -> alloc::vec::Vec<Iface> {
             mtu: n.mtu as u32,
             hwtype: ARPHRD_ETHER,
             mac,
-            v4: (n.ipv4 != 0).then(|| ((n.ipv4 as u32).to_be_bytes(), (n.prefix4 as u8).min(32))),
+            v4: (n.ipv4 != 0).then(|| (super::inet::v4(n.ipv4).octets(), (n.prefix4 as u8).min(32))),
             v6_loopback: false,
         });
     }

@@ -34,7 +34,7 @@
 use crate::errno::{Errno, SysResult};
 use crate::file::socket::{self as sock, msg, opt, Iov, NetEnv, RecvExtra, SendExtra, Socket};
 use crate::file::socket::{AF_INET, AF_INET6, SHUT_RD, SHUT_RDWR, SHUT_WR, SOCK_DGRAM, SOCK_STREAM};
-use crate::file::{ev, key_of, mode, File, FileRef, Meta, OpenFile, Readiness};
+use crate::file::{ev, key_of, File, FileRef, Meta, OpenFile, Readiness};
 use crate::mm::user::UserMem;
 use crate::net::ether::Ether;
 use crate::net::route;
@@ -518,7 +518,7 @@ pub fn link_info() -> Option<onering_abi::NetInfo> {
 }
 
 /// An address in a `NetInfo` field.
-fn v4(field: u64) -> Ipv4Addr {
+pub fn v4(field: u64) -> Ipv4Addr {
     Ipv4Addr::from((field as u32).to_be_bytes())
 }
 
@@ -2138,7 +2138,7 @@ impl File for InetSocket {
     }
 
     fn stat(&self) -> Meta {
-        Meta { ino: self.id, mode: mode::S_IFSOCK | 0o777, nlink: 1, ..Meta::default() }
+        super::socket_stat(self.id)
     }
 
     fn sigpipe(&self) -> bool {

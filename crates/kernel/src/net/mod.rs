@@ -18,6 +18,12 @@ use crate::mm::user::UserMem;
 use alloc::sync::Weak;
 use core::any::Any;
 
+/// What `fstat` says of a socket numbered `ino`: a socket file anyone may use.
+pub fn socket_stat(ino: u64) -> crate::file::Meta {
+    use crate::file::{mode, Meta};
+    Meta { ino, mode: mode::S_IFSOCK | 0o777, nlink: 1, ..Meta::default() }
+}
+
 /// `read(2)` on socket `s`: `recv` with no flags (no offsets: ESPIPE). Whatever
 /// came with the data (descriptors passed with it) is dropped, as on Linux.
 pub(crate) fn read(s: &dyn Socket, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {

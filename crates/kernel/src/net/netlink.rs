@@ -22,7 +22,7 @@
 use super::iface::{Iface, TXQLEN};
 use crate::errno::{Errno, SysResult};
 use crate::file::socket::{self as sock, msg, opt, Iov, NetEnv, RecvExtra, SendExtra, Socket};
-use crate::file::{ev, key_of, mode, File, Meta, OpenFile, Readiness};
+use crate::file::{ev, key_of, File, Meta, OpenFile, Readiness};
 use crate::mm::user::UserMem;
 use crate::task::sched;
 use alloc::boxed::Box;
@@ -614,7 +614,7 @@ impl File for NetlinkSocket {
     }
 
     fn stat(&self) -> Meta {
-        Meta { ino: self.key() & 0xffff_ffff, mode: mode::S_IFSOCK | 0o777, nlink: 1, ..Meta::default() }
+        super::socket_stat(self.key() & 0xffff_ffff)
     }
 
     fn socket(&self) -> Option<&dyn Socket> {

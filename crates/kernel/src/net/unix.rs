@@ -25,7 +25,7 @@
 use crate::errno::{Errno, SysResult};
 use crate::file::socket::{self as sock, msg, opt, Cred, Iov, NetEnv, RecvExtra, SendExtra, Socket};
 use crate::file::socket::{AF_UNIX, SHUT_RD, SHUT_RDWR, SHUT_WR, SOCK_DGRAM, SOCK_SEQPACKET, SOCK_STREAM};
-use crate::file::{ev, key_of, mode, oflag, File, FileRef, Meta, OpenFile, Readiness};
+use crate::file::{ev, key_of, oflag, File, FileRef, Meta, OpenFile, Readiness};
 use crate::mm::user::UserMem;
 use crate::task::sched;
 use alloc::collections::VecDeque;
@@ -812,7 +812,7 @@ impl File for UnixSocket {
     }
 
     fn stat(&self) -> Meta {
-        Meta { ino: self.core.key() & 0xffff_ffff, mode: mode::S_IFSOCK | 0o777, nlink: 1, ..Meta::default() }
+        super::socket_stat(self.core.key() & 0xffff_ffff)
     }
 
     fn sigpipe(&self) -> bool {

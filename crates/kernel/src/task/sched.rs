@@ -660,9 +660,18 @@ pub fn idle_loop() -> ! {
     let cpu = this_cpu();
     let mut budget = SpinBudget::new();
     let mut idle_since = mono_now();
+    // How long the last halt lasted, until the devices are looked at after it.
+    let mut halted: Option<u64> = None;
     set_state(cpu, CpuState::Polling);
     loop {
         poll_devices(true);
+        // A halt that ended because work came (a kick for network frames makes
+        // work only once the device poll above has looked) grows the spin budget.
+        if let Some(ns) = halted.take() {
+            if QUEUED[cpu].load(SeqCst) > 0 {
+                budget.woken_after(ns);
+            }
+        }
         let now = mono_now();
         if has_work(cpu, now) || stealable(cpu) {
             let (next, cpus) = {
@@ -696,15 +705,7 @@ pub fn idle_loop() -> ! {
         if !has_work(cpu, now) {
             let start = mono_now();
             supervisor::halt((left - HALT_EARLY_NS).min(MAX_HALT_NS));
-            let end = mono_now();
-            // A device's kick (frames for the network stack) makes work only once
-            // the device is looked at: look now (polling again, so that threads it
-            // wakes are not sent a kick here), so that such a wake-up counts too.
-            set_state(cpu, CpuState::Polling);
-            poll_devices(true);
-            if QUEUED[cpu].load(SeqCst) > 0 {
-                budget.woken_after(end - start);
-            }
+            halted = Some(mono_now() - start);
         }
         set_state(cpu, CpuState::Polling);
         idle_since = mono_now();

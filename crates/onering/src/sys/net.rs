@@ -25,10 +25,9 @@ pub fn tun_set_iff(tun: &OwnedFd, name: &str, flags: i16) -> std::io::Result<()>
         *d = s as libc::c_char;
     }
     req.ifr_ifru.ifru_flags = flags;
-    // TUNSETIFF reads (and may update) one `struct ifreq`, which `req` is and which
-    // lives across the call; `tun` is an open descriptor we own. The name is
-    // NUL-terminated: it is shorter than IFNAMSIZ and the rest is zero.
-    // SAFETY: as explained above.
+    // SAFETY: TUNSETIFF reads (and may update) one `struct ifreq`, which `req` is
+    // and which lives across the call; `tun` is an open descriptor we own. The name
+    // is NUL-terminated: it is shorter than IFNAMSIZ and the rest is zero.
     let r = unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETIFF, &mut req as *mut libc::ifreq) };
     if r < 0 {
         return Err(std::io::Error::last_os_error());
@@ -41,12 +40,11 @@ pub fn tun_set_iff(tun: &OwnedFd, name: &str, flags: i16) -> std::io::Result<()>
 /// thread) and keep descriptor `keep` open across `exec` (it is close-on-exec in
 /// the parent, like every descriptor Rust opens).
 pub fn die_with_parent_keeping(cmd: &mut Command, keep: RawFd) {
-    // SAFETY of the closure (it runs in the child between fork and exec, where only
-    // async-signal-safe calls are allowed): prctl, getppid, fcntl and kill are
-    // async-signal-safe system calls with integer arguments; nothing is allocated.
     let parent = std::process::id() as libc::pid_t;
     let hook = move || {
-        // SAFETY: as explained above.
+        // SAFETY: this runs in the child between fork and exec, where only
+        // async-signal-safe calls are allowed: prctl, getppid, getpid, kill and fcntl
+        // are such system calls, with integer arguments only; nothing is allocated.
         unsafe {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
                 return Err(std::io::Error::last_os_error());
@@ -61,9 +59,9 @@ pub fn die_with_parent_keeping(cmd: &mut Command, keep: RawFd) {
         }
         Ok(())
     };
-    // `pre_exec` is unsafe because the closure runs in the forked child: it only
-    // makes the async-signal-safe calls above.
-    // SAFETY: as explained above.
+    // SAFETY: `pre_exec` is unsafe because the closure runs in the forked child,
+    // where only async-signal-safe calls are sound: `hook` makes only prctl,
+    // getppid, getpid, kill and fcntl with integer arguments, and allocates nothing.
     unsafe {
         cmd.pre_exec(hook);
     }
@@ -72,9 +70,8 @@ pub fn die_with_parent_keeping(cmd: &mut Command, keep: RawFd) {
 /// Sets `O_NONBLOCK` on `fd` (a pipe std opened for us, which it has no setter for).
 pub fn set_nonblocking(fd: &impl AsFd) -> std::io::Result<()> {
     let fd = fd.as_fd().as_raw_fd();
-    // fcntl F_GETFL/F_SETFL on a descriptor the caller borrows (so it is open)
-    // takes and returns integers only.
-    // SAFETY: as explained above.
+    // SAFETY: fcntl F_GETFL/F_SETFL on a descriptor the caller borrows (so it is
+    // open) takes and returns integers only, and touches no memory of ours.
     let ok = unsafe {
         let flags = libc::fcntl(fd, libc::F_GETFL);
         flags >= 0 && libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) == 0

@@ -42,15 +42,22 @@ extern "C" fn handler(sig: libc::c_int) {
 pub fn forward_signals(hook: fn(i32)) {
     HOOK.store(hook as usize, Ordering::Release);
     for sig in FORWARDED {
-        // SAFETY: a zeroed sigaction is valid plain data; we set a handler that only
-        // makes async-signal-safe calls (see `handler`), an empty mask, no flags (no
-        // SA_RESTART: waits in the VMM end with EINTR).
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = handler as extern "C" fn(libc::c_int) as usize;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
+        install(sig, handler);
+    }
+}
+
+/// Installs `f` (async-signal-safe) as the handler of `sig`, with an empty mask
+/// and no flags: no SA_RESTART, so a wait in the VMM that the signal interrupts
+/// ends with EINTR.
+fn install(sig: i32, f: extern "C" fn(libc::c_int)) {
+    // SAFETY: a zeroed sigaction is valid plain data; the handler set only makes
+    // async-signal-safe calls (the callers' contract: `handler`, `interrupt_only`);
+    // sigaction reads our struct and writes nothing (a null old action).
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = f as usize;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, std::ptr::null_mut());
     }
 }
 
@@ -115,14 +122,7 @@ extern "C" fn interrupt_only(_: libc::c_int) {}
 /// Installs a handler for `sample_signal` that does nothing: its only effect is that
 /// the thread's KVM_RUN (or futex wait) returns with EINTR (no SA_RESTART).
 pub fn install_sample_signal() {
-    // SAFETY: as in `forward_signals`: a zeroed sigaction with a handler that does
-    // nothing at all, an empty mask and no flags.
-    unsafe {
-        let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = interrupt_only as extern "C" fn(libc::c_int) as usize;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(sample_signal(), &sa, std::ptr::null_mut());
-    }
+    install(sample_signal(), interrupt_only);
 }
 
 /// The calling thread's handle, for `interrupt_thread`.

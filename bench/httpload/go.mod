@@ -1,3 +1,0 @@
-module onering.bench/httpload
-
-go 1.22
