@@ -452,8 +452,15 @@ struct Sock {
 }
 
 /// A socket's published readiness: its generation (low 32 bits) above its
-/// events. Its address is the socket's wait key.
+/// events, and `QUIET_EMPTY` among them. Its address is the socket's wait key.
 struct Ready(AtomicU64);
+
+/// Not a `poll` event (masked from them): set when the socket's readiness alone
+/// tells a read that finds nothing (a connection or UDP socket with none of
+/// IN, ERR, HUP, RDHUP, whose `recv` can only say EAGAIN). Such a read answers
+/// from the published word without the stack's lock: half of a non-blocking
+/// reader's reads are its last, empty one (Go reads until EAGAIN).
+const QUIET_EMPTY: u32 = 1 << 31;
 
 /// The network stack.
 pub struct Stack {
@@ -481,6 +488,9 @@ pub struct Stack {
     unreachable: Vec<(IpEndpoint, IpEndpoint)>,
     /// The network device and its link layer, when the VM has one.
     link: Option<Link>,
+    /// Whether the listeners need tending: a shard of a listener's pool ran, a
+    /// SYN was held, or an accept made room (else `pump` leaves them alone).
+    tend: bool,
 }
 
 /// The VM's network device, seen from the stack: packets to addresses beyond the
@@ -625,6 +635,7 @@ fn stack() -> &'static Mutex<Stack> {
             packets: 0,
             unreachable: Vec::new(),
             link,
+            tend: false,
         })
     })
 }
@@ -743,6 +754,12 @@ fn publish(set: &Shards, sk: &mut Sock) -> bool {
         sk.seen = sig;
         sk.gen = sk.gen.wrapping_add(1);
     }
+    let readable = ev::IN | ev::ERR | ev::HUP | ev::RDHUP;
+    let quiet = match sk.role {
+        Role::Conn(_) | Role::Udp(_) => e & readable == 0 && !sk.shut_rd && sk.error.is_none(),
+        Role::Fresh | Role::Listener { .. } => false,
+    };
+    let e = if quiet { e | QUIET_EMPTY } else { e };
     sk.ready.0.store((sk.gen & 0xffff_ffff) << 32 | u64::from(e), Ordering::Release);
     changed
 }
@@ -798,6 +815,7 @@ impl Stack {
                 None if f.is_syn() => match self.listener_for(f.dst) {
                     Some((_, Some(r))) => Some(r),
                     Some((id, None)) => {
+                        self.tend = true;
                         let q = self.deferred.entry(id).or_default();
                         if q.len() < DEFERRED_MAX {
                             q.push_back(p);
@@ -968,12 +986,13 @@ impl Stack {
         let t = now();
         self.set.due(t.total_micros());
         self.link_in();
-        if self.set.dirty.is_empty() && self.set.nobody_rx.is_empty() && self.unreachable.is_empty() {
+        if self.set.dirty.is_empty() && self.set.nobody_rx.is_empty() && self.unreachable.is_empty() && !self.tend {
             // No shard has work (the last pump left the listeners settled): only
             // the call's own socket may have changed.
             return self.changed(also.into_iter().collect());
         }
         let mut ran = BTreeSet::new();
+        let mut tended = false;
         for _ in 0..PUMP_ROUNDS {
             if !self.set.nobody_rx.is_empty() {
                 let Shards { nobody, nobody_rx, .. } = &mut self.set;
@@ -983,7 +1002,13 @@ impl Stack {
                 nobody_rx.clear();
             } else {
                 let Some(r) = self.set.dirty.pop_first() else {
-                    if self.tend_listeners() || self.link_in() {
+                    if core::mem::take(&mut self.tend) {
+                        tended = true;
+                        if self.tend_listeners() {
+                            continue;
+                        }
+                    }
+                    if self.link_in() {
                         continue;
                     }
                     break;
@@ -998,6 +1023,9 @@ impl Stack {
                     self.reset_orphan(r);
                 }
                 self.set.refile(&mut self.iface, t, r);
+                if self.listeners.contains(&self.set.owner(r)) {
+                    self.tend = true;
+                }
                 ran.insert(r);
             }
             for p in core::mem::take(&mut self.out) {
@@ -1018,7 +1046,9 @@ impl Stack {
             }
         }
         let mut ids: BTreeSet<u64> = ran.iter().map(|r| self.set.owner(*r)).filter(|o| *o != 0).collect();
-        ids.extend(self.listeners.iter().copied());
+        if tended {
+            ids.extend(self.listeners.iter().copied());
+        }
         ids.extend(also);
         for (from, to) in core::mem::take(&mut self.unreachable) {
             // A connected UDP socket learns that its peer's port is closed (an
@@ -1518,7 +1548,10 @@ impl Socket for InetSocket {
             let (fam, opts) = (sk.family, sk.opts.clone());
             match &mut sk.role {
                 Role::Listener { ready, .. } => match ready.pop_front() {
-                    Some(h) => Ok((h, fam, opts)),
+                    Some(h) => {
+                        s.tend = true;
+                        Ok((h, fam, opts))
+                    }
                     None => Err(Errno::EAGAIN),
                 },
                 _ if sk.proto == Proto::Udp => Err(Errno::EOPNOTSUPP),
@@ -1733,6 +1766,11 @@ impl Socket for InetSocket {
         let id = self.id;
         let peek = flags & msg::PEEK != 0;
         let want = iov.len();
+        // Nothing to read, as published: no lock. (Packets from the network
+        // device are taken in by a pump; with a device the read looks.)
+        if self.ready.0.load(Ordering::Acquire) as u32 & QUIET_EMPTY != 0 && LINK.get().is_none() {
+            return Err(Errno::EAGAIN);
+        }
         self.with(|s| {
             let sk = s.sock(id)?;
             let mut extra = RecvExtra::default();
@@ -2120,7 +2158,7 @@ impl File for InetSocket {
     /// no lock (epoll and poll look at every socket they watch on every wait).
     fn poll(&self, _: &OpenFile) -> Option<Readiness> {
         let v = self.ready.0.load(Ordering::Acquire);
-        Some(Readiness { events: v as u32, gen: v >> 32, key: key_of(&*self.ready) })
+        Some(Readiness { events: v as u32 & !QUIET_EMPTY, gen: v >> 32, key: key_of(&*self.ready) })
     }
 
     fn wait_key(&self) -> Option<u64> {
