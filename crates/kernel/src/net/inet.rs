@@ -92,6 +92,8 @@ const IPV6_TCLASS: u64 = 67;
 /// up to 4x; smoltcp's buffers do not grow afterwards).
 const TCP_BUF_MIN: usize = 8 * 1024;
 const TCP_BUF_MAX: usize = 256 * 1024;
+/// SO_RCVBUF's default (Linux's `tcp_rmem[1]`).
+const RCVBUF_DEFAULT: u32 = 131072;
 const UDP_BUF: usize = 64 * 1024;
 const UDP_PACKETS: usize = 256;
 /// Largest UDP payload over IPv4.
@@ -407,7 +409,7 @@ impl Default for Opts {
             rcvtimeo: 0,
             sndtimeo: 0,
             sndbuf: 16384,
-            rcvbuf: 131072,
+            rcvbuf: RCVBUF_DEFAULT,
             linger: [0; 8],
             ttl: 64,
             keepidle: 7200,
@@ -666,7 +668,15 @@ pub fn next_deadline() -> Option<u64> {
 
 /// smoltcp's receive buffer (its window) for SO_RCVBUF `r`: a quarter, as Linux
 /// counts overhead in SO_RCVBUF, within 8 KiB..256 KiB (32 KiB by default).
-fn rx_size(r: usize) -> usize {
+/// A connection that may go `beyond` the VM gets 256 KiB unless the program set
+/// SO_RCVBUF: Linux would grow its window to megabytes, and passt (the Debian 12
+/// one, before its fix for bug 74) clamps its host socket to the smallest window
+/// we advertise, after which the host's sender only learns of room by its 200 ms
+/// zero-window probe. A small window makes that happen at once.
+fn rx_size(r: usize, beyond: bool) -> usize {
+    if beyond && r == RCVBUF_DEFAULT as usize {
+        return TCP_BUF_MAX;
+    }
     (r / 4).clamp(TCP_BUF_MIN, TCP_BUF_MAX)
 }
 
@@ -1130,8 +1140,13 @@ impl Stack {
             }
             let listening = pool.iter().filter(|h| set.get::<tcp::Socket>(**h).state() == tcp::State::Listen).count();
             let want = listening == 0 && pool.len() + ready.len() <= *backlog;
+            // (A listener not bound to loopback may be reached from beyond.)
+            let beyond = self.link.is_some()
+                && ep.addr.is_none_or(|a| {
+                    !matches!(a, IpAddress::Ipv4(v) if v.is_loopback()) && a != IpAddress::Ipv6(Ipv6Addr::LOCALHOST)
+                });
             if want {
-                if let Ok(mut t) = tcp_socket(rx_size(rb), tx_size(tb)) {
+                if let Ok(mut t) = tcp_socket(rx_size(rb, beyond), tx_size(tb)) {
                     t.set_nagle_enabled(!nodelay);
                     if t.listen(ep).is_ok() {
                         // (No memory: the SYN waits, as for a full backlog.)
@@ -1633,7 +1648,8 @@ impl Socket for InetSocket {
             let (la, lp) = sk.local.unwrap_or((None, 0));
             let la = la.or(source);
             let (rb, tb, nodelay) = (sk.opts.rcvbuf as usize, sk.opts.sndbuf as usize, sk.opts.nodelay);
-            let mut t = tcp_socket(rx_size(rb), tx_size(tb))?;
+            let beyond = !s.is_local(a);
+            let mut t = tcp_socket(rx_size(rb, beyond), tx_size(tb))?;
             t.set_nagle_enabled(!nodelay);
             let cx = s.iface.context();
             t.connect(cx, IpEndpoint::new(a, port), IpListenEndpoint { addr: la, port: lp })
