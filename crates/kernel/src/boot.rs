@@ -44,9 +44,12 @@ fn setup(boot: Boot) {
     let space = address_space(boot.chunks, boot.page_tables, boot.user_blocks, bi);
     let mut vfs = Vfs::new();
     vfs.set_owner(bi.uid as u32, bi.gid as u32);
-    // The writable tree and the pipes live in the kernel heap: give them a share, so
-    // that running out is ENOSPC or EAGAIN for the program, never a kernel panic.
-    vfs.set_limit(bi.heap_size as usize / 2);
+    // The writable tree (/tmp, the rootfs' upper layer) lives in the kernel heap,
+    // which grows from guest memory: it may take three quarters of the VM's RAM
+    // (tmpfs takes half by default; a VM runs one program), then ENOSPC, never a
+    // kernel panic. The pipes get a share of the first heap.
+    let ram: u64 = bi.mem[..(bi.nmem as usize).min(bi.mem.len())].iter().map(|r| r.size).sum();
+    vfs.set_limit((ram / 4 * 3) as usize);
     crate::pipebuf::set_budget(bi.heap_size as usize / 4);
     crate::net::inet::configure_link(bi.net);
     rootfs::load(&mut vfs, boot.rootfs);

@@ -856,3 +856,23 @@ fn run_args(args: &[&str], bin: &Path) -> Output {
     a.push(bin.to_str().unwrap());
     onering(&a)
 }
+
+/// /tmp is bounded by --mem, not by a fixed heap: 600 MB go in at --mem 1G; at
+/// --mem 256M writing stops with ENOSPC (or a short write), what went in reads
+/// back, and the VM keeps working (deleting the file makes room again).
+#[test]
+fn tmp_holds_what_memory_holds_and_a_full_one_is_enospc() {
+    let bin = musl("tmpfill");
+    require_kvm();
+    let o = onering(&["run", "--mem", "1G", bin.to_str().unwrap(), "600"]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), "wrote all\nread back: ok\nsmall file while full: opened\nafter unlink: written\n");
+    let o = onering(&["run", "--mem", "256M", bin.to_str().unwrap(), "600"]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.starts_with("stopped: "), "{out}");
+    assert!(
+        out.ends_with("wrote part\nread back: ok\nsmall file while full: opened\nafter unlink: written\n"),
+        "{out}"
+    );
+}

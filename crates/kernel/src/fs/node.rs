@@ -12,6 +12,9 @@ use core::any::Any;
 /// Linux caps one read or write at this many bytes.
 const MAX_RW_COUNT: u64 = 0x7fff_f000;
 const FIONREAD: u64 = 0x541b;
+/// A write goes into the tree this much at a time (the heap is made room for
+/// each slice: it grows by at most a chunk's half per `ensure`).
+const WRITE_SLICE: u64 = 512 * 1024;
 
 pub struct NodeFile {
     pub node: NodeRef,
@@ -23,13 +26,14 @@ impl File for NodeFile {
         let at = off.unwrap_or(of.offset());
         let n = {
             let v = self.node.vfs.lock();
-            let bytes = v.bytes(self.node.ino)?;
-            let start = at.min(bytes.len() as u64) as usize;
             // Only what the file holds is touched (a large untouched buffer is not
             // backed for nothing).
-            let n = (len as usize).min(bytes.len() - start);
-            user.write(buf, &bytes[start..start + n])?;
-            n
+            let mut done = 0u64;
+            v.read_with(self.node.ino, at, len as usize, |piece| {
+                user.write(buf + done, piece)?;
+                done += piece.len() as u64;
+                Ok(())
+            })?
         };
         if off.is_none() {
             of.set_offset(at + n as u64);
@@ -47,28 +51,37 @@ impl File for NodeFile {
             None if of.flags() & oflag::O_APPEND != 0 => v.node(self.node.ino).size(),
             None => of.offset(),
         };
-        let grows = {
-            let v = self.node.vfs.lock();
-            position(&v).checked_add(len).filter(|end| v.outgrows(self.node.ino, *end))
-        };
-        if let Some(end) = grows {
-            // A file is one buffer: the heap needs one free block of its new size,
-            // not only as many free bytes (made here, outside the tree's lock; the
-            // write stays fallible, ENOSPC).
-            let _ = onering_arch::heap::ensure_block(end as usize);
+        // Checked first: a bad buffer must not grow the file.
+        user.check(buf, len, false)?;
+        // In slices, each with room in the heap for the chunks it may add made
+        // first, outside the tree's lock (the heap grows a chunk at a time; the
+        // write stays fallible: ENOSPC, or a short count once some went in).
+        let mut done = 0u64;
+        let mut at = 0;
+        while done < len || len == 0 {
+            let n = (len - done).min(WRITE_SLICE);
+            let _ = onering_arch::heap::ensure(n as usize + crate::vfs::pages::CHUNK);
+            let r = {
+                let mut v = self.node.vfs.lock();
+                if done == 0 {
+                    at = position(&v);
+                }
+                let from = buf + done;
+                v.write_with(self.node.ino, at + done, n as usize, now, |o, dst| user.read(from + o as u64, dst))
+            };
+            match r {
+                Ok(_) => done += n,
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            }
+            if len == 0 {
+                break;
+            }
         }
-        let (at, n) = {
-            let mut v = self.node.vfs.lock();
-            let at = position(&v);
-            // Checked first: a bad buffer must not grow the file.
-            user.check(buf, len, false)?;
-            let n = v.write_with(self.node.ino, at, len as usize, now, |dst| user.read(buf, dst))?;
-            (at, n)
-        };
         if off.is_none() {
-            of.set_offset(at + n as u64);
+            of.set_offset(at + done);
         }
-        Ok(n as u64)
+        Ok(done)
     }
 
     fn ioctl(&self, of: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {

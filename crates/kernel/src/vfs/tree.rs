@@ -3,6 +3,7 @@
 //! read-only copy of `--rootfs` (file contents stay where the VMM put them, in guest
 //! memory outside the heap). Pure logic: no user memory, no hostcalls.
 
+use super::pages::CHUNK;
 use crate::errno::Errno;
 use alloc::collections::BTreeMap;
 use alloc::sync::Arc;
@@ -33,8 +34,8 @@ pub enum Device {
 #[derive(Debug)]
 pub enum Data {
     Dir(BTreeMap<Vec<u8>, Ino>),
-    /// A writable file.
-    File(Vec<u8>),
+    /// A writable file, in chunks of memory.
+    File(super::pages::Pages),
     /// A read-only file whose bytes live outside the heap (the rootfs image).
     Static(&'static [u8]),
     Symlink(Vec<u8>),
@@ -115,7 +116,7 @@ impl Node {
 
     pub fn size(&self) -> u64 {
         match &self.data {
-            Data::File(v) => v.len() as u64,
+            Data::File(p) => p.len(),
             Data::Static(s) => s.len() as u64,
             Data::Symlink(t) => t.len() as u64,
             Data::Dir(_) | Data::Device(_) | Data::Fifo(_) | Data::Socket(_) => 0,
@@ -296,7 +297,7 @@ impl Vfs {
                 self.removed.swap_remove(i);
                 if let Some(n) = self.nodes[ino].take() {
                     let data = match &n.data {
-                        Data::File(v) => v.capacity(),
+                        Data::File(p) => p.footprint(),
                         _ => 0,
                     };
                     self.used = self.used.saturating_sub(NODE_COST + data);
@@ -458,7 +459,7 @@ impl Vfs {
             self.used -= NODE_COST + name.len();
             return Err(Errno::ENOSPC);
         }
-        let data = if directory { Data::Dir(BTreeMap::new()) } else { Data::File(Vec::new()) };
+        let data = if directory { Data::Dir(BTreeMap::new()) } else { Data::File(super::pages::Pages::new()) };
         let ino = self.add(dir, name, data, mode & 0o7777, false);
         self.node_mut(ino).mtime = now;
         self.node_mut(ino).atime = now;
@@ -609,23 +610,34 @@ impl Vfs {
 
     /// Reads file bytes at `offset` into `buf`; returns how many.
     pub fn read(&self, ino: Ino, offset: u64, buf: &mut [u8]) -> Result<usize, Errno> {
-        let bytes: &[u8] = match &self.node(ino).data {
-            Data::File(v) => v,
-            Data::Static(s) => s,
-            Data::Dir(_) => return Err(Errno::EISDIR),
-            _ => return Err(Errno::EINVAL),
-        };
-        let start = (offset.min(bytes.len() as u64)) as usize;
-        let n = buf.len().min(bytes.len() - start);
-        buf[..n].copy_from_slice(&bytes[start..start + n]);
-        Ok(n)
+        let mut done = 0;
+        self.read_with(ino, offset, buf.len(), |piece| {
+            buf[done..done + piece.len()].copy_from_slice(piece);
+            done += piece.len();
+            Ok(())
+        })
     }
 
-    /// The bytes of a regular file.
-    pub fn bytes(&self, ino: Ino) -> Result<&[u8], Errno> {
+    /// Hands the bytes of file `ino` from `offset` (at most `len`) to `out`, piece
+    /// by piece in order (holes as zeros), without copying them first; how many.
+    pub fn read_with(
+        &self,
+        ino: Ino,
+        offset: u64,
+        len: usize,
+        mut out: impl FnMut(&[u8]) -> Result<(), Errno>,
+    ) -> Result<usize, Errno> {
         match &self.node(ino).data {
-            Data::File(v) => Ok(v),
-            Data::Static(s) => Ok(s),
+            Data::File(p) => p.each(offset, len, |chunk, at, n| match chunk {
+                Some(c) => out(&c[at..at + n]),
+                None => out(&ZEROS[..n]),
+            }),
+            Data::Static(s) => {
+                let start = offset.min(s.len() as u64) as usize;
+                let n = len.min(s.len() - start);
+                out(&s[start..start + n])?;
+                Ok(n)
+            }
             Data::Dir(_) => Err(Errno::EISDIR),
             _ => Err(Errno::EINVAL),
         }
@@ -633,96 +645,69 @@ impl Vfs {
 
     /// Writes `data` at `offset`, growing the file (holes read as zeros).
     pub fn write(&mut self, ino: Ino, offset: u64, data: &[u8], now: u64) -> Result<usize, Errno> {
-        self.write_with(ino, offset, data.len(), now, |dst| {
-            dst.copy_from_slice(data);
+        self.write_with(ino, offset, data.len(), now, |at, dst| {
+            dst.copy_from_slice(&data[at..at + dst.len()]);
             Ok(())
         })
     }
 
-    /// Writes `len` bytes at `offset`, filled in place by `fill` (a copy from user
-    /// memory), growing the file. If `fill` fails, the file is as it was in size.
-    /// Whether writing up to byte `end` of file `ino` must move it to a larger
-    /// buffer (the caller may make room in the heap first, outside this lock).
-    pub fn outgrows(&self, ino: Ino, end: u64) -> bool {
-        matches!(&self.node(ino).data, Data::File(v) if end > v.capacity() as u64)
-    }
-
+    /// Writes `len` bytes at `offset`, filled in place piece by piece by
+    /// `fill(offset in the data, destination)` (a copy from user memory), growing
+    /// the file. The memory new chunks take is charged to the tree's budget first
+    /// (ENOSPC past it). If `fill` fails, the file is as it was in size.
     pub fn write_with(
         &mut self,
         ino: Ino,
         offset: u64,
         len: usize,
         now: u64,
-        fill: impl FnOnce(&mut [u8]) -> Result<(), Errno>,
+        fill: impl FnMut(usize, &mut [u8]) -> Result<(), Errno>,
     ) -> Result<usize, Errno> {
-        let end = offset.checked_add(len as u64).filter(|e| *e <= MAX_FILE).ok_or(Errno::EFBIG)? as usize;
-        let old = self.node(ino).size() as usize;
-        self.resize(ino, end, true, now)?;
-        let mut result = Ok(len);
-        if let Data::File(v) = &mut self.node_mut(ino).data {
-            if let Err(e) = fill(&mut v[offset as usize..end]) {
-                result = Err(e);
-            }
+        let end = offset.checked_add(len as u64).filter(|e| *e <= MAX_FILE).ok_or(Errno::EFBIG)?;
+        let p = self.pages(ino)?;
+        let old = p.len();
+        let first = (offset / CHUNK as u64) as usize;
+        let last = end.div_ceil(CHUNK as u64) as usize;
+        let new = (first..last).filter(|i| !p.has(*i)).count() * CHUNK;
+        let before = p.footprint();
+        self.charge(new)?;
+        let p = self.pages_mut(ino)?;
+        let r = p.write_with(offset, len, fill);
+        if r.is_err() {
+            p.set_len(old);
         }
-        if result.is_err() && end > old {
-            let _ = self.resize(ino, old, false, now);
-        }
-        result
+        let after = p.footprint();
+        self.used = (self.used + after).saturating_sub(before + new);
+        self.node_mut(ino).mtime = now;
+        r
     }
 
-    /// Sets a file's length.
+    fn pages(&self, ino: Ino) -> Result<&super::pages::Pages, Errno> {
+        match &self.node(ino).data {
+            Data::File(p) => Ok(p),
+            Data::Dir(_) => Err(Errno::EISDIR),
+            Data::Static(_) => Err(Errno::EROFS),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    fn pages_mut(&mut self, ino: Ino) -> Result<&mut super::pages::Pages, Errno> {
+        match &mut self.node_mut(ino).data {
+            Data::File(p) => Ok(p),
+            _ => Err(Errno::EINVAL),
+        }
+    }
+
+    /// Sets a file's length (growing makes a hole: no memory).
     pub fn truncate(&mut self, ino: Ino, len: u64, now: u64) -> Result<(), Errno> {
         if len > MAX_FILE {
             return Err(Errno::EFBIG);
         }
-        self.resize(ino, len as usize, false, now)
-    }
-
-    /// Makes a writable file `len` bytes long (only ever longer when `grow_only`),
-    /// within the tree's budget; memory given up goes back to the heap.
-    fn resize(&mut self, ino: Ino, len: usize, grow_only: bool, now: u64) -> Result<(), Errno> {
-        let (cap, cur) = match &self.node(ino).data {
-            Data::File(v) => (v.capacity(), v.len()),
-            Data::Dir(_) => return Err(Errno::EISDIR),
-            Data::Static(_) => return Err(Errno::EROFS),
-            _ => return Err(Errno::EINVAL),
-        };
-        if grow_only && len <= cur {
-            self.node_mut(ino).mtime = now;
-            return Ok(());
-        }
-        if len > cap {
-            self.charge(len - cap)?;
-            let node = self.node_mut(ino);
-            if let Data::File(v) = &mut node.data {
-                if v.try_reserve_exact(len - v.len()).is_err() {
-                    self.used -= len - cap;
-                    return Err(Errno::ENOSPC);
-                }
-            }
-        }
-        let node = self.node_mut(ino);
-        let mut freed = 0;
-        if let Data::File(v) = &mut node.data {
-            let before = v.capacity();
-            if len < cur {
-                // Memory goes back by moving the data to a smaller buffer, if the
-                // heap has one: `shrink_to_fit` would panic when it has not.
-                v.truncate(len);
-                let mut smaller = Vec::new();
-                if smaller.try_reserve_exact(len).is_ok() {
-                    smaller.extend_from_slice(v);
-                    *v = smaller;
-                }
-            } else {
-                v.resize(len, 0); // (within the capacity reserved above)
-            }
-            freed = before.saturating_sub(v.capacity());
-            // Growth beyond what was charged (the allocator may round up) is charged now.
-            let grown = v.capacity().saturating_sub(before.max(len.max(cap)));
-            self.used = self.used.saturating_add(grown);
-        }
-        self.used = self.used.saturating_sub(freed);
+        let before = self.pages(ino)?.footprint();
+        let p = self.pages_mut(ino)?;
+        p.set_len(len);
+        let after = p.footprint();
+        self.used = (self.used + after).saturating_sub(before);
         self.node_mut(ino).mtime = now;
         Ok(())
     }
@@ -790,6 +775,8 @@ impl Vfs {
 
 /// Largest file in /tmp (bounded by guest memory anyway).
 const MAX_FILE: u64 = 1 << 34;
+/// What a hole reads as.
+static ZEROS: [u8; CHUNK] = [0; CHUNK];
 
 #[cfg(test)]
 mod tests {
@@ -836,9 +823,9 @@ mod tests {
     #[test]
     fn removed_files_are_freed_when_closed_and_the_budget_holds() {
         let mut v = Vfs::new();
-        v.set_limit(64 * 1024);
+        v.set_limit(200 * 1024);
         let tmp = v.lookup(ROOT, b"/tmp", true).unwrap();
-        let big = alloc::vec![1u8; 40 * 1024];
+        let big = alloc::vec![1u8; 100 * 1024]; // (two chunks)
         for round in 0..10 {
             let f = v.create(tmp, b"f", 0o644, false, 0).unwrap();
             let open = v.hold(f);
@@ -852,7 +839,11 @@ mod tests {
             drop(open);
         }
         let f = v.create(tmp, b"h", 0o644, false, 0).unwrap();
-        assert_eq!(v.write(f, 1 << 20, b"x", 0), Err(Errno::ENOSPC));
+        assert_eq!(v.write(f, 1 << 20, &[1u8; 300 * 1024], 0), Err(Errno::ENOSPC));
+        assert_eq!(v.node(f).size(), 0, "nothing went in");
+        // A hole costs nothing: a sparse file far larger than the budget.
+        v.truncate(f, 1 << 30, 0).unwrap();
+        assert_eq!(v.write(f, (1 << 30) - 1, b"x", 0), Ok(1));
         v.truncate(f, 0, 0).unwrap();
     }
 
