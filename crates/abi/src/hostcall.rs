@@ -68,6 +68,10 @@ pub enum Hostcall {
     /// guest-virtual address `args[2]` (read or written by the VMM, as the request
     /// says). Returns the ioctl's result or a negative errno.
     StdioIoctl = 12,
+    /// A host file operation (`-v` volumes, `--rootfs DIR`): `args[0]` is the
+    /// operation ([`crate::hostfs`] says each one's arguments), the rest its
+    /// arguments. Returns a result or a negative errno.
+    Fs = 13,
 }
 
 impl Hostcall {
@@ -85,6 +89,7 @@ impl Hostcall {
             10 => Self::StdioStat,
             11 => Self::StdioSeek,
             12 => Self::StdioIoctl,
+            13 => Self::Fs,
             _ => return None,
         })
     }

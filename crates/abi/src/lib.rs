@@ -11,12 +11,13 @@
 #![deny(unsafe_code)]
 
 pub mod hostcall;
+pub mod hostfs;
 pub mod layout;
 
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 12;
+pub const ABI_VERSION: u64 = 13;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -115,6 +116,11 @@ pub mod flags {
     /// `ONERING_TEST_PANIC` is set: system call [`super::TEST_PANIC_SYSCALL`] makes
     /// the kernel panic, so the tests can see what a panic reports.
     pub const TEST_PANIC: u64 = 1 << 5;
+    /// `--read-only`: the root file system takes no changes (EROFS); volumes and
+    /// `/tmp` still do.
+    pub const READ_ONLY: u64 = 1 << 6;
+    /// The VM has host mounts: the kernel asks for them (`hostfs::MOUNTS`).
+    pub const MOUNTS: u64 = 1 << 7;
 }
 
 /// A system-call number Linux does not have: with [`flags::TEST_PANIC`] it panics

@@ -212,3 +212,165 @@ pub fn host_complete_stdin(data: &[u8]) {
         crate::events::host_post(onering_abi::events::STDIN, n as i64);
     }
 }
+
+/// The host file protocol (`onering_abi::hostfs`), one typed call per operation.
+/// Names go to the VMM NUL-terminated from a buffer on this stack; what the VMM
+/// writes back goes either into a [`Shared`] buffer (a stat) or into a byte
+/// buffer the caller lends exclusively for the call (`&mut [u8]`, which the VMM
+/// writes only within its length, as a `read(2)` into it would; the fence after
+/// the doorbell keeps the compiler from reading it before the call returned).
+pub mod fs {
+    use super::{hostcall, Shared};
+    use onering_abi::hostfs as proto;
+    use onering_abi::{HostStat, Hostcall, HOST_STAT_SIZE};
+
+    const W: usize = HOST_STAT_SIZE / 8;
+    const EINVAL: i64 = -22;
+
+    /// `name` NUL-terminated (at most a path component or a link target).
+    struct CName([u8; proto::TARGET_MAX + 1]);
+
+    impl CName {
+        fn new(name: &[u8]) -> Result<CName, i64> {
+            if name.len() > proto::TARGET_MAX || name.contains(&0) {
+                return Err(EINVAL);
+            }
+            let mut b = [0u8; proto::TARGET_MAX + 1];
+            b[..name.len()].copy_from_slice(name);
+            Ok(CName(b))
+        }
+        fn addr(&self) -> u64 {
+            self.0.as_ptr() as u64
+        }
+    }
+
+    fn call(op: u64, args: &[u64]) -> i64 {
+        let mut a = [op, 0, 0, 0, 0, 0];
+        a[1..1 + args.len().min(5)].copy_from_slice(&args[..args.len().min(5)]);
+        let r = hostcall(Hostcall::Fs, &a) as i64;
+        core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
+        r
+    }
+
+    fn ok(r: i64) -> Result<u64, i64> {
+        if r < 0 {
+            Err(r)
+        } else {
+            Ok(r as u64)
+        }
+    }
+
+    /// A call that makes a handle and reports the entry's stat.
+    fn make(op: u64, args: &[u64]) -> Result<(u64, HostStat), i64> {
+        let st = Shared::<W>::new(&[]);
+        let mut a = [0u64; 5];
+        a[..args.len()].copy_from_slice(args);
+        a[args.len()] = st.addr();
+        let h = ok(call(op, &a[..=args.len()]))?;
+        let mut b = [0u8; HOST_STAT_SIZE];
+        st.read(&mut b);
+        Ok((h, HostStat::from_bytes(&b)))
+    }
+
+    /// The mount list into `buf`: its length.
+    pub fn mounts(buf: &mut [u8]) -> Result<usize, i64> {
+        ok(call(proto::MOUNTS, &[buf.as_mut_ptr() as u64, buf.len() as u64])).map(|n| n as usize)
+    }
+
+    pub fn lookup(dir: u64, name: &[u8]) -> Result<(u64, HostStat), i64> {
+        let n = CName::new(name)?;
+        make(proto::LOOKUP, &[dir, n.addr()])
+    }
+
+    pub fn open(dir: u64, name: &[u8], flags: u64, mode: u32) -> Result<(u64, HostStat), i64> {
+        let n = CName::new(name)?;
+        make(proto::OPEN, &[dir, n.addr(), flags, u64::from(mode)])
+    }
+
+    pub fn mkdir(dir: u64, name: &[u8], mode: u32) -> Result<(u64, HostStat), i64> {
+        let n = CName::new(name)?;
+        make(proto::MKDIR, &[dir, n.addr(), u64::from(mode)])
+    }
+
+    pub fn symlink(dir: u64, name: &[u8], target: &[u8]) -> Result<(u64, HostStat), i64> {
+        let (n, t) = (CName::new(name)?, CName::new(target)?);
+        make(proto::SYMLINK, &[dir, n.addr(), t.addr()])
+    }
+
+    pub fn stat(h: u64) -> Result<HostStat, i64> {
+        let st = Shared::<W>::new(&[]);
+        ok(call(proto::STAT, &[h, st.addr()]))?;
+        let mut b = [0u8; HOST_STAT_SIZE];
+        st.read(&mut b);
+        Ok(HostStat::from_bytes(&b))
+    }
+
+    /// `pread` into the kernel buffers `bufs`, in order, from `offset`: bytes read.
+    pub fn readv(h: u64, bufs: &mut [&mut [u8]], offset: u64) -> Result<usize, i64> {
+        let mut iov = [0u64; 2 * proto::MAX_IOV as usize];
+        let n = bufs.len().min(proto::MAX_IOV as usize);
+        for (i, b) in bufs.iter_mut().take(n).enumerate() {
+            iov[2 * i] = b.as_mut_ptr() as u64;
+            iov[2 * i + 1] = b.len() as u64;
+        }
+        ok(call(proto::READV, &[h, iov.as_ptr() as u64, n as u64, offset])).map(|n| n as usize)
+    }
+
+    /// `pread`/`pwrite` between the file and the program's memory at `addr` (the
+    /// VMM goes through the page tables): bytes moved, -EFAULT if none could be.
+    pub fn read_user(h: u64, addr: u64, len: u64, offset: u64) -> Result<u64, i64> {
+        ok(call(proto::READ, &[h, addr, len, offset]))
+    }
+
+    pub fn write_user(h: u64, addr: u64, len: u64, offset: u64) -> Result<u64, i64> {
+        ok(call(proto::WRITE, &[h, addr, len, offset]))
+    }
+
+    /// `pwrite` of kernel bytes.
+    pub fn write(h: u64, data: &[u8], offset: u64) -> Result<u64, i64> {
+        ok(call(proto::WRITE, &[h, data.as_ptr() as u64, data.len() as u64, offset]))
+    }
+
+    /// Directory entries from number `index` into `buf`: bytes filled.
+    pub fn readdir(dir: u64, index: u64, buf: &mut [u8]) -> Result<usize, i64> {
+        ok(call(proto::READDIR, &[dir, index, buf.as_mut_ptr() as u64, buf.len() as u64])).map(|n| n as usize)
+    }
+
+    /// A link's target into `buf`: its length.
+    pub fn readlink(h: u64, buf: &mut [u8]) -> Result<usize, i64> {
+        ok(call(proto::READLINK, &[h, buf.as_mut_ptr() as u64, buf.len() as u64])).map(|n| n as usize)
+    }
+
+    pub fn statfs(h: u64) -> Result<[u64; 9], i64> {
+        let b = Shared::<9>::new(&[]);
+        ok(call(proto::STATFS, &[h, b.addr()]))?;
+        let mut raw = [0u8; 72];
+        b.read(&mut raw);
+        let mut out = [0u64; 9];
+        for (o, c) in out.iter_mut().zip(raw.chunks_exact(8)) {
+            *o = u64::from_le_bytes(c.try_into().unwrap_or_default());
+        }
+        Ok(out)
+    }
+
+    pub fn close(h: u64) {
+        let _ = call(proto::CLOSE, &[h]);
+    }
+
+    pub fn unlink(dir: u64, name: &[u8], rmdir: bool) -> Result<(), i64> {
+        let n = CName::new(name)?;
+        ok(call(proto::UNLINK, &[dir, n.addr(), u64::from(rmdir)])).map(|_| ())
+    }
+
+    /// RENAME (`link` false) or LINK.
+    pub fn rename(link: bool, dir: u64, name: &[u8], dir2: u64, name2: &[u8]) -> Result<(), i64> {
+        let (n, n2) = (CName::new(name)?, CName::new(name2)?);
+        let op = if link { proto::LINK } else { proto::RENAME };
+        ok(call(op, &[dir, n.addr(), dir2, n2.addr()])).map(|_| ())
+    }
+
+    /// TRUNCATE, FSYNC, CHMOD, UTIMES, CHOWN, LOCK: integers only.
+    pub fn simple(op: u64, args: &[u64]) -> Result<u64, i64> {
+        ok(call(op, args))
+    }
+}

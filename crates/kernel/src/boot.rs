@@ -52,6 +52,9 @@ fn setup(boot: Boot) {
     vfs.set_limit((ram / 4 * 3) as usize);
     crate::pipebuf::set_budget(bi.heap_size as usize / 4);
     crate::net::inet::configure_link(bi.net);
+    if bi.flags & onering_abi::flags::MOUNTS != 0 {
+        mount_host(&mut vfs, bi.flags, ram);
+    }
     rootfs::load(&mut vfs, boot.rootfs);
     let cwd = if boot.workdir.is_empty() { ROOT } else { vfs.lookup(ROOT, boot.workdir, true).unwrap_or(ROOT) };
     let mut execfn = alloc::vec![0u8; bi.execfn_len.min(4096) as usize];
@@ -67,7 +70,7 @@ fn setup(boot: Boot) {
     // The program: pid 1, with the standard streams on descriptors 0, 1 and 2.
     let mut fds = FdTable::new();
     {
-        let v = k.vfs.lock();
+        let mut v = k.vfs.lock();
         for (fd, path, flags) in [
             (0, &b"/dev/stdin"[..], oflag::O_RDONLY),
             (1, b"/dev/stdout", oflag::O_WRONLY),
@@ -76,7 +79,7 @@ fn setup(boot: Boot) {
             // A stream closed on the host is closed for the program too (its
             // stdin without `-i` is /dev/null, whatever the host's is).
             let closed = onering_abi::stdio::kind(bi.stdio, fd) == onering_abi::stdio::CLOSED;
-            let file = v.lookup(ROOT, path, true).map(|ino| crate::fs::open_node(k, &v, ino, flags));
+            let file = v.lookup(ROOT, path, true).map(|ino| crate::fs::open_node(k, &mut v, ino, flags));
             match file {
                 Ok(f) if !closed || (fd == 0 && bi.flags & onering_abi::flags::STDIN == 0) => {
                     let _ = fds.install(u64::from(fd), f, false);
@@ -364,5 +367,22 @@ fn panic_note(w: &mut dyn core::fmt::Write, panicking: &onering_arch::panic::Pan
         None => {
             let _ = write!(w, " (cpu {cpu}, idle)");
         }
+    }
+}
+
+/// The host's directories the VMM serves (`--rootfs DIR` at `/`, `-v` volumes),
+/// mounted in the tree (read when first used); the page cache of their files may
+/// take an eighth of the VM's RAM.
+fn mount_host(vfs: &mut Vfs, flags: u64, ram: u64) {
+    use crate::vfs::host::Layer;
+    use onering_abi::hostfs::{MOUNT_RO, MOUNT_ROOTFS};
+    vfs.set_host(&crate::fs::host::HOSTCALLS, (ram / 8) as usize);
+    for (handle, (f, path)) in crate::fs::host::mounts().into_iter().enumerate() {
+        let (layer, readonly) = if f & MOUNT_ROOTFS != 0 {
+            (Layer::Rootfs, flags & onering_abi::flags::READ_ONLY != 0)
+        } else {
+            (Layer::Volume { ro: f & MOUNT_RO != 0 }, f & MOUNT_RO != 0)
+        };
+        let _ = vfs.mount(&path, handle as u64, layer, readonly);
     }
 }

@@ -40,6 +40,9 @@ pub struct VmConfig<'a> {
     pub execfn: &'a [u8],
     /// `--rootfs DIR`, `-w DIR`.
     pub rootfs: Option<&'a Path>,
+    /// `-v HOST:GUEST[:ro]`, `--read-only`.
+    pub volumes: Vec<crate::devices::hostfs::MountSpec>,
+    pub read_only: bool,
     pub workdir: Option<&'a OsStr>,
     /// `-i`, `-q`; rewrite `syscall` instructions (not `--no-rewrite`); map the vDSO
     /// (not `--no-vdso`).
@@ -75,6 +78,8 @@ pub enum BuildError {
     Net(#[from] NetBackError),
     #[error("{0}")]
     Virtio(#[from] VirtioError),
+    #[error("{0}")]
+    HostFs(#[from] crate::devices::hostfs::HostFsError),
 }
 
 impl BuildError {
@@ -166,10 +171,27 @@ pub fn run(
         flags |= onering_abi::flags::PRIVILEGED_RING0;
     }
     let stdio: &'static vstate::stdio::Stdio = Box::leak(Box::new(vstate::stdio::Stdio::new(config.interactive)));
-    let mut image = match config.rootfs {
-        Some(dir) => rootfs::build(dir, mem_size)?,
-        None => Vec::new(),
+    // The rootfs is read from the host when the program first uses it (mount 0,
+    // the root's lower layer); the image holds only the /etc files onering adds.
+    let mut mounts = Vec::new();
+    if let Some(dir) = config.rootfs {
+        if !dir.is_dir() {
+            return Err(RootfsError::NotADirectory(dir.display().to_string()).into());
+        }
+        let host = std::path::absolute(dir).map_err(|e| RootfsError::Read(dir.display().to_string(), e))?;
+        mounts.push(crate::devices::hostfs::MountSpec { host, guest: b"/".to_vec(), ro: true, rootfs: true });
+    }
+    mounts.extend(config.volumes.iter().cloned());
+    let hostfs = if mounts.is_empty() {
+        None
+    } else {
+        flags |= onering_abi::flags::MOUNTS;
+        Some(crate::devices::hostfs::HostFs::new(mounts)?)
     };
+    if config.read_only {
+        flags |= onering_abi::flags::READ_ONLY;
+    }
+    let mut image = Vec::new();
     let dns = config.net.as_ref().and_then(|n| n.dns).map(|d| d.octets());
     rootfs::add_etc(&mut image, config.rootfs, dns);
     let workdir = rootfs::workdir(config.workdir, config.rootfs)?;
@@ -234,6 +256,9 @@ pub fn run(
     // The VM (and its memory) stays until the process exits: its teardown (~0.6 ms
     // here) happens after onering has exited, see sys::exit_leaving_teardown.
     let machine = vstate::Machine::new(mem, bus, vmfd, cpuid, config.smp, stdio, finish);
+    if let Some(fs) = hostfs {
+        machine.serve_files(fs);
+    }
     if let Some(s) = config.sampler {
         machine.profile_with(s).map_err(|e| BuildError::Sampler(e.to_string()))?;
     }

@@ -50,10 +50,18 @@ struct RunArgs {
     /// Pass the host's whole environment (the -e values override it).
     #[arg(long)]
     env_host: bool,
-    /// A host directory copied, read-only, into the VM as its file tree (with /dev
-    /// and a writable in-memory /tmp on top).
+    /// A host directory as the VM's file tree, read from the host when first used
+    /// (not copied); changes stay in the VM's memory (with /dev and a writable
+    /// in-memory /tmp on top).
     #[arg(long, value_name = "DIR")]
     rootfs: Option<std::path::PathBuf>,
+    /// Share a host directory as GUEST in the VM, read-write (`:ro`: read-only),
+    /// as `docker -v`; repeatable.
+    #[arg(short = 'v', long = "volume", value_name = "HOST:GUEST[:ro]")]
+    volume: Vec<OsString>,
+    /// The root file system takes no changes (EROFS); volumes and /tmp still do.
+    #[arg(long)]
+    read_only: bool,
     /// The program's working directory inside the VM (default /).
     #[arg(short = 'w', long = "workdir", value_name = "DIR")]
     workdir: Option<OsString>,
@@ -162,6 +170,8 @@ fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
         "-e",
         "--env",
         "--rootfs",
+        "-v",
+        "--volume",
         "-w",
         "--workdir",
         "--profile",
@@ -284,6 +294,37 @@ fn read_program(path: &OsString) -> Result<Vec<u8>, Failure> {
     std::fs::read(path).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))
 }
 
+/// The `-v HOST:GUEST[:ro]` mounts: HOST must be a directory (made absolute),
+/// GUEST an absolute path other than `/`, `/dev` or `/tmp` and below them.
+fn volumes(args: &RunArgs) -> Result<Vec<crate::devices::hostfs::MountSpec>, Failure> {
+    let bad = |v: &OsString, why: &str| Failure::Onering(format!("-v {}: {why}", v.to_string_lossy()));
+    let mut out: Vec<crate::devices::hostfs::MountSpec> = Vec::new();
+    for v in &args.volume {
+        let parts: Vec<&[u8]> = v.as_bytes().split(|b| *b == b':').collect();
+        let (host, guest, ro) = match parts[..] {
+            [h, g] => (h, g, false),
+            [h, g, b"ro"] => (h, g, true),
+            [h, g, b"rw"] => (h, g, false),
+            _ => return Err(bad(v, "expected HOST:GUEST or HOST:GUEST:ro")),
+        };
+        let host = std::path::Path::new(std::ffi::OsStr::from_bytes(host));
+        let host = std::path::absolute(host).map_err(|e| bad(v, &e.to_string()))?;
+        if !host.is_dir() {
+            return Err(bad(v, "the host path is not a directory"));
+        }
+        let guest = crate::loader::rootfs::normal_path(guest).ok_or_else(|| bad(v, "GUEST must be an absolute path"))?;
+        let taken = [&b"/"[..], b"/dev", b"/tmp", b"/proc"];
+        if taken.iter().any(|t| guest == *t || (*t != b"/" && guest.starts_with(&[t, &b"/"[..]].concat()))) {
+            return Err(bad(v, "GUEST cannot be /, /dev, /proc, /tmp or below them"));
+        }
+        if out.iter().any(|m| m.guest == guest) {
+            return Err(bad(v, "another -v has the same GUEST"));
+        }
+        out.push(crate::devices::hostfs::MountSpec { host, guest, ro, rootfs: false });
+    }
+    Ok(out)
+}
+
 /// The network from `--net`, `-p`, `--ip` and `--gateway` (None: loopback only),
 /// and the option that asked for it.
 fn network(args: &RunArgs) -> Result<(Option<NetSpec>, &'static str), Failure> {
@@ -368,6 +409,8 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         envp: environment(&args),
         execfn: path.as_bytes(),
         rootfs: args.rootfs.as_deref(),
+        volumes: volumes(&args)?,
+        read_only: args.read_only,
         workdir: args.workdir.as_deref(),
         interactive: args.interactive,
         quiet: args.quiet,

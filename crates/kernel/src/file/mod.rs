@@ -154,6 +154,11 @@ pub trait File: Send + Sync + 'static {
         None
     }
 
+    /// `fsync`: what was written reaches stable storage (a host file's host).
+    fn sync(&self) -> Result<(), Errno> {
+        Ok(())
+    }
+
     /// Whether its reads or writes may be long: wait for the host (the standard
     /// streams: a hostcall that returns when the host's stdin has data or its
     /// stdout has room) or run a protocol stack under a lock of their own (TCP and

@@ -10,6 +10,7 @@
 pub mod dev;
 pub mod epoll;
 pub mod eventfd;
+pub mod host;
 pub mod node;
 pub mod pipe;
 pub mod stdio;
@@ -64,7 +65,7 @@ pub fn meta_of(v: &Vfs, ino: Ino) -> Meta {
 
 /// The open file for node `ino` (not a named pipe: see `pipe::fifo_end`), with
 /// open flags `flags`; `v` is the tree, locked by the caller.
-pub fn open_node(k: &'static Kernel, v: &Vfs, ino: Ino, flags: u32) -> FileRef {
+pub fn open_node(k: &'static Kernel, v: &mut Vfs, ino: Ino, flags: u32) -> FileRef {
     let host = |fd: u32| stdio::HostStream { fd, kind: onering_abi::stdio::kind(k.cfg.stdio, fd) };
     match v.device(ino) {
         // Without `-i` the program's stdin is /dev/null.

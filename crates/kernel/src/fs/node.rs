@@ -1,12 +1,18 @@
 //! Regular files, directories and symbolic links (opened with O_PATH) of the tree.
 //! Reads copy straight from the file's bytes to user memory under the tree's lock;
-//! writes copy from user memory into the file.
+//! writes copy from user memory into the file. A host file (`vfs::host`) is read
+//! through the page cache a chunk at a time: a chunk not cached is fetched with
+//! its readahead in one hostcall without the tree's lock, then copied under it;
+//! a volume's file is written through to the host (one hostcall straight from the
+//! program's buffer, without the tree's lock).
 
 use super::NodeRef;
 use crate::errno::{Errno, SysResult};
 use crate::file::{oflag, File, Meta, OpenFile};
 use crate::mm::user::UserMem;
 use crate::vfs::Ino;
+use crate::vfs::host::HostOps;
+use alloc::vec::Vec;
 use core::any::Any;
 
 /// Linux caps one read or write at this many bytes.
@@ -24,6 +30,13 @@ impl File for NodeFile {
     fn read(&self, of: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
         let len = len.min(MAX_RW_COUNT);
         let at = off.unwrap_or(of.offset());
+        if self.on_host() {
+            let n = self.read_host(user, buf, len, at)?;
+            if off.is_none() {
+                of.set_offset(at + n);
+            }
+            return Ok(n);
+        }
         let n = {
             let v = self.node.vfs.lock();
             // Only what the file holds is touched (a large untouched buffer is not
@@ -44,6 +57,25 @@ impl File for NodeFile {
     fn write(&self, of: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
         let len = len.min(MAX_RW_COUNT);
         let now = crate::time::real_now();
+        if self.on_host() {
+            user.check(buf, len, false)?;
+            let append = off.is_none() && of.flags() & oflag::O_APPEND != 0;
+            let (h, at) = self.node.vfs.lock().write_target(self.node.ino, off.unwrap_or(of.offset()), append)?;
+            let mut done = 0;
+            while done < len {
+                match onering_arch::hostcall::fs::write_user(h, buf + done, len - done, at + done) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) if done == 0 => return Err(Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO)),
+                    Err(_) => break,
+                }
+            }
+            self.node.vfs.lock().wrote(self.node.ino, at, done, now);
+            if off.is_none() {
+                of.set_offset(at + done);
+            }
+            return Ok(done);
+        }
         // Where the write goes: the offset given, the end of the file (O_APPEND) or
         // the file's position.
         let position = |v: &crate::vfs::tree::Vfs| match off {
@@ -120,7 +152,79 @@ impl File for NodeFile {
         Some(self.node.ino)
     }
 
+    fn sync(&self) -> Result<(), Errno> {
+        let io = self.node.vfs.lock().node(self.node.ino).host.as_ref().and_then(|h| h.io);
+        match io {
+            Some((h, true)) => super::host::sync(h),
+            _ => Ok(()),
+        }
+    }
+
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+impl NodeFile {
+    /// Whether its bytes are on the host (read through the page cache).
+    fn on_host(&self) -> bool {
+        matches!(self.node.vfs.lock().node(self.node.ino).data, crate::vfs::Data::HostFile(_))
+    }
+
+    /// A read of a host file: chunk by chunk, each fetched first if not cached.
+    fn read_host(&self, user: &dyn UserMem, buf: u64, len: u64, at: u64) -> Result<u64, Errno> {
+        use crate::vfs::pages::CHUNK;
+        let ino = self.node.ino;
+        let mut done = 0u64;
+        while done < len {
+            let pos = at + done;
+            let piece = (len - done).min(CHUNK as u64 - pos % CHUNK as u64) as usize;
+            let plan = self.node.vfs.lock().read_plan(ino, pos, piece)?;
+            if let Some(p) = plan {
+                let mut chunks = Vec::new();
+                for _ in 0..p.count {
+                    chunks.push(crate::vfs::pages::zeroed_chunk()?);
+                }
+                let mut bufs: Vec<&mut [u8]> = chunks.iter_mut().map(|c| &mut c[..]).collect();
+                super::host::HOSTCALLS.read(p.handle, (p.first * CHUNK) as u64, &mut bufs)?;
+                self.node.vfs.lock().cache_fill(ino, p.first, chunks);
+            }
+            let v = self.node.vfs.lock();
+            let mut got = 0u64;
+            let r = v.read_with(ino, pos, piece, |bytes| {
+                user.write(buf + done + got, bytes)?;
+                got += bytes.len() as u64;
+                Ok(())
+            });
+            drop(v);
+            match r {
+                Ok(0) => break,
+                Ok(_) => done += got,
+                // (Its chunk went from a cache too small for the readahead: read
+                // straight into the program's buffer.)
+                Err(Errno::EIO) => {
+                    let h = self.node.vfs.lock().io_handle(ino, false)?;
+                    match onering_arch::hostcall::fs::read_user(h, buf + done, piece as u64, pos) {
+                        Ok(0) => break,
+                        Ok(n) => done += n,
+                        Err(_) if done > 0 => break,
+                        Err(e) => return Err(Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO)),
+                    }
+                }
+                Err(e) if done == 0 => return Err(e),
+                Err(_) => break,
+            }
+        }
+        Ok(done)
+    }
+}
+
+impl Drop for NodeFile {
+    fn drop(&mut self) {
+        // The last open file of a host file lets its I/O handle go.
+        let mut v = self.node.vfs.lock();
+        if v.node(self.node.ino).host.is_some() && v.open_count(self.node.ino) <= 1 {
+            v.release_io(self.node.ino);
+        }
     }
 }

@@ -96,7 +96,7 @@ pub(super) fn dir(v: &Vfs, ino: Ino) -> Result<Ino, Errno> {
 
 /// A new non-directory cannot be called "name/": ENOENT (EEXIST if the name is
 /// taken), as Linux says for link, symlink and mknod.
-pub(super) fn new_file_name(v: &Vfs, base: Ino, path: &[u8]) -> Result<(), Errno> {
+pub(super) fn new_file_name(v: &mut Vfs, base: Ino, path: &[u8]) -> Result<(), Errno> {
     if path.len() > 1 && path.ends_with(b"/") {
         return Err(if v.lookup(base, path, false).is_ok() { Errno::EEXIST } else { Errno::ENOENT });
     }
@@ -345,9 +345,13 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
         if matches!(node.data, Data::Socket(_)) {
             return Err(Errno::ENXIO); // as Linux: a socket is reached by connect
         }
-        let regular = matches!(node.data, Data::File(_) | Data::Static(_));
+        let regular = matches!(node.data, Data::File(_) | Data::Static(_) | Data::HostFile(_));
         if acc != oflag::O_RDONLY && regular && node.readonly {
             return Err(Errno::EROFS);
+        }
+        if acc != oflag::O_RDONLY && regular {
+            // A rootfs file changes in the VM: copied up first.
+            v.copy_up(ino)?;
         }
         if flags & oflag::O_TRUNC != 0 && acc != oflag::O_RDONLY && regular {
             v.truncate(ino, 0, now)?;
@@ -366,7 +370,7 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
         return Ok(Opened::Fifo { end, write, seen });
     }
     let keep = oflag::O_ACCMODE | oflag::O_APPEND | oflag::O_NONBLOCK | oflag::O_PATH | oflag::O_DIRECTORY;
-    Ok(Opened::File(crate::fs::open_node(ctx.k, &v, ino, flags & keep)))
+    Ok(Opened::File(crate::fs::open_node(ctx.k, &mut v, ino, flags & keep)))
 }
 
 /// open/openat: a named pipe opened without O_NONBLOCK waits for its other end, as
@@ -584,8 +588,9 @@ fn stat_target(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u64) -> Result<Meta
     }
     let path = path_arg(ctx, path_addr)?;
     let (start, _keep) = start_dir(ctx, dirfd, &path)?;
-    let v = ctx.k.vfs.lock();
-    let ino = v.lookup(dir(&v, start)?, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+    let mut v = ctx.k.vfs.lock();
+    let d = dir(&v, start)?;
+    let ino = v.lookup(d, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
     Ok(crate::fs::meta_of(&v, ino))
 }
 
@@ -648,8 +653,9 @@ fn check_access(ctx: &Ctx, dirfd: u64, path_addr: u64, how: u64, flags: u64) -> 
     }
     let path = path_arg(ctx, path_addr)?;
     let (start, _keep) = start_dir(ctx, dirfd, &path)?;
-    let v = ctx.k.vfs.lock();
-    let ino = v.lookup(dir(&v, start)?, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
+    let mut v = ctx.k.vfs.lock();
+    let d = dir(&v, start)?;
+    let ino = v.lookup(d, &path, flags & AT_SYMLINK_NOFOLLOW == 0)?;
     let node = v.node(ino);
     if how & 2 != 0 && node.readonly && !node.is_dir() && v.device(ino).is_none() {
         return Err(Errno::EROFS);
@@ -693,8 +699,9 @@ pub fn chdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let path = path_arg(ctx, f.rdi)?;
     let cwd = ctx.proc().fs.lock().cwd;
     let (ino, hold) = {
-        let v = ctx.k.vfs.lock();
-        let ino = dir(&v, v.lookup(cwd, &path, true)?)?;
+        let mut v = ctx.k.vfs.lock();
+        let found = v.lookup(cwd, &path, true)?;
+        let ino = dir(&v, found)?;
         (ino, v.hold(ino))
     };
     set_cwd(ctx, ino, hold)
@@ -731,7 +738,8 @@ pub fn getdents64(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let mut out: Vec<u8> = Vec::new();
     let mut pos = of.offset() as usize;
     {
-        let v = ctx.k.vfs.lock();
+        let mut v = ctx.k.vfs.lock();
+        v.load(dir_ino)?;
         while let Some((name, ino)) = v.entry_at(dir_ino, pos)? {
             let reclen = (19 + name.len() + 1).next_multiple_of(8);
             if (out.len() + reclen) as u64 > count {
@@ -772,8 +780,10 @@ fn read_link(ctx: &Ctx, dirfd: u64, path_addr: u64, buf: u64, size: u64) -> SysR
         ctx.k.cfg.exe.clone()
     } else {
         let (start, _keep) = start_dir(ctx, dirfd, &path)?;
-        let v = ctx.k.vfs.lock();
-        let ino = v.lookup(dir(&v, start)?, &path, false)?;
+        let mut v = ctx.k.vfs.lock();
+        let d = dir(&v, start)?;
+        let ino = v.lookup(d, &path, false)?;
+        v.load(ino)?;
         v.link_target(ino)?.to_vec()
     };
     let n = target.len().min(size as usize);
@@ -816,7 +826,7 @@ fn make_symlink(ctx: &Ctx, target_addr: u64, dirfd: u64, path_addr: u64) -> SysR
     let now = real_now();
     let mut v = ctx.k.vfs.lock();
     let base = dir(&v, start)?;
-    new_file_name(&v, base, &path)?;
+    new_file_name(&mut v, base, &path)?;
     let (parent, name) = v.parent_of(base, &path)?;
     let name = name.to_vec();
     v.symlink(parent, &name, &target, now).map(|_| 0)

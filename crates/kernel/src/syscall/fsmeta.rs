@@ -54,10 +54,13 @@ impl Target {
         Ok(Target::Path { start, path, follow, _keep })
     }
 
-    fn resolve(&self, v: &Vfs) -> Result<Ino, Errno> {
+    fn resolve(&self, v: &mut Vfs) -> Result<Ino, Errno> {
         match self {
             Target::Node(ino, _) => Ok(*ino),
-            Target::Path { start, path, follow, .. } => v.lookup(dir(v, *start)?, path, *follow),
+            Target::Path { start, path, follow, .. } => {
+                let d = dir(v, *start)?;
+                v.lookup(d, path, *follow)
+            }
         }
     }
 }
@@ -81,7 +84,7 @@ fn owner_or_root(ctx: &Ctx, v: &Vfs, ino: Ino) -> Result<(), Errno> {
 
 fn chmod_node(ctx: &Ctx, t: &Target, m: u64, refuse_links: bool) -> SysResult {
     let mut v = ctx.k.vfs.lock();
-    let ino = t.resolve(&v)?;
+    let ino = t.resolve(&mut v)?;
     if refuse_links && v.node(ino).st_mode() & mode::S_IFMT == mode::S_IFLNK {
         return Err(Errno::ENOTSUP); // links have no mode of their own (as Linux)
     }
@@ -121,7 +124,7 @@ fn chown_node(ctx: &Ctx, t: &Target, uid: u64, gid: u64) -> SysResult {
     let uid = (uid as u32 != u32::MAX).then_some(uid as u32);
     let gid = (gid as u32 != u32::MAX).then_some(gid as u32);
     let mut v = ctx.k.vfs.lock();
-    let ino = t.resolve(&v)?;
+    let ino = t.resolve(&mut v)?;
     let cfg = &ctx.k.cfg;
     if cfg.uid != 0 {
         // Anyone else may only "change" to themselves and their own group.
@@ -169,7 +172,7 @@ pub fn fchownat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 fn set_times(ctx: &Ctx, t: &Target, times: Option<[Option<u64>; 2]>) -> SysResult {
     let now = real_now();
     let mut v = ctx.k.vfs.lock();
-    let ino = t.resolve(&v)?;
+    let ino = t.resolve(&mut v)?;
     let [a, m] = match times {
         None => [Some(now), Some(now)],
         Some(t) => {
@@ -280,14 +283,16 @@ pub fn truncate(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     }
     let t = Target::new(ctx, AT_FDCWD, path, 0, true)?;
     let mut v = ctx.k.vfs.lock();
-    let ino = t.resolve(&v)?;
+    let ino = t.resolve(&mut v)?;
     v.truncate(ino, len, real_now()).map(|_| 0)
 }
 
 /// fsync, fdatasync: the tree lives in memory, so there is nothing to flush; pipes
 /// and the like are EINVAL, as on Linux.
 pub fn fsync(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
-    ctx.file(f.rdi)?.node().map(|_| 0).ok_or(Errno::EINVAL)
+    let file = ctx.file(f.rdi)?;
+    file.node().ok_or(Errno::EINVAL)?;
+    file.obj().sync().map(|_| 0)
 }
 
 pub fn sync(_: &Ctx, _: &mut SyscallFrame) -> SysResult {
@@ -306,9 +311,9 @@ fn make_link(ctx: &Ctx, olddir: u64, old: u64, newdir: u64, new: u64, flags: u64
     let path = path_arg(ctx, new)?;
     let (start, _keep) = start_dir(ctx, newdir, &path)?;
     let mut v = ctx.k.vfs.lock();
-    let ino = from.resolve(&v)?;
+    let ino = from.resolve(&mut v)?;
     let base = dir(&v, start)?;
-    new_file_name(&v, base, &path)?;
+    new_file_name(&mut v, base, &path)?;
     let (parent, name) = v.parent_of(base, &path)?;
     let name = name.to_vec();
     v.link(ino, parent, &name).map(|_| 0)
@@ -330,7 +335,7 @@ fn make_node(ctx: &Ctx, dirfd: u64, path_addr: u64, m: u64) -> SysResult {
     let now = real_now();
     let mut v = ctx.k.vfs.lock();
     let base = dir(&v, start)?;
-    new_file_name(&v, base, &path)?;
+    new_file_name(&mut v, base, &path)?;
     let (parent, name) = v.parent_of(base, &path)?;
     let name = name.to_vec();
     let perm = m as u32 & 0o7777 & !umask;

@@ -46,7 +46,7 @@ impl NetEnv for Env<'_, '_> {
         let umask = ctx.proc().fs.lock().umask;
         let mut v = ctx.k.vfs.lock();
         let base = dir(&v, start)?;
-        new_file_name(&v, base, path)?;
+        new_file_name(&mut v, base, path)?;
         let (parent, name) = v.parent_of(base, path)?;
         let name = name.to_vec();
         match v.mksock(parent, &name, 0o777 & !umask, real_now(), target) {
@@ -58,7 +58,7 @@ impl NetEnv for Env<'_, '_> {
     fn find_path(&self, path: &[u8]) -> Result<Named, Errno> {
         let ctx = self.0;
         let (start, _keep) = cwd(ctx);
-        let v = ctx.k.vfs.lock();
+        let mut v = ctx.k.vfs.lock();
         let ino = v.lookup(start, path, true)?;
         match v.socket(ino) {
             Some(Some(t)) => Ok(t),

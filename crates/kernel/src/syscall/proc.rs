@@ -240,7 +240,7 @@ pub fn execve(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     }
     let cwd = ctx.proc().fs.lock().cwd;
     {
-        let v = ctx.k.vfs.lock();
+        let mut v = ctx.k.vfs.lock();
         let ino = v.lookup(cwd, &path, true)?;
         if v.node(ino).is_dir() {
             return Err(Errno::EACCES);

@@ -43,14 +43,14 @@ impl TestEnv {
         let k: &'static Kernel = alloc::boxed::Box::leak(alloc::boxed::Box::new(Kernel::new(cfg, space, vfs, [1, 2])));
         let mut fds = FdTable::new();
         {
-            let v = k.vfs.lock();
+            let mut v = k.vfs.lock();
             for (path, flags) in [
                 (&b"/dev/stdin"[..], oflag::O_RDONLY),
                 (b"/dev/stdout", oflag::O_WRONLY),
                 (b"/dev/stderr", oflag::O_WRONLY),
             ] {
                 let ino = v.lookup(ROOT, path, true).expect("stdio");
-                fds.insert(crate::fs::open_node(k, &v, ino, flags), false).expect("fd");
+                fds.insert(crate::fs::open_node(k, &mut v, ino, flags), false).expect("fd");
             }
         }
         let pid = sched::alloc_tid() + 1_000_000;

@@ -3,6 +3,7 @@
 //! arithmetic. Pure logic: no user memory, no hostcalls, no locks of its own (the
 //! kernel keeps the tree behind one lock).
 
+pub mod host;
 pub mod pages;
 pub mod rootfs;
 pub mod tree;

@@ -38,6 +38,9 @@ pub enum Data {
     File(super::pages::Pages),
     /// A read-only file whose bytes live outside the heap (the rootfs image).
     Static(&'static [u8]),
+    /// A regular file on the host (`vfs::host`): its length, and the chunks of it
+    /// read so far (the page cache).
+    HostFile(super::pages::Pages),
     Symlink(Vec<u8>),
     Device(Device),
     /// A named pipe (`mkfifo`): opening it gives an end of this pipe.
@@ -67,6 +70,8 @@ pub struct Node {
     pub removed: bool,
     /// Open files referring to this node.
     opens: Arc<AtomicUsize>,
+    /// Its link to the host, for nodes of `--rootfs DIR` and volumes.
+    pub host: Option<alloc::boxed::Box<super::host::HostRef>>,
 }
 
 /// Keeps a node alive while an open file refers to it.
@@ -105,7 +110,7 @@ impl Node {
     pub fn st_mode(&self) -> u32 {
         let t = match self.data {
             Data::Dir(_) => mode::S_IFDIR,
-            Data::File(_) | Data::Static(_) => mode::S_IFREG,
+            Data::File(_) | Data::Static(_) | Data::HostFile(_) => mode::S_IFREG,
             Data::Symlink(_) => mode::S_IFLNK,
             Data::Device(_) => mode::S_IFCHR,
             Data::Fifo(_) => mode::S_IFIFO,
@@ -116,7 +121,7 @@ impl Node {
 
     pub fn size(&self) -> u64 {
         match &self.data {
-            Data::File(p) => p.len(),
+            Data::File(p) | Data::HostFile(p) => p.len(),
             Data::Static(s) => s.len() as u64,
             Data::Symlink(t) => t.len() as u64,
             Data::Dir(_) | Data::Device(_) | Data::Fifo(_) | Data::Socket(_) => 0,
@@ -141,6 +146,13 @@ pub struct Vfs {
     limit: usize,
     /// Owner of new nodes.
     owner: (u32, u32),
+    /// How host nodes reach the host (None: the tree has none).
+    pub(super) hostops: Option<super::host::Ops>,
+    /// The page cache of host files: chunks in the order they came (the oldest go
+    /// first past `cache_limit` bytes).
+    pub(super) cache: alloc::collections::VecDeque<(Ino, usize)>,
+    pub(super) cache_used: usize,
+    pub(super) cache_limit: usize,
 }
 
 impl Default for Vfs {
@@ -153,8 +165,18 @@ impl Vfs {
     /// A tree with `/`, `/dev` (null, zero, random, urandom, stdin, stdout, stderr)
     /// and a writable `/tmp`.
     pub fn new() -> Vfs {
-        let mut v =
-            Vfs { nodes: Vec::new(), free: Vec::new(), removed: Vec::new(), used: 0, limit: usize::MAX, owner: (0, 0) };
+        let mut v = Vfs {
+            nodes: Vec::new(),
+            free: Vec::new(),
+            removed: Vec::new(),
+            used: 0,
+            limit: usize::MAX,
+            owner: (0, 0),
+            hostops: None,
+            cache: alloc::collections::VecDeque::new(),
+            cache_used: 0,
+            cache_limit: 64 << 20,
+        };
         v.nodes.push(Some(Node {
             data: Data::Dir(BTreeMap::new()),
             mode: 0o755,
@@ -167,6 +189,7 @@ impl Vfs {
             nlink: 1,
             removed: false,
             opens: Arc::new(AtomicUsize::new(0)),
+            host: None,
         }));
         let dev = v.add(ROOT, b"dev", Data::Dir(BTreeMap::new()), 0o755, true);
         for (name, d) in [
@@ -197,6 +220,7 @@ impl Vfs {
     /// `chmod`: the permission bits of `ino`.
     pub fn set_mode(&mut self, ino: Ino, mode: u32) -> Result<(), Errno> {
         self.writable_node(ino)?;
+        self.host_attr(ino, |ops, h| ops.chmod(h, mode & 0o7777))?;
         self.node_mut(ino).mode = mode & 0o7777;
         Ok(())
     }
@@ -204,6 +228,7 @@ impl Vfs {
     /// `chown`: the owner of `ino` (None: unchanged).
     pub fn set_owner_of(&mut self, ino: Ino, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
         self.writable_node(ino)?;
+        self.host_attr(ino, |ops, h| ops.chown(h, uid, gid))?;
         let n = self.node_mut(ino);
         n.uid = uid.unwrap_or(n.uid);
         n.gid = gid.unwrap_or(n.gid);
@@ -213,10 +238,33 @@ impl Vfs {
     /// `utimensat`: access and modification times of `ino` (None: unchanged).
     pub fn set_times(&mut self, ino: Ino, atime: Option<u64>, mtime: Option<u64>) -> Result<(), Errno> {
         self.writable_node(ino)?;
+        self.host_attr(ino, |ops, h| ops.utimes(h, atime, mtime))?;
         let n = self.node_mut(ino);
         n.atime = atime.unwrap_or(n.atime);
         n.mtime = mtime.unwrap_or(n.mtime);
         Ok(())
+    }
+
+    /// An attribute change of a volume's node made on the host first (by its
+    /// handle); a rootfs node's stays in the VM.
+    fn host_attr(
+        &mut self,
+        ino: Ino,
+        f: impl FnOnce(&dyn super::host::HostOps, u64) -> Result<(), Errno>,
+    ) -> Result<(), Errno> {
+        if !matches!(self.layer(ino), Some(super::host::Layer::Volume { .. })) {
+            return Ok(());
+        }
+        let ops = self.hostops.ok_or(Errno::EIO)?;
+        let h = self.handle_of(ino)?;
+        let r = f(ops.0, h);
+        if !self.node(ino).is_dir() {
+            // (Files and links do not keep an O_PATH handle.)
+            if let Some(x) = self.node_mut(ino).host.as_mut().filter(|x| !x.root).and_then(|x| x.handle.take()) {
+                ops.close(x);
+            }
+        }
+        r
     }
 
     /// Nodes of the read-only rootfs cannot change (devices and the writable tree
@@ -244,6 +292,14 @@ impl Vfs {
         if self.node(ino).readonly {
             // Across the read-only rootfs and the writable tree: another "device".
             return Err(Errno::EXDEV);
+        }
+        match (self.volume_dir(self.node(ino).parent)?, self.volume_dir(dir)?) {
+            (Some(x), Some(y)) => {
+                let from = self.node(ino).host.as_ref().map(|h| h.name.clone()).unwrap_or_default();
+                self.hostops.ok_or(Errno::EIO)?.rename(true, x, &from, y, name)?;
+            }
+            (None, None) => self.copy_up(ino)?,
+            _ => return Err(Errno::EXDEV),
         }
         self.charge(name.len())?;
         if let Data::Dir(e) = &mut self.node_mut(dir).data {
@@ -274,6 +330,11 @@ impl Vfs {
         Ok(())
     }
 
+    /// How many open files (holds) refer to `ino`.
+    pub fn open_count(&self, ino: Ino) -> usize {
+        self.node(ino).opens.load(Ordering::Relaxed)
+    }
+
     /// Marks `ino` open (for as long as the returned hold lives).
     pub fn hold(&self, ino: Ino) -> Hold {
         let c = self.node(ino).opens.clone();
@@ -296,8 +357,13 @@ impl Vfs {
             if self.node(ino).opens.load(Ordering::Relaxed) == 0 {
                 self.removed.swap_remove(i);
                 if let Some(n) = self.nodes[ino].take() {
+                    self.forget_host(&n);
                     let data = match &n.data {
                         Data::File(p) => p.footprint(),
+                        Data::HostFile(p) => {
+                            self.cache_used -= p.footprint().min(self.cache_used) / CHUNK * CHUNK;
+                            0
+                        }
                         _ => 0,
                     };
                     self.used = self.used.saturating_sub(NODE_COST + data);
@@ -313,8 +379,48 @@ impl Vfs {
         self.nodes[ino].as_ref().expect("live inode")
     }
 
-    fn node_mut(&mut self, ino: Ino) -> &mut Node {
+    pub(super) fn node_mut(&mut self, ino: Ino) -> &mut Node {
         self.nodes[ino].as_mut().expect("live inode")
+    }
+
+    pub(super) fn nodes_get_mut(&mut self, ino: Ino) -> Option<&mut Node> {
+        self.nodes.get_mut(ino)?.as_mut()
+    }
+
+    /// Lets the tree reach host files through `ops`; the page cache may take
+    /// `cache_limit` bytes.
+    pub fn set_host(&mut self, ops: &'static dyn super::host::HostOps, cache_limit: usize) {
+        self.hostops = Some(super::host::Ops(ops));
+        self.cache_limit = cache_limit;
+    }
+
+    pub(super) fn has_entry(&self, dir: Ino, name: &[u8]) -> bool {
+        self.entries(dir).is_ok_and(|e| e.contains_key(name))
+    }
+
+    /// A directory of the tree made where a mount point needs one.
+    pub(super) fn add_dir(&mut self, dir: Ino, name: &[u8]) -> Ino {
+        self.add(dir, name, Data::Dir(BTreeMap::new()), 0o755, true)
+    }
+
+    /// Adds host entry `name` under `dir`.
+    pub(super) fn add_host(
+        &mut self,
+        dir: Ino,
+        name: &[u8],
+        data: Data,
+        mode: u32,
+        readonly: bool,
+        host: super::host::HostRef,
+    ) -> Ino {
+        let ino = self.add(dir, name, data, mode, readonly);
+        self.node_mut(ino).host = Some(alloc::boxed::Box::new(host));
+        ino
+    }
+
+    /// Charges `bytes` of file data to the writable tree's budget.
+    pub(super) fn charge_file(&mut self, bytes: usize) -> Result<(), Errno> {
+        self.charge(bytes)
     }
 
     /// Adds `name` under the directory `dir` (replacing nothing: the caller checked).
@@ -332,6 +438,7 @@ impl Vfs {
             nlink: 1,
             removed: false,
             opens: Arc::new(AtomicUsize::new(0)),
+            host: None,
         };
         let ino = match self.free.pop() {
             Some(i) => {
@@ -358,12 +465,12 @@ impl Vfs {
 
     /// Resolves `path` from `cwd`. The last component's symbolic link is followed
     /// only when `follow` is set.
-    pub fn lookup(&self, cwd: Ino, path: &[u8], follow: bool) -> Result<Ino, Errno> {
+    pub fn lookup(&mut self, cwd: Ino, path: &[u8], follow: bool) -> Result<Ino, Errno> {
         let mut budget = MAX_SYMLINKS;
         self.walk(cwd, path, follow, &mut budget)
     }
 
-    fn walk(&self, cwd: Ino, path: &[u8], follow: bool, budget: &mut usize) -> Result<Ino, Errno> {
+    fn walk(&mut self, cwd: Ino, path: &[u8], follow: bool, budget: &mut usize) -> Result<Ino, Errno> {
         if path.is_empty() {
             return Err(Errno::ENOENT);
         }
@@ -379,21 +486,22 @@ impl Vfs {
             if part.len() > NAME_MAX {
                 return Err(Errno::ENAMETOOLONG);
             }
-            let entries = self.entries(at)?;
+            self.entries(at)?;
+            self.load(at)?;
             let next = match *part {
                 b"." => at,
                 b".." => self.node(at).parent,
-                name => *entries.get(name).ok_or(Errno::ENOENT)?,
+                name => *self.entries(at)?.get(name).ok_or(Errno::ENOENT)?,
             };
-            if let Data::Symlink(target) = &self.node(next).data {
-                if !last || follow {
-                    if *budget == 0 {
-                        return Err(Errno::ELOOP);
-                    }
-                    *budget -= 1;
-                    at = self.walk(at, target, true, budget)?;
-                    continue;
+            if matches!(self.node(next).data, Data::Symlink(_)) && (!last || follow) {
+                if *budget == 0 {
+                    return Err(Errno::ELOOP);
                 }
+                *budget -= 1;
+                self.load(next)?;
+                let target = self.link_target(next)?.to_vec();
+                at = self.walk(at, &target, true, budget)?;
+                continue;
             }
             at = next;
         }
@@ -405,7 +513,7 @@ impl Vfs {
     }
 
     /// The directory that would hold `path`, and the last component's name.
-    pub fn parent_of<'p>(&self, cwd: Ino, path: &'p [u8]) -> Result<(Ino, &'p [u8]), Errno> {
+    pub fn parent_of<'p>(&mut self, cwd: Ino, path: &'p [u8]) -> Result<(Ino, &'p [u8]), Errno> {
         if path.is_empty() {
             return Err(Errno::ENOENT);
         }
@@ -425,6 +533,7 @@ impl Vfs {
             None => (cwd, trimmed),
         };
         self.entries(dir)?;
+        self.load(dir)?;
         if name.len() > NAME_MAX {
             return Err(Errno::ENAMETOOLONG);
         }
@@ -452,6 +561,16 @@ impl Vfs {
         }
         self.writable_dir(dir)?;
         self.reap();
+        if let Some(h) = self.volume_dir(dir)? {
+            let ops = self.hostops.ok_or(Errno::EIO)?;
+            let (x, st) = if directory {
+                ops.mkdir(h, name, mode & 0o7777)?
+            } else {
+                let flags = onering_abi::hostfs::O_CREAT | onering_abi::hostfs::O_EXCL | onering_abi::hostfs::O_RDWR;
+                ops.open(h, name, flags, mode & 0o7777)?
+            };
+            return Ok(self.add_made(dir, name, x, &st, !directory, now));
+        }
         self.charge(NODE_COST + name.len())?;
         // The node table grows by doubling: a heap too fragmented or full for that
         // is ENOSPC too, not a kernel panic.
@@ -509,6 +628,17 @@ impl Vfs {
         if target.is_empty() {
             return Err(Errno::ENOENT);
         }
+        if self.has_entry(dir, name) {
+            return Err(Errno::EEXIST);
+        }
+        self.writable_dir(dir)?;
+        if let Some(h) = self.volume_dir(dir)? {
+            let ops = self.hostops.ok_or(Errno::EIO)?;
+            let (x, st) = ops.symlink(h, name, target)?;
+            let ino = self.add_made(dir, name, x, &st, false, now);
+            self.node_mut(ino).data = Data::Symlink(target.to_vec());
+            return Ok(ino);
+        }
         let ino = self.create(dir, name, 0o777, false, now)?;
         if let Err(e) = self.charge(target.len()) {
             let _ = self.remove(dir, name, false);
@@ -520,6 +650,7 @@ impl Vfs {
 
     /// Adds a read-only node while building the tree from the rootfs image.
     pub fn add_readonly(&mut self, dir: Ino, name: &[u8], data: Data, mode: u32, mtime: u64) -> Ino {
+        let _ = self.load(dir);
         if let Ok(e) = self.entries(dir) {
             if let Some(existing) = e.get(name) {
                 return *existing;
@@ -548,6 +679,9 @@ impl Vfs {
         }
         if self.node(ino).readonly {
             return Err(Errno::EROFS);
+        }
+        if let Some(h) = self.volume_dir(dir)? {
+            self.hostops.ok_or(Errno::EIO)?.unlink(h, name, dir_only)?;
         }
         if let Data::Dir(e) = &mut self.node_mut(dir).data {
             e.remove(name);
@@ -595,6 +729,7 @@ impl Vfs {
                 _ => {}
             }
         }
+        self.host_move(ino, from_dir, from, to_dir, to)?;
         if let Data::Dir(e) = &mut self.node_mut(from_dir).data {
             e.remove(from);
         }
@@ -606,6 +741,43 @@ impl Vfs {
             self.unlinked(old);
         }
         Ok(())
+    }
+
+    /// The host's side of moving `ino` (named `from` in `from_dir`) to `to` in
+    /// `to_dir`: within one volume, a rename on the host; out of the rootfs, a file
+    /// is copied up and a directory keeps its handle (its entries are looked up
+    /// by it); across mounts, EXDEV.
+    fn host_move(&mut self, ino: Ino, from_dir: Ino, from: &[u8], to_dir: Ino, to: &[u8]) -> Result<(), Errno> {
+        use super::host::Layer;
+        let (a, b) = (self.volume_dir(from_dir)?, self.volume_dir(to_dir)?);
+        match (a, b) {
+            (Some(x), Some(y)) => {
+                self.hostops.ok_or(Errno::EIO)?.rename(false, x, from, y, to)?;
+                if let Some(h) = self.node_mut(ino).host.as_mut() {
+                    h.name = to.to_vec();
+                }
+                // (A replaced entry is gone on the host too.)
+                Ok(())
+            }
+            (None, None) => {
+                if self.layer(ino) == Some(Layer::Rootfs) {
+                    if self.node(ino).is_dir() {
+                        self.handle_of(ino)?;
+                        if let Some(h) = self.node_mut(ino).host.as_mut() {
+                            h.root = true; // (keeps its handle: its name is no longer its host name)
+                        }
+                    } else {
+                        self.copy_up(ino)?;
+                        if matches!(self.node(ino).data, Data::Symlink(_)) {
+                            self.load(ino)?;
+                            self.node_mut(ino).host = None;
+                        }
+                    }
+                }
+                Ok(())
+            }
+            _ => Err(Errno::EXDEV),
+        }
     }
 
     /// Reads file bytes at `offset` into `buf`; returns how many.
@@ -631,6 +803,11 @@ impl Vfs {
             Data::File(p) => p.each(offset, len, |chunk, at, n| match chunk {
                 Some(c) => out(&c[at..at + n]),
                 None => out(&ZEROS[..n]),
+            }),
+            // (Only cached chunks: the caller fetched the rest, see `read_plan`.)
+            Data::HostFile(p) => p.each(offset, len, |chunk, at, n| match chunk {
+                Some(c) => out(&c[at..at + n]),
+                None => Err(Errno::EIO),
             }),
             Data::Static(s) => {
                 let start = offset.min(s.len() as u64) as usize;
@@ -702,6 +879,17 @@ impl Vfs {
     pub fn truncate(&mut self, ino: Ino, len: u64, now: u64) -> Result<(), Errno> {
         if len > MAX_FILE {
             return Err(Errno::EFBIG);
+        }
+        if matches!(self.node(ino).data, Data::HostFile(_)) {
+            if self.node(ino).readonly {
+                return Err(Errno::EROFS);
+            }
+            if self.layer(ino) != Some(super::host::Layer::Rootfs) {
+                self.host_truncate(ino, len)?;
+                self.node_mut(ino).mtime = now;
+                return Ok(());
+            }
+            self.copy_up(ino)?;
         }
         let before = self.pages(ino)?.footprint();
         let p = self.pages_mut(ino)?;
@@ -784,7 +972,7 @@ mod tests {
 
     #[test]
     fn devices_and_tmp_exist() {
-        let v = Vfs::new();
+        let mut v = Vfs::new();
         let null = v.lookup(ROOT, b"/dev/null", true).unwrap();
         assert_eq!(v.device(null), Some(Device::Null));
         let tmp = v.lookup(ROOT, b"/tmp/", true).unwrap();
@@ -888,7 +1076,7 @@ mod tests {
 
     #[test]
     fn parent_of_splits_paths() {
-        let v = Vfs::new();
+        let mut v = Vfs::new();
         let tmp = v.lookup(ROOT, b"/tmp", true).unwrap();
         assert_eq!(v.parent_of(ROOT, b"/tmp/new"), Ok((tmp, &b"new"[..])));
         assert_eq!(v.parent_of(tmp, b"new/"), Ok((tmp, &b"new"[..])));

@@ -19,6 +19,7 @@
 
 pub mod bus;
 pub mod doorbell;
+pub mod hostfs;
 pub mod lapic;
 pub mod netback;
 pub mod virtio;

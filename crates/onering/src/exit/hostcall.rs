@@ -31,6 +31,7 @@ const EFAULT: i64 = 14;
 const EIO: i64 = 5;
 const EINVAL: i64 = 22;
 const EPIPE: i64 = 32;
+const ENOSYS: i64 = 38;
 
 /// Serves hostcall `nr` for the exiting vCPU (its doorbell rang with `nr`).
 pub fn serve(nr: u64, env: &mut impl Env) -> Action {
@@ -59,6 +60,10 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         },
         Some(Hostcall::StdioSeek) => env.stdio_seek(args[0], args[1], args[2]),
         Some(Hostcall::StdioIoctl) => stdio_ioctl(args, env),
+        Some(Hostcall::Fs) => match env.hostfs() {
+            Some(fs) => fs.serve(args, env.mem()),
+            None => -ENOSYS,
+        },
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));

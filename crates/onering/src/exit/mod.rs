@@ -132,6 +132,10 @@ pub trait Env {
         let _ = (fd, offset, whence);
         -9
     }
+    /// The host file server (`-v`, `--rootfs DIR`), if the VM has mounts.
+    fn hostfs(&self) -> Option<&crate::devices::hostfs::HostFs> {
+        None
+    }
     /// A forwarded terminal ioctl on the host's standard stream `fd`, its argument
     /// in `arg` (sized for the request).
     fn stdio_ioctl(&mut self, fd: u64, request: u64, arg: &mut [u8]) -> i64 {

@@ -87,6 +87,33 @@ pub fn build(root: &Path, limit: u64) -> Result<Vec<u8>, RootfsError> {
 /// `dns`, the network back end's resolver, or 127.0.0.1 without one). Added to `image` (the
 /// tree at `root`, if any) unless the tree has its own; nothing when its `etc` is
 /// not a directory.
+/// `path` as an absolute path with `.`, `..` and repeated slashes resolved
+/// lexically, no trailing slash; None if it is not absolute.
+pub fn normal_path(path: &[u8]) -> Option<Vec<u8>> {
+    if path.first() != Some(&b'/') {
+        return None;
+    }
+    let mut parts: Vec<&[u8]> = Vec::new();
+    for c in path.split(|b| *b == b'/') {
+        match c {
+            b"" | b"." => {}
+            b".." => {
+                parts.pop();
+            }
+            c => parts.push(c),
+        }
+    }
+    let mut out = Vec::new();
+    for p in parts {
+        out.push(b'/');
+        out.extend_from_slice(p);
+    }
+    if out.is_empty() {
+        out.push(b'/');
+    }
+    Some(out)
+}
+
 pub fn add_etc(image: &mut Vec<u8>, root: Option<&Path>, dns: Option<[u8; 4]>) {
     const HOSTS: &[u8] = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tonering\n";
     let has = |rel: &str| root.and_then(|r| std::fs::symlink_metadata(r.join(rel)).ok());

@@ -3,6 +3,7 @@
 //! entry, `entry.rs`, is the binary's: see main.rs.)
 #![allow(unsafe_code)]
 
+pub mod fs;
 pub mod net;
 pub mod signals;
 pub mod stdio;

@@ -83,6 +83,9 @@ pub struct Machine {
     forced: AtomicU64,
     /// The profiler's sampler (`--profile`), if on (set before the VM runs).
     sampler: OnceLock<&'static super::sampler::Sampler>,
+    /// The host file server (`-v`, `--rootfs DIR`), if the VM has mounts (set
+    /// before the VM runs).
+    hostfs: OnceLock<crate::devices::hostfs::HostFs>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -117,6 +120,7 @@ impl Machine {
             first_stop: AtomicU64::new(0),
             forced: AtomicU64::new(0),
             sampler: OnceLock::new(),
+            hostfs: OnceLock::new(),
         }));
         if MACHINE.set(m).is_ok() {
             crate::sys::signals::forward_signals(on_host_signal);
@@ -176,6 +180,11 @@ impl Machine {
             sampler.start()?;
         }
         Ok(())
+    }
+
+    /// Serves host files from `fs` (before the VM runs).
+    pub fn serve_files(&self, fs: crate::devices::hostfs::HostFs) {
+        let _ = self.hostfs.set(fs);
     }
 
     /// Runs vCPU 0 on the calling thread; ends the process when the VM ends.
@@ -362,6 +371,9 @@ impl Env for VcpuEnv<'_> {
     }
     fn stdio_ioctl(&mut self, fd: u64, request: u64, arg: &mut [u8]) -> i64 {
         self.m.stdio.ioctl(fd, request, arg)
+    }
+    fn hostfs(&self) -> Option<&crate::devices::hostfs::HostFs> {
+        self.m.hostfs.get()
     }
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
         if fd == 2 {

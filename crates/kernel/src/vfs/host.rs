@@ -1,0 +1,493 @@
+//! Nodes whose contents are on the host: `--rootfs DIR` (the root's lower layer)
+//! and `-v` volumes, reached through a [`HostOps`] (the kernel's is hostcalls; unit
+//! tests use a map). Pure logic.
+//!
+//! A host directory is listed the first time a lookup or `getdents` needs it, and
+//! its entries become nodes of the tree with the host's metadata; a symbolic
+//! link's target is read the first time it is followed. A regular file's bytes
+//! are read on demand into a page cache (`Data::HostFile`: chunks of
+//! `pages::CHUNK`, a missing chunk not read yet) with readahead, bounded by
+//! `cache_limit` (the oldest chunks go first). So start-up does not depend on the
+//! size of the tree, and warm reads do not leave the VM.
+//!
+//! Changes: in the rootfs they stay in the VM (its upper layer): a new entry is an
+//! ordinary node of the tree, a removed one is gone from its directory's loaded
+//! listing, and a file opened for writing is copied up into memory first
+//! (`copy_up`). In a volume they go to the host (create, mkdir, unlink, rename,
+//! link, truncate, chmod, times, owner; writes through `write_target`/`wrote`),
+//! and a read-only volume refuses them (EROFS). The host cannot be trusted to
+//! stay still, and need not be: the VMM confines every name to its mount.
+
+use super::pages::{Pages, CHUNK};
+use super::tree::{Data, Ino, Node, Vfs};
+use crate::errno::Errno;
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+use onering_abi::HostStat;
+
+/// How the kernel reaches host files (`onering_abi::hostfs`).
+pub trait HostOps: Sync {
+    fn lookup(&self, dir: u64, name: &[u8]) -> Result<(u64, HostStat), Errno>;
+    /// Opens (or with `O_CREAT` makes) a regular file: an I/O handle.
+    fn open(&self, dir: u64, name: &[u8], flags: u64, mode: u32) -> Result<(u64, HostStat), Errno>;
+    /// Every entry of directory `dir` with its stat, in order.
+    fn readdir(&self, dir: u64, out: &mut dyn FnMut(&[u8], &HostStat)) -> Result<(), Errno>;
+    fn readlink(&self, h: u64) -> Result<Vec<u8>, Errno>;
+    fn stat(&self, h: u64) -> Result<HostStat, Errno>;
+    fn mkdir(&self, dir: u64, name: &[u8], mode: u32) -> Result<(u64, HostStat), Errno>;
+    fn symlink(&self, dir: u64, name: &[u8], target: &[u8]) -> Result<(u64, HostStat), Errno>;
+    fn unlink(&self, dir: u64, name: &[u8], rmdir: bool) -> Result<(), Errno>;
+    /// RENAME, or LINK when `link`.
+    fn rename(&self, link: bool, dir: u64, name: &[u8], dir2: u64, name2: &[u8]) -> Result<(), Errno>;
+    fn truncate(&self, h: u64, len: u64) -> Result<(), Errno>;
+    fn chmod(&self, h: u64, mode: u32) -> Result<(), Errno>;
+    fn utimes(&self, h: u64, atime: Option<u64>, mtime: Option<u64>) -> Result<(), Errno>;
+    fn chown(&self, h: u64, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno>;
+    /// `pread` into `bufs` in order: bytes read.
+    fn read(&self, h: u64, offset: u64, bufs: &mut [&mut [u8]]) -> Result<usize, Errno>;
+    fn close(&self, h: u64);
+}
+
+/// The tree's way to the host (a reference, printed by name only).
+#[derive(Clone, Copy)]
+pub struct Ops(pub &'static dyn HostOps);
+
+impl core::fmt::Debug for Ops {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("HostOps")
+    }
+}
+
+impl core::ops::Deref for Ops {
+    type Target = dyn HostOps;
+    fn deref(&self) -> &Self::Target {
+        self.0
+    }
+}
+
+/// What kind of mount a host node belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// The rootfs' lower layer: read from the host, changed only in the VM.
+    Rootfs,
+    /// A volume: changes go to the host; `ro` refuses them.
+    Volume { ro: bool },
+}
+
+/// A node's link to the host.
+#[derive(Debug)]
+pub struct HostRef {
+    pub layer: Layer,
+    /// An `O_PATH` handle (None: not looked up yet, or let go).
+    pub handle: Option<u64>,
+    /// Its name in its parent on the host (for the calls made by name).
+    pub name: Vec<u8>,
+    /// A directory's listing or a link's target was read.
+    pub loaded: bool,
+    /// An I/O handle on a regular file, and whether it was opened for writing.
+    pub io: Option<(u64, bool)>,
+    /// The host's inode and device (stat reports them).
+    pub ino: u64,
+    pub dev: u64,
+    /// A mount's root keeps its handle for the VM's life.
+    pub root: bool,
+}
+
+/// Chunks read ahead past the one a read needs (1 MiB in all).
+pub const READAHEAD: usize = 16;
+
+/// A regular file's host read to make: the handle, the first chunk and how many.
+pub struct ReadPlan {
+    pub handle: u64,
+    pub first: usize,
+    pub count: usize,
+}
+
+fn node_of(layer: Layer, name: &[u8], st: &HostStat, readonly: bool) -> Option<(Data, HostRef, u32)> {
+    let kind = st.mode as u32 & super::tree::mode::S_IFMT;
+    let data = match kind {
+        super::tree::mode::S_IFDIR => Data::Dir(BTreeMap::new()),
+        super::tree::mode::S_IFREG => {
+            let mut p = Pages::new();
+            p.set_len(st.size);
+            Data::HostFile(p)
+        }
+        super::tree::mode::S_IFLNK => Data::Symlink(Vec::new()),
+        _ => return None, // devices, FIFOs and sockets of the host are not shared
+    };
+    let _ = readonly;
+    let h = HostRef {
+        layer,
+        handle: None,
+        name: name.to_vec(),
+        loaded: false,
+        io: None,
+        ino: st.ino,
+        dev: st.dev,
+        root: false,
+    };
+    Some((data, h, st.mode as u32 & 0o7777))
+}
+
+fn ns(sec: u64, nsec: u64) -> u64 {
+    sec.saturating_mul(1_000_000_000).saturating_add(nsec)
+}
+
+impl Vfs {
+    /// Makes directory `at` (made if missing, as directories of the tree) the mount
+    /// point of host directory `handle`.
+    pub fn mount(&mut self, at: &[u8], handle: u64, layer: Layer, readonly: bool) -> Result<Ino, Errno> {
+        let ino = self.make_dirs(at)?;
+        let n = self.node_mut(ino);
+        n.data = Data::Dir(match core::mem::replace(&mut n.data, Data::Dir(BTreeMap::new())) {
+            // (The root keeps /dev and /tmp.)
+            Data::Dir(e) if ino == super::tree::ROOT => e,
+            _ => BTreeMap::new(),
+        });
+        n.readonly = readonly;
+        n.host = Some(Box::new(HostRef {
+            layer,
+            handle: Some(handle),
+            name: Vec::new(),
+            loaded: false,
+            io: None,
+            ino: 0,
+            dev: 0,
+            root: true,
+        }));
+        if let Some(st) = self.hostops.and_then(|ops| ops.stat(handle).ok()) {
+            let n = self.node_mut(ino);
+            n.mode = st.mode as u32 & 0o7777;
+            n.mtime = ns(st.mtime_sec, st.mtime_nsec);
+            n.atime = ns(st.atime_sec, st.atime_nsec);
+            if let Some(h) = n.host.as_mut() {
+                (h.ino, h.dev) = (st.ino, st.dev);
+            }
+        }
+        Ok(ino)
+    }
+
+    /// The directory at absolute `path`, made (as writable-tree directories) where
+    /// missing; the lookups on the way load host directories.
+    fn make_dirs(&mut self, path: &[u8]) -> Result<Ino, Errno> {
+        let mut at = super::tree::ROOT;
+        for part in path.split(|c| *c == b'/').filter(|p| !p.is_empty()) {
+            at = match self.lookup(at, part, true) {
+                Ok(i) if self.node(i).is_dir() => i,
+                Ok(_) => return Err(Errno::ENOTDIR),
+                Err(Errno::ENOENT) => self.add_dir(at, part),
+                Err(e) => return Err(e),
+            };
+        }
+        Ok(at)
+    }
+
+    /// Reads what host node `ino` has not read yet: a directory's listing (its
+    /// entries join those made in the VM, which win) or a link's target.
+    pub fn load(&mut self, ino: Ino) -> Result<(), Errno> {
+        let Some(ops) = self.hostops else { return Ok(()) };
+        let (layer, is_dir) = match &self.node(ino).host {
+            Some(h) if !h.loaded => (h.layer, self.node(ino).is_dir()),
+            _ => return Ok(()),
+        };
+        let handle = self.handle_of(ino)?;
+        if is_dir {
+            let mut found = Vec::new();
+            ops.readdir(handle, &mut |name, st| found.push((name.to_vec(), *st)))?;
+            let readonly = self.node(ino).readonly;
+            for (name, st) in found {
+                if self.has_entry(ino, &name) {
+                    continue;
+                }
+                let Some((data, h, mode)) = node_of(layer, &name, &st, readonly) else { continue };
+                let child = self.add_host(ino, &name, data, mode, readonly, h);
+                let n = self.node_mut(child);
+                n.mtime = ns(st.mtime_sec, st.mtime_nsec);
+                n.atime = ns(st.atime_sec, st.atime_nsec);
+                n.uid = st.uid as u32;
+                n.gid = st.gid as u32;
+                n.nlink = st.nlink.max(1) as u32;
+            }
+        } else if matches!(self.node(ino).data, Data::Symlink(_)) {
+            let target = ops.readlink(handle)?;
+            self.node_mut(ino).data = Data::Symlink(target);
+        }
+        self.let_go(ino);
+        if let Some(h) = self.node_mut(ino).host.as_mut() {
+            h.loaded = true;
+        }
+        Ok(())
+    }
+
+    /// Drops the `O_PATH` handle of a node that no longer needs one (a link whose
+    /// target was read; a file: handles are made again when needed). Directories
+    /// keep theirs (their entries are looked up by it).
+    fn let_go(&mut self, ino: Ino) {
+        let Some(ops) = self.hostops else { return };
+        if self.node(ino).is_dir() {
+            return;
+        }
+        if let Some(h) = self.node_mut(ino).host.as_mut() {
+            if !h.root {
+                if let Some(x) = h.handle.take() {
+                    ops.close(x);
+                }
+            }
+        }
+    }
+
+    /// Node `ino`'s `O_PATH` handle, looked up by name in its parent if needed.
+    pub fn handle_of(&mut self, ino: Ino) -> Result<u64, Errno> {
+        let ops = self.hostops.ok_or(Errno::EIO)?;
+        let (parent, name) = match &self.node(ino).host {
+            Some(h) if h.handle.is_some() => return Ok(h.handle.unwrap_or_default()),
+            Some(h) if !h.root => (self.node(ino).parent, h.name.clone()),
+            _ => return Err(Errno::EIO),
+        };
+        if self.node(ino).removed {
+            return Err(Errno::ENOENT);
+        }
+        let ph = self.handle_of(parent)?;
+        let (h, _) = ops.lookup(ph, &name)?;
+        if let Some(r) = self.node_mut(ino).host.as_mut() {
+            r.handle = Some(h);
+        }
+        Ok(h)
+    }
+
+    /// The host directory handle of `dir` if it is a volume's (changes go to the
+    /// host), None if it is not on the host or is the rootfs (changes stay here);
+    /// EROFS for a read-only volume.
+    pub fn volume_dir(&mut self, dir: Ino) -> Result<Option<u64>, Errno> {
+        match self.node(dir).host.as_ref().map(|h| h.layer) {
+            Some(Layer::Volume { ro: true }) => Err(Errno::EROFS),
+            Some(Layer::Volume { ro: false }) => self.handle_of(dir).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// Node `ino`'s layer, if it is on the host.
+    pub fn layer(&self, ino: Ino) -> Option<Layer> {
+        self.node(ino).host.as_ref().map(|h| h.layer)
+    }
+
+    /// An I/O handle on host file `ino` (opened for writing too if `write`).
+    pub fn io_handle(&mut self, ino: Ino, write: bool) -> Result<u64, Errno> {
+        let ops = self.hostops.ok_or(Errno::EIO)?;
+        let (parent, name, old) = match &self.node(ino).host {
+            Some(h) => match h.io {
+                Some((x, w)) if w || !write => return Ok(x),
+                old => (self.node(ino).parent, h.name.clone(), old),
+            },
+            None => return Err(Errno::EIO),
+        };
+        if self.node(ino).removed {
+            // (Unlinked while open, before it was ever read: gone on the host.)
+            return Err(Errno::ENOENT);
+        }
+        let ph = self.handle_of(parent)?;
+        let flags = if write { onering_abi::hostfs::O_RDWR } else { onering_abi::hostfs::O_RDONLY };
+        let (x, _) = ops.open(ph, &name, flags, 0)?;
+        if let Some((o, _)) = old {
+            ops.close(o);
+        }
+        if let Some(h) = self.node_mut(ino).host.as_mut() {
+            h.io = Some((x, write));
+        }
+        Ok(x)
+    }
+
+    /// Closes host file `ino`'s I/O handle (its last open file closed).
+    pub fn release_io(&mut self, ino: Ino) {
+        let Some(ops) = self.hostops else { return };
+        if let Some(h) = self.nodes_get_mut(ino).and_then(|n| n.host.as_mut()) {
+            if let Some((x, _)) = h.io.take() {
+                ops.close(x);
+            }
+        }
+    }
+
+    /// Closes whatever host handles a freed node held.
+    pub(super) fn forget_host(&self, n: &Node) {
+        let (Some(ops), Some(h)) = (self.hostops, n.host.as_ref()) else { return };
+        if !h.root {
+            if let Some(x) = h.handle {
+                ops.close(x);
+            }
+        }
+        if let Some((x, _)) = h.io {
+            ops.close(x);
+        }
+    }
+
+    /// A rootfs file about to change: its bytes are read into memory and it becomes
+    /// an ordinary file of the tree (the upper layer).
+    pub fn copy_up(&mut self, ino: Ino) -> Result<(), Errno> {
+        if self.layer(ino) != Some(Layer::Rootfs) || !matches!(self.node(ino).data, Data::HostFile(_)) {
+            return Ok(());
+        }
+        let ops = self.hostops.ok_or(Errno::EIO)?;
+        let size = self.node(ino).size();
+        let h = self.io_handle(ino, false)?;
+        let mut pages = Pages::new();
+        let mut at = 0u64;
+        while at < size {
+            let n = (size - at).min(CHUNK as u64) as usize;
+            let mut chunk = super::pages::zeroed_chunk()?;
+            let got = ops.read(h, at, &mut [&mut chunk[..n]])?;
+            pages.write_with(at, got, |o, dst| {
+                dst.copy_from_slice(&chunk[o..o + dst.len()]);
+                Ok(())
+            })?;
+            if got < n {
+                break;
+            }
+            at += n as u64;
+        }
+        self.charge_file(pages.footprint())?;
+        self.release_io(ino);
+        self.uncache(ino);
+        let n = self.node_mut(ino);
+        n.data = Data::File(pages);
+        n.host = None;
+        Ok(())
+    }
+
+    /// What a read of `len` bytes at `offset` of host file `ino` must fetch first:
+    /// None when every chunk it touches is cached (or it is past the end).
+    pub fn read_plan(&mut self, ino: Ino, offset: u64, len: usize) -> Result<Option<ReadPlan>, Errno> {
+        let Data::HostFile(p) = &self.node(ino).data else { return Ok(None) };
+        let end = offset.saturating_add(len as u64).min(p.len());
+        if offset >= end {
+            return Ok(None);
+        }
+        let (a, b) = ((offset / CHUNK as u64) as usize, end.div_ceil(CHUNK as u64) as usize);
+        let Some(first) = (a..b).find(|i| !p.has(*i)) else { return Ok(None) };
+        let last = p.len().div_ceil(CHUNK as u64) as usize;
+        let count = (first..last.min(b.max(first + 1) + READAHEAD)).take_while(|i| !p.has(*i)).count();
+        let handle = self.io_handle(ino, false)?;
+        Ok(Some(ReadPlan { handle, first, count }))
+    }
+
+    /// Puts chunks read for host file `ino` (from chunk `first` on) in its cache,
+    /// making room by forgetting the oldest cached chunks of all files.
+    pub fn cache_fill(&mut self, ino: Ino, first: usize, chunks: Vec<alloc::boxed::Box<[u8]>>) {
+        for (i, c) in chunks.into_iter().enumerate() {
+            while self.cache_used + CHUNK > self.cache_limit {
+                let Some((old, k)) = self.cache.pop_front() else { break };
+                if let Some(Data::HostFile(p)) = self.nodes_get_mut(old).map(|n| &mut n.data) {
+                    if p.has(k) {
+                        p.evict(k);
+                        self.cache_used -= CHUNK;
+                    }
+                }
+            }
+            let Some(Data::HostFile(p)) = self.nodes_get_mut(ino).map(|n| &mut n.data) else { return };
+            if p.has(first + i) || p.insert(first + i, c).is_err() {
+                continue;
+            }
+            self.cache_used += CHUNK;
+            if self.cache.try_reserve(1).is_ok() {
+                self.cache.push_back((ino, first + i));
+            }
+        }
+    }
+
+    /// Forgets host file `ino`'s cached chunks (all, or those from `from` on).
+    fn uncache_from(&mut self, ino: Ino, from: usize) {
+        let Some(Data::HostFile(p)) = self.nodes_get_mut(ino).map(|n| &mut n.data) else { return };
+        let n = p.len().div_ceil(CHUNK as u64) as usize;
+        let mut freed = 0;
+        for i in from..n {
+            if p.has(i) {
+                p.evict(i);
+                freed += CHUNK;
+            }
+        }
+        self.cache_used -= freed;
+    }
+
+    pub(super) fn uncache(&mut self, ino: Ino) {
+        self.uncache_from(ino, 0);
+    }
+
+    /// Where a write of host file `ino` goes: its I/O handle (for writing) and the
+    /// position (`offset`, or the end when `append`).
+    pub fn write_target(&mut self, ino: Ino, offset: u64, append: bool) -> Result<(u64, u64), Errno> {
+        if self.node(ino).readonly {
+            return Err(Errno::EROFS);
+        }
+        let h = self.io_handle(ino, true)?;
+        Ok((h, if append { self.node(ino).size() } else { offset }))
+    }
+
+    /// After `n` bytes were written at `at` on the host: the chunks they touched
+    /// leave the cache (they are read again), the length grows, the time is now.
+    pub fn wrote(&mut self, ino: Ino, at: u64, n: u64, now: u64) {
+        let first = (at / CHUNK as u64) as usize;
+        if let Some(Data::HostFile(p)) = self.nodes_get_mut(ino).map(|x| &mut x.data) {
+            let last = at.saturating_add(n).div_ceil(CHUNK as u64) as usize;
+            let mut freed = 0;
+            for i in first..last {
+                if p.has(i) {
+                    p.evict(i);
+                    freed += CHUNK;
+                }
+            }
+            if at + n > p.len() {
+                p.set_len(at + n);
+            }
+            self.cache_used -= freed;
+        }
+        if let Some(x) = self.nodes_get_mut(ino) {
+            x.mtime = now;
+        }
+    }
+
+    /// `truncate` of a volume file: on the host, then the cache.
+    pub(super) fn host_truncate(&mut self, ino: Ino, len: u64) -> Result<(), Errno> {
+        let ops = self.hostops.ok_or(Errno::EIO)?;
+        let h = self.io_handle(ino, true)?;
+        ops.truncate(h, len)?;
+        self.uncache_from(ino, (len / CHUNK as u64) as usize);
+        if let Data::HostFile(p) = &mut self.node_mut(ino).data {
+            p.set_len(len);
+        }
+        Ok(())
+    }
+
+    /// The host's inode and device of node `ino`, if it is a host node.
+    pub fn host_ids(&self, ino: Ino) -> Option<(u64, u64)> {
+        self.node(ino).host.as_ref().filter(|h| !h.root || h.ino != 0).map(|h| (h.ino, h.dev))
+    }
+
+    /// A new node for host entry `name` made in volume directory `dir` by a call
+    /// that returned handle `h` and stat `st` (the handle kept as the node's I/O
+    /// handle for a file it opened, else let go).
+    pub(super) fn add_made(&mut self, dir: Ino, name: &[u8], h: u64, st: &HostStat, io: bool, now: u64) -> Ino {
+        let layer = self.layer(dir).unwrap_or(Layer::Volume { ro: false });
+        let (data, mut r, mode) = node_of(layer, name, st, false).unwrap_or((
+            Data::Dir(BTreeMap::new()),
+            HostRef { layer, handle: None, name: name.to_vec(), loaded: true, io: None, ino: st.ino, dev: st.dev, root: false },
+            0o755,
+        ));
+        r.loaded = true;
+        if io {
+            r.io = Some((h, true));
+        } else {
+            r.handle = Some(h);
+        }
+        let is_dir = matches!(data, Data::Dir(_));
+        let ino = self.add_host(dir, name, data, mode, false, r);
+        let n = self.node_mut(ino);
+        n.mtime = now;
+        n.atime = now;
+        n.uid = st.uid as u32;
+        n.gid = st.gid as u32;
+        if !is_dir {
+            self.let_go(ino);
+        }
+        ino
+    }
+}

@@ -1,0 +1,520 @@
+//! The host file server: serves `Hostcall::Fs` (protocol in `onering_abi::hostfs`)
+//! for `-v HOST:GUEST[:ro]` volumes and `--rootfs DIR`.
+//!
+//! A table of host descriptors, named by handle: handles `0..n` are the mounts'
+//! root directories, opened when the VM is made; the guest makes more by looking
+//! up one name at a time in a directory it holds. Confinement does not depend on
+//! the guest: every name is checked to be one component (no `/`, `.`, `..`, NUL)
+//! and opened with `openat2` beneath its directory, following no link (a link is
+//! opened as itself, `O_PATH`), so a handle can only ever refer to something inside
+//! its mount's directory, however the host tree changes meanwhile. Attribute calls
+//! act on the descriptor itself (`AT_EMPTY_PATH`), never on a path; a read-only
+//! mount (`:ro`, and the rootfs, whose changes stay in the VM) refuses every change
+//! with EROFS. Guest buffers are translated through the guest's page tables and
+//! copied through a bounded buffer; a guest-chosen length never sizes an
+//! allocation beyond `MAX_IO`'s pieces, and the table holds at most `MAX_HANDLES`.
+
+use crate::exit::hostcall::{read_guest, write_guest};
+use crate::sys::fs as sysfs;
+use onering_abi::hostfs::{self as proto, DirRecord, MountRecord};
+use onering_abi::HostStat;
+use std::fs::File;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use thiserror::Error;
+
+/// Most handles at once (each a host descriptor).
+const MAX_HANDLES: usize = 1 << 16;
+/// Bytes moved through the bounce buffer at a time.
+const PIECE: usize = 1 << 20;
+
+const EBADF: i64 = 9;
+const EFAULT: i64 = 14;
+const EINVAL: i64 = 22;
+const ENFILE: i64 = 23;
+const EROFS: i64 = 30;
+const EXDEV: i64 = 18;
+const ELOOP: i64 = 40;
+const ERANGE: i64 = 34;
+
+#[derive(Debug, Error)]
+pub enum HostFsError {
+    #[error("{0}: {1}")]
+    Open(String, std::io::Error),
+    #[error("{0}: not a directory")]
+    NotADirectory(String),
+}
+
+/// One mount as the command line gave it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MountSpec {
+    pub host: PathBuf,
+    /// Absolute path in the VM.
+    pub guest: Vec<u8>,
+    pub ro: bool,
+    /// The root's lower layer (`--rootfs DIR`).
+    pub rootfs: bool,
+}
+
+struct Entry {
+    file: File,
+    mount: usize,
+    /// A directory's listing, read at READDIR index 0.
+    listing: Option<Vec<(Vec<u8>, HostStat)>>,
+}
+
+#[derive(Default)]
+struct Table {
+    entries: Vec<Option<Entry>>,
+    free: Vec<usize>,
+    live: usize,
+}
+
+/// The server: the mounts and the handle table (shared by all vCPU threads).
+pub struct HostFs {
+    mounts: Vec<MountSpec>,
+    table: Mutex<Table>,
+}
+
+fn err(e: std::io::Error) -> i64 {
+    -i64::from(e.raw_os_error().unwrap_or(5))
+}
+
+/// A host stat as the protocol passes it.
+pub fn host_stat(m: &std::fs::Metadata) -> HostStat {
+    HostStat {
+        dev: m.dev(),
+        ino: m.ino(),
+        mode: u64::from(m.mode()),
+        nlink: m.nlink(),
+        uid: u64::from(m.uid()),
+        gid: u64::from(m.gid()),
+        rdev: m.rdev(),
+        size: m.size(),
+        blksize: m.blksize(),
+        blocks: m.blocks(),
+        atime_sec: m.atime() as u64,
+        atime_nsec: m.atime_nsec() as u64,
+        mtime_sec: m.mtime() as u64,
+        mtime_nsec: m.mtime_nsec() as u64,
+        ctime_sec: m.ctime() as u64,
+        ctime_nsec: m.ctime_nsec() as u64,
+    }
+}
+
+/// Reads the NUL-terminated name at guest-virtual `va` (at most `max` bytes before
+/// the NUL), a byte run at a time so a name at the end of a mapping is readable.
+fn read_cstr(mem: &vm_memory::GuestMemoryMmap, va: u64, max: usize) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    while out.len() <= max {
+        let at = va.checked_add(out.len() as u64)?;
+        let n = (4096 - (at % 4096)).min(64) as usize;
+        let piece = read_guest(mem, at, n as u64)?;
+        if let Some(end) = piece.iter().position(|b| *b == 0) {
+            out.extend_from_slice(&piece[..end]);
+            return (out.len() <= max).then_some(out);
+        }
+        out.extend_from_slice(&piece);
+    }
+    None
+}
+
+impl HostFs {
+    /// Opens each mount's host directory (`O_PATH | O_DIRECTORY`).
+    pub fn new(mounts: Vec<MountSpec>) -> Result<HostFs, HostFsError> {
+        let mut t = Table::default();
+        for (i, m) in mounts.iter().enumerate() {
+            let shown = m.host.display().to_string();
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+                .open(&m.host)
+                .map_err(|e| {
+                    if e.raw_os_error() == Some(libc::ENOTDIR) {
+                        HostFsError::NotADirectory(shown.clone())
+                    } else {
+                        HostFsError::Open(shown.clone(), e)
+                    }
+                })?;
+            t.entries.push(Some(Entry { file: f, mount: i, listing: None }));
+            t.live += 1;
+        }
+        if !mounts.is_empty() {
+            sysfs::raise_nofile();
+        }
+        Ok(HostFs { mounts, table: Mutex::new(t) })
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Serves one `Fs` hostcall (`args[0]` the operation).
+    pub fn serve(&self, args: [u64; 6], mem: &vm_memory::GuestMemoryMmap) -> i64 {
+        let [op, a, b, c, d, e] = args;
+        let name = |va: u64| read_cstr(mem, va, proto::NAME_MAX).filter(|n| proto::valid_name(n));
+        match op {
+            proto::MOUNTS => self.mounts_list(mem, a, b),
+            proto::LOOKUP => {
+                let Some(n) = name(b) else { return -EINVAL };
+                self.make(a, false, |dir| sysfs::open_beneath(dir, &n, libc::O_PATH, 0), mem, c)
+            }
+            proto::OPEN => {
+                let Some(n) = name(b) else { return -EINVAL };
+                let allowed = proto::O_RDWR | proto::O_WRONLY | proto::O_CREAT | proto::O_EXCL | proto::O_TRUNC;
+                if c & !allowed != 0 || c & 3 == 3 {
+                    return -EINVAL;
+                }
+                let changes = c & 3 != proto::O_RDONLY || c & (proto::O_CREAT | proto::O_TRUNC) != 0;
+                self.make(a, changes, |dir| sysfs::open_beneath(dir, &n, c as i32, d as u32), mem, e)
+            }
+            proto::MKDIR => {
+                let Some(n) = name(b) else { return -EINVAL };
+                self.make(
+                    a,
+                    true,
+                    |dir| {
+                        sysfs::mkdir_at(dir, &n, c as u32 & 0o7777)?;
+                        sysfs::open_beneath(dir, &n, libc::O_PATH, 0)
+                    },
+                    mem,
+                    d,
+                )
+            }
+            proto::SYMLINK => {
+                let Some(n) = name(b) else { return -EINVAL };
+                let Some(target) = read_cstr(mem, c, proto::TARGET_MAX).filter(|t| !t.is_empty()) else {
+                    return -EINVAL;
+                };
+                self.make(
+                    a,
+                    true,
+                    |dir| {
+                        sysfs::symlink_at(&target, dir, &n)?;
+                        sysfs::open_beneath(dir, &n, libc::O_PATH, 0)
+                    },
+                    mem,
+                    d,
+                )
+            }
+            proto::READ | proto::WRITE => self.io(op == proto::WRITE, a, b, c, d, mem),
+            proto::READV => {
+                if c > proto::MAX_IOV {
+                    return -EINVAL;
+                }
+                let Some(raw) = read_guest(mem, b, c * 16) else { return -EFAULT };
+                let mut done = 0u64;
+                for pair in raw.chunks_exact(16) {
+                    let va = u64::from_le_bytes(pair[..8].try_into().unwrap_or_default());
+                    let len = u64::from_le_bytes(pair[8..].try_into().unwrap_or_default());
+                    let Some(at) = d.checked_add(done) else { return -EINVAL };
+                    let r = self.io(false, a, va, len, at, mem);
+                    if r < 0 {
+                        return if done > 0 { done as i64 } else { r };
+                    }
+                    done += r as u64;
+                    if (r as u64) < len {
+                        break;
+                    }
+                }
+                done as i64
+            }
+            proto::STAT => self.with(a, false, |en| {
+                let st = host_stat(&en.file.metadata().map_err(err)?);
+                write_guest(mem, b, &st.to_bytes()).map(|_| 0).ok_or(-EFAULT)
+            }),
+            proto::STATFS => self.with(a, false, |en| {
+                let v = sysfs::statfs_fd(en.file.as_fd()).map_err(err)?;
+                let bytes: Vec<u8> = v.iter().flat_map(|w| w.to_le_bytes()).collect();
+                write_guest(mem, b, &bytes).map(|_| 0).ok_or(-EFAULT)
+            }),
+            proto::READDIR => self.readdir(a, b, c, d, mem),
+            proto::CLOSE => self.close(a),
+            proto::UNLINK => {
+                let Some(n) = name(b) else { return -EINVAL };
+                self.with(a, true, |en| sysfs::unlink_at(en.file.as_fd(), &n, c != 0).map(|_| 0).map_err(err))
+            }
+            proto::RENAME | proto::LINK => {
+                let (Some(n), Some(n2)) = (name(b), name(d)) else { return -EINVAL };
+                self.pair(a, c, |x, y| {
+                    if op == proto::RENAME {
+                        sysfs::rename_at(x, &n, y, &n2)
+                    } else {
+                        sysfs::link_at(x, &n, y, &n2)
+                    }
+                })
+            }
+            proto::READLINK => self.with(a, false, |en| {
+                let t = sysfs::read_link(en.file.as_fd()).map_err(err)?;
+                if t.len() as u64 > c {
+                    return Err(-ERANGE);
+                }
+                write_guest(mem, b, &t).map(|_| t.len() as i64).ok_or(-EFAULT)
+            }),
+            proto::TRUNCATE => self.with(a, true, |en| en.file.set_len(b).map(|_| 0).map_err(err)),
+            proto::FSYNC => self.with(a, false, |en| en.file.sync_all().map(|_| 0).map_err(err)),
+            proto::CHMOD => self.with(a, true, |en| {
+                not_a_link(en)?;
+                // Through the descriptor's /proc entry: the inode itself, no walk
+                // of a path the guest could influence (not a link: checked).
+                let p = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&en.file));
+                std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(b as u32 & 0o7777))
+                    .map(|_| 0)
+                    .map_err(err)
+            }),
+            proto::UTIMES => self.with(a, true, |en| {
+                not_a_link(en)?;
+                let t = |v: u64| (v != proto::UTIME_OMIT).then_some(v);
+                sysfs::utimes_fd(en.file.as_fd(), t(b), t(c)).map(|_| 0).map_err(err)
+            }),
+            proto::CHOWN => self.with(a, true, |en| {
+                sysfs::chown_fd(en.file.as_fd(), b as u32, c as u32).map(|_| 0).map_err(err)
+            }),
+            proto::LOCK => self.with(a, false, |en| {
+                let kind = match b {
+                    proto::LOCK_READ => libc::F_RDLCK,
+                    proto::LOCK_WRITE => libc::F_WRLCK,
+                    proto::LOCK_UNLOCK => libc::F_UNLCK,
+                    _ => return Err(-EINVAL),
+                };
+                let (start, len) = (i64::try_from(c).map_err(|_| -EINVAL)?, i64::try_from(d).map_err(|_| -EINVAL)?);
+                sysfs::ofd_lock(en.file.as_fd(), kind as i16, start, len).map(|_| 0).map_err(err)
+            }),
+            _ => -EINVAL,
+        }
+    }
+
+    fn mounts_list(&self, mem: &vm_memory::GuestMemoryMmap, buf: u64, len: u64) -> i64 {
+        let mut out = Vec::new();
+        for m in &self.mounts {
+            let flags = if m.ro { proto::MOUNT_RO } else { 0 } | if m.rootfs { proto::MOUNT_ROOTFS } else { 0 };
+            out.extend(MountRecord { flags, path_len: m.guest.len() as u32 }.to_bytes());
+            out.extend(&m.guest);
+            out.resize(out.len().next_multiple_of(8), 0);
+        }
+        if out.len() as u64 > len {
+            return -ERANGE;
+        }
+        match write_guest(mem, buf, &out) {
+            Some(()) => out.len() as i64,
+            None => -EFAULT,
+        }
+    }
+
+    /// Runs `f` on handle `h`'s entry; `changes`: refused (EROFS) on a read-only mount.
+    fn with(&self, h: u64, changes: bool, f: impl FnOnce(&mut Entry) -> Result<i64, i64>) -> i64 {
+        let mut t = self.table();
+        let Some(en) = t.entries.get_mut(h as usize).and_then(|e| e.as_mut()) else { return -EBADF };
+        if changes && self.read_only(en.mount) {
+            return -EROFS;
+        }
+        f(en).unwrap_or_else(|e| e)
+    }
+
+    fn read_only(&self, mount: usize) -> bool {
+        self.mounts.get(mount).is_none_or(|m| m.ro || m.rootfs)
+    }
+
+    /// Makes a new handle with `open` (given directory `dir`'s descriptor), in
+    /// `dir`'s mount, its stat written to `stat_va`.
+    fn make(
+        &self,
+        dir: u64,
+        changes: bool,
+        open: impl FnOnce(std::os::fd::BorrowedFd<'_>) -> std::io::Result<OwnedFd>,
+        mem: &vm_memory::GuestMemoryMmap,
+        stat_va: u64,
+    ) -> i64 {
+        let mut t = self.table();
+        let Some(en) = t.entries.get(dir as usize).and_then(|e| e.as_ref()) else { return -EBADF };
+        if changes && self.read_only(en.mount) {
+            return -EROFS;
+        }
+        if t.live >= MAX_HANDLES {
+            return -ENFILE;
+        }
+        let mount = en.mount;
+        let file = match open(en.file.as_fd()) {
+            Ok(fd) => File::from(fd),
+            Err(e) => return err(e),
+        };
+        let st = match file.metadata() {
+            Ok(m) => host_stat(&m),
+            Err(e) => return err(e),
+        };
+        if write_guest(mem, stat_va, &st.to_bytes()).is_none() {
+            return -EFAULT;
+        }
+        let entry = Entry { file, mount, listing: None };
+        let h = match t.free.pop() {
+            Some(i) => {
+                t.entries[i] = Some(entry);
+                i
+            }
+            None => {
+                t.entries.push(Some(entry));
+                t.entries.len() - 1
+            }
+        };
+        t.live += 1;
+        h as i64
+    }
+
+    fn close(&self, h: u64) -> i64 {
+        let mut t = self.table();
+        // A mount's root stays for the VM's life.
+        if (h as usize) < self.mounts.len() {
+            return 0;
+        }
+        match t.entries.get_mut(h as usize).and_then(|e| e.take()) {
+            Some(_) => {
+                t.free.push(h as usize);
+                t.live -= 1;
+                0
+            }
+            None => -EBADF,
+        }
+    }
+
+    /// RENAME and LINK: two directories of the same mount (EXDEV otherwise).
+    fn pair(
+        &self,
+        a: u64,
+        b: u64,
+        f: impl FnOnce(std::os::fd::BorrowedFd<'_>, std::os::fd::BorrowedFd<'_>) -> std::io::Result<()>,
+    ) -> i64 {
+        let t = self.table();
+        let get = |h: u64| t.entries.get(h as usize).and_then(|e| e.as_ref());
+        let (Some(x), Some(y)) = (get(a), get(b)) else { return -EBADF };
+        if x.mount != y.mount {
+            return -EXDEV;
+        }
+        if self.read_only(x.mount) {
+            return -EROFS;
+        }
+        f(x.file.as_fd(), y.file.as_fd()).map(|_| 0).unwrap_or_else(err)
+    }
+
+    /// READ and WRITE: `pread`/`pwrite` between the file and guest memory, through
+    /// a bounded buffer, page run by page run.
+    fn io(&self, write: bool, h: u64, va: u64, len: u64, off: u64, mem: &vm_memory::GuestMemoryMmap) -> i64 {
+        let len = len.min(proto::MAX_IO);
+        // (The descriptor is duplicated so that the table's lock is not held
+        // across the host's I/O.)
+        let file = {
+            let t = self.table();
+            let Some(en) = t.entries.get(h as usize).and_then(|e| e.as_ref()) else { return -EBADF };
+            if write && self.read_only(en.mount) {
+                return -EROFS;
+            }
+            match en.file.try_clone() {
+                Ok(f) => f,
+                Err(e) => return err(e),
+            }
+        };
+        let mut done = 0u64;
+        while done < len {
+            let n = (len - done).min(PIECE as u64);
+            let Some(at) = off.checked_add(done) else { return -EINVAL };
+            let r = if write {
+                let Some(data) = read_guest(mem, va.wrapping_add(done), n) else {
+                    return if done > 0 { done as i64 } else { -EFAULT };
+                };
+                file.write_at(&data, at)
+            } else {
+                let mut data = vec![0u8; n as usize];
+                match file.read_at(&mut data, at) {
+                    Ok(got) => {
+                        if write_guest(mem, va.wrapping_add(done), &data[..got]).is_none() {
+                            return if done > 0 { done as i64 } else { -EFAULT };
+                        }
+                        Ok(got)
+                    }
+                    Err(e) => Err(e),
+                }
+            };
+            match r {
+                Ok(0) => break,
+                Ok(got) => {
+                    done += got as u64;
+                    if (got as u64) < n {
+                        break;
+                    }
+                }
+                Err(e) if done == 0 => return err(e),
+                Err(_) => break,
+            }
+        }
+        done as i64
+    }
+
+    /// READDIR: the listing (read at index 0) from `index` on, as records.
+    fn readdir(&self, h: u64, index: u64, va: u64, len: u64, mem: &vm_memory::GuestMemoryMmap) -> i64 {
+        let mut t = self.table();
+        let Some(en) = t.entries.get_mut(h as usize).and_then(|e| e.as_mut()) else { return -EBADF };
+        if index == 0 || en.listing.is_none() {
+            match list(&en.file) {
+                Ok(l) => en.listing = Some(l),
+                Err(e) => return err(e),
+            }
+        }
+        let listing = en.listing.as_deref().unwrap_or_default();
+        let mut out = Vec::new();
+        for (name, st) in listing.iter().skip(index.min(usize::MAX as u64) as usize) {
+            let r = DirRecord { stat: *st, name_len: name.len() as u16 };
+            if (out.len() + r.record_len()) as u64 > len.min(PIECE as u64) {
+                break;
+            }
+            out.extend(r.to_bytes());
+            out.extend(name);
+            out.resize(out.len().next_multiple_of(8), 0);
+        }
+        if out.is_empty() && (index as usize) < listing.len() {
+            return -EINVAL; // (the buffer holds not one record)
+        }
+        match write_guest(mem, va, &out) {
+            Some(()) => out.len() as i64,
+            None => -EFAULT,
+        }
+    }
+}
+
+fn not_a_link(en: &Entry) -> Result<(), i64> {
+    match en.file.metadata() {
+        Ok(m) if m.file_type().is_symlink() => Err(-ELOOP),
+        Ok(_) => Ok(()),
+        Err(e) => Err(err(e)),
+    }
+}
+
+/// The entries of directory `dir` (an `O_PATH` descriptor), each with its stat
+/// (not following links), sorted by name.
+fn list(dir: &File) -> std::io::Result<Vec<(Vec<u8>, HostStat)>> {
+    let d = sysfs::open_beneath(dir.as_fd(), b".", libc::O_RDONLY | libc::O_DIRECTORY, 0);
+    // (`.` is not a name the protocol accepts from the guest; here it is ours.)
+    let d = d?;
+    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&d));
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(path)? {
+        let e = e?;
+        // (DirEntry::metadata is fstatat on the directory's descriptor, no follow.)
+        let Ok(m) = e.metadata() else { continue };
+        out.push((std::os::unix::ffi::OsStrExt::as_bytes(e.file_name().as_os_str()).to_vec(), host_stat(&m)));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_from_the_guest_are_one_component() {
+        for bad in [&b".."[..], b".", b"a/b", b"/etc", b""] {
+            assert!(!proto::valid_name(bad));
+        }
+    }
+}

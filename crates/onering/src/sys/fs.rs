@@ -1,0 +1,171 @@
+//! Host file calls the standard library does not offer on a directory descriptor:
+//! `openat2` confined beneath a directory, the `*at` calls that change a directory,
+//! and OFD record locks. Each takes borrowed or owned descriptors and a name that
+//! the caller checked is one path component (`onering_abi::hostfs::valid_name`).
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+fn cname(name: &[u8]) -> io::Result<CString> {
+    CString::new(name).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Opens `name` in directory `dir` with `flags` (`O_NOFOLLOW | O_CLOEXEC` added),
+/// resolved beneath `dir`, following no link at all (a link itself is opened with
+/// `O_PATH`, else it is ELOOP) and no magic link.
+pub fn open_beneath(dir: BorrowedFd<'_>, name: &[u8], flags: i32, mode: u32) -> io::Result<OwnedFd> {
+    let c = cname(name)?;
+    // SAFETY: `open_how` is three integers: all-zero bytes are a valid value.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (flags | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
+    how.mode = if flags & libc::O_CREAT != 0 { u64::from(mode & 0o7777) } else { 0 };
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: openat2 reads the NUL-terminated name `c` and the `open_how` `how`
+    // (its size passed with it), both alive across the call; `dir` is a descriptor
+    // borrowed for the call. It returns a new descriptor this process owns, or -1.
+    let fd = unsafe {
+        libc::syscall(libc::SYS_openat2, dir.as_raw_fd(), c.as_ptr(), &how as *const libc::open_how, size_of_val(&how))
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by openat2: an open descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// `mkdirat(dir, name, mode)`.
+pub fn mkdir_at(dir: BorrowedFd<'_>, name: &[u8], mode: u32) -> io::Result<()> {
+    let c = cname(name)?;
+    // SAFETY: mkdirat reads the NUL-terminated name `c`, alive across the call; `dir`
+    // is borrowed for the call.
+    check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode as libc::mode_t) })
+}
+
+/// `symlinkat(target, dir, name)`.
+pub fn symlink_at(target: &[u8], dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
+    let (t, c) = (cname(target)?, cname(name)?);
+    // SAFETY: symlinkat reads the two NUL-terminated strings, alive across the call;
+    // `dir` is borrowed for the call.
+    check(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), c.as_ptr()) })
+}
+
+/// `unlinkat(dir, name, rmdir ? AT_REMOVEDIR : 0)`.
+pub fn unlink_at(dir: BorrowedFd<'_>, name: &[u8], rmdir: bool) -> io::Result<()> {
+    let c = cname(name)?;
+    let flags = if rmdir { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: unlinkat reads the NUL-terminated name `c`, alive across the call;
+    // `dir` is borrowed for the call.
+    check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) })
+}
+
+/// `renameat(dir, name, dir2, name2)`.
+pub fn rename_at(dir: BorrowedFd<'_>, name: &[u8], dir2: BorrowedFd<'_>, name2: &[u8]) -> io::Result<()> {
+    let (a, b) = (cname(name)?, cname(name2)?);
+    // SAFETY: renameat reads the two NUL-terminated names, alive across the call;
+    // both directories are borrowed for the call.
+    check(unsafe { libc::renameat(dir.as_raw_fd(), a.as_ptr(), dir2.as_raw_fd(), b.as_ptr()) })
+}
+
+/// `linkat(dir, name, dir2, name2, 0)`: never follows a link.
+pub fn link_at(dir: BorrowedFd<'_>, name: &[u8], dir2: BorrowedFd<'_>, name2: &[u8]) -> io::Result<()> {
+    let (a, b) = (cname(name)?, cname(name2)?);
+    // SAFETY: linkat reads the two NUL-terminated names, alive across the call; both
+    // directories are borrowed for the call.
+    check(unsafe { libc::linkat(dir.as_raw_fd(), a.as_ptr(), dir2.as_raw_fd(), b.as_ptr(), 0) })
+}
+
+/// The target of the symbolic link `link` (an `O_PATH | O_NOFOLLOW` descriptor).
+pub fn read_link(link: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    // SAFETY: readlinkat with an empty path reads the link `link` refers to and
+    // writes at most `buf.len()` bytes into `buf`, which lives across the call.
+    let n = unsafe { libc::readlinkat(link.as_raw_fd(), c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    buf.truncate(n as usize);
+    Ok(buf)
+}
+
+/// `fchownat(fd, "", uid, gid, AT_EMPTY_PATH)`: the inode `fd` refers to (an
+/// `O_PATH` descriptor works), no path walked. `u32::MAX` leaves one as it is.
+pub fn chown_fd(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
+    // SAFETY: fchownat reads the empty NUL-terminated path; `fd` is borrowed for the
+    // call and names the inode itself (AT_EMPTY_PATH).
+    check(unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) })
+}
+
+/// `utimensat(fd, "", times, AT_EMPTY_PATH)`: access and modification times (ns
+/// since the epoch, None: left as they are) of the inode `fd` refers to.
+pub fn utimes_fd(fd: BorrowedFd<'_>, atime: Option<u64>, mtime: Option<u64>) -> io::Result<()> {
+    let ts = |t: Option<u64>| match t {
+        Some(ns) => libc::timespec { tv_sec: (ns / 1_000_000_000) as i64, tv_nsec: (ns % 1_000_000_000) as i64 },
+        None => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+    };
+    let times = [ts(atime), ts(mtime)];
+    // SAFETY: utimensat reads the empty NUL-terminated path and two timespecs from
+    // `times`, alive across the call; `fd` is borrowed and names the inode itself.
+    check(unsafe { libc::utimensat(fd.as_raw_fd(), c"".as_ptr(), times.as_ptr(), libc::AT_EMPTY_PATH) })
+}
+
+/// An open file description lock (`F_OFD_SETLK`, never waiting) on `fd`: `kind`
+/// `F_RDLCK`, `F_WRLCK` or `F_UNLCK` over `len` bytes from `start` (0: to the end).
+pub fn ofd_lock(fd: BorrowedFd<'_>, kind: i16, start: i64, len: i64) -> io::Result<()> {
+    // SAFETY: `struct flock` is plain integers: all-zero bytes are a valid value.
+    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+    fl.l_type = kind;
+    fl.l_whence = libc::SEEK_SET as i16;
+    fl.l_start = start;
+    fl.l_len = len;
+    // SAFETY: F_OFD_SETLK reads one `struct flock`, `fl`, alive across the call; `fd`
+    // is borrowed for the call.
+    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &fl as *const libc::flock) })
+}
+
+/// `fstatfs(fd)` as the nine numbers the protocol passes (type, bsize, blocks,
+/// bfree, bavail, files, ffree, namelen, frsize).
+pub fn statfs_fd(fd: BorrowedFd<'_>) -> io::Result<[u64; 9]> {
+    // SAFETY: `struct statfs` is plain integers: all-zero bytes are a valid value.
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs writes one `struct statfs` into `s`, alive across the call;
+    // `fd` is borrowed for the call.
+    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut s) })?;
+    Ok([
+        s.f_type as u64,
+        s.f_bsize as u64,
+        s.f_blocks,
+        s.f_bfree,
+        s.f_bavail,
+        s.f_files,
+        s.f_ffree,
+        s.f_namelen as u64,
+        s.f_frsize as u64,
+    ])
+}
+
+/// Raises this process's soft limit on open descriptors to its hard limit (the
+/// host-file table keeps one per directory the guest walked and file it has open).
+pub fn raise_nofile() -> u64 {
+    let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit writes one `struct rlimit` into `l`, alive across the call.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
+        return 1024;
+    }
+    l.rlim_cur = l.rlim_max;
+    // SAFETY: setrlimit reads one `struct rlimit`, `l`, alive across the call.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) } != 0 {
+        // SAFETY: getrlimit writes one `struct rlimit` into `l`, alive across the call.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) };
+    }
+    l.rlim_cur
+}
