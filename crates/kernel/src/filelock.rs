@@ -88,6 +88,16 @@ impl FileLocks {
     }
 }
 
+/// A lock request as a file backed by a host file sees it (`File::host_lock`), after
+/// onering's table found no conflict in the guest; `kind` None releases.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HostLock {
+    /// A record lock over `start..=end` (`end` [`OFFSET_MAX`]: to the end).
+    Record { owner: Owner, kind: Option<Kind>, start: i64, end: i64 },
+    /// A `flock` lock of the open file description.
+    Flock { kind: Option<Kind> },
+}
+
 /// A thread waiting for a record lock: its owner, and the owner of the lock it
 /// waits for.
 #[derive(Clone, Copy, Debug)]

@@ -1,6 +1,6 @@
 //! Tasks: the layer that runs things. Threads and the scheduler, processes, the
 //! kernel's state and the context a system call runs in, signal delivery, futex
-//! waits, how threads and processes end, and the console and stdin devices
+//! waits, file-lock waits, how threads and processes end, and the console and stdin devices
 //! (which must be able to make a thread wait).
 //!
 //! It builds on the pure libraries below it (memory, the file tree, the file
@@ -10,6 +10,7 @@
 pub mod console;
 pub mod ctx;
 pub mod exit;
+pub mod filelock;
 pub mod futex;
 pub mod itimer;
 pub mod kernel;
