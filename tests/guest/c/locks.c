@@ -326,10 +326,12 @@ int main(void) {
     atomic_store(&handled, 0);
     struct waiter w7 = {.fd = b, .flock_op = LOCK_SH};
     start_waiter(&t, &w7);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 1; i <= 3; i++) { /* one at a time: each handled before the next */
         pthread_kill(t, SIGUSR1);
-        usleep(30000);
+        for (int n = 0; n < 5000 && atomic_load(&handled) < i; n++)
+            usleep(1000);
     }
+    usleep(20000);
     CHECK(!atomic_load(&w7.done) && atomic_load(&handled) == 3, "with SA_RESTART the handler runs, the wait goes on");
     atomic_store(&released, 1);
     flock(a, LOCK_UN);

@@ -2,7 +2,9 @@
 //! file (pipe end, eventfd, epoll, device, tree node, the standard streams, later
 //! sockets) is its own object behind the [`File`] trait (the objects are in
 //! `crate::fs`); an open file description ([`OpenFile`]) adds what `dup` shares,
-//! status flags and offset; the descriptor table is [`fdtable`].
+//! status flags and offset, and owns the OFD and `flock` locks taken through it
+//! (released in its drop, see [`on_lock_owner_drop`]); the descriptor table is
+//! [`fdtable`].
 //!
 //! Every operation here is an attempt that never blocks: where it would have to
 //! wait it returns EAGAIN, and the caller (the system call, which knows whether the
