@@ -12,8 +12,8 @@
 //! 2. Pure libraries, unit-tested on the host: `errno`, `time` (the clock),
 //!    `rng`, `sysnames`, `placement`, `futex` (the wait table), `sigframe`,
 //!    `fault`, `console` (the output buffer), `pipebuf`, `mm` (VMAs, the address
-//!    space, user memory), `vfs` (the file tree), `file` (the file and socket
-//!    interfaces and the descriptor table).
+//!    space, user memory), `vfs` (the file tree), `filelock` (the file-lock
+//!    table), `file` (the file and socket interfaces and the descriptor table).
 //! 3. Tasks (`task`): threads and the scheduler, processes, the kernel's state
 //!    and a system call's context, signal delivery, futex waits, exits, the
 //!    console device.
@@ -30,6 +30,7 @@ pub mod console;
 pub mod errno;
 pub mod fault;
 pub mod file;
+pub mod filelock;
 pub mod futex;
 pub mod mm;
 pub mod pipebuf;

@@ -487,6 +487,15 @@ fn named_pipes_match_the_host() {
 }
 
 #[test]
+fn file_locks_match_the_host() {
+    // OFD, POSIX and flock locks between descriptions and threads, F_GETLK, ranges
+    // split and merged, l_whence, the errors, waits that end on an unlock, EINTR and
+    // SA_RESTART, EDEADLK, the releases on close, dup2, last close and exit.
+    same_as_host_on_1_2_4_vcpus(&musl("locks"));
+    same_as_host_on_1_2_4_vcpus(&glibc("locks"));
+}
+
+#[test]
 fn unix_sockets_match_the_host() {
     // socketpair of each type, a path listener, abstract names, datagrams,
     // SCM_RIGHTS and SCM_CREDENTIALS, peeking, waiting for all, shutdown, poll and

@@ -2,7 +2,9 @@
 //! file (pipe end, eventfd, epoll, device, tree node, the standard streams, later
 //! sockets) is its own object behind the [`File`] trait (the objects are in
 //! `crate::fs`); an open file description ([`OpenFile`]) adds what `dup` shares,
-//! status flags and offset; the descriptor table is [`fdtable`].
+//! status flags and offset, and owns the OFD and `flock` locks taken through it
+//! (released in its drop, see [`on_lock_owner_drop`]); the descriptor table is
+//! [`fdtable`].
 //!
 //! Every operation here is an attempt that never blocks: where it would have to
 //! wait it returns EAGAIN, and the caller (the system call, which knows whether the
@@ -19,7 +21,7 @@ use crate::vfs::Ino;
 use alloc::boxed::Box;
 use alloc::sync::Arc;
 use core::any::Any;
-use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 pub use fdtable::{FdTable, NOFILE_DEFAULT, NR_OPEN};
 
@@ -180,6 +182,18 @@ pub trait File: Send + Sync + 'static {
         None
     }
 
+    /// A file lock (`fcntl` or `flock`) onering's own table (`crate::filelock`) is
+    /// about to grant or has released on this file: the hook for a file backed by a
+    /// host file to take the same lock on the host file, so host processes see it.
+    /// Called under the lock table's lock, after the guest's own conflicts were
+    /// checked and before the lock is recorded; an error fails the call and the lock
+    /// is not taken (a host conflict should say EAGAIN, and must not block). The
+    /// default: the file exists only in the guest, nothing to do.
+    fn host_lock(&self, of: &OpenFile, lock: &crate::filelock::HostLock) -> Result<(), Errno> {
+        let _ = (of, lock);
+        Ok(())
+    }
+
     /// For objects that must find their own kind among open files (epoll).
     fn as_any(&self) -> &dyn Any;
 }
@@ -196,6 +210,28 @@ pub struct OpenFile {
     /// read and write, so kept here rather than asked for each time.
     key: Option<u64>,
     long_io: bool,
+    /// It took OFD or `flock` locks: they go when it does (see [`on_lock_owner_drop`]).
+    lock_owner: AtomicBool,
+}
+
+/// What releases the OFD and `flock` locks of an open file description that goes
+/// (the task layer's, registered when a first such lock is taken: this layer can
+/// neither reach the lock table's waiters nor wake them).
+static RELEASE_LOCKS: spin::Once<fn(&OpenFile)> = spin::Once::new();
+
+/// Registers what releases the locks an open file description owns when it goes.
+pub fn on_lock_owner_drop(release: fn(&OpenFile)) {
+    RELEASE_LOCKS.call_once(|| release);
+}
+
+impl Drop for OpenFile {
+    fn drop(&mut self) {
+        if self.lock_owner.load(Ordering::Relaxed) {
+            if let Some(release) = RELEASE_LOCKS.get() {
+                release(self);
+            }
+        }
+    }
 }
 
 impl core::fmt::Debug for OpenFile {
@@ -209,7 +245,14 @@ pub type FileRef = Arc<OpenFile>;
 impl OpenFile {
     pub fn new(obj: impl File, flags: u32) -> FileRef {
         let (key, long_io) = (obj.wait_key(), obj.long_io());
-        Arc::new(OpenFile { obj: Box::new(obj), flags: AtomicU32::new(flags), offset: AtomicU64::new(0), key, long_io })
+        Arc::new(OpenFile {
+            obj: Box::new(obj),
+            flags: AtomicU32::new(flags),
+            offset: AtomicU64::new(0),
+            key,
+            long_io,
+            lock_owner: AtomicBool::new(false),
+        })
     }
 
     /// The object.
@@ -283,6 +326,16 @@ impl OpenFile {
 
     pub fn node(&self) -> Option<Ino> {
         self.obj.node()
+    }
+
+    /// Its identity as the owner of OFD and `flock` locks (unique while it lives).
+    pub fn lock_id(&self) -> u64 {
+        key_of(self)
+    }
+
+    /// It now owns OFD or `flock` locks, to be released when it goes.
+    pub fn owns_locks(&self) {
+        self.lock_owner.store(true, Ordering::Relaxed)
     }
 }
 

@@ -11,9 +11,10 @@
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
 use crate::file::{mode, oflag, FileRef, Meta, OpenFile};
+use crate::filelock::{Kind, Owner, OFFSET_MAX};
 use crate::fs::pipe::{fifo_end, pipe as make_pipe_ends};
 use crate::mm::user::{UserMem, UserMemExt};
-use crate::task::{sched, signal, Ctx};
+use crate::task::{filelock, sched, signal, Ctx};
 use crate::time::real_now;
 use crate::vfs::{Data, Ino, Vfs, PATH_MAX};
 use alloc::vec::Vec;
@@ -34,8 +35,26 @@ const F_GETFD: u64 = 1;
 const F_SETFD: u64 = 2;
 const F_GETFL: u64 = 3;
 const F_SETFL: u64 = 4;
+const F_GETLK: u64 = 5;
+const F_SETLK: u64 = 6;
+const F_SETLKW: u64 = 7;
+const F_OFD_GETLK: u64 = 36;
+const F_OFD_SETLK: u64 = 37;
+const F_OFD_SETLKW: u64 = 38;
 const F_DUPFD_CLOEXEC: u64 = 1030;
 const FD_CLOEXEC: u64 = 1;
+const F_RDLCK: i16 = 0;
+const F_WRLCK: i16 = 1;
+const F_UNLCK: i16 = 2;
+const SEEK_SET: i16 = 0;
+const SEEK_CUR: i16 = 1;
+const SEEK_END: i16 = 2;
+const LOCK_SH: u32 = 1;
+const LOCK_EX: u32 = 2;
+const LOCK_NB: u32 = 4;
+const LOCK_UN: u32 = 8;
+/// Linux ignores these (they never worked) and says 0.
+const LOCK_MAND: u32 = 32;
 
 // ---- helpers ----------------------------------------------------------------------
 
@@ -416,11 +435,20 @@ pub fn openat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     open_file(ctx, dirfd, path, flags, mode)
 }
 
+/// A descriptor of the calling process was closed (or replaced by dup2): as on
+/// Linux, the process's POSIX locks on that file go, whichever descriptor took them.
+/// The file is dropped after the table's lock (the caller released it): a pipe
+/// end's last close wakes the other end's threads, an open file description's last
+/// close releases its OFD and flock locks.
+fn closed(ctx: &Ctx, file: Option<FileRef>) {
+    if let Some(file) = file {
+        filelock::closed(ctx.proc().pid(), &file);
+    }
+}
+
 pub fn close(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
-    // The file is dropped after the table's lock: a pipe end's last close wakes
-    // the other end's threads.
     let file = ctx.proc().fds.lock().take(f.rdi)?;
-    drop(file);
+    closed(ctx, Some(file));
     Ok(0)
 }
 
@@ -442,7 +470,7 @@ pub fn dup2(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         return Ok(new as u32 as u64);
     }
     let replaced = ctx.proc().fds.lock().install(new, file, false)?;
-    drop(replaced);
+    closed(ctx, replaced);
     Ok(new as u32 as u64)
 }
 
@@ -453,7 +481,7 @@ pub fn dup3(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     }
     let file = ctx.file(old)?;
     let replaced = ctx.proc().fds.lock().install(new, file, flags != 0)?;
-    drop(replaced);
+    closed(ctx, replaced);
     Ok(new as u32 as u64)
 }
 
@@ -471,8 +499,156 @@ pub fn fcntl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
             file.set_flags((file.flags() & !oflag::SETTABLE) | (arg as u32 & oflag::SETTABLE));
             Ok(0)
         }
+        F_GETLK | F_OFD_GETLK => get_lock(ctx, &file, cmd, arg),
+        F_SETLK | F_SETLKW | F_OFD_SETLK | F_OFD_SETLKW => set_lock(ctx, &file, cmd, arg),
         _ => Err(Errno::EINVAL),
     }
+}
+
+// ---- file locks (the rules are crate::filelock's, the waiting task::filelock's) ----
+
+/// A `struct flock` (x86-64: `l_type` and `l_whence` at 0 and 2, `l_start` and
+/// `l_len` at 8 and 16, `l_pid` at 24; 32 bytes), kept whole: `F_GETLK` writes back
+/// all of it, as Linux.
+struct FlockArg([u8; 32]);
+
+impl FlockArg {
+    fn i16_at(&self, at: usize) -> i16 {
+        i16::from_ne_bytes([self.0[at], self.0[at + 1]])
+    }
+    fn i64_at(&self, at: usize) -> i64 {
+        let mut b = [0; 8];
+        b.copy_from_slice(&self.0[at..at + 8]);
+        i64::from_ne_bytes(b)
+    }
+    fn l_type(&self) -> i16 {
+        self.i16_at(0)
+    }
+    fn l_pid(&self) -> i32 {
+        i32::from_ne_bytes([self.0[24], self.0[25], self.0[26], self.0[27]])
+    }
+}
+
+/// The `struct flock` at `addr` for a lock on `of` (not an O_PATH descriptor).
+fn flock_arg(ctx: &Ctx, of: &OpenFile, addr: u64) -> Result<FlockArg, Errno> {
+    if of.flags() & oflag::O_PATH != 0 {
+        return Err(Errno::EBADF);
+    }
+    Ok(FlockArg(ctx.user.read_array::<32>(addr).map_err(|_| Errno::EFAULT)?))
+}
+
+/// What a `struct flock` asks for on `of`, in Linux's order of checks
+/// (`flock_to_posix_lock`): the inclusive byte range, from the start, the offset
+/// or the end of the file (`l_len` 0: to the end, whatever it becomes; negative:
+/// the bytes before `l_start`), and the kind (None: unlock).
+fn lock_request(of: &OpenFile, fl: &FlockArg) -> Result<(Option<Kind>, i64, i64), Errno> {
+    let base = match fl.i16_at(2) {
+        SEEK_SET => 0,
+        SEEK_CUR => of.offset() as i64,
+        SEEK_END => of.obj().stat().size as i64,
+        _ => return Err(Errno::EINVAL),
+    };
+    let (l_start, l_len) = (fl.i64_at(8), fl.i64_at(16));
+    if l_start > OFFSET_MAX - base {
+        return Err(Errno::EOVERFLOW);
+    }
+    let start = base + l_start;
+    if start < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let (start, end) = match l_len {
+        0 => (start, OFFSET_MAX),
+        n if n > 0 && n - 1 > OFFSET_MAX - start => return Err(Errno::EOVERFLOW),
+        n if n > 0 => (start, start + n - 1),
+        n if start + n < 0 => return Err(Errno::EINVAL),
+        n => (start + n, start - 1),
+    };
+    let kind = match fl.l_type() {
+        F_RDLCK => Some(Kind::Read),
+        F_WRLCK => Some(Kind::Write),
+        F_UNLCK => None,
+        _ => return Err(Errno::EINVAL),
+    };
+    Ok((kind, start, end))
+}
+
+/// Who owns a lock `cmd` takes through `of`: the open file description (the OFD
+/// commands, whose `l_pid` must be 0) or the calling process.
+fn lock_owner(ctx: &Ctx, of: &OpenFile, cmd: u64, fl: &FlockArg) -> Result<Owner, Errno> {
+    if matches!(cmd, F_OFD_GETLK | F_OFD_SETLK | F_OFD_SETLKW) {
+        if fl.l_pid() != 0 {
+            return Err(Errno::EINVAL);
+        }
+        return Ok(Owner::Ofd(of.lock_id()));
+    }
+    Ok(Owner::Process(ctx.proc().pid()))
+}
+
+/// F_GETLK, F_OFD_GETLK: the first lock in the way, written over the `struct flock`
+/// (its `l_pid` -1 for an OFD lock), or just `l_type` F_UNLCK if there is none.
+fn get_lock(ctx: &Ctx, of: &OpenFile, cmd: u64, addr: u64) -> SysResult {
+    let mut fl = flock_arg(ctx, of, addr)?;
+    if cmd == F_GETLK && !matches!(fl.l_type(), F_RDLCK | F_WRLCK) {
+        return Err(Errno::EINVAL);
+    }
+    let (kind, start, end) = lock_request(of, &fl)?;
+    let owner = lock_owner(ctx, of, cmd, &fl)?;
+    match filelock::test_record(of, owner, kind, start, end) {
+        None => fl.0[0..2].copy_from_slice(&F_UNLCK.to_ne_bytes()),
+        Some(r) => {
+            let t = if r.kind == Kind::Read { F_RDLCK } else { F_WRLCK };
+            let len = if r.end == OFFSET_MAX { 0 } else { r.end - r.start + 1 };
+            let pid = match r.owner {
+                Owner::Process(p) => p as i32,
+                Owner::Ofd(_) => -1,
+            };
+            fl.0[0..2].copy_from_slice(&t.to_ne_bytes());
+            fl.0[2..4].copy_from_slice(&SEEK_SET.to_ne_bytes());
+            fl.0[8..16].copy_from_slice(&r.start.to_ne_bytes());
+            fl.0[16..24].copy_from_slice(&len.to_ne_bytes());
+            fl.0[24..28].copy_from_slice(&pid.to_ne_bytes());
+        }
+    }
+    ctx.user.write(addr, &fl.0).map_err(|_| Errno::EFAULT)?;
+    Ok(0)
+}
+
+/// F_SETLK, F_SETLKW and their OFD forms. A read lock needs a descriptor open for
+/// reading, a write lock one open for writing (EBADF); a conflict is EAGAIN, or
+/// waited for (EDEADLK for a cycle of POSIX waits).
+fn set_lock(ctx: &Ctx, of: &OpenFile, cmd: u64, addr: u64) -> SysResult {
+    let fl = flock_arg(ctx, of, addr)?;
+    let (kind, start, end) = lock_request(of, &fl)?;
+    match kind {
+        Some(Kind::Read) if !of.readable() => return Err(Errno::EBADF),
+        Some(Kind::Write) if !of.writable() => return Err(Errno::EBADF),
+        _ => {}
+    }
+    let owner = lock_owner(ctx, of, cmd, &fl)?;
+    filelock::set_record(of, owner, kind, start, end, matches!(cmd, F_SETLKW | F_OFD_SETLKW))?;
+    Ok(0)
+}
+
+/// flock: a whole-file lock owned by the open file description, apart from the
+/// record locks. The command is checked before the descriptor, as on Linux.
+pub fn flock(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [fd, cmd, ..] = f.args();
+    let cmd = cmd as u32;
+    if cmd & LOCK_MAND != 0 {
+        return Ok(0);
+    }
+    let kind = match cmd & !LOCK_NB {
+        LOCK_SH => Some(Kind::Read),
+        LOCK_EX => Some(Kind::Write),
+        LOCK_UN => None,
+        _ => return Err(Errno::EINVAL),
+    };
+    let of = ctx.file(fd)?;
+    if of.flags() & oflag::O_PATH != 0 {
+        return Err(Errno::EBADF);
+    }
+    filelock::flock(&of, kind, cmd & LOCK_NB == 0)?;
+    Ok(0)
 }
 
 pub fn ioctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {

@@ -113,6 +113,7 @@ syscall_table! {
     62 kill => signal::kill,
     63 uname => proc::uname,
     72 fcntl => fs::fcntl,
+    73 flock => fs::flock,
     74 fsync => fsmeta::fsync,
     75 fdatasync => fsmeta::fsync,
     76 truncate => fsmeta::truncate,

@@ -2,7 +2,7 @@
 //! CLONE_CHILD_CLEARTID honoured), and the end of a process (the program's end is
 //! the VM's; a child becomes a zombie for its parent, its other threads end). A
 //! vfork parent resumes when its child thread ends, however it ends
-//! (`sched::exit_current`).
+//! (`sched::exit_current`). A process's POSIX file locks go when it ends.
 
 use super::kernel::Kernel;
 use super::process;
@@ -67,11 +67,15 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
         f.children = f.children.saturating_sub(1);
     }
     // Other threads of the process end with it (they never run again).
-    for other in sched::threads_of(pid) {
-        if !core::ptr::eq(other, current()) {
+    let threads = sched::threads_of(pid);
+    for other in &threads {
+        if !core::ptr::eq(*other, current()) {
             sched::kill_thread(other);
         }
     }
+    // Its POSIX locks go (the OFD and flock locks of its files go with the files).
+    let tids: alloc::vec::Vec<u64> = threads.iter().map(|t| t.tid()).collect();
+    super::filelock::process_ended(pid, &tids);
     sched::wake_all(wait_key(ppid));
     // Its descriptors close last, outside every lock (closing a pipe end wakes
     // the other end's threads).

@@ -12,7 +12,8 @@
 //! 2. `vfs`;
 //! 3. a file object's lock (a pipe, an eventfd, an epoll);
 //! 4. the console;
-//! 5. the futex table;
+//! 5. the futex table, or the file-lock table (`task::filelock`: an open file
+//!    description that owned locks takes it in its drop);
 //! 6. `mm` (taken to check a user range; released before the copy, since a copy
 //!    that faults takes it again to back the page);
 //! 7. the scheduler (wait queues, run queues, timers).

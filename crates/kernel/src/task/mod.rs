@@ -1,7 +1,7 @@
 //! Tasks: the layer that runs things. Threads and the scheduler, processes, the
 //! kernel's state and the context a system call runs in, signal delivery, futex
-//! waits, how threads and processes end, and the console and stdin devices
-//! (which must be able to make a thread wait).
+//! and file-lock waits, how threads and processes end, and the console and stdin
+//! devices (which must be able to make a thread wait).
 //!
 //! It builds on the pure libraries below it (memory, the file tree, the file
 //! interface, the signal frame...) and on `onering_arch` for the machine; the file
@@ -10,6 +10,7 @@
 pub mod console;
 pub mod ctx;
 pub mod exit;
+pub mod filelock;
 pub mod futex;
 pub mod itimer;
 pub mod kernel;
