@@ -152,6 +152,35 @@ impl File for NodeFile {
         Some(self.node.ino)
     }
 
+    fn host_lock(&self, _: &OpenFile, lock: &crate::filelock::HostLock) -> Result<(), Errno> {
+        use crate::filelock::{HostLock, Kind, OFFSET_MAX};
+        use onering_abi::hostfs as proto;
+        let mut v = self.node.vfs.lock();
+        // Only a volume's files: the rootfs' are the VM's own.
+        if !matches!(v.layer(self.node.ino), Some(crate::vfs::host::Layer::Volume { .. }))
+            || !matches!(v.node(self.node.ino).data, crate::vfs::Data::HostFile(_))
+        {
+            return Ok(());
+        }
+        let (kind, start, len) = match *lock {
+            HostLock::Record { kind, start, end, .. } => {
+                (kind, start, if end == OFFSET_MAX { 0 } else { end - start + 1 })
+            }
+            HostLock::Flock { kind } => (kind, 0, 0),
+        };
+        let k = match kind {
+            Some(Kind::Read) => proto::LOCK_READ,
+            Some(Kind::Write) => proto::LOCK_WRITE,
+            None => proto::LOCK_UNLOCK,
+        };
+        let writable = !v.node(self.node.ino).readonly;
+        let h = v.io_handle(self.node.ino, writable)?;
+        drop(v);
+        onering_arch::hostcall::fs::simple(proto::LOCK, &[h, k, start as u64, len as u64])
+            .map(|_| ())
+            .map_err(|e| Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO))
+    }
+
     fn sync(&self) -> Result<(), Errno> {
         let io = self.node.vfs.lock().node(self.node.ino).host.as_ref().and_then(|h| h.io);
         match io {

@@ -287,8 +287,20 @@ impl Vfs {
             return Err(Errno::ENOENT);
         }
         let ph = self.handle_of(parent)?;
-        let flags = if write { onering_abi::hostfs::O_RDWR } else { onering_abi::hostfs::O_RDONLY };
-        let (x, _) = ops.open(ph, &name, flags, 0)?;
+        // A writable volume's file opens for writing too when it can, so that a
+        // later write or lock does not need a new host descriptor (closing the old
+        // one would drop its host locks).
+        use onering_abi::hostfs::{O_RDONLY, O_RDWR};
+        let (x, write) = if write {
+            (ops.open(ph, &name, O_RDWR, 0)?.0, true)
+        } else if !self.node(ino).readonly && self.layer(ino) != Some(Layer::Rootfs) {
+            match ops.open(ph, &name, O_RDWR, 0) {
+                Ok((x, _)) => (x, true),
+                Err(_) => (ops.open(ph, &name, O_RDONLY, 0)?.0, false),
+            }
+        } else {
+            (ops.open(ph, &name, O_RDONLY, 0)?.0, false)
+        };
         if let Some((o, _)) = old {
             ops.close(o);
         }
