@@ -18,8 +18,8 @@
 //! does: it is then set aside for the caller to drop, outside the memory lock, since
 //! dropping the last reference closes the file) and says which pieces to fill or
 //! write back; the filling and writing, which copy user memory and so run without
-//! the lock, are `filemap`'s. File mappings are marked lazy, so that what lies past
-//! the end of the file is backed only when touched.
+//! the lock, are `filemap`'s. File mappings are lazy: backed as they are filled,
+//! so that what lies past the end of the file is backed only when touched.
 //!
 //! Page-table writes and chunk contents go through the [`Mmu`] trait, so this logic
 //! runs in host unit tests with a fake. Backed blocks own their chunks
@@ -434,11 +434,16 @@ impl<M: Mmu> AddressSpace<M> {
         Ok((start, map))
     }
 
-    /// Adds the VMA `[start, end)`, backing it as `commit` says (file mappings: see
-    /// the module note).
+    /// Adds the VMA `[start, end)`, backing it as `commit` says. A file mapping is
+    /// backed as it is filled, up to the end of the file, and past it only where
+    /// touched, with no overcommit check (a shared file mapping costs Linux no
+    /// memory up front either).
     fn add(&mut self, start: u64, end: u64, prot: u32, kind: VmaKind) -> Result<(), Errno> {
-        let lazy = if prot != 0 { self.commit(start, end)? } else { false };
-        let lazy = lazy || matches!(kind, VmaKind::File(_));
+        let lazy = match kind {
+            VmaKind::File(_) => true,
+            _ if prot != 0 => self.commit(start, end)?,
+            _ => false,
+        };
         self.vmas.insert(Vma { start, end, prot, kind, lazy });
         Ok(())
     }
@@ -965,6 +970,62 @@ mod tests {
         assert_eq!(s.munmap(0x1000, u64::MAX), Err(Errno::EINVAL));
         assert_eq!(s.check(u64::MAX - 1, 4, false), Err(Errno::EFAULT));
         assert_eq!(s.check(0, 1, false), Err(Errno::EFAULT));
+    }
+
+    /// A file of nothing (the records are what is tested here).
+    struct NoFile;
+
+    impl crate::mm::filemap::MappedFile for NoFile {
+        fn read_at(&self, _: &dyn crate::mm::user::UserMem, _: u64, _: u64, _: u64) -> Result<u64, Errno> {
+            Ok(0)
+        }
+        fn write_at(&self, _: &dyn crate::mm::user::UserMem, _: u64, len: u64, _: u64) -> Result<u64, Errno> {
+            Ok(len)
+        }
+        fn size(&self) -> u64 {
+            0
+        }
+    }
+
+    fn map_file(s: &mut Space, len: u64, prot: u32, shared: bool, may_write: bool) -> u64 {
+        let flags = if shared { map_flags::SHARED } else { map_flags::PRIVATE };
+        let (at, m) = s
+            .mmap_file(0, len, prot, flags, |at| FileMap::new(Arc::new(NoFile), at, 0x3000, shared, may_write))
+            .unwrap();
+        assert_eq!((m.start, m.offset_of(at + 0x1000)), (at, 0x4000));
+        at
+    }
+
+    #[test]
+    fn file_mappings_keep_their_records_while_a_piece_is_left() {
+        let mut s = space(4);
+        // Lazy, not backed, and not bounded by memory (backed as filled).
+        let a = map_file(&mut s, 64 * M, RW, true, true);
+        assert!(s.mmu().mapped.is_empty());
+        let b = map_file(&mut s, 0x3000, PROT_READ, false, true);
+        assert_eq!(s.shared_in(0, USER_END).iter().map(|p| (p.1, p.2)).collect::<Vec<_>>(), [(a, a + 64 * M)]);
+        // Split by munmap and mprotect: one record still, found from every piece.
+        s.munmap(a + M, 0x1000).unwrap();
+        s.mprotect(a + 2 * M, M, PROT_READ).unwrap();
+        assert!(Arc::ptr_eq(&s.file_at(a).unwrap(), &s.file_at(a + 3 * M).unwrap()));
+        assert_eq!(s.shared_in(a, a + 4 * M).len(), 4);
+        assert!(s.take_orphans().is_empty());
+        s.munmap(a, 64 * M).unwrap();
+        assert_eq!(s.take_orphans().len(), 1, "the last piece went");
+        assert!(s.file_at(b).is_some());
+        // A mapping of a file opened read-only cannot be made writable if shared.
+        let c = map_file(&mut s, 0x2000, PROT_READ, true, false);
+        assert_eq!(s.mprotect(c, 0x2000, RW), Err(Errno::EACCES));
+        s.mprotect(b, 0x3000, RW).unwrap();
+        // MADV_DONTNEED: private pieces are given back to fill, shared ones kept.
+        assert_eq!(s.discard(b, 0x3000).unwrap().len(), 1);
+        assert!(s.discard(c, 0x2000).unwrap().is_empty());
+        // A moved mapping gets a record of its own, at the same place in the file.
+        s.mmap_anon(b + 0x3000, 0x1000, RW, ANON | map_flags::FIXED).unwrap();
+        let moved = s.mremap(b + 0x1000, 0x2000, 0x8000, true).unwrap();
+        let m = s.file_at(moved).unwrap();
+        assert_eq!((m.start, m.offset), (moved, 0x4000));
+        assert!(s.take_orphans().is_empty(), "the first page of b stays");
     }
 
     #[test]

@@ -142,7 +142,8 @@ pub fn mremap(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let at = with_space(ctx, |s| s.mremap(old, old_len, new_len, flags & MREMAP_MAYMOVE != 0))?;
     // A file mapping that grew maps more of the file.
     if new_pages > old_pages {
-        if let Some(map) = ctx.k.mm.lock().file_at(at) {
+        let map = ctx.k.mm.lock().file_at(at); // not held while filling
+        if let Some(map) = map {
             filemap::each(ctx.user, &[(map, at + old_pages, at + new_pages)], filemap::fill)?;
         }
     }
