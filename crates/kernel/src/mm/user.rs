@@ -7,7 +7,9 @@
 //! readable or writable as asked, lazily backed blocks backed now), under the memory
 //! lock, then copies with `onering_arch::user`, outside that lock, so that a copy
 //! that still faults (an `munmap` raced with it) can back a page or fail with
-//! EFAULT. Host tests use a fake over a plain buffer.
+//! EFAULT. Its unprotected view (`UserMem::unprotected`) checks only that pages are
+//! mapped, for the kernel's own copies into and out of file mappings. Host tests use
+//! a fake over a plain buffer.
 
 use super::UserSpace;
 use crate::errno::Errno;
