@@ -466,6 +466,15 @@ fn thread_stress_matches_the_host_on_1_2_4_vcpus() {
 }
 
 #[test]
+fn file_mappings_match_the_host() {
+    // Private and shared file mappings in /tmp: msync, munmap write-back, read()
+    // after, MAP_POPULATE, mprotect, MADV_DONTNEED, mremap, past the end of the
+    // file, a closed descriptor, Linux's errors.
+    same_as_host_on_1_2_4_vcpus(&musl("mmapfile"));
+    same_as_host_on_1_2_4_vcpus(&glibc("mmapfile"));
+}
+
+#[test]
 fn the_vdso_clocks_agree_with_the_system_call() {
     // musl and glibc both find it; --no-vdso leaves it out; interleaved vDSO and
     // system-call reads never go backwards.

@@ -339,6 +339,23 @@ impl OpenFile {
     }
 }
 
+/// What a file mapping reads and writes back (`mm::filemap`): positioned reads and
+/// writes with the description's access checks (so a mapping made for reading cannot
+/// write), and the size `stat` reports.
+impl crate::mm::filemap::MappedFile for OpenFile {
+    fn read_at(&self, user: &dyn UserMem, buf: u64, len: u64, off: u64) -> Result<u64, Errno> {
+        self.read(user, buf, len, Some(off))
+    }
+
+    fn write_at(&self, user: &dyn UserMem, buf: u64, len: u64, off: u64) -> Result<u64, Errno> {
+        self.write(user, buf, len, Some(off))
+    }
+
+    fn size(&self) -> u64 {
+        self.obj.stat().size
+    }
+}
+
 /// The `poll`/`ppoll` events of an open file for the `asked` events, and its wait
 /// key: files that cannot be polled are always readable and writable, as on Linux.
 pub fn poll_events(of: &OpenFile, asked: u32) -> (u32, Option<u64>) {

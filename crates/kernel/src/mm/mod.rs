@@ -1,11 +1,13 @@
 //! Memory management: the VMA set, the address space (its backing by 2 MiB chunks,
-//! `brk`, `mmap`, the checks behind every user-memory access), and user-memory
+//! `brk`, `mmap`, the checks behind every user-memory access), file mappings
+//! (`filemap`: how they are filled and written back), and user-memory
 //! access (`user`): the `UserMem` trait handlers copy through, and its guest
 //! implementation.
 //!
 //! The machine side (chunks, page tables, the copy routines that survive faults)
 //! is `onering_arch::mm` and `onering_arch::user`; this module decides, arch does.
 
+pub mod filemap;
 pub mod space;
 pub mod user;
 pub mod vma;

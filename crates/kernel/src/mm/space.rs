@@ -13,6 +13,14 @@
 //! overcommit); running out later kills the program, as Linux's OOM killer would.
 //! `PROT_NONE` mappings (reservations) get no backing, so touching them faults.
 //!
+//! A file mapping is such memory with a [`FileMap`] record (VMA kind `File(n)`):
+//! this module keeps the records with the VMAs (a record goes when its last VMA
+//! does: it is then set aside for the caller to drop, outside the memory lock, since
+//! dropping the last reference closes the file) and says which pieces to fill or
+//! write back; the filling and writing, which copy user memory and so run without
+//! the lock, are `filemap`'s. File mappings are lazy: backed as they are filled,
+//! so that what lies past the end of the file is backed only when touched.
+//!
 //! Page-table writes and chunk contents go through the [`Mmu`] trait, so this logic
 //! runs in host unit tests with a fake. Backed blocks own their chunks
 //! (`onering_arch::mm::Chunk`). The backing state sits in a `RefCell` so that
@@ -22,9 +30,11 @@
 //!
 //! [`check`]: AddressSpace::check
 
+use super::filemap::{FileMap, FilePiece};
 use super::vma::{Vma, VmaKind, VmaSet, PROT_EXEC, PROT_READ, PROT_WRITE};
 use crate::errno::Errno;
 use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 use onering_abi::layout::{align_down, align_up, HUGE_PAGE_SIZE, PAGE_SIZE, USER_END};
@@ -236,6 +246,11 @@ pub struct AddressSpace<M> {
     brk: u64,
     mmap_bottom: u64,
     mmap_top: u64,
+    /// The file mappings, by the number their VMAs' kind carries.
+    files: BTreeMap<u32, Arc<FileMap>>,
+    next_file: u32,
+    /// Records whose last VMA went, for the caller to drop outside the lock.
+    orphans: Vec<Arc<FileMap>>,
 }
 
 impl<M: Mmu> AddressSpace<M> {
@@ -249,6 +264,9 @@ impl<M: Mmu> AddressSpace<M> {
             brk: brk_start,
             mmap_bottom,
             mmap_top,
+            files: BTreeMap::new(),
+            next_file: 0,
+            orphans: Vec::new(),
         }
     }
 
@@ -302,11 +320,47 @@ impl<M: Mmu> AddressSpace<M> {
     /// held, whatever its recorded protection (the memory underneath is always
     /// writable), so that free chunks stay zero.
     fn remove(&mut self, start: u64, end: u64) {
+        let mut gone = Vec::new();
         for v in self.vmas.remove_range(start, end) {
             self.backing.get_mut().zero_backed(v.start, v.end);
+            if let VmaKind::File(n) = v.kind {
+                gone.push(n);
+            }
         }
         self.backing.get_mut().release_unused(&self.vmas, start, end);
         self.hot.set(u64::MAX);
+        gone.retain(|n| !self.vmas.iter().any(|v| v.kind == VmaKind::File(*n)));
+        for n in gone {
+            self.orphans.extend(self.files.remove(&n));
+        }
+    }
+
+    /// File mapping records no VMA uses any more: the caller drops them once it no
+    /// longer holds the memory lock.
+    pub fn take_orphans(&mut self) -> Vec<Arc<FileMap>> {
+        core::mem::take(&mut self.orphans)
+    }
+
+    fn file_of(&self, v: &Vma) -> Option<&Arc<FileMap>> {
+        match v.kind {
+            VmaKind::File(n) => self.files.get(&n),
+            _ => None,
+        }
+    }
+
+    /// The file mapping at `addr`, if it is one.
+    pub fn file_at(&self, addr: u64) -> Option<Arc<FileMap>> {
+        self.vmas.find(addr).and_then(|v| self.file_of(v)).cloned()
+    }
+
+    /// The pieces of shared file mappings in `[start, end)`: what to write back.
+    pub fn shared_in(&self, start: u64, end: u64) -> Vec<FilePiece> {
+        let pieces = self.vmas.overlapping(start, end);
+        pieces
+            .filter_map(|v| {
+                self.file_of(v).filter(|m| m.shared).map(|m| (m.clone(), v.start.max(start), v.end.min(end)))
+            })
+            .collect()
     }
 
     /// Fails with ENOMEM when `more` further VMAs would exceed [`MAX_MAP_COUNT`].
@@ -353,6 +407,50 @@ impl<M: Mmu> AddressSpace<M> {
 
     /// `mmap(2)` of anonymous memory; returns the address.
     pub fn mmap_anon(&mut self, addr: u64, len: u64, prot: u32, flags: u32) -> Result<u64, Errno> {
+        let (start, end) = self.place(addr, len, prot, flags)?;
+        self.add(start, end, prot, VmaKind::Anon)?;
+        Ok(start)
+    }
+
+    /// `mmap(2)` of a file: the mapping is made (empty) and `make` gives its record
+    /// from its address. The caller fills it (`filemap::fill`).
+    pub fn mmap_file(
+        &mut self,
+        addr: u64,
+        len: u64,
+        prot: u32,
+        flags: u32,
+        make: impl FnOnce(u64) -> FileMap,
+    ) -> Result<(u64, Arc<FileMap>), Errno> {
+        let (start, end) = self.place(addr, len, prot, flags)?;
+        let mut n = self.next_file;
+        while self.files.contains_key(&n) {
+            n = n.wrapping_add(1);
+        }
+        self.next_file = n.wrapping_add(1);
+        self.add(start, end, prot, VmaKind::File(n))?;
+        let map = Arc::new(make(start));
+        self.files.insert(n, map.clone());
+        Ok((start, map))
+    }
+
+    /// Adds the VMA `[start, end)`, backing it as `commit` says. A file mapping is
+    /// backed as it is filled, up to the end of the file, and past it only where
+    /// touched, with no overcommit check (a shared file mapping costs Linux no
+    /// memory up front either).
+    fn add(&mut self, start: u64, end: u64, prot: u32, kind: VmaKind) -> Result<(), Errno> {
+        let lazy = match kind {
+            VmaKind::File(_) => true,
+            _ if prot != 0 => self.commit(start, end)?,
+            _ => false,
+        };
+        self.vmas.insert(Vma { start, end, prot, kind, lazy });
+        Ok(())
+    }
+
+    /// Checks `mmap`'s arguments and chooses where the mapping goes (removing what
+    /// MAP_FIXED replaces): its page-aligned range.
+    fn place(&mut self, addr: u64, len: u64, prot: u32, flags: u32) -> Result<(u64, u64), Errno> {
         use map_flags::*;
         if len == 0 || prot & !(PROT_READ | PROT_WRITE | PROT_EXEC) != 0 || flags & !KNOWN != 0 {
             return Err(Errno::EINVAL);
@@ -394,10 +492,7 @@ impl<M: Mmu> AddressSpace<M> {
                 self.vmas.find_free_top_down(len, align, self.mmap_bottom, self.mmap_top).ok_or(Errno::ENOMEM)?
             }
         };
-        let end = start + len;
-        let lazy = if prot != 0 { self.commit(start, end)? } else { false };
-        self.vmas.insert(Vma { start, end, prot, kind: VmaKind::Anon, lazy });
-        Ok(start)
+        Ok((start, start + len))
     }
 
     /// `munmap(2)`.
@@ -434,6 +529,11 @@ impl<M: Mmu> AddressSpace<M> {
         if !self.vmas.covers(addr, end) {
             return Err(Errno::ENOMEM);
         }
+        if prot & PROT_WRITE != 0
+            && self.vmas.overlapping(addr, end).any(|v| self.file_of(v).is_some_and(|m| !m.may_write))
+        {
+            return Err(Errno::EACCES);
+        }
         self.room_for(2)?;
         let lazy = if prot != 0 { self.commit(addr, end)? } else { false };
         for v in self.vmas.remove_range(addr, end) {
@@ -467,8 +567,11 @@ impl<M: Mmu> AddressSpace<M> {
         self.backing.borrow().blocks.contains_key(&align_down(addr, HUGE_PAGE_SIZE))
     }
 
-    /// `madvise(MADV_DONTNEED)`: the range reads as zeros afterwards.
-    pub fn discard(&mut self, addr: u64, len: u64) -> Result<(), Errno> {
+    /// `madvise(MADV_DONTNEED)`: anonymous memory in the range reads as zeros
+    /// afterwards; a private file mapping's pieces are zeroed and returned, for the
+    /// caller to fill from the file again; a shared one keeps its data (it is the
+    /// file's, as Linux's page cache keeps it).
+    pub fn discard(&mut self, addr: u64, len: u64) -> Result<Vec<FilePiece>, Errno> {
         if !addr.is_multiple_of(PAGE_SIZE) {
             return Err(Errno::EINVAL);
         }
@@ -480,20 +583,25 @@ impl<M: Mmu> AddressSpace<M> {
         if end > USER_END || !self.vmas.covers(addr, end) {
             return Err(Errno::ENOMEM);
         }
-        let pieces: Vec<(u64, u64)> = self
+        let pieces: Vec<(Option<Arc<FileMap>>, u64, u64)> = self
             .vmas
             .overlapping(addr, end)
             .filter(|v| v.prot != 0)
-            .map(|v| (v.start.max(addr), v.end.min(end)))
+            .map(|v| (self.file_of(v).cloned(), v.start.max(addr), v.end.min(end)))
+            .filter(|(m, ..)| !m.as_ref().is_some_and(|m| m.shared))
             .collect();
-        for (s, e) in pieces {
+        let mut refill = Vec::new();
+        for (m, s, e) in pieces {
             self.backing().zero_backed(s, e);
+            refill.extend(m.map(|m| (m, s, e)));
         }
-        Ok(())
+        Ok(refill)
     }
 
     /// `mremap(2)`: grows or shrinks a mapping in place when it can, else moves it
-    /// (with MREMAP_MAYMOVE), copying what is backed.
+    /// (with MREMAP_MAYMOVE), copying what is backed. A file mapping that grows is
+    /// left for the caller to fill (what it grew by reads as zeros); one that moves
+    /// gets a record of its own.
     pub fn mremap(&mut self, old: u64, old_len: u64, new_len: u64, may_move: bool) -> Result<u64, Errno> {
         if !old.is_multiple_of(PAGE_SIZE) || new_len == 0 || old_len == 0 || old_len >= USER_END {
             return Err(Errno::EINVAL);
@@ -523,9 +631,12 @@ impl<M: Mmu> AddressSpace<M> {
         if !may_move {
             return Err(Errno::ENOMEM);
         }
-        let flags = map_flags::PRIVATE | map_flags::ANONYMOUS;
-        let new = self.mmap_anon(0, new_len, vma.prot, flags)?;
-        if vma.prot != 0 {
+        let file = self.file_of(&vma).cloned();
+        let new = match &file {
+            Some(m) => self.mmap_file(0, new_len, vma.prot, map_flags::PRIVATE, |at| m.moved(old, at))?.0,
+            None => self.mmap_anon(0, new_len, vma.prot, map_flags::PRIVATE | map_flags::ANONYMOUS)?,
+        };
+        if vma.prot != 0 || file.is_some() {
             // Only what is backed holds data (the rest reads as zeros, as the new
             // mapping's unbacked blocks do): back its counterpart and copy it.
             let (lo, hi) = (align_down(old, HUGE_PAGE_SIZE), align_up(old_end, HUGE_PAGE_SIZE));
@@ -550,15 +661,25 @@ impl<M: Mmu> AddressSpace<M> {
     /// mappings backed on first touch are backed here (ENOMEM if memory ran out),
     /// so that the kernel's own accesses never fault.
     pub fn check(&self, addr: u64, len: u64, write: bool) -> Result<(), Errno> {
+        self.check_for(addr, len, if write { PROT_WRITE } else { PROT_READ })
+    }
+
+    /// [`check`](Self::check) for the kernel's own accesses, which ignore the
+    /// program's protections (filling and writing back file mappings): every byte
+    /// mapped.
+    pub fn check_mapped(&self, addr: u64, len: u64) -> Result<(), Errno> {
+        self.check_for(addr, len, 0)
+    }
+
+    fn check_for(&self, addr: u64, len: u64, need: u32) -> Result<(), Errno> {
         if len == 0 {
             return Ok(());
         }
         let end = addr.checked_add(len).filter(|e| *e <= USER_END).ok_or(Errno::EFAULT)?;
-        let need = if write { PROT_WRITE } else { PROT_READ };
         let mut at = addr;
         let mut lazy = false;
         for v in self.vmas.overlapping(addr, end) {
-            if v.start > at || v.prot & need == 0 {
+            if v.start > at || v.prot & need != need {
                 return Err(Errno::EFAULT);
             }
             lazy |= v.lazy;
@@ -849,6 +970,62 @@ mod tests {
         assert_eq!(s.munmap(0x1000, u64::MAX), Err(Errno::EINVAL));
         assert_eq!(s.check(u64::MAX - 1, 4, false), Err(Errno::EFAULT));
         assert_eq!(s.check(0, 1, false), Err(Errno::EFAULT));
+    }
+
+    /// A file of nothing (the records are what is tested here).
+    struct NoFile;
+
+    impl crate::mm::filemap::MappedFile for NoFile {
+        fn read_at(&self, _: &dyn crate::mm::user::UserMem, _: u64, _: u64, _: u64) -> Result<u64, Errno> {
+            Ok(0)
+        }
+        fn write_at(&self, _: &dyn crate::mm::user::UserMem, _: u64, len: u64, _: u64) -> Result<u64, Errno> {
+            Ok(len)
+        }
+        fn size(&self) -> u64 {
+            0
+        }
+    }
+
+    fn map_file(s: &mut Space, len: u64, prot: u32, shared: bool, may_write: bool) -> u64 {
+        let flags = if shared { map_flags::SHARED } else { map_flags::PRIVATE };
+        let (at, m) = s
+            .mmap_file(0, len, prot, flags, |at| FileMap::new(Arc::new(NoFile), at, 0x3000, shared, may_write))
+            .unwrap();
+        assert_eq!((m.start, m.offset_of(at + 0x1000)), (at, 0x4000));
+        at
+    }
+
+    #[test]
+    fn file_mappings_keep_their_records_while_a_piece_is_left() {
+        let mut s = space(4);
+        // Lazy, not backed, and not bounded by memory (backed as filled).
+        let a = map_file(&mut s, 64 * M, RW, true, true);
+        assert!(s.mmu().mapped.is_empty());
+        let b = map_file(&mut s, 0x3000, PROT_READ, false, true);
+        assert_eq!(s.shared_in(0, USER_END).iter().map(|p| (p.1, p.2)).collect::<Vec<_>>(), [(a, a + 64 * M)]);
+        // Split by munmap and mprotect: one record still, found from every piece.
+        s.munmap(a + M, 0x1000).unwrap();
+        s.mprotect(a + 2 * M, M, PROT_READ).unwrap();
+        assert!(Arc::ptr_eq(&s.file_at(a).unwrap(), &s.file_at(a + 3 * M).unwrap()));
+        assert_eq!(s.shared_in(a, a + 4 * M).len(), 4);
+        assert!(s.take_orphans().is_empty());
+        s.munmap(a, 64 * M).unwrap();
+        assert_eq!(s.take_orphans().len(), 1, "the last piece went");
+        assert!(s.file_at(b).is_some());
+        // A mapping of a file opened read-only cannot be made writable if shared.
+        let c = map_file(&mut s, 0x2000, PROT_READ, true, false);
+        assert_eq!(s.mprotect(c, 0x2000, RW), Err(Errno::EACCES));
+        s.mprotect(b, 0x3000, RW).unwrap();
+        // MADV_DONTNEED: private pieces are given back to fill, shared ones kept.
+        assert_eq!(s.discard(b, 0x3000).unwrap().len(), 1);
+        assert!(s.discard(c, 0x2000).unwrap().is_empty());
+        // A moved mapping gets a record of its own, at the same place in the file.
+        s.mmap_anon(b + 0x3000, 0x1000, RW, ANON | map_flags::FIXED).unwrap();
+        let moved = s.mremap(b + 0x1000, 0x2000, 0x8000, true).unwrap();
+        let m = s.file_at(moved).unwrap();
+        assert_eq!((m.start, m.offset), (moved, 0x4000));
+        assert!(s.take_orphans().is_empty(), "the first page of b stays");
     }
 
     #[test]

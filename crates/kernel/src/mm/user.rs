@@ -7,7 +7,9 @@
 //! readable or writable as asked, lazily backed blocks backed now), under the memory
 //! lock, then copies with `onering_arch::user`, outside that lock, so that a copy
 //! that still faults (an `munmap` raced with it) can back a page or fail with
-//! EFAULT. Host tests use a fake over a plain buffer.
+//! EFAULT. Its unprotected view (`UserMem::unprotected`) checks only that pages are
+//! mapped, for the kernel's own copies into and out of file mappings. Host tests use
+//! a fake over a plain buffer.
 
 use super::UserSpace;
 use crate::errno::Errno;
@@ -30,6 +32,10 @@ pub trait UserMem: Sync {
     /// Atomically replaces the aligned word at `addr` by `new` if it holds `old`;
     /// the value found.
     fn cmpxchg_u32(&self, addr: u64, old: u32, new: u32) -> Result<u32, Errno>;
+    /// Runs `f` on this memory as the kernel itself may use it: every mapped page
+    /// readable and writable, whatever protection the program gave it (to fill file
+    /// mappings and write them back).
+    fn unprotected(&self, f: &mut dyn FnMut(&dyn UserMem));
 }
 
 /// Typed helpers over any [`UserMem`].
@@ -93,11 +99,13 @@ impl<T: UserMem + ?Sized> UserMemExt for T {}
 /// The program's memory.
 pub struct GuestUser<'a> {
     space: &'a Mutex<UserSpace>,
+    /// Protections ignored (`UserMem::unprotected`).
+    unprotected: bool,
 }
 
 impl<'a> GuestUser<'a> {
     pub fn new(space: &'a Mutex<UserSpace>) -> Self {
-        GuestUser { space }
+        GuestUser { space, unprotected: false }
     }
 }
 
@@ -107,7 +115,12 @@ fn fault(_: onering_arch::user::Fault) -> Errno {
 
 impl UserMem for GuestUser<'_> {
     fn check(&self, addr: u64, len: u64, write: bool) -> Result<(), Errno> {
-        self.space.lock().check(addr, len, write)
+        let space = self.space.lock();
+        if self.unprotected {
+            space.check_mapped(addr, len)
+        } else {
+            space.check(addr, len, write)
+        }
     }
 
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
@@ -139,6 +152,10 @@ impl UserMem for GuestUser<'_> {
         }
         self.check(addr, 4, true)?;
         onering_arch::user::cmpxchg_u32(addr, old, new).map_err(fault)
+    }
+
+    fn unprotected(&self, f: &mut dyn FnMut(&dyn UserMem)) {
+        f(&GuestUser { space: self.space, unprotected: true })
     }
 }
 
@@ -197,6 +214,9 @@ impl UserMem for BufferMem {
             self.write_u32(addr, new)?;
         }
         Ok(cur)
+    }
+    fn unprotected(&self, f: &mut dyn FnMut(&dyn UserMem)) {
+        f(self)
     }
 }
 

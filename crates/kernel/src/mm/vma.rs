@@ -1,5 +1,6 @@
 //! The set of user mappings (VMAs) of the address space: sorted, non-overlapping,
-//! page-granular ranges. Pure bookkeeping; backing memory is `space.rs`'s business.
+//! page-granular ranges. Pure bookkeeping; backing memory is `space.rs`'s business,
+//! and what a file mapping maps is `filemap.rs`'s.
 
 use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
@@ -19,6 +20,10 @@ pub enum VmaKind {
     Stack,
     /// An anonymous `mmap`.
     Anon,
+    /// A file `mmap`: the address space's record number `n` (`space::FileMap`) says
+    /// which file, where in it, and whether shared. Pieces of one mapping keep the
+    /// number (and merge back when they touch again).
+    File(u32),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,45 +1,128 @@
-//! Memory system calls: the program break, anonymous mappings, and the calls that
-//! only ask about memory or pin it (`msync`, `mincore`, `mlock`: all memory is
-//! anonymous and never swapped, so these check the range and succeed). The policy
-//! lives in `mm::space`; these only unpack arguments.
+//! Memory system calls: the program break, anonymous and file mappings, and the
+//! calls that only ask about memory or pin it (`mincore`, `mlock`: memory is never
+//! swapped, so these check the range and succeed). The policy lives in `mm::space`
+//! and `mm::filemap`; these unpack arguments, check files, and do the file I/O a
+//! mapping needs (filling it, writing a shared one back before `munmap`, `msync`,
+//! MAP_FIXED or a shrinking `mremap` drops its pages) without the memory lock held,
+//! since that I/O copies user memory.
 
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
+use crate::file::{mode, oflag, FileRef};
+use crate::mm::filemap::{self, FileMap, MappedFile};
 use crate::mm::space::map_flags;
+use crate::mm::UserSpace;
 use crate::task::Ctx;
-use onering_abi::layout::PAGE_SIZE;
+use alloc::sync::Arc;
+use onering_abi::layout::{align_up, PAGE_SIZE, USER_END};
 
 pub fn brk(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let space = &mut *ctx.k.mm.lock();
     Ok(space.brk(f.rdi))
 }
 
+/// Runs `f` on the address space under the memory lock; the file mapping records
+/// it let go of are dropped after the lock (closing a file may take other locks).
+fn with_space<R>(ctx: &Ctx, f: impl FnOnce(&mut UserSpace) -> R) -> R {
+    let (r, orphans) = {
+        let space = &mut *ctx.k.mm.lock();
+        (f(space), space.take_orphans())
+    };
+    drop(orphans);
+    r
+}
+
+/// Writes back what shared file mappings hold in `[start, end)` (page-rounded).
+fn write_back(ctx: &Ctx, start: u64, end: u64) -> Result<(), Errno> {
+    let end = end.checked_add(PAGE_SIZE - 1).map_or(USER_END, |e| e & !(PAGE_SIZE - 1));
+    let pieces = ctx.k.mm.lock().shared_in(start, end);
+    filemap::each(ctx.user, &pieces, filemap::write_back)
+}
+
+/// /dev/zero: mapping it is mapping anonymous memory.
+const DEV_ZERO: (u32, u32) = (1, 5);
+/// Files may not extend past this offset (Linux's MAX_LFS_FILESIZE).
+const MAX_FILE_SIZE: u64 = i64::MAX as u64;
+
 pub fn mmap(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [addr, len, prot, flags, fd, offset] = f.args();
     let (prot, flags) = (prot as u32, flags as u32);
-    if flags & map_flags::ANONYMOUS == 0 {
-        // Files come with the file system; the standard streams cannot be mapped.
-        return Err(if (fd as i32) < 0 || fd > 2 { Errno::EBADF } else { Errno::ENODEV });
-    }
-    if offset % onering_abi::layout::PAGE_SIZE != 0 {
+    if offset % PAGE_SIZE != 0 {
         return Err(Errno::EINVAL);
+    }
+    if flags & map_flags::ANONYMOUS == 0 {
+        return mmap_file(ctx, addr, len, prot, flags, ctx.file(fd)?, offset);
     }
     if offset.checked_add(len).is_none() {
         return Err(Errno::EOVERFLOW);
     }
-    let space = &mut *ctx.k.mm.lock();
-    space.mmap_anon(addr, len, prot, flags)
+    replace(ctx, addr, len, flags);
+    with_space(ctx, |s| s.mmap_anon(addr, len, prot, flags))
+}
+
+/// MAP_FIXED replaces what is at `[addr, addr + len)`: shared file mappings there
+/// are written back first.
+fn replace(ctx: &Ctx, addr: u64, len: u64, flags: u32) {
+    if flags & map_flags::FIXED != 0 && addr.is_multiple_of(PAGE_SIZE) && len != 0 {
+        let _ = write_back(ctx, addr, addr.saturating_add(len));
+    }
+}
+
+/// `mmap` of open file `file`, in Linux's order of checks: a mapping of memory
+/// filled from the file (see `mm::filemap`).
+fn mmap_file(ctx: &Ctx, addr: u64, len: u64, prot: u32, flags: u32, file: FileRef, offset: u64) -> SysResult {
+    use map_flags::*;
+    if file.flags() & oflag::O_PATH != 0 {
+        return Err(Errno::EBADF);
+    }
+    if len == 0 {
+        return Err(Errno::EINVAL);
+    }
+    let meta = file.obj().stat();
+    let kind = meta.mode & mode::S_IFMT;
+    let pages = len.checked_add(PAGE_SIZE - 1).ok_or(Errno::ENOMEM)? & !(PAGE_SIZE - 1);
+    if kind == mode::S_IFREG && offset.checked_add(pages).is_none_or(|e| e > MAX_FILE_SIZE) {
+        return Err(Errno::EOVERFLOW);
+    }
+    let shared = match flags & TYPE {
+        SHARED | SHARED_VALIDATE => true,
+        PRIVATE => false,
+        _ => return Err(Errno::EINVAL),
+    };
+    if shared && prot & crate::mm::vma::PROT_WRITE != 0 && !file.writable() || !file.readable() {
+        return Err(Errno::EACCES);
+    }
+    if kind == mode::S_IFCHR && meta.rdev == DEV_ZERO {
+        return with_space(ctx, |s| s.mmap_anon(addr, len, prot, flags | ANONYMOUS));
+    }
+    if kind != mode::S_IFREG {
+        return Err(Errno::ENODEV);
+    }
+    replace(ctx, addr, len, flags);
+    let may_write = !shared || file.writable();
+    let as_mapped: Arc<dyn MappedFile> = file;
+    let (start, map) = with_space(ctx, |s| {
+        s.mmap_file(addr, len, prot, flags, |at| FileMap::new(as_mapped, at, offset, shared, may_write))
+    })?;
+    if let Err(e) = filemap::each(ctx.user, &[(map, start, start + pages)], filemap::fill) {
+        let _ = with_space(ctx, |s| s.munmap(start, pages));
+        return Err(e);
+    }
+    Ok(start)
 }
 
 pub fn munmap(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
-    let space = &mut *ctx.k.mm.lock();
-    space.munmap(f.rdi, f.rsi).map(|_| 0)
+    let (addr, len) = (f.rdi, f.rsi);
+    if addr.is_multiple_of(PAGE_SIZE) && len != 0 {
+        // Linux reports no write-back errors here.
+        let _ = write_back(ctx, addr, addr.saturating_add(len));
+    }
+    with_space(ctx, |s| s.munmap(addr, len)).map(|_| 0)
 }
 
 pub fn mprotect(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [addr, len, prot, ..] = f.args();
-    let space = &mut *ctx.k.mm.lock();
-    space.mprotect(addr, len, prot as u32).map(|_| 0)
+    with_space(ctx, |s| s.mprotect(addr, len, prot as u32)).map(|_| 0)
 }
 
 const MREMAP_MAYMOVE: u64 = 1;
@@ -51,8 +134,20 @@ pub fn mremap(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         // MREMAP_FIXED is rarely used; refuse it plainly.
         return Err(Errno::EINVAL);
     }
-    let space = &mut *ctx.k.mm.lock();
-    space.mremap(old, old_len, new_len, flags & MREMAP_MAYMOVE != 0)
+    let (old_pages, new_pages) =
+        (align_up(old_len.min(USER_END), PAGE_SIZE), align_up(new_len.min(USER_END), PAGE_SIZE));
+    if new_pages < old_pages && old.is_multiple_of(PAGE_SIZE) && new_len != 0 {
+        let _ = write_back(ctx, old + new_pages, old.saturating_add(old_pages));
+    }
+    let at = with_space(ctx, |s| s.mremap(old, old_len, new_len, flags & MREMAP_MAYMOVE != 0))?;
+    // A file mapping that grew maps more of the file.
+    if new_pages > old_pages {
+        let map = ctx.k.mm.lock().file_at(at); // not held while filling
+        if let Some(map) = map {
+            filemap::each(ctx.user, &[(map, at + old_pages, at + new_pages)], filemap::fill)?;
+        }
+    }
+    Ok(at)
 }
 
 const MADV_DONTNEED: u64 = 4;
@@ -63,10 +158,14 @@ pub fn madvise(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if !addr.is_multiple_of(onering_abi::layout::PAGE_SIZE) {
         return Err(Errno::EINVAL);
     }
+    if let MADV_DONTNEED | MADV_REMOVE = advice {
+        // Anonymous memory reads as zeros after these; private file mappings read
+        // the file again.
+        let refill = with_space(ctx, |s| s.discard(addr, len))?;
+        return filemap::each(ctx.user, &refill, filemap::fill).map(|_| 0);
+    }
     let space = &mut *ctx.k.mm.lock();
     match advice {
-        // Anonymous memory reads as zeros after these.
-        MADV_DONTNEED | MADV_REMOVE => space.discard(addr, len).map(|_| 0),
         // NORMAL, RANDOM, SEQUENTIAL, WILLNEED, FREE, MERGEABLE, UNMERGEABLE,
         // HUGEPAGE, NOHUGEPAGE, DONTDUMP, DODUMP, COLD, PAGEOUT, POPULATE_*, COLLAPSE:
         // hints; memory is already there, in 2 MiB pages.
@@ -92,7 +191,9 @@ const MS_ASYNC: u64 = 1;
 const MS_INVALIDATE: u64 = 2;
 const MS_SYNC: u64 = 4;
 
-/// `msync(2)`: nothing is backed by a file, so there is nothing to write back.
+/// `msync(2)`: shared file mappings in the range are written back, whatever the
+/// flags (MS_ASYNC too: it is as cheap here; MS_INVALIDATE has nothing to drop,
+/// mappings not seeing later writes to the file anyway, see `mm::filemap`).
 pub fn msync(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [addr, len, flags, ..] = f.args();
     if !addr.is_multiple_of(PAGE_SIZE)
@@ -101,7 +202,8 @@ pub fn msync(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     {
         return Err(Errno::EINVAL);
     }
-    ctx.k.mm.lock().mapped_end(addr, len).map(|_| 0).map_err(|e| if e == Errno::EINVAL { Errno::ENOMEM } else { e })
+    let end = ctx.k.mm.lock().mapped_end(addr, len).map_err(|e| if e == Errno::EINVAL { Errno::ENOMEM } else { e })?;
+    write_back(ctx, addr, end).map(|_| 0)
 }
 
 /// `mincore(2)`: one byte per page, 1 where memory is behind it.

@@ -171,6 +171,13 @@ impl Kernel {
         GuestUser::new(&self.mm)
     }
 
+    /// The program ends: what its shared file mappings hold goes to their files
+    /// (Linux's page cache outlives the program, whatever ended it).
+    fn write_back_mappings(&self) {
+        let pieces = self.mm.lock().shared_in(0, onering_abi::layout::USER_END);
+        let _ = crate::mm::filemap::each(&self.user(), &pieces, crate::mm::filemap::write_back);
+    }
+
     /// Writes a message of onering's own to stderr, in order with the program's output.
     pub fn message(&self, text: &str) {
         self.console.write_kernel(2, text.as_bytes());
@@ -179,12 +186,14 @@ impl Kernel {
 
     /// Ends the VM with the program's exit status (after its output).
     pub fn exit(&self, status: u64) -> ! {
+        self.write_back_mappings();
         self.console.flush();
         onering_arch::hostcall::exit(status)
     }
 
     /// Ends the VM as a fatal signal would.
     pub fn killed(&self, signal: u64, rip: u64, addr: u64) -> ! {
+        self.write_back_mappings();
         self.console.flush();
         onering_arch::hostcall::killed(signal, rip, addr)
     }
