@@ -44,6 +44,7 @@
 //! - [`LOCK`] `(h, kind, start, len)`: an OFD lock on the host file (kind:
 //!   [`LOCK_READ`], [`LOCK_WRITE`], [`LOCK_UNLOCK`]), never waiting: -EAGAIN
 //!   if another holder has it.
+//!
 //! A read-only mount refuses every change with -EROFS.
 
 pub const MOUNTS: u64 = 1;
@@ -155,7 +156,12 @@ impl DirRecord {
 
 /// Whether `name` is one path component the protocol accepts.
 pub fn valid_name(name: &[u8]) -> bool {
-    !name.is_empty() && name.len() <= NAME_MAX && name != b"." && name != b".." && !name.contains(&b'/') && !name.contains(&0)
+    !name.is_empty()
+        && name.len() <= NAME_MAX
+        && name != b"."
+        && name != b".."
+        && !name.contains(&b'/')
+        && !name.contains(&0)
 }
 
 #[cfg(test)]

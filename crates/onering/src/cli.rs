@@ -312,7 +312,8 @@ fn volumes(args: &RunArgs) -> Result<Vec<crate::devices::hostfs::MountSpec>, Fai
         if !host.is_dir() {
             return Err(bad(v, "the host path is not a directory"));
         }
-        let guest = crate::loader::rootfs::normal_path(guest).ok_or_else(|| bad(v, "GUEST must be an absolute path"))?;
+        let guest =
+            crate::loader::rootfs::normal_path(guest).ok_or_else(|| bad(v, "GUEST must be an absolute path"))?;
         let taken = [&b"/"[..], b"/dev", b"/tmp", b"/proc"];
         if taken.iter().any(|t| guest == *t || (*t != b"/" && guest.starts_with(&[t, &b"/"[..]].concat()))) {
             return Err(bad(v, "GUEST cannot be /, /dev, /proc, /tmp or below them"));

@@ -645,7 +645,17 @@ fn rootfs_and_workdir() {
     std::os::unix::fs::symlink("greeting.txt", big.join("link")).unwrap();
     std::fs::File::create(big.join("sparse")).unwrap().set_len(3 << 30).unwrap();
     let t = std::time::Instant::now();
-    let o = onering(&["run", "--mem", "64M", "--read-only", "--rootfs", big.to_str().unwrap(), "-w", "/sub", bin.to_str().unwrap()]);
+    let o = onering(&[
+        "run",
+        "--mem",
+        "64M",
+        "--read-only",
+        "--rootfs",
+        big.to_str().unwrap(),
+        "-w",
+        "/sub",
+        bin.to_str().unwrap(),
+    ]);
     assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
     assert!(t.elapsed() < std::time::Duration::from_secs(2), "{:?}", t.elapsed());
     std::fs::remove_dir_all(&big).unwrap();

@@ -12,7 +12,7 @@ static sqlite3 *db;
 
 static void must(int rc, const char *what) {
     if (rc != SQLITE_OK && rc != SQLITE_DONE && rc != SQLITE_ROW) {
-        printf("%s: %s (%d)\n", what, sqlite3_errmsg(db), rc);
+        printf("%s: %s (%d, extended %d)\n", what, sqlite3_errmsg(db), rc, sqlite3_extended_errcode(db)); printf("errno %d\n", sqlite3_system_errno(db));
         exit(1);
     }
 }
@@ -28,9 +28,27 @@ static void show(const char *sql) {
     sqlite3_finalize(st);
 }
 
+/* `sqlite PATH share N TAG`: N inserts, each its own transaction, into PATH's
+ * table (made if missing) while another process does the same: the file locks
+ * keep them apart (a busy database is waited for). */
+static int share(const char *path, int n, const char *tag) {
+    must(sqlite3_open(path, &db), "open");
+    sqlite3_busy_timeout(db, 20000);
+    must(sqlite3_exec(db, "CREATE TABLE IF NOT EXISTS s(id INTEGER PRIMARY KEY, tag TEXT, i INTEGER)", 0, 0, 0), "create");
+    for (int i = 0; i < n; i++) {
+        char sql[128];
+        snprintf(sql, sizeof sql, "INSERT INTO s(tag, i) VALUES('%s', %d)", tag, i);
+        must(sqlite3_exec(db, sql, 0, 0, 0), "insert");
+    }
+    sqlite3_close(db);
+    printf("%s done\n", tag);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) return 2;
     int n = argc > 3 ? atoi(argv[3]) : 10000;
+    if (!strcmp(argv[2], "share")) return share(argv[1], n, argc > 4 ? argv[4] : "x");
     remove(argv[1]);
     must(sqlite3_open(argv[1], &db), "open");
     char pragma[64];

@@ -42,7 +42,8 @@ impl HostOps for Hostcalls {
             let mut at = 0;
             while at < n {
                 let Some(r) = DirRecord::from_bytes(&buf[at..n]) else { return Err(Errno::EIO) };
-                let name = buf.get(at + DirRecord::SIZE..at + DirRecord::SIZE + r.name_len as usize).ok_or(Errno::EIO)?;
+                let name =
+                    buf.get(at + DirRecord::SIZE..at + DirRecord::SIZE + r.name_len as usize).ok_or(Errno::EIO)?;
                 out(name, &r.stat);
                 at += r.record_len();
                 index += 1;

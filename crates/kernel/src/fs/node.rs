@@ -10,8 +10,8 @@ use super::NodeRef;
 use crate::errno::{Errno, SysResult};
 use crate::file::{oflag, File, Meta, OpenFile};
 use crate::mm::user::UserMem;
-use crate::vfs::Ino;
 use crate::vfs::host::HostOps;
+use crate::vfs::Ino;
 use alloc::vec::Vec;
 use core::any::Any;
 
@@ -177,8 +177,11 @@ impl File for NodeFile {
         let h = v.io_handle(self.node.ino, writable)?;
         drop(v);
         onering_arch::hostcall::fs::simple(proto::LOCK, &[h, k, start as u64, len as u64])
-            .map(|_| ())
-            .map_err(|e| Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO))
+            .map_err(|e| Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO))?;
+        if kind.is_some() {
+            self.node.vfs.lock().relock(self.node.ino)?;
+        }
+        Ok(())
     }
 
     fn sync(&self) -> Result<(), Errno> {

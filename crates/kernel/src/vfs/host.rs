@@ -200,14 +200,8 @@ impl Vfs {
                 if self.has_entry(ino, &name) {
                     continue;
                 }
-                let Some((data, h, mode)) = node_of(layer, &name, &st, readonly) else { continue };
-                let child = self.add_host(ino, &name, data, mode, readonly, h);
-                let n = self.node_mut(child);
-                n.mtime = ns(st.mtime_sec, st.mtime_nsec);
-                n.atime = ns(st.atime_sec, st.atime_nsec);
-                n.uid = st.uid as u32;
-                n.gid = st.gid as u32;
-                n.nlink = st.nlink.max(1) as u32;
+                let _ = (layer, readonly);
+                self.add_listed(ino, &name, &st);
             }
         } else if matches!(self.node(ino).data, Data::Symlink(_)) {
             let target = ops.readlink(handle)?;
@@ -218,6 +212,62 @@ impl Vfs {
             h.loaded = true;
         }
         Ok(())
+    }
+
+    /// The entry `name` of volume directory `dir` as the host has it now: a volume
+    /// is shared with the host and other VMs, so the last name of every path is
+    /// looked up again (one hostcall): an entry gone on the host leaves the tree,
+    /// a new one joins it, a replaced one is made anew, and a file's cached bytes
+    /// go if its size or time changed. Directories above stay as first listed.
+    pub fn refresh_entry(&mut self, dir: Ino, name: &[u8]) -> Result<(), Errno> {
+        let Some(ops) = self.hostops else { return Ok(()) };
+        let Some(Layer::Volume { .. }) = self.layer(dir) else { return Ok(()) };
+        if !onering_abi::hostfs::valid_name(name) || !self.node(dir).host.as_ref().is_some_and(|h| h.loaded) {
+            return Ok(());
+        }
+        let dh = self.handle_of(dir)?;
+        let found = match ops.lookup(dh, name) {
+            Ok((h, st)) => {
+                ops.close(h);
+                Some(st)
+            }
+            Err(Errno::ENOENT) => None,
+            Err(e) => return Err(e),
+        };
+        let known = self.entry_of(dir, name);
+        match (known, found) {
+            (None, None) => {}
+            (Some(ino), None) => {
+                if self.node(ino).host.is_some() {
+                    self.drop_entry(dir, name, ino);
+                }
+            }
+            (Some(ino), Some(st)) => {
+                let same = self.node(ino).host.as_ref().is_some_and(|h| h.ino == st.ino && h.dev == st.dev);
+                if !same {
+                    self.drop_entry(dir, name, ino);
+                    self.add_listed(dir, name, &st);
+                } else if matches!(self.node(ino).data, Data::HostFile(_)) {
+                    self.revalidate(ino, &st);
+                }
+            }
+            (None, Some(st)) => self.add_listed(dir, name, &st),
+        }
+        Ok(())
+    }
+
+    /// Adds host entry `name` of `dir` with stat `st` as listed.
+    fn add_listed(&mut self, dir: Ino, name: &[u8], st: &HostStat) {
+        let Some(layer) = self.layer(dir) else { return };
+        let readonly = self.node(dir).readonly;
+        let Some((data, h, mode)) = node_of(layer, name, st, readonly) else { return };
+        let child = self.add_host(dir, name, data, mode, readonly, h);
+        let n = self.node_mut(child);
+        n.mtime = ns(st.mtime_sec, st.mtime_nsec);
+        n.atime = ns(st.atime_sec, st.atime_nsec);
+        n.uid = st.uid as u32;
+        n.gid = st.gid as u32;
+        n.nlink = st.nlink.max(1) as u32;
     }
 
     /// Drops the `O_PATH` handle of a node that no longer needs one (a link whose
@@ -291,16 +341,19 @@ impl Vfs {
         // later write or lock does not need a new host descriptor (closing the old
         // one would drop its host locks).
         use onering_abi::hostfs::{O_RDONLY, O_RDWR};
-        let (x, write) = if write {
-            (ops.open(ph, &name, O_RDWR, 0)?.0, true)
+        let ((x, st), write) = if write {
+            (ops.open(ph, &name, O_RDWR, 0)?, true)
         } else if !self.node(ino).readonly && self.layer(ino) != Some(Layer::Rootfs) {
             match ops.open(ph, &name, O_RDWR, 0) {
-                Ok((x, _)) => (x, true),
-                Err(_) => (ops.open(ph, &name, O_RDONLY, 0)?.0, false),
+                Ok(r) => (r, true),
+                Err(_) => (ops.open(ph, &name, O_RDONLY, 0)?, false),
             }
         } else {
-            (ops.open(ph, &name, O_RDONLY, 0)?.0, false)
+            (ops.open(ph, &name, O_RDONLY, 0)?, false)
         };
+        // Opened again: what another process changed meanwhile is read anew
+        // (close-to-open consistency, as NFS gives).
+        self.revalidate(ino, &st);
         if let Some((o, _)) = old {
             ops.close(o);
         }
@@ -308,6 +361,34 @@ impl Vfs {
             h.io = Some((x, write));
         }
         Ok(x)
+    }
+
+    /// Host file `ino` as the host has it now (`st`): if its size or time changed
+    /// (another process wrote it), its cached chunks go and its length follows.
+    pub fn revalidate(&mut self, ino: Ino, st: &HostStat) {
+        let mtime = ns(st.mtime_sec, st.mtime_nsec);
+        let changed = self.node(ino).size() != st.size || self.node(ino).mtime != mtime;
+        if !changed {
+            return;
+        }
+        self.uncache(ino);
+        let n = self.node_mut(ino);
+        if let Data::HostFile(p) = &mut n.data {
+            p.set_len(st.size);
+        }
+        n.mtime = mtime;
+    }
+
+    /// Host file `ino` after a lock on it was granted: the host's state is read
+    /// again (another VM may have written it before it let the lock go, as
+    /// SQLite's readers expect of a shared file).
+    pub fn relock(&mut self, ino: Ino) -> Result<(), Errno> {
+        let ops = self.hostops.ok_or(Errno::EIO)?;
+        let h = self.io_handle(ino, false)?;
+        let st = ops.stat(h)?;
+        self.uncache(ino);
+        self.revalidate(ino, &st);
+        Ok(())
     }
 
     /// Closes host file `ino`'s I/O handle (its last open file closed).
@@ -481,7 +562,16 @@ impl Vfs {
         let layer = self.layer(dir).unwrap_or(Layer::Volume { ro: false });
         let (data, mut r, mode) = node_of(layer, name, st, false).unwrap_or((
             Data::Dir(BTreeMap::new()),
-            HostRef { layer, handle: None, name: name.to_vec(), loaded: true, io: None, ino: st.ino, dev: st.dev, root: false },
+            HostRef {
+                layer,
+                handle: None,
+                name: name.to_vec(),
+                loaded: true,
+                io: None,
+                ino: st.ino,
+                dev: st.dev,
+                root: false,
+            },
             0o755,
         ));
         r.loaded = true;

@@ -394,6 +394,23 @@ impl Vfs {
         self.cache_limit = cache_limit;
     }
 
+    pub(super) fn entry_of(&self, dir: Ino, name: &[u8]) -> Option<Ino> {
+        self.entries(dir).ok()?.get(name).copied()
+    }
+
+    /// Takes entry `name` (node `ino`) out of directory `dir`, as if unlinked
+    /// (the host removed or replaced it).
+    pub(super) fn drop_entry(&mut self, dir: Ino, name: &[u8], ino: Ino) {
+        if let Data::Dir(e) = &mut self.node_mut(dir).data {
+            e.remove(name);
+        }
+        if self.node(ino).is_dir() {
+            self.detach(ino);
+        } else {
+            self.unlinked(ino);
+        }
+    }
+
     pub(super) fn has_entry(&self, dir: Ino, name: &[u8]) -> bool {
         self.entries(dir).is_ok_and(|e| e.contains_key(name))
     }
@@ -488,6 +505,9 @@ impl Vfs {
             }
             self.entries(at)?;
             self.load(at)?;
+            if last && self.node(at).host.is_some() {
+                self.refresh_entry(at, part)?;
+            }
             let next = match *part {
                 b"." => at,
                 b".." => self.node(at).parent,

@@ -269,9 +269,9 @@ impl HostFs {
                 let t = |v: u64| (v != proto::UTIME_OMIT).then_some(v);
                 sysfs::utimes_fd(en.file.as_fd(), t(b), t(c)).map(|_| 0).map_err(err)
             }),
-            proto::CHOWN => self.with(a, true, |en| {
-                sysfs::chown_fd(en.file.as_fd(), b as u32, c as u32).map(|_| 0).map_err(err)
-            }),
+            proto::CHOWN => {
+                self.with(a, true, |en| sysfs::chown_fd(en.file.as_fd(), b as u32, c as u32).map(|_| 0).map_err(err))
+            }
             proto::LOCK => self.with(a, false, |en| {
                 let kind = match b {
                     proto::LOCK_READ => libc::F_RDLCK,

@@ -1,13 +1,12 @@
-//! `--rootfs DIR`: flattens a host directory into the image format of
-//! `onering_abi::rootfs`, which the guest kernel turns into the read-only part of its
-//! file tree. Directories, regular files and symbolic links are copied (links are not
-//! followed); sockets, devices and FIFOs are skipped. Also resolves `-w DIR`, which
-//! must name a directory of that tree (or `/`, `/dev`, `/tmp`).
+//! `--rootfs DIR` on the VMM's side: the guest reads DIR through the host file
+//! server (`devices::hostfs`), nothing is copied; what is here is the small image
+//! (format `onering_abi::rootfs`) of the `/etc` files onering adds when DIR lacks
+//! them (hosts, hostname, resolv.conf), finding the program in DIR as docker does,
+//! and `-w DIR`, which must name a directory of that tree (or `/`, `/dev`, `/tmp`).
 
-use onering_abi::rootfs::{Header, DIR, FILE, SYMLINK};
+use onering_abi::rootfs::{Header, DIR, FILE};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use thiserror::Error;
 
@@ -19,8 +18,6 @@ pub enum RootfsError {
     Read(String, std::io::Error),
     #[error("--rootfs: path too long: {0}")]
     PathTooLong(String),
-    #[error("--rootfs needs more memory: the files in {dir} do not fit in --mem {mem} MiB")]
-    TooLarge { dir: String, mem: u64 },
     #[error("-w {0}: no such directory in the VM")]
     NoWorkdir(String),
 }
@@ -33,60 +30,6 @@ fn push(out: &mut Vec<u8>, kind: u32, mode: u32, mtime_ns: u64, path: &[u8], dat
     out.resize(out.len().next_multiple_of(8), 0);
 }
 
-fn mtime(m: &std::fs::Metadata) -> u64 {
-    (m.mtime().max(0) as u64).saturating_mul(1_000_000_000).saturating_add(m.mtime_nsec().max(0) as u64)
-}
-
-/// The image of `root`: every entry below it, parents before children. Refused
-/// (before anything large is read) once it would pass `limit` bytes: the image has
-/// to fit in guest memory.
-pub fn build(root: &Path, limit: u64) -> Result<Vec<u8>, RootfsError> {
-    let shown = |p: &Path| p.display().to_string();
-    if !root.is_dir() {
-        return Err(RootfsError::NotADirectory(shown(root)));
-    }
-    let mut out = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        let mut entries: Vec<_> = std::fs::read_dir(&dir)
-            .map_err(|e| RootfsError::Read(shown(&dir), e))?
-            .collect::<Result<_, _>>()
-            .map_err(|e| RootfsError::Read(shown(&dir), e))?;
-        entries.sort_by_key(|e| e.file_name());
-        for e in entries {
-            let path = e.path();
-            let rel = path.strip_prefix(root).unwrap_or(&path);
-            let rel = rel.as_os_str().as_bytes();
-            if rel.len() >= onering_abi::layout::PAGE_SIZE as usize {
-                return Err(RootfsError::PathTooLong(shown(&path)));
-            }
-            let meta = std::fs::symlink_metadata(&path).map_err(|e| RootfsError::Read(shown(&path), e))?;
-            let mode = meta.permissions().mode() & 0o7777;
-            let ft = meta.file_type();
-            if ft.is_dir() {
-                push(&mut out, DIR, mode, mtime(&meta), rel, b"");
-                stack.push(path);
-            } else if ft.is_file() {
-                // (A sparse file may claim terabytes: its size is looked at first.)
-                if (out.len() as u64).saturating_add(meta.len()) > limit {
-                    return Err(RootfsError::TooLarge { dir: shown(root), mem: limit >> 20 });
-                }
-                let data = std::fs::read(&path).map_err(|e| RootfsError::Read(shown(&path), e))?;
-                push(&mut out, FILE, mode, mtime(&meta), rel, &data);
-            } else if ft.is_symlink() {
-                let target = std::fs::read_link(&path).map_err(|e| RootfsError::Read(shown(&path), e))?;
-                push(&mut out, SYMLINK, 0o777, mtime(&meta), rel, target.as_os_str().as_bytes());
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// What every VM's /etc has, as docker gives every container: `hosts` (localhost
-/// for IPv4 and IPv6, and the VM's name), `hostname` and `resolv.conf` (naming
-/// `dns`, the network back end's resolver, or 127.0.0.1 without one). Added to `image` (the
-/// tree at `root`, if any) unless the tree has its own; nothing when its `etc` is
-/// not a directory.
 /// `path` as an absolute path with `.`, `..` and repeated slashes resolved
 /// lexically, no trailing slash; None if it is not absolute.
 pub fn normal_path(path: &[u8]) -> Option<Vec<u8>> {
@@ -215,36 +158,6 @@ pub fn find_program(root: &Path, name: &[u8], workdir: &[u8], path: &[u8]) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn flattens_a_tree() {
-        let dir = std::env::temp_dir().join(format!("onering-rootfs-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("etc/sub")).unwrap();
-        std::fs::write(dir.join("etc/hostname"), b"vm\n").unwrap();
-        std::os::unix::fs::symlink("hostname", dir.join("etc/name")).unwrap();
-        let img = build(&dir, 1 << 20).unwrap();
-        let mut at = 0;
-        let mut seen = Vec::new();
-        while at < img.len() {
-            let h = Header::from_bytes(&img[at..]).unwrap();
-            let path = &img[at + 32..at + 32 + h.path_len as usize];
-            seen.push((h.kind, String::from_utf8_lossy(path).into_owned()));
-            at += h.record_len().unwrap();
-        }
-        assert_eq!(
-            seen,
-            [(DIR, "etc".into()), (FILE, "etc/hostname".into()), (SYMLINK, "etc/name".into()), (DIR, "etc/sub".into())]
-        );
-        assert!(matches!(build(&dir.join("etc/hostname"), 1 << 20), Err(RootfsError::NotADirectory(_))));
-        // A sparse file of 3 GiB: refused from its size, at once, never read.
-        let f = std::fs::File::create(dir.join("etc/sparse")).unwrap();
-        f.set_len(3 << 30).unwrap();
-        let t = std::time::Instant::now();
-        assert!(matches!(build(&dir, 512 << 20), Err(RootfsError::TooLarge { mem: 512, .. })));
-        assert!(t.elapsed() < std::time::Duration::from_secs(1));
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
 
     #[test]
     fn programs_are_found_in_the_tree_as_docker_finds_them() {

@@ -1,0 +1,173 @@
+//! Host files (issue 16): `-v` volumes read and written through to the host and
+//! confined to their directory (links, `..`, a directory swapped for a link while
+//! in use), SQLite file databases on /tmp and on a volume (as the host runs them,
+//! and two VMs on one database), data on the host after a crash.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// tests/guest/c/sqlite.c linked statically against Debian's libsqlite3 (glibc).
+fn sqlite() -> PathBuf {
+    static ONCE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _g = ONCE.lock().unwrap_or_else(|e| e.into_inner());
+    let bin = out_dir().join("sqlite-glibc");
+    if !bin.exists() {
+        let out = Command::new("gcc")
+            .args(["-static", "-O2"])
+            .arg(root().join("tests/guest/c/sqlite.c"))
+            .arg("-o")
+            .arg(&bin)
+            .args(["-lsqlite3", "-lm", "-lpthread"])
+            .output()
+            .expect("gcc (apt-get install gcc libsqlite3-dev)");
+        assert!(out.status.success(), "building sqlite.c: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    bin
+}
+
+fn fresh_dir(name: &str) -> PathBuf {
+    let d = out_dir().join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn vol(host: &Path, guest: &str) -> String {
+    format!("{}:{guest}", host.display())
+}
+
+#[test]
+fn volumes_are_read_and_written_through_and_nothing_outside_is_reachable() {
+    let bin = musl("volumes");
+    require_kvm();
+    let top = fresh_dir("volumes");
+    let (data, outside, ro) = (top.join("data"), top.join("outside"), top.join("ro"));
+    for d in [&data, &outside, &ro, &data.join("sub"), &data.join("many")] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    std::fs::write(outside.join("secret"), "SECRET\n").unwrap();
+    std::fs::write(data.join("in.txt"), "from the host\n").unwrap();
+    std::fs::write(ro.join("in.txt"), "read-only\n").unwrap();
+    std::os::unix::fs::symlink(&outside, data.join("abs")).unwrap();
+    std::os::unix::fs::symlink("../outside", data.join("rel")).unwrap();
+    for i in 0..10_000 {
+        std::fs::write(data.join("many").join(format!("f{i}")), "").unwrap();
+    }
+    // The swap: data/swap is a directory holding a harmless "secret", or a link to
+    // the outside, back and forth while the program reads through it.
+    let swap = data.join("swap");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (swap, outside, stop) = (swap.clone(), outside.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let (dir, link) = (swap.with_extension("d"), swap.with_extension("l"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("secret"), "harmless\n").unwrap();
+            std::os::unix::fs::symlink(&outside, &link).unwrap();
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (from, back) = if n.is_multiple_of(2) { (&dir, &dir) } else { (&link, &link) };
+                let _ = std::fs::rename(from, &swap);
+                std::thread::yield_now();
+                let _ = std::fs::rename(&swap, back);
+                n += 1;
+            }
+            n
+        })
+    };
+    let o =
+        onering(&["run", "-v", &vol(&data, "/data"), "-v", &format!("{}:/ro:ro", ro.display()), bin.to_str().unwrap()]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let swaps = swapper.join().unwrap();
+    let out = stdout(&o);
+    assert!(!out.contains("LEAK") && !out.contains("FAIL"), "{out}{}", stderr(&o));
+    assert_eq!(status(&o), 0, "{out}{}", stderr(&o));
+    assert!(swaps > 100, "the directory was swapped {swaps} times");
+    // What the program did is on the host.
+    assert_eq!(std::fs::read(data.join("d/moved.txt")).unwrap(), b"from");
+    assert_eq!(std::fs::read_link(data.join("d/l")).unwrap(), Path::new("moved.txt"));
+    assert!(!data.join("in.txt").exists() && !ro.join("new").exists());
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(data.join("d/moved.txt")).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::read(outside.join("secret")).unwrap(), b"SECRET\n");
+}
+
+#[test]
+fn bad_volumes_are_refused_clearly() {
+    let bin = musl("hello");
+    let d = fresh_dir("volumes-bad");
+    let file = d.join("file");
+    std::fs::write(&file, "").unwrap();
+    for (v, text) in [
+        (format!("{}:/x", d.join("missing").display()), "not a directory"),
+        (format!("{}:/x", file.display()), "not a directory"),
+        (format!("{}:relative", d.display()), "absolute path"),
+        (format!("{}:/tmp/x", d.display()), "cannot be"),
+        (format!("{}:/x:rx", d.display()), "HOST:GUEST"),
+    ] {
+        let o = onering(&["run", "-v", &v, bin.to_str().unwrap()]);
+        assert_eq!(status(&o), 125, "-v {v}: {}", stderr(&o));
+        assert!(stderr(&o).starts_with("onering: -v ") && stderr(&o).contains(text), "-v {v}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn sqlite_databases_on_tmp_and_on_a_volume_match_the_host() {
+    let bin = sqlite();
+    require_kvm();
+    let d = fresh_dir("sqlite");
+    for mode in ["delete", "wal"] {
+        let host = Command::new(&bin).arg(d.join("host.db")).arg(mode).output().unwrap();
+        assert_eq!(host.status.code(), Some(0), "{}", stdout(&host));
+        for path in ["/tmp/t.db", "/data/v.db"] {
+            let o = onering(&["run", "--mem", "512M", "-v", &vol(&d, "/data"), bin.to_str().unwrap(), path, mode]);
+            assert_eq!(stdout(&o), stdout(&host), "{mode} at {path}: {}", stderr(&o));
+            assert_eq!(status(&o), 0);
+        }
+        // The volume's database is on the host, whole.
+        let check =
+            Command::new("sqlite3").arg(d.join("v.db")).arg("PRAGMA integrity_check; SELECT count(*) FROM t;").output();
+        if let Ok(c) = check {
+            assert_eq!(stdout(&c), "ok\n5000\n", "the host reads the VM's database ({mode})");
+        }
+    }
+}
+
+#[test]
+fn two_vms_share_one_volume_database_through_host_locks() {
+    let bin = sqlite();
+    require_kvm();
+    let d = fresh_dir("sqlite-share");
+    std::fs::remove_file(d.join("s.db")).ok();
+    // Made first, so that both VMs find the table.
+    let o = onering(&["run", "-v", &vol(&d, "/data"), bin.to_str().unwrap(), "/data/s.db", "share", "0", "init"]);
+    assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    // Two VMs insert side by side.
+    let a = cmd(&["run", "-v", &vol(&d, "/data"), bin.to_str().unwrap(), "/data/s.db", "share", "300", "a"])
+        .spawn()
+        .unwrap();
+    let b = cmd(&["run", "-v", &vol(&d, "/data"), bin.to_str().unwrap(), "/data/s.db", "share", "300", "b"])
+        .spawn()
+        .unwrap();
+    let (a, b) = (a.wait_with_output().unwrap(), b.wait_with_output().unwrap());
+    assert_eq!((status(&a), status(&b)), (0, 0), "{}{}{}{}", stdout(&a), stderr(&a), stdout(&b), stderr(&b));
+    let c = Command::new("sqlite3")
+        .arg(d.join("s.db"))
+        .arg("PRAGMA integrity_check; SELECT tag, count(*) FROM s GROUP BY tag;")
+        .output()
+        .expect("sqlite3 (apt-get install sqlite3)");
+    assert_eq!(stdout(&c), "ok\na|300\nb|300\n");
+}
+
+#[test]
+fn what_a_program_wrote_to_a_volume_is_on_the_host_after_it_crashed() {
+    let bin = musl("crashwrite");
+    require_kvm();
+    let d = fresh_dir("crash");
+    let o = onering(&["run", "-v", &vol(&d, "/data"), bin.to_str().unwrap()]);
+    assert_eq!(status(&o), 139, "killed by SIGSEGV: {}", stderr(&o));
+    assert_eq!(std::fs::read(d.join("log")).unwrap(), b"before the crash\n");
+}
