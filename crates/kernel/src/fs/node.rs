@@ -213,6 +213,8 @@ impl NodeFile {
             let piece = (len - done).min(CHUNK as u64 - pos % CHUNK as u64) as usize;
             let plan = self.node.vfs.lock().read_plan(ino, pos, piece)?;
             if let Some(p) = plan {
+                // (Room in the heap first, outside the tree's lock.)
+                let _ = onering_arch::heap::ensure(p.count * CHUNK);
                 let mut chunks = Vec::new();
                 for _ in 0..p.count {
                     chunks.push(crate::vfs::pages::zeroed_chunk()?);

@@ -94,8 +94,9 @@ pub struct HostRef {
     pub root: bool,
 }
 
-/// Chunks read ahead past the one a read needs (1 MiB in all).
-pub const READAHEAD: usize = 16;
+/// Chunks read ahead past the one a read needs (512 KiB in all: one hostcall,
+/// and what the heap can be made room for at once).
+pub const READAHEAD: usize = 7;
 
 /// A regular file's host read to make: the handle, the first chunk and how many.
 pub struct ReadPlan {
