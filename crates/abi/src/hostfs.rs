@@ -26,6 +26,8 @@
 //! - [`READV`] `(h, iov, count, offset)`: `pread` into `count` (at most
 //!   [`MAX_IOV`]) buffers, `iov` an array of (address, length) pairs of u64;
 //!   bytes read (one exit for a readahead of many page-cache chunks).
+//! - [`STATAT`] `(dir, name, stat)`: the entry's stat (not following a link),
+//!   no handle made (a lookup that only checks, one exit).
 //! - [`STAT`] `(h, stat)`; [`STATFS`] `(h, buf)`: [`FS_STATFS_SIZE`] bytes
 //!   (type, bsize, blocks, bfree, bavail, files, ffree, namelen, frsize as u64).
 //! - [`READDIR`] `(dir, index, buf, len)`: entries from number `index` on, as
@@ -69,6 +71,7 @@ pub const CHOWN: u64 = 19;
 pub const STATFS: u64 = 20;
 pub const LOCK: u64 = 21;
 pub const READV: u64 = 22;
+pub const STATAT: u64 = 23;
 
 pub const O_RDONLY: u64 = 0;
 pub const O_WRONLY: u64 = 1;

@@ -297,6 +297,16 @@ pub mod fs {
         make(proto::SYMLINK, &[dir, n.addr(), t.addr()])
     }
 
+    /// The stat of entry `name` of directory `dir` (a link not followed).
+    pub fn stat_at(dir: u64, name: &[u8]) -> Result<HostStat, i64> {
+        let n = CName::new(name)?;
+        let st = Shared::<W>::new(&[]);
+        ok(call(proto::STATAT, &[dir, n.addr(), st.addr()]))?;
+        let mut b = [0u8; HOST_STAT_SIZE];
+        st.read(&mut b);
+        Ok(HostStat::from_bytes(&b))
+    }
+
     pub fn stat(h: u64) -> Result<HostStat, i64> {
         let st = Shared::<W>::new(&[]);
         ok(call(proto::STAT, &[h, st.addr()]))?;

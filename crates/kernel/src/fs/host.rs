@@ -62,6 +62,10 @@ impl HostOps for Hostcalls {
         fs::stat(h).map_err(errno)
     }
 
+    fn stat_at(&self, dir: u64, name: &[u8]) -> Result<HostStat, Errno> {
+        fs::stat_at(dir, name).map_err(errno)
+    }
+
     fn mkdir(&self, dir: u64, name: &[u8], mode: u32) -> Result<(u64, HostStat), Errno> {
         fs::mkdir(dir, name, mode).map_err(errno)
     }

@@ -35,6 +35,8 @@ pub trait HostOps: Sync {
     fn readdir(&self, dir: u64, out: &mut dyn FnMut(&[u8], &HostStat)) -> Result<(), Errno>;
     fn readlink(&self, h: u64) -> Result<Vec<u8>, Errno>;
     fn stat(&self, h: u64) -> Result<HostStat, Errno>;
+    /// The stat of entry `name` of `dir`, no handle made.
+    fn stat_at(&self, dir: u64, name: &[u8]) -> Result<HostStat, Errno>;
     fn mkdir(&self, dir: u64, name: &[u8], mode: u32) -> Result<(u64, HostStat), Errno>;
     fn symlink(&self, dir: u64, name: &[u8], target: &[u8]) -> Result<(u64, HostStat), Errno>;
     fn unlink(&self, dir: u64, name: &[u8], rmdir: bool) -> Result<(), Errno>;
@@ -227,11 +229,8 @@ impl Vfs {
             return Ok(());
         }
         let dh = self.handle_of(dir)?;
-        let found = match ops.lookup(dh, name) {
-            Ok((h, st)) => {
-                ops.close(h);
-                Some(st)
-            }
+        let found = match ops.stat_at(dh, name) {
+            Ok(st) => Some(st),
             Err(Errno::ENOENT) => None,
             Err(e) => return Err(e),
         };

@@ -20,6 +20,7 @@ use onering_abi::hostfs::{self as proto, DirRecord, MountRecord};
 use onering_abi::HostStat;
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::Mutex;
@@ -220,6 +221,17 @@ impl HostFs {
                     }
                 }
                 done as i64
+            }
+            proto::STATAT => {
+                let Some(n) = name(b) else { return -EINVAL };
+                self.with(a, false, |en| {
+                    // (Through the directory descriptor's /proc entry: the
+                    // directory itself, then one checked name, a link not followed.)
+                    let fd = std::os::fd::AsRawFd::as_raw_fd(&en.file);
+                    let p = std::path::Path::new(&format!("/proc/self/fd/{fd}")).join(std::ffi::OsStr::from_bytes(&n));
+                    let st = host_stat(&std::fs::symlink_metadata(p).map_err(err)?);
+                    write_guest(mem, c, &st.to_bytes()).map(|_| 0).ok_or(-EFAULT)
+                })
             }
             proto::STAT => self.with(a, false, |en| {
                 let st = host_stat(&en.file.metadata().map_err(err)?);
@@ -501,7 +513,7 @@ fn list(dir: &File) -> std::io::Result<Vec<(Vec<u8>, HostStat)>> {
         let e = e?;
         // (DirEntry::metadata is fstatat on the directory's descriptor, no follow.)
         let Ok(m) = e.metadata() else { continue };
-        out.push((std::os::unix::ffi::OsStrExt::as_bytes(e.file_name().as_os_str()).to_vec(), host_stat(&m)));
+        out.push((e.file_name().as_bytes().to_vec(), host_stat(&m)));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
