@@ -167,7 +167,7 @@ fn go_files_in_a_rootfs() {
     std::fs::create_dir_all(dir.join("data")).unwrap();
     std::fs::write(dir.join("data/a.txt"), "alpha\n").unwrap();
     std::fs::write(dir.join("data/b.txt"), "beta\n").unwrap();
-    let o = onering(&["run", "--rootfs", dir.to_str().unwrap(), guest().to_str().unwrap(), "rootfs"]);
+    let o = onering(&["run", "--read-only", "--rootfs", dir.to_str().unwrap(), guest().to_str().unwrap(), "rootfs"]);
     assert_eq!(
         text(&o.stdout),
         "a.txt: \"alpha\\n\"\nb.txt: \"beta\\n\"\nrootfs is read-only: true\n",
