@@ -10,9 +10,12 @@
 #![no_std]
 #![deny(unsafe_code)]
 
+extern crate alloc;
+
 pub mod hostcall;
 pub mod hostfs;
 pub mod layout;
+pub mod path;
 
 pub use hostcall::{Hostcall, HostcallBlock};
 

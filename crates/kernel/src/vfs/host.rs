@@ -593,3 +593,207 @@ impl Vfs {
         ino
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vfs::tree::ROOT;
+    use alloc::string::String;
+    use std::sync::Mutex;
+
+    /// A host in memory: paths to entries, handles to paths.
+    #[derive(Default)]
+    struct Fake {
+        files: Mutex<BTreeMap<String, (u32, Vec<u8>)>>,
+        handles: Mutex<Vec<String>>,
+        calls: Mutex<Vec<String>>,
+    }
+
+    impl Fake {
+        fn put(&self, path: &str, mode: u32, data: &[u8]) {
+            self.files.lock().unwrap().insert(path.into(), (mode, data.to_vec()));
+        }
+        fn path(&self, h: u64) -> String {
+            self.handles.lock().unwrap()[h as usize].clone()
+        }
+        fn stat_of(&self, path: &str) -> Result<HostStat, Errno> {
+            let f = self.files.lock().unwrap();
+            let (mode, data) = f.get(path).ok_or(Errno::ENOENT)?;
+            let ino = f.keys().position(|k| k == path).unwrap_or(0) as u64 + 100;
+            Ok(HostStat { ino, mode: u64::from(*mode), size: data.len() as u64, nlink: 1, ..Default::default() })
+        }
+        fn handle(&self, path: String) -> u64 {
+            let mut h = self.handles.lock().unwrap();
+            h.push(path);
+            h.len() as u64 - 1
+        }
+        fn log(&self, what: &str) {
+            self.calls.lock().unwrap().push(what.into());
+        }
+    }
+
+    fn join(dir: &str, name: &[u8]) -> String {
+        alloc::format!("{dir}/{}", core::str::from_utf8(name).unwrap())
+    }
+
+    impl HostOps for Fake {
+        fn lookup(&self, dir: u64, name: &[u8]) -> Result<(u64, HostStat), Errno> {
+            let p = join(&self.path(dir), name);
+            let st = self.stat_of(&p)?;
+            Ok((self.handle(p), st))
+        }
+        fn open(&self, dir: u64, name: &[u8], flags: u64, mode: u32) -> Result<(u64, HostStat), Errno> {
+            let p = join(&self.path(dir), name);
+            if flags & onering_abi::hostfs::O_CREAT != 0 {
+                self.log("create");
+                self.put(&p, 0o100000 | mode, b"");
+            }
+            let st = self.stat_of(&p)?;
+            Ok((self.handle(p), st))
+        }
+        fn readdir(&self, dir: u64, out: &mut dyn FnMut(&[u8], &HostStat)) -> Result<(), Errno> {
+            self.log("readdir");
+            let prefix = alloc::format!("{}/", self.path(dir));
+            let names: Vec<String> = self
+                .files
+                .lock()
+                .unwrap()
+                .keys()
+                .filter_map(|k| k.strip_prefix(&prefix).filter(|r| !r.contains('/')).map(String::from))
+                .collect();
+            for n in names {
+                out(n.as_bytes(), &self.stat_of(&alloc::format!("{prefix}{n}"))?);
+            }
+            Ok(())
+        }
+        fn readlink(&self, h: u64) -> Result<Vec<u8>, Errno> {
+            Ok(self.files.lock().unwrap()[&self.path(h)].1.clone())
+        }
+        fn stat(&self, h: u64) -> Result<HostStat, Errno> {
+            self.stat_of(&self.path(h))
+        }
+        fn stat_at(&self, dir: u64, name: &[u8]) -> Result<HostStat, Errno> {
+            self.stat_of(&join(&self.path(dir), name))
+        }
+        fn mkdir(&self, dir: u64, name: &[u8], mode: u32) -> Result<(u64, HostStat), Errno> {
+            let p = join(&self.path(dir), name);
+            self.put(&p, 0o040000 | mode, b"");
+            Ok((self.handle(p.clone()), self.stat_of(&p)?))
+        }
+        fn symlink(&self, _: u64, _: &[u8], _: &[u8]) -> Result<(u64, HostStat), Errno> {
+            Err(Errno::EPERM)
+        }
+        fn unlink(&self, dir: u64, name: &[u8], _: bool) -> Result<(), Errno> {
+            self.log("unlink");
+            self.files.lock().unwrap().remove(&join(&self.path(dir), name)).map(|_| ()).ok_or(Errno::ENOENT)
+        }
+        fn rename(&self, _: bool, _: u64, _: &[u8], _: u64, _: &[u8]) -> Result<(), Errno> {
+            Err(Errno::EPERM)
+        }
+        fn truncate(&self, h: u64, len: u64) -> Result<(), Errno> {
+            let p = self.path(h);
+            self.files.lock().unwrap().get_mut(&p).ok_or(Errno::ENOENT)?.1.resize(len as usize, 0);
+            Ok(())
+        }
+        fn chmod(&self, _: u64, _: u32) -> Result<(), Errno> {
+            Ok(())
+        }
+        fn utimes(&self, _: u64, _: Option<u64>, _: Option<u64>) -> Result<(), Errno> {
+            Ok(())
+        }
+        fn chown(&self, _: u64, _: Option<u32>, _: Option<u32>) -> Result<(), Errno> {
+            Ok(())
+        }
+        fn read(&self, h: u64, offset: u64, bufs: &mut [&mut [u8]]) -> Result<usize, Errno> {
+            self.log("read");
+            let data = self.files.lock().unwrap()[&self.path(h)].1.clone();
+            let mut at = offset as usize;
+            let mut done = 0;
+            for b in bufs.iter_mut() {
+                let n = b.len().min(data.len().saturating_sub(at));
+                b[..n].copy_from_slice(&data[at..at + n]);
+                at += n;
+                done += n;
+            }
+            Ok(done)
+        }
+        fn close(&self, _: u64) {}
+    }
+
+    /// A fake host with a rootfs (handle 0) and a volume (handle 1).
+    fn setup() -> (&'static Fake, Vfs) {
+        let fake: &'static Fake = Box::leak(Box::default());
+        fake.handle("root".into());
+        fake.handle("vol".into());
+        fake.put("root", 0o040755, b"");
+        fake.put("vol", 0o040755, b"");
+        fake.put("root/etc", 0o040755, b"");
+        fake.put("root/etc/big", 0o100644, &alloc::vec![7u8; 3 * CHUNK + 5]);
+        fake.put("root/link", 0o120777, b"etc/big");
+        fake.put("vol/a.txt", 0o100644, b"volume\n");
+        let mut v = Vfs::new();
+        v.set_host(fake, 64 * CHUNK);
+        v.mount(b"/", 0, Layer::Rootfs, false).unwrap();
+        v.mount(b"/data", 1, Layer::Volume { ro: false }, false).unwrap();
+        (fake, v)
+    }
+
+    fn calls(f: &Fake, what: &str) -> usize {
+        f.calls.lock().unwrap().iter().filter(|c| *c == what).count()
+    }
+
+    #[test]
+    fn listings_load_once_and_links_resolve_in_the_tree() {
+        let (fake, mut v) = setup();
+        let big = v.lookup(ROOT, b"/link", true).unwrap();
+        assert_eq!(v.node(big).size(), 3 * CHUNK as u64 + 5);
+        assert!(v.lookup(ROOT, b"/dev/null", true).is_ok() && v.lookup(ROOT, b"/tmp", true).is_ok(), "kept");
+        let before = calls(fake, "readdir");
+        v.lookup(ROOT, b"/etc/big", true).unwrap();
+        assert_eq!(calls(fake, "readdir"), before, "a listing is read once");
+    }
+
+    #[test]
+    fn reads_fill_the_cache_with_readahead_and_copy_up_detaches() {
+        let (fake, mut v) = setup();
+        let big = v.lookup(ROOT, b"/etc/big", true).unwrap();
+        let plan = v.read_plan(big, 10, 100).unwrap().expect("nothing cached yet");
+        assert_eq!((plan.first, plan.count), (0, 4), "up to the end of the file");
+        let mut chunks = Vec::new();
+        for _ in 0..plan.count {
+            chunks.push(super::super::pages::zeroed_chunk().unwrap());
+        }
+        let mut bufs: Vec<&mut [u8]> = chunks.iter_mut().map(|c| &mut c[..]).collect();
+        fake.read(plan.handle, 0, &mut bufs).unwrap();
+        v.cache_fill(big, plan.first, chunks);
+        assert!(v.read_plan(big, 0, 3 * CHUNK + 5).unwrap().is_none(), "all cached");
+        let mut b = [0u8; 4];
+        assert_eq!(v.read(big, 3 * CHUNK as u64 + 3, &mut b), Ok(2));
+        assert_eq!(&b[..2], &[7, 7]);
+        // Writing a rootfs file copies it up: the host's stays.
+        v.truncate(big, 1, 0).unwrap();
+        assert!(v.node(big).host.is_none() && v.node(big).size() == 1);
+        assert_eq!(fake.files.lock().unwrap()["root/etc/big"].1.len(), 3 * CHUNK + 5);
+    }
+
+    #[test]
+    fn volume_changes_go_to_the_host_and_its_changes_come_back() {
+        let (fake, mut v) = setup();
+        let data = v.lookup(ROOT, b"/data", true).unwrap();
+        v.create(data, b"new", 0o644, false, 1).unwrap();
+        assert_eq!(calls(fake, "create"), 1);
+        assert!(fake.files.lock().unwrap().contains_key("vol/new"));
+        v.remove(data, b"a.txt", false).unwrap();
+        assert!(!fake.files.lock().unwrap().contains_key("vol/a.txt"));
+        // The host adds and removes behind the VM's back: the last name follows.
+        fake.put("vol/late", 0o100644, b"x");
+        assert!(v.lookup(ROOT, b"/data/late", true).is_ok());
+        fake.files.lock().unwrap().remove("vol/new");
+        assert_eq!(v.lookup(ROOT, b"/data/new", true), Err(Errno::ENOENT));
+        // A rootfs entry made in the VM stays in the VM.
+        let etc = v.lookup(ROOT, b"/etc", true).unwrap();
+        v.create(etc, b"mine", 0o644, false, 1).unwrap();
+        assert!(!fake.files.lock().unwrap().contains_key("root/etc/mine"));
+        assert_eq!(calls(fake, "create"), 1);
+    }
+}

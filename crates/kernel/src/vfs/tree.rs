@@ -570,6 +570,8 @@ impl Vfs {
 
     /// Creates a regular file (or a directory) named `name` in `dir`.
     pub fn create(&mut self, dir: Ino, name: &[u8], mode: u32, directory: bool, now: u64) -> Result<Ino, Errno> {
+        self.entries(dir)?;
+        self.load(dir)?;
         if name.is_empty() || name == b"." || name == b".." {
             return Err(Errno::EEXIST);
         }
@@ -685,6 +687,8 @@ impl Vfs {
     /// Removes `name` from `dir`: a file or link (`dir_only` false, `unlink`), or an
     /// empty directory (`dir_only` true, `rmdir`).
     pub fn remove(&mut self, dir: Ino, name: &[u8], dir_only: bool) -> Result<(), Errno> {
+        self.entries(dir)?;
+        self.load(dir)?;
         if name == b"." || name == b".." {
             return Err(Errno::EINVAL);
         }
@@ -712,6 +716,10 @@ impl Vfs {
 
     /// `rename(2)` within the writable part of the tree.
     pub fn rename(&mut self, from_dir: Ino, from: &[u8], to_dir: Ino, to: &[u8]) -> Result<(), Errno> {
+        for d in [from_dir, to_dir] {
+            self.entries(d)?;
+            self.load(d)?;
+        }
         let ino = *self.entries(from_dir)?.get(from).ok_or(Errno::ENOENT)?;
         self.entries(to_dir)?;
         if self.node(to_dir).removed {

@@ -33,28 +33,7 @@ fn push(out: &mut Vec<u8>, kind: u32, mode: u32, mtime_ns: u64, path: &[u8], dat
 /// `path` as an absolute path with `.`, `..` and repeated slashes resolved
 /// lexically, no trailing slash; None if it is not absolute.
 pub fn normal_path(path: &[u8]) -> Option<Vec<u8>> {
-    if path.first() != Some(&b'/') {
-        return None;
-    }
-    let mut parts: Vec<&[u8]> = Vec::new();
-    for c in path.split(|b| *b == b'/') {
-        match c {
-            b"" | b"." => {}
-            b".." => {
-                parts.pop();
-            }
-            c => parts.push(c),
-        }
-    }
-    let mut out = Vec::new();
-    for p in parts {
-        out.push(b'/');
-        out.extend_from_slice(p);
-    }
-    if out.is_empty() {
-        out.push(b'/');
-    }
-    Some(out)
+    (path.first() == Some(&b'/')).then(|| onering_abi::path::absolute(b"/", path))
 }
 
 pub fn add_etc(image: &mut Vec<u8>, root: Option<&Path>, dns: Option<[u8; 4]>) {
