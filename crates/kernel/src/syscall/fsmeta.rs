@@ -422,3 +422,89 @@ pub fn copy_file_range(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     }
     Ok(n as u64)
 }
+
+/// What `statfs` says of node `ino`'s file system: a volume's is the host's
+/// (`fstatfs` of its directory); the rest is onering's tree, a tmpfs as Linux
+/// names it, its size the tree's budget.
+fn statfs_of(v: &mut crate::vfs::Vfs, ino: crate::vfs::Ino) -> Result<[u64; 9], Errno> {
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    if let Some(crate::vfs::host::Layer::Volume { .. }) = v.layer(ino) {
+        let dir = if v.node(ino).is_dir() { ino } else { v.node(ino).parent };
+        let h = v.handle_of(dir)?;
+        return onering_arch::hostcall::fs::statfs(h).map_err(|e| Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO));
+    }
+    let (used, limit) = v.usage();
+    let blocks = (limit / 4096) as u64;
+    let free = (limit.saturating_sub(used) / 4096) as u64;
+    Ok([
+        TMPFS_MAGIC,
+        4096,
+        blocks,
+        free,
+        free,
+        blocks / 2,
+        (blocks / 2).saturating_sub((used / 4096) as u64 / 2),
+        255,
+        4096,
+    ])
+}
+
+/// Writes `struct statfs` (x86-64: 120 bytes) from the nine numbers.
+fn put_statfs(ctx: &Ctx, buf: u64, n: [u64; 9]) -> SysResult {
+    let [ftype, bsize, blocks, bfree, bavail, files, ffree, namelen, frsize] = n;
+    let mut out = [0u8; 120];
+    for (i, w) in [ftype, bsize, blocks, bfree, bavail, files, ffree, 0, namelen, frsize].iter().enumerate() {
+        out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+    }
+    ctx.user.write(buf, &out)?;
+    Ok(0)
+}
+
+pub fn statfs(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [path, buf, ..] = f.args();
+    let t = Target::new(ctx, AT_FDCWD, path, 0, true)?;
+    let n = {
+        let mut v = ctx.k.vfs.lock();
+        let ino = t.resolve(&mut v)?;
+        statfs_of(&mut v, ino)?
+    };
+    put_statfs(ctx, buf, n)
+}
+
+pub fn fstatfs(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [fd, buf, ..] = f.args();
+    let of = ctx.file(fd)?;
+    // (Pipes, sockets and the like: Linux reports their pseudo file systems; a
+    // tmpfs-like answer serves the callers that only look at sizes.)
+    let n = match of.node() {
+        Some(ino) => statfs_of(&mut ctx.k.vfs.lock(), ino)?,
+        None => statfs_of(&mut ctx.k.vfs.lock(), crate::vfs::ROOT)?,
+    };
+    put_statfs(ctx, buf, n)
+}
+
+/// fallocate: mode 0 makes the file at least `offset + len` long (the bytes a
+/// hole until written: onering's files take memory as they are written);
+/// FALLOC_FL_KEEP_SIZE alone changes nothing; other modes are EOPNOTSUPP.
+pub fn fallocate(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    const FALLOC_FL_KEEP_SIZE: u64 = 1;
+    let [fd, mode, offset, len, ..] = f.args();
+    let of = ctx.file(fd)?;
+    if (offset as i64) < 0 || (len as i64) <= 0 {
+        return Err(Errno::EINVAL);
+    }
+    if !of.writable() {
+        return Err(Errno::EBADF);
+    }
+    let ino = of.node().ok_or(Errno::ESPIPE)?;
+    let end = offset.checked_add(len).ok_or(Errno::EFBIG)?;
+    let mut v = ctx.k.vfs.lock();
+    if v.node(ino).is_dir() {
+        return Err(Errno::EISDIR);
+    }
+    match mode {
+        0 if end > v.node(ino).size() => v.truncate(ino, end, real_now()).map(|_| 0),
+        0 | FALLOC_FL_KEEP_SIZE => Ok(0),
+        _ => Err(Errno::EOPNOTSUPP),
+    }
+}

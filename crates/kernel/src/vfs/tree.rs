@@ -319,6 +319,11 @@ impl Vfs {
         }
     }
 
+    /// Bytes the writable tree uses and may use.
+    pub fn usage(&self) -> (usize, usize) {
+        (self.used, self.limit)
+    }
+
     /// Caps the heap the writable tree may use.
     pub fn set_limit(&mut self, bytes: usize) {
         self.limit = bytes;
