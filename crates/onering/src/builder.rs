@@ -41,7 +41,7 @@ pub struct VmConfig<'a> {
     /// `--rootfs DIR`, `-w DIR`.
     pub rootfs: Option<&'a Path>,
     /// `-v HOST:GUEST[:ro]`, `--read-only`.
-    pub volumes: Vec<crate::devices::hostfs::MountSpec>,
+    pub volumes: Vec<crate::hostfs::MountSpec>,
     pub read_only: bool,
     pub workdir: Option<&'a OsStr>,
     /// `-i`, `-q`; rewrite `syscall` instructions (not `--no-rewrite`); map the vDSO
@@ -79,7 +79,7 @@ pub enum BuildError {
     #[error("{0}")]
     Virtio(#[from] VirtioError),
     #[error("{0}")]
-    HostFs(#[from] crate::devices::hostfs::HostFsError),
+    HostFs(#[from] crate::hostfs::HostFsError),
 }
 
 impl BuildError {
@@ -179,14 +179,14 @@ pub fn run(
             return Err(RootfsError::NotADirectory(dir.display().to_string()).into());
         }
         let host = std::path::absolute(dir).map_err(|e| RootfsError::Read(dir.display().to_string(), e))?;
-        mounts.push(crate::devices::hostfs::MountSpec { host, guest: b"/".to_vec(), ro: true, rootfs: true });
+        mounts.push(crate::hostfs::MountSpec { host, guest: b"/".to_vec(), ro: true, rootfs: true });
     }
     mounts.extend(config.volumes.iter().cloned());
     let hostfs = if mounts.is_empty() {
         None
     } else {
         flags |= onering_abi::flags::MOUNTS;
-        Some(crate::devices::hostfs::HostFs::new(mounts)?)
+        Some(crate::hostfs::HostFs::new(mounts)?)
     };
     if config.read_only {
         flags |= onering_abi::flags::READ_ONLY;

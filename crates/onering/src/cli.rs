@@ -296,9 +296,9 @@ fn read_program(path: &OsString) -> Result<Vec<u8>, Failure> {
 
 /// The `-v HOST:GUEST[:ro]` mounts: HOST must be a directory (made absolute),
 /// GUEST an absolute path other than `/`, `/dev` or `/tmp` and below them.
-fn volumes(args: &RunArgs) -> Result<Vec<crate::devices::hostfs::MountSpec>, Failure> {
+fn volumes(args: &RunArgs) -> Result<Vec<crate::hostfs::MountSpec>, Failure> {
     let bad = |v: &OsString, why: &str| Failure::Onering(format!("-v {}: {why}", v.to_string_lossy()));
-    let mut out: Vec<crate::devices::hostfs::MountSpec> = Vec::new();
+    let mut out: Vec<crate::hostfs::MountSpec> = Vec::new();
     for v in &args.volume {
         let parts: Vec<&[u8]> = v.as_bytes().split(|b| *b == b':').collect();
         let (host, guest, ro) = match parts[..] {
@@ -321,7 +321,7 @@ fn volumes(args: &RunArgs) -> Result<Vec<crate::devices::hostfs::MountSpec>, Fai
         if out.iter().any(|m| m.guest == guest) {
             return Err(bad(v, "another -v has the same GUEST"));
         }
-        out.push(crate::devices::hostfs::MountSpec { host, guest, ro, rootfs: false });
+        out.push(crate::hostfs::MountSpec { host, guest, ro, rootfs: false });
     }
     Ok(out)
 }

@@ -10,6 +10,8 @@
 //! - `vstate`: KVM's VM and vCPU state: file descriptors, guest memory, vCPU
 //!   threads, halting and kicking.
 //! - `exit`: what to do when a vCPU exits; hostcalls.
+//! - `hostfs`: the host file server (`-v` volumes, `--rootfs DIR`) behind the `Fs`
+//!   hostcall.
 //! - `devices`: the MMIO bus and the devices on it.
 //! - `event_loop`: an epoll thread on which device back ends wait for file
 //!   descriptors (started only when one registers).
@@ -47,6 +49,7 @@ pub mod devices;
 pub mod embedded;
 pub mod event_loop;
 pub mod exit;
+pub mod hostfs;
 pub mod layout;
 pub mod loader;
 pub mod profile;

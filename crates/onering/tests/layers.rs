@@ -13,7 +13,7 @@ const LAYERS: &[&[&str]] = &[
     &["sys", "embedded", "trace"],
     &["layout", "profile"],
     &["arch", "devices", "event_loop"],
-    &["loader", "exit"],
+    &["loader", "exit", "hostfs"],
     &["vstate"],
     &["builder"],
     &["cli"],

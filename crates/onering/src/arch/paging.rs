@@ -7,7 +7,7 @@
 
 use super::{read_u64, write_u64, ArchError, Result};
 use onering_abi::layout::{self, HUGE_PAGE_SIZE, PAGE_SIZE};
-use vm_memory::GuestMemoryMmap;
+use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 pub const PTE_PRESENT: u64 = 1;
 pub const PTE_WRITE: u64 = 2;
@@ -86,6 +86,38 @@ pub fn translate(mem: &GuestMemoryMmap, cr3: u64, virt: u64) -> Option<(u64, u64
         table = e & PTE_ADDR;
     }
     None
+}
+
+/// Copies `len` bytes at guest-virtual `virt` out of the guest, through its page
+/// tables; `None` if any byte has no translation.
+pub fn read_guest(mem: &GuestMemoryMmap, virt: u64, len: u64) -> Option<Vec<u8>> {
+    let mut out = vec![0u8; len as usize];
+    let mut done = 0u64;
+    while done < len {
+        let (pa, avail) = translate(mem, layout::BOOT_PT_PHYS, virt.checked_add(done)?)?;
+        let n = avail.min(len - done);
+        mem.read_slice(&mut out[done as usize..(done + n) as usize], GuestAddress(pa)).ok()?;
+        done += n;
+    }
+    Some(out)
+}
+
+/// Copies `data` into the guest at guest-virtual `virt`, through its page tables;
+/// `None` (nothing written) if any byte has no translation.
+pub fn write_guest(mem: &GuestMemoryMmap, virt: u64, data: &[u8]) -> Option<()> {
+    let len = data.len() as u64;
+    let mut pieces = Vec::new();
+    let mut done = 0u64;
+    while done < len {
+        let (pa, avail) = translate(mem, layout::BOOT_PT_PHYS, virt.checked_add(done)?)?;
+        let n = avail.min(len - done);
+        pieces.push((pa, done as usize, n as usize));
+        done += n;
+    }
+    for (pa, at, n) in pieces {
+        mem.write_slice(&data[at..at + n], GuestAddress(pa)).ok()?;
+    }
+    Some(())
 }
 
 #[cfg(test)]

@@ -19,7 +19,6 @@
 
 pub mod bus;
 pub mod doorbell;
-pub mod hostfs;
 pub mod lapic;
 pub mod netback;
 pub mod virtio;

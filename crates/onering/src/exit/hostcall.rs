@@ -6,6 +6,7 @@
 //! so no guest-chosen length sizes a VMM allocation; an unknown number ends the VM.
 
 use super::{Action, Env, Outcome};
+use crate::arch::paging::{read_guest, write_guest};
 use crate::arch::translate;
 use crate::layout;
 use onering_abi::hostcall::RET_OFFSET;
@@ -31,7 +32,6 @@ const EFAULT: i64 = 14;
 const EIO: i64 = 5;
 const EINVAL: i64 = 22;
 const EPIPE: i64 = 32;
-const ENOSYS: i64 = 38;
 
 /// Serves hostcall `nr` for the exiting vCPU (its doorbell rang with `nr`).
 pub fn serve(nr: u64, env: &mut impl Env) -> Action {
@@ -60,10 +60,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         },
         Some(Hostcall::StdioSeek) => env.stdio_seek(args[0], args[1], args[2]),
         Some(Hostcall::StdioIoctl) => stdio_ioctl(args, env),
-        Some(Hostcall::Fs) => match env.hostfs() {
-            Some(fs) => fs.serve(args, env.mem()),
-            None => -ENOSYS,
-        },
+        Some(Hostcall::Fs) => env.host_file(args),
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
@@ -123,38 +120,6 @@ fn fatal(env: &impl Env) -> Outcome {
     let at = layout::fatal_frame_phys(env.cpu());
     let word = |i: u64| env.mem().read_obj::<u64>(GuestAddress(at + 8 * i)).unwrap_or(0);
     Outcome::Fatal { vector: word(0), error: word(1), rip: word(2) }
-}
-
-/// Copies `len` bytes at guest-virtual `virt` out of the guest, through its page
-/// tables; `None` if any byte has no translation.
-pub fn read_guest(mem: &GuestMemoryMmap, virt: u64, len: u64) -> Option<Vec<u8>> {
-    let mut out = vec![0u8; len as usize];
-    let mut done = 0u64;
-    while done < len {
-        let (pa, avail) = translate(mem, onering_abi::layout::BOOT_PT_PHYS, virt.checked_add(done)?)?;
-        let n = avail.min(len - done);
-        mem.read_slice(&mut out[done as usize..(done + n) as usize], GuestAddress(pa)).ok()?;
-        done += n;
-    }
-    Some(out)
-}
-
-/// Copies `data` into the guest at guest-virtual `virt`, through its page tables;
-/// `None` (nothing written) if any byte has no translation.
-pub fn write_guest(mem: &GuestMemoryMmap, virt: u64, data: &[u8]) -> Option<()> {
-    let len = data.len() as u64;
-    let mut pieces = Vec::new();
-    let mut done = 0u64;
-    while done < len {
-        let (pa, avail) = translate(mem, onering_abi::layout::BOOT_PT_PHYS, virt.checked_add(done)?)?;
-        let n = avail.min(len - done);
-        pieces.push((pa, done as usize, n as usize));
-        done += n;
-    }
-    for (pa, at, n) in pieces {
-        mem.write_slice(&data[at..at + n], GuestAddress(pa)).ok()?;
-    }
-    Some(())
 }
 
 /// `StdioIoctl`: the argument (of the request's fixed size) is read from the guest

@@ -132,9 +132,11 @@ pub trait Env {
         let _ = (fd, offset, whence);
         -9
     }
-    /// The host file server (`-v`, `--rootfs DIR`), if the VM has mounts.
-    fn hostfs(&self) -> Option<&crate::devices::hostfs::HostFs> {
-        None
+    /// Serves an `Fs` hostcall (`-v`, `--rootfs DIR`: the host file server);
+    /// -ENOSYS when the VM has no mounts.
+    fn host_file(&mut self, args: [u64; 6]) -> i64 {
+        let _ = args;
+        -38
     }
     /// A forwarded terminal ioctl on the host's standard stream `fd`, its argument
     /// in `arg` (sized for the request).

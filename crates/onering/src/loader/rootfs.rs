@@ -1,5 +1,5 @@
 //! `--rootfs DIR` on the VMM's side: the guest reads DIR through the host file
-//! server (`devices::hostfs`), nothing is copied; what is here is the small image
+//! server (`hostfs`), nothing is copied; what is here is the small image
 //! (format `onering_abi::rootfs`) of the `/etc` files onering adds when DIR lacks
 //! them (hosts, hostname, resolv.conf), finding the program in DIR as docker does,
 //! and `-w DIR`, which must name a directory of that tree (or `/`, `/dev`, `/tmp`).

@@ -85,7 +85,7 @@ pub struct Machine {
     sampler: OnceLock<&'static super::sampler::Sampler>,
     /// The host file server (`-v`, `--rootfs DIR`), if the VM has mounts (set
     /// before the VM runs).
-    hostfs: OnceLock<crate::devices::hostfs::HostFs>,
+    hostfs: OnceLock<crate::hostfs::HostFs>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -183,7 +183,7 @@ impl Machine {
     }
 
     /// Serves host files from `fs` (before the VM runs).
-    pub fn serve_files(&self, fs: crate::devices::hostfs::HostFs) {
+    pub fn serve_files(&self, fs: crate::hostfs::HostFs) {
         let _ = self.hostfs.set(fs);
     }
 
@@ -372,8 +372,11 @@ impl Env for VcpuEnv<'_> {
     fn stdio_ioctl(&mut self, fd: u64, request: u64, arg: &mut [u8]) -> i64 {
         self.m.stdio.ioctl(fd, request, arg)
     }
-    fn hostfs(&self) -> Option<&crate::devices::hostfs::HostFs> {
-        self.m.hostfs.get()
+    fn host_file(&mut self, args: [u64; 6]) -> i64 {
+        match self.m.hostfs.get() {
+            Some(fs) => fs.serve(args, &self.m.mem),
+            None => -38,
+        }
     }
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
         if fd == 2 {

@@ -14,7 +14,7 @@
 //! copied through a bounded buffer; a guest-chosen length never sizes an
 //! allocation beyond `MAX_IO`'s pieces, and the table holds at most `MAX_HANDLES`.
 
-use crate::exit::hostcall::{read_guest, write_guest};
+use crate::arch::paging::{read_guest, write_guest};
 use crate::sys::fs as sysfs;
 use onering_abi::hostfs::{self as proto, DirRecord, MountRecord};
 use onering_abi::HostStat;
