@@ -244,13 +244,13 @@ fn find(env: &dyn NetEnv, name: &Name, kind: u32) -> Result<Arc<Core>, Errno> {
 
 impl Drop for UnixSocket {
     fn drop(&mut self) {
-        let (msgs, backlog) = {
+        let (msgs, backlog, mine) = {
             let mut q = self.core.q.lock();
             q.rcv_shut = true;
             q.snd_shut = true;
             q.gen += 1;
             q.bytes = 0;
-            (core::mem::take(&mut q.msgs), core::mem::take(&mut q.backlog))
+            (core::mem::take(&mut q.msgs), core::mem::take(&mut q.backlog), q.gen)
         };
         // Passed descriptors and waiting connections close outside the lock.
         drop((msgs, backlog));
@@ -260,7 +260,13 @@ impl Drop for UnixSocket {
                 let mut q = p.q.lock();
                 q.rcv_shut = true;
                 q.snd_shut = true;
-                q.gen += 1;
+                // The peer's generation was its own plus this socket's (`poll`);
+                // with this socket gone it is its own alone, so it takes this
+                // one's in: the sum only grows, and an edge-triggered waiter
+                // always sees the hang-up (a bump of 1 could give back the very
+                // sum it last saw, and the reader slept on: Go's bufio test
+                // TestCopyUnixpacket hung so).
+                q.gen = q.gen.wrapping_add(1 + mine);
             }
         }
         sched::wake_all(self.core.key());
