@@ -175,11 +175,13 @@ pub fn run(
     // the root's lower layer); the image holds only the /etc files onering adds.
     let mut mounts = Vec::new();
     if let Some(dir) = config.rootfs {
-        if !dir.is_dir() {
+        // A directory, or a tar archive served in place.
+        let tar = dir.is_file();
+        if !dir.is_dir() && !tar {
             return Err(RootfsError::NotADirectory(dir.display().to_string()).into());
         }
         let host = std::path::absolute(dir).map_err(|e| RootfsError::Read(dir.display().to_string(), e))?;
-        mounts.push(crate::hostfs::MountSpec { host, guest: b"/".to_vec(), ro: true, rootfs: true });
+        mounts.push(crate::hostfs::MountSpec { host, guest: b"/".to_vec(), ro: true, rootfs: true, tar });
     }
     mounts.extend(config.volumes.iter().cloned());
     let hostfs = if mounts.is_empty() {

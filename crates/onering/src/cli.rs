@@ -268,7 +268,7 @@ const DEFAULT_PATH: &[u8] = b"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:
 /// tree (a path, or a bare name searched in the guest's `PATH`, as `docker run
 /// IMAGE sh`); a path only the host has still works. Without it, the path as given.
 fn program_file(args: &RunArgs) -> OsString {
-    let Some(root) = args.rootfs.as_deref() else { return args.program.clone() };
+    let Some(root) = args.rootfs.as_deref().filter(|r| !r.is_file()) else { return args.program.clone() };
     let env = environment(args);
     let path = env.iter().find_map(|v| v.strip_prefix(b"PATH=")).unwrap_or(DEFAULT_PATH);
     let workdir = args.workdir.as_deref().map_or(&b"/"[..], |w| w.as_bytes());
@@ -276,6 +276,45 @@ fn program_file(args: &RunArgs) -> OsString {
         Some(found) => found.into_os_string(),
         None => args.program.clone(),
     }
+}
+
+/// With `--rootfs FILE.tar`: the program as the guest names it in the archive (a
+/// path, or a bare name searched in the guest's `PATH`), None if it is not there
+/// (then the host's path as given).
+fn program_in_archive(args: &RunArgs) -> Result<Option<Vec<u8>>, Failure> {
+    let Some(root) = args.rootfs.as_deref().filter(|r| r.is_file()) else { return Ok(None) };
+    let index = crate::hostfs::tar::TarIndex::open(root)
+        .map_err(|e| Failure::Onering(format!("--rootfs {}: {e}", root.display())))?;
+    let env = environment(args);
+    let path = env.iter().find_map(|v| v.strip_prefix(b"PATH=")).unwrap_or(DEFAULT_PATH);
+    let workdir = args.workdir.as_deref().map_or(&b"/"[..], |w| w.as_bytes());
+    let name = args.program.as_bytes();
+    let candidates: Vec<Vec<u8>> = if name.contains(&b'/') {
+        vec![if name.first() == Some(&b'/') { name.to_vec() } else { [workdir, b"/", name].concat() }]
+    } else {
+        path.split(|b| *b == b':').filter(|d| !d.is_empty()).map(|d| [d, b"/", name].concat()).collect()
+    };
+    for c in candidates {
+        if let Some(n) = index.resolve(&c) {
+            let st = index.nodes[n].stat;
+            if st.mode & 0o170000 != 0o100000 {
+                continue;
+            }
+            if st.mode & 0o111 == 0 {
+                return Err(Failure::NotRunnable(format!(
+                    "{}: permission denied (not executable)",
+                    args.program.to_string_lossy()
+                )));
+            }
+            let mut bytes = vec![0u8; st.size as usize];
+            let got = index
+                .read(n, 0, &mut bytes)
+                .map_err(|e| Failure::NotRunnable(format!("{}: {e}", args.program.to_string_lossy())))?;
+            bytes.truncate(got);
+            return Ok(Some(bytes));
+        }
+    }
+    Ok(None)
 }
 
 fn read_program(path: &OsString) -> Result<Vec<u8>, Failure> {
@@ -321,7 +360,7 @@ fn volumes(args: &RunArgs) -> Result<Vec<crate::hostfs::MountSpec>, Failure> {
         if out.iter().any(|m| m.guest == guest) {
             return Err(bad(v, "another -v has the same GUEST"));
         }
-        out.push(crate::hostfs::MountSpec { host, guest, ro, rootfs: false });
+        out.push(crate::hostfs::MountSpec { host, guest, ro, rootfs: false, tar: false });
     }
     Ok(out)
 }
@@ -399,7 +438,10 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
     let (net, net_option) = network(&args)?;
     let path = &args.program;
     let shown = path.to_string_lossy().into_owned();
-    let file = read_program(&program_file(&args))?;
+    let file = match program_in_archive(&args)? {
+        Some(bytes) => bytes,
+        None => read_program(&program_file(&args))?,
+    };
     let prog = elf::Program::parse(&file).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))?;
     trace.mark("program read and validated");
 

@@ -72,8 +72,9 @@ pub fn workdir(workdir: Option<&OsStr>, rootfs: Option<&Path>) -> Result<Vec<u8>
     }
     let builtin =
         [&b"/"[..], b"/dev", b"/tmp"].iter().any(|b| path.strip_suffix(b"/").unwrap_or(&path) == *b || path == *b);
-    let in_rootfs =
-        rootfs.is_some_and(|r| r.join(OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(&path))).is_dir());
+    // (In a tar archive the kernel looks: a missing one is the root.)
+    let in_rootfs = rootfs
+        .is_some_and(|r| r.is_file() || r.join(OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(&path))).is_dir());
     if !builtin && !in_rootfs {
         return Err(RootfsError::NoWorkdir(w.to_string_lossy().into_owned()));
     }

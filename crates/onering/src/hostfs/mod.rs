@@ -14,6 +14,8 @@
 //! copied through a bounded buffer; a guest-chosen length never sizes an
 //! allocation beyond `MAX_IO`'s pieces, and the table holds at most `MAX_HANDLES`.
 
+pub mod tar;
+
 use crate::arch::paging::{read_guest, write_guest};
 use crate::sys::fs as sysfs;
 use onering_abi::hostfs::{self as proto, DirRecord, MountRecord};
@@ -32,6 +34,7 @@ const MAX_HANDLES: usize = 1 << 16;
 const PIECE: usize = 1 << 20;
 
 const EBADF: i64 = 9;
+const ENOENT: i64 = 2;
 const EFAULT: i64 = 14;
 const EINVAL: i64 = 22;
 const ENFILE: i64 = 23;
@@ -57,10 +60,15 @@ pub struct MountSpec {
     pub ro: bool,
     /// The root's lower layer (`--rootfs DIR`).
     pub rootfs: bool,
+    /// `host` is a tar archive served in place (`--rootfs FILE.tar`).
+    pub tar: bool,
 }
 
 struct Entry {
+    /// The host descriptor (for an archive's entry, the archive's).
     file: File,
+    /// The entry's node in its mount's archive, if it is one.
+    tar: Option<usize>,
     mount: usize,
     /// A directory's listing, read at READDIR index 0.
     listing: Option<Vec<(Vec<u8>, HostStat)>>,
@@ -76,6 +84,8 @@ struct Table {
 /// The server: the mounts and the handle table (shared by all vCPU threads).
 pub struct HostFs {
     mounts: Vec<MountSpec>,
+    /// The archive of each tar mount.
+    tars: Vec<Option<tar::TarIndex>>,
     table: Mutex<Table>,
 }
 
@@ -126,8 +136,18 @@ impl HostFs {
     /// Opens each mount's host directory (`O_PATH | O_DIRECTORY`).
     pub fn new(mounts: Vec<MountSpec>) -> Result<HostFs, HostFsError> {
         let mut t = Table::default();
+        let mut tars = Vec::new();
         for (i, m) in mounts.iter().enumerate() {
             let shown = m.host.display().to_string();
+            if m.tar {
+                let index = tar::TarIndex::open(&m.host).map_err(|e| HostFsError::Open(shown.clone(), e))?;
+                let file = index.file.try_clone().map_err(|e| HostFsError::Open(shown.clone(), e))?;
+                t.entries.push(Some(Entry { file, tar: Some(0), mount: i, listing: None }));
+                t.live += 1;
+                tars.push(Some(index));
+                continue;
+            }
+            tars.push(None);
             let f = std::fs::OpenOptions::new()
                 .read(true)
                 .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
@@ -139,13 +159,13 @@ impl HostFs {
                         HostFsError::Open(shown.clone(), e)
                     }
                 })?;
-            t.entries.push(Some(Entry { file: f, mount: i, listing: None }));
+            t.entries.push(Some(Entry { file: f, tar: None, mount: i, listing: None }));
             t.live += 1;
         }
         if !mounts.is_empty() {
             sysfs::raise_nofile();
         }
-        Ok(HostFs { mounts, table: Mutex::new(t) })
+        Ok(HostFs { mounts, tars, table: Mutex::new(t) })
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -160,6 +180,9 @@ impl HostFs {
             proto::MOUNTS => self.mounts_list(mem, a, b),
             proto::LOOKUP => {
                 let Some(n) = name(b) else { return -EINVAL };
+                if let Some(r) = self.tar_make(a, &n, mem, c) {
+                    return r;
+                }
                 self.make(a, false, |dir| sysfs::open_beneath(dir, &n, libc::O_PATH, 0), mem, c)
             }
             proto::OPEN => {
@@ -169,6 +192,11 @@ impl HostFs {
                     return -EINVAL;
                 }
                 let changes = c & 3 != proto::O_RDONLY || c & (proto::O_CREAT | proto::O_TRUNC) != 0;
+                if !changes {
+                    if let Some(r) = self.tar_make(a, &n, mem, e) {
+                        return r;
+                    }
+                }
                 self.make(a, changes, |dir| sysfs::open_beneath(dir, &n, c as i32, d as u32), mem, e)
             }
             proto::MKDIR => {
@@ -224,6 +252,12 @@ impl HostFs {
             }
             proto::STATAT => {
                 let Some(n) = name(b) else { return -EINVAL };
+                if let Some(r) = self.tar_node(a, |t, d| {
+                    let st = t.nodes[*t.nodes[d].children.get(&n).ok_or(-ENOENT)?].stat;
+                    write_guest(mem, c, &st.to_bytes()).map(|_| 0).ok_or(-EFAULT)
+                }) {
+                    return r;
+                }
                 self.with(a, false, |en| {
                     // (Through the directory descriptor's /proc entry: the
                     // directory itself, then one checked name, a link not followed.)
@@ -233,6 +267,9 @@ impl HostFs {
                     write_guest(mem, c, &st.to_bytes()).map(|_| 0).ok_or(-EFAULT)
                 })
             }
+            proto::STAT if self.is_tar(a) => self
+                .tar_node(a, |t, x| write_guest(mem, b, &t.nodes[x].stat.to_bytes()).map(|_| 0).ok_or(-EFAULT))
+                .unwrap_or(-EBADF),
             proto::STAT => self.with(a, false, |en| {
                 let st = host_stat(&en.file.metadata().map_err(err)?);
                 write_guest(mem, b, &st.to_bytes()).map(|_| 0).ok_or(-EFAULT)
@@ -259,7 +296,10 @@ impl HostFs {
                 })
             }
             proto::READLINK => self.with(a, false, |en| {
-                let t = sysfs::read_link(en.file.as_fd()).map_err(err)?;
+                let t = match en.tar {
+                    Some(x) => self.tars[en.mount].as_ref().map(|t| t.nodes[x].target.clone()).unwrap_or_default(),
+                    None => sysfs::read_link(en.file.as_fd()).map_err(err)?,
+                };
                 if t.len() as u64 > c {
                     return Err(-ERANGE);
                 }
@@ -284,6 +324,7 @@ impl HostFs {
             proto::CHOWN => {
                 self.with(a, true, |en| sysfs::chown_fd(en.file.as_fd(), b as u32, c as u32).map(|_| 0).map_err(err))
             }
+            proto::LOCK if self.is_tar(a) => 0,
             proto::LOCK => self.with(a, false, |en| {
                 let kind = match b {
                     proto::LOCK_READ => libc::F_RDLCK,
@@ -359,7 +400,7 @@ impl HostFs {
         if write_guest(mem, stat_va, &st.to_bytes()).is_none() {
             return -EFAULT;
         }
-        let entry = Entry { file, mount, listing: None };
+        let entry = Entry { file, tar: None, mount, listing: None };
         let h = match t.free.pop() {
             Some(i) => {
                 t.entries[i] = Some(entry);
@@ -372,6 +413,57 @@ impl HostFs {
         };
         t.live += 1;
         h as i64
+    }
+
+    fn is_tar(&self, h: u64) -> bool {
+        self.table().entries.get(h as usize).and_then(|e| e.as_ref()).is_some_and(|e| e.tar.is_some())
+    }
+
+    /// Runs `f` on handle `h`'s archive and node, if `h` is an archive's entry.
+    fn tar_node(&self, h: u64, f: impl FnOnce(&tar::TarIndex, usize) -> Result<i64, i64>) -> Option<i64> {
+        let (mount, x) = {
+            let t = self.table();
+            let en = t.entries.get(h as usize).and_then(|e| e.as_ref())?;
+            (en.mount, en.tar?)
+        };
+        let index = self.tars.get(mount)?.as_ref()?;
+        Some(f(index, x).unwrap_or_else(|e| e))
+    }
+
+    /// LOOKUP or OPEN of `name` in archive directory `dir`: a new handle on its
+    /// node; None if `dir` is no archive's.
+    fn tar_make(&self, dir: u64, name: &[u8], mem: &vm_memory::GuestMemoryMmap, stat_va: u64) -> Option<i64> {
+        let (mount, d) = {
+            let t = self.table();
+            let en = t.entries.get(dir as usize).and_then(|e| e.as_ref())?;
+            (en.mount, en.tar?)
+        };
+        let index = self.tars.get(mount)?.as_ref()?;
+        let Some(&x) = index.nodes[d].children.get(name) else { return Some(-ENOENT) };
+        if write_guest(mem, stat_va, &index.nodes[x].stat.to_bytes()).is_none() {
+            return Some(-EFAULT);
+        }
+        let file = match index.file.try_clone() {
+            Ok(f) => f,
+            Err(e) => return Some(err(e)),
+        };
+        let mut t = self.table();
+        if t.live >= MAX_HANDLES {
+            return Some(-ENFILE);
+        }
+        let entry = Entry { file, tar: Some(x), mount, listing: None };
+        let h = match t.free.pop() {
+            Some(i) => {
+                t.entries[i] = Some(entry);
+                i
+            }
+            None => {
+                t.entries.push(Some(entry));
+                t.entries.len() - 1
+            }
+        };
+        t.live += 1;
+        Some(h as i64)
     }
 
     fn close(&self, h: u64) -> i64 {
@@ -415,14 +507,15 @@ impl HostFs {
         let len = len.min(proto::MAX_IO);
         // (The descriptor is duplicated so that the table's lock is not held
         // across the host's I/O.)
-        let file = {
+        let (file, tar) = {
             let t = self.table();
             let Some(en) = t.entries.get(h as usize).and_then(|e| e.as_ref()) else { return -EBADF };
             if write && self.read_only(en.mount) {
                 return -EROFS;
             }
+            let tar = en.tar.and_then(|x| Some((self.tars[en.mount].as_ref()?, x)));
             match en.file.try_clone() {
-                Ok(f) => f,
+                Ok(f) => (f, tar),
                 Err(e) => return err(e),
             }
         };
@@ -437,7 +530,11 @@ impl HostFs {
                 file.write_at(&data, at)
             } else {
                 let mut data = vec![0u8; n as usize];
-                match file.read_at(&mut data, at) {
+                let got = match tar {
+                    Some((t, x)) => t.read(x, at, &mut data),
+                    None => file.read_at(&mut data, at),
+                };
+                match got {
                     Ok(got) => {
                         if write_guest(mem, va.wrapping_add(done), &data[..got]).is_none() {
                             return if done > 0 { done as i64 } else { -EFAULT };
@@ -467,7 +564,13 @@ impl HostFs {
         let mut t = self.table();
         let Some(en) = t.entries.get_mut(h as usize).and_then(|e| e.as_mut()) else { return -EBADF };
         if index == 0 || en.listing.is_none() {
-            match list(&en.file) {
+            let listing = match (en.tar, self.tars[en.mount].as_ref()) {
+                (Some(x), Some(t)) => {
+                    Ok(t.nodes[x].children.iter().map(|(n, c)| (n.clone(), t.nodes[*c].stat)).collect())
+                }
+                _ => list(&en.file),
+            };
+            match listing {
                 Ok(l) => en.listing = Some(l),
                 Err(e) => return err(e),
             }
