@@ -53,8 +53,8 @@ fn volumes_are_read_and_written_through_and_nothing_outside_is_reachable() {
     std::fs::write(ro.join("in.txt"), "read-only\n").unwrap();
     std::os::unix::fs::symlink(&outside, data.join("abs")).unwrap();
     std::os::unix::fs::symlink("../outside", data.join("rel")).unwrap();
-    for i in 0..10_000 {
-        std::fs::write(data.join("many").join(format!("f{i}")), "").unwrap();
+    for i in 0..100_000 {
+        std::fs::File::create(data.join("many").join(format!("f{i}"))).unwrap();
     }
     // The swap: data/swap is a directory holding a harmless "secret", or a link to
     // the outside, back and forth while the program reads through it.

@@ -100,6 +100,14 @@ impl HostOps for Hostcalls {
         fs::simple(proto::CHOWN, &[h, id(uid), id(gid)]).map(|_| ()).map_err(errno)
     }
 
+    fn make_room(&self, bytes: usize, block: bool) -> bool {
+        if block {
+            onering_arch::heap::ensure_block(bytes)
+        } else {
+            onering_arch::heap::ensure(bytes)
+        }
+    }
+
     fn read(&self, h: u64, offset: u64, bufs: &mut [&mut [u8]]) -> Result<usize, Errno> {
         fs::readv(h, bufs, offset).map_err(errno)
     }

@@ -916,7 +916,9 @@ pub fn getdents64(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     {
         let mut v = ctx.k.vfs.lock();
         v.load(dir_ino)?;
-        while let Some((name, ino)) = v.entry_at(dir_ino, pos)? {
+        // (One walk to `pos` per call, then in order: a large directory is not
+        // walked from its start for every entry.)
+        for (name, ino) in v.entries_from(dir_ino, pos)? {
             let reclen = (19 + name.len() + 1).next_multiple_of(8);
             if (out.len() + reclen) as u64 > count {
                 if out.is_empty() {

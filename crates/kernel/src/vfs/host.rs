@@ -46,6 +46,9 @@ pub trait HostOps: Sync {
     fn chmod(&self, h: u64, mode: u32) -> Result<(), Errno>;
     fn utimes(&self, h: u64, atime: Option<u64>, mtime: Option<u64>) -> Result<(), Errno>;
     fn chown(&self, h: u64, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno>;
+    /// Makes room in the kernel heap for `bytes` more (one block of that size when
+    /// `block`) before the tree grows by a host listing; false if memory is out.
+    fn make_room(&self, bytes: usize, block: bool) -> bool;
     /// `pread` into `bufs` in order: bytes read.
     fn read(&self, h: u64, offset: u64, bufs: &mut [&mut [u8]]) -> Result<usize, Errno>;
     fn close(&self, h: u64);
@@ -195,17 +198,29 @@ impl Vfs {
             _ => return Ok(()),
         };
         let handle = self.handle_of(ino)?;
+        let _ = layer;
         if is_dir {
-            let mut found = Vec::new();
-            ops.readdir(handle, &mut |name, st| found.push((name.to_vec(), *st)))?;
-            let readonly = self.node(ino).readonly;
-            for (name, st) in found {
-                if self.has_entry(ino, &name) {
-                    continue;
+            // Entry by entry as they come (a listing of 100,000 is never held
+            // whole), the heap made room as the tree grows: out of memory ends
+            // the listing with ENOMEM, never a kernel panic.
+            let mut out = Ok(());
+            let mut added = 0usize;
+            ops.readdir(handle, &mut |name, st| {
+                if out.is_err() || self.has_entry(ino, name) {
+                    return;
                 }
-                let _ = (layer, readonly);
-                self.add_listed(ino, &name, &st);
-            }
+                if added % 256 == 0 && !ops.make_room(256 * 512, false) {
+                    out = Err(Errno::ENOMEM);
+                    return;
+                }
+                if let Err(e) = self.room_for_node(ops) {
+                    out = Err(e);
+                    return;
+                }
+                self.add_listed(ino, name, st);
+                added += 1;
+            })?;
+            out?;
         } else if matches!(self.node(ino).data, Data::Symlink(_)) {
             let target = ops.readlink(handle)?;
             self.node_mut(ino).data = Data::Symlink(target);
@@ -703,6 +718,9 @@ mod tests {
         }
         fn chown(&self, _: u64, _: Option<u32>, _: Option<u32>) -> Result<(), Errno> {
             Ok(())
+        }
+        fn make_room(&self, _: usize, _: bool) -> bool {
+            true
         }
         fn read(&self, h: u64, offset: u64, bufs: &mut [&mut [u8]]) -> Result<usize, Errno> {
             self.log("read");

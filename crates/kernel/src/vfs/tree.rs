@@ -416,6 +416,17 @@ impl Vfs {
         }
     }
 
+    /// Room for one more node in the node table (its next doubling made room for
+    /// in the heap first, through `ops`).
+    pub(super) fn room_for_node(&mut self, ops: super::host::Ops) -> Result<(), Errno> {
+        if !self.free.is_empty() || self.nodes.len() < self.nodes.capacity() {
+            return Ok(());
+        }
+        let want = self.nodes.capacity().max(64) * core::mem::size_of::<Option<Node>>();
+        ops.make_room(want * 2, true);
+        self.nodes.try_reserve(self.nodes.capacity().max(64)).map_err(|_| Errno::ENOMEM)
+    }
+
     pub(super) fn has_entry(&self, dir: Ino, name: &[u8]) -> bool {
         self.entries(dir).is_ok_and(|e| e.contains_key(name))
     }
@@ -933,14 +944,12 @@ impl Vfs {
         Ok(())
     }
 
-    /// Entry number `pos` of directory `dir` ("." and ".." first), without copying.
-    pub fn entry_at(&self, dir: Ino, pos: usize) -> Result<Option<(&[u8], Ino)>, Errno> {
+    /// The entries of directory `dir` from number `pos` on ("." and ".." first),
+    /// without copying.
+    pub fn entries_from(&self, dir: Ino, pos: usize) -> Result<impl Iterator<Item = (&[u8], Ino)>, Errno> {
         let e = self.entries(dir)?;
-        Ok(match pos {
-            0 => Some((&b"."[..], dir)),
-            1 => Some((&b".."[..], self.node(dir).parent)),
-            n => e.iter().nth(n - 2).map(|(name, ino)| (name.as_slice(), *ino)),
-        })
+        let dots = [(&b"."[..], dir), (&b".."[..], self.node(dir).parent)];
+        Ok(dots.into_iter().chain(e.iter().map(|(n, i)| (n.as_slice(), *i))).skip(pos))
     }
 
     /// The directory entries of `dir`, "." and ".." first: (name, inode).
