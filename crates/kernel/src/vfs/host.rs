@@ -209,7 +209,7 @@ impl Vfs {
                 if out.is_err() || self.has_entry(ino, name) {
                     return;
                 }
-                if added % 256 == 0 && !ops.make_room(256 * 512, false) {
+                if added.is_multiple_of(256) && !ops.make_room(256 * 512, false) {
                     out = Err(Errno::ENOMEM);
                     return;
                 }
