@@ -372,11 +372,11 @@ fn panic_note(w: &mut dyn core::fmt::Write, panicking: &onering_arch::panic::Pan
 
 /// The host's directories the VMM serves (`--rootfs DIR` at `/`, `-v` volumes),
 /// mounted in the tree (read when first used); the page cache of their files may
-/// take an eighth of the VM's RAM.
+/// take a quarter of the VM's RAM.
 fn mount_host(vfs: &mut Vfs, flags: u64, ram: u64) {
     use crate::vfs::host::Layer;
     use onering_abi::hostfs::{MOUNT_RO, MOUNT_ROOTFS};
-    vfs.set_host(&crate::fs::host::HOSTCALLS, (ram / 8) as usize);
+    vfs.set_host(&crate::fs::host::HOSTCALLS, (ram / 4) as usize);
     for (handle, (f, path)) in crate::fs::host::mounts().into_iter().enumerate() {
         let (layer, readonly) = if f & MOUNT_ROOTFS != 0 {
             (Layer::Rootfs, flags & onering_abi::flags::READ_ONLY != 0)

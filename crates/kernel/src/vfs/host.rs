@@ -97,6 +97,10 @@ pub struct HostRef {
     pub dev: u64,
     /// A mount's root keeps its handle for the VM's life.
     pub root: bool,
+    /// The chunk after the last one a read fetched: a read that wants it is
+    /// sequential and reads ahead; any other fetches one chunk (random reads
+    /// would waste the readahead).
+    pub next: usize,
 }
 
 /// Chunks read ahead past the one a read needs (512 KiB in all: one hostcall,
@@ -132,6 +136,7 @@ fn node_of(layer: Layer, name: &[u8], st: &HostStat, readonly: bool) -> Option<(
         ino: st.ino,
         dev: st.dev,
         root: false,
+        next: 0,
     };
     Some((data, h, st.mode as u32 & 0o7777))
 }
@@ -161,6 +166,7 @@ impl Vfs {
             ino: 0,
             dev: 0,
             root: true,
+            next: 0,
         }));
         if let Some(st) = self.hostops.and_then(|ops| ops.stat(handle).ok()) {
             let n = self.node_mut(ino);
@@ -473,7 +479,12 @@ impl Vfs {
         let (a, b) = ((offset / CHUNK as u64) as usize, end.div_ceil(CHUNK as u64) as usize);
         let Some(first) = (a..b).find(|i| !p.has(*i)) else { return Ok(None) };
         let last = p.len().div_ceil(CHUNK as u64) as usize;
-        let count = (first..last.min(b.max(first + 1) + READAHEAD)).take_while(|i| !p.has(*i)).count();
+        let sequential = first == 0 || self.node(ino).host.as_ref().is_some_and(|h| h.next == first);
+        let ahead = if sequential { READAHEAD } else { 0 };
+        let count = (first..last.min(b.max(first + 1) + ahead)).take_while(|i| !p.has(*i)).count();
+        if let Some(h) = self.node_mut(ino).host.as_mut() {
+            h.next = first + count;
+        }
         let handle = self.io_handle(ino, false)?;
         Ok(Some(ReadPlan { handle, first, count }))
     }
@@ -586,6 +597,7 @@ impl Vfs {
                 ino: st.ino,
                 dev: st.dev,
                 root: false,
+                next: 0,
             },
             0o755,
         ));
