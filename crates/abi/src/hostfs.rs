@@ -43,9 +43,10 @@
 //! - [`TRUNCATE`] `(h, len)` (an [`OPEN`] handle for writing); [`FSYNC`] `(h)`.
 //! - [`CHMOD`] `(h, mode)`; [`UTIMES`] `(h, atime, mtime)` (ns since the epoch,
 //!   [`UTIME_OMIT`] to leave one); [`CHOWN`] `(h, uid, gid)` (`u32::MAX`: leave).
-//! - [`LOCK`] `(h, kind, start, len)`: an OFD lock on the host file (kind:
+//! - [`LOCK`] `(h, kind, start, len, stat)`: an OFD lock on the host file (kind:
 //!   [`LOCK_READ`], [`LOCK_WRITE`], [`LOCK_UNLOCK`]), never waiting: -EAGAIN
-//!   if another holder has it.
+//!   if another holder has it; once granted, the file's stat into `stat` (if not
+//!   0: what the guest revalidates its cache by, in the same exit).
 //!
 //! A read-only mount refuses every change with -EROFS.
 

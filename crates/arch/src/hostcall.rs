@@ -379,6 +379,16 @@ pub mod fs {
         ok(call(op, &[dir, n.addr(), dir2, n2.addr()])).map(|_| ())
     }
 
+    /// LOCK of `kind` over `len` bytes from `start` on handle `h`: once granted,
+    /// the file's stat (read in the same exit).
+    pub fn lock(h: u64, kind: u64, start: u64, len: u64) -> Result<HostStat, i64> {
+        let st = Shared::<W>::new(&[]);
+        ok(call(proto::LOCK, &[h, kind, start, len, st.addr()]))?;
+        let mut b = [0u8; HOST_STAT_SIZE];
+        st.read(&mut b);
+        Ok(HostStat::from_bytes(&b))
+    }
+
     /// TRUNCATE, FSYNC, CHMOD, UTIMES, CHOWN, LOCK: integers only.
     pub fn simple(op: u64, args: &[u64]) -> Result<u64, i64> {
         ok(call(op, args))

@@ -176,10 +176,10 @@ impl File for NodeFile {
         let writable = !v.node(self.node.ino).readonly;
         let h = v.io_handle(self.node.ino, writable)?;
         drop(v);
-        onering_arch::hostcall::fs::simple(proto::LOCK, &[h, k, start as u64, len as u64])
+        let st = onering_arch::hostcall::fs::lock(h, k, start as u64, len as u64)
             .map_err(|e| Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO))?;
         if kind.is_some() {
-            self.node.vfs.lock().relock(self.node.ino)?;
+            self.node.vfs.lock().relock(self.node.ino, &st);
         }
         Ok(())
     }

@@ -400,16 +400,14 @@ impl Vfs {
         n.mtime = mtime;
     }
 
-    /// Host file `ino` after a lock on it was granted: the host's state is read
-    /// again (another VM may have written it before it let the lock go, as
-    /// SQLite's readers expect of a shared file).
-    pub fn relock(&mut self, ino: Ino) -> Result<(), Errno> {
-        let ops = self.hostops.ok_or(Errno::EIO)?;
-        let h = self.io_handle(ino, false)?;
-        let st = ops.stat(h)?;
+    /// Host file `ino` after a lock on it was granted, `st` its stat then: the
+    /// host's state is read again (another VM may have written it before it let
+    /// the lock go, as SQLite's readers expect of a shared file).
+    pub fn relock(&mut self, ino: Ino, st: &HostStat) {
+        // (Its cached chunks go whatever the stat says: a host's times are
+        // coarser than two writes, and a writer may keep the size.)
         self.uncache(ino);
-        self.revalidate(ino, &st);
-        Ok(())
+        self.revalidate(ino, st);
     }
 
     /// Closes host file `ino`'s I/O handle (its last open file closed).

@@ -333,7 +333,12 @@ impl HostFs {
                     _ => return Err(-EINVAL),
                 };
                 let (start, len) = (i64::try_from(c).map_err(|_| -EINVAL)?, i64::try_from(d).map_err(|_| -EINVAL)?);
-                sysfs::ofd_lock(en.file.as_fd(), kind as i16, start, len).map(|_| 0).map_err(err)
+                sysfs::ofd_lock(en.file.as_fd(), kind as i16, start, len).map_err(err)?;
+                if e != 0 {
+                    let st = host_stat(&en.file.metadata().map_err(err)?);
+                    write_guest(mem, e, &st.to_bytes()).ok_or(-EFAULT)?;
+                }
+                Ok(0)
             }),
             _ => -EINVAL,
         }
