@@ -81,6 +81,24 @@ struct Table {
     live: usize,
 }
 
+impl Table {
+    /// A new handle on `entry` (the caller checked the table's limit).
+    fn insert(&mut self, entry: Entry) -> i64 {
+        let h = match self.free.pop() {
+            Some(i) => {
+                self.entries[i] = Some(entry);
+                i
+            }
+            None => {
+                self.entries.push(Some(entry));
+                self.entries.len() - 1
+            }
+        };
+        self.live += 1;
+        h as i64
+    }
+}
+
 /// The server: the mounts and the handle table (shared by all vCPU threads).
 pub struct HostFs {
     mounts: Vec<MountSpec>,
@@ -405,19 +423,7 @@ impl HostFs {
         if write_guest(mem, stat_va, &st.to_bytes()).is_none() {
             return -EFAULT;
         }
-        let entry = Entry { file, tar: None, mount, listing: None };
-        let h = match t.free.pop() {
-            Some(i) => {
-                t.entries[i] = Some(entry);
-                i
-            }
-            None => {
-                t.entries.push(Some(entry));
-                t.entries.len() - 1
-            }
-        };
-        t.live += 1;
-        h as i64
+        t.insert(Entry { file, tar: None, mount, listing: None })
     }
 
     fn is_tar(&self, h: u64) -> bool {
@@ -456,19 +462,7 @@ impl HostFs {
         if t.live >= MAX_HANDLES {
             return Some(-ENFILE);
         }
-        let entry = Entry { file, tar: Some(x), mount, listing: None };
-        let h = match t.free.pop() {
-            Some(i) => {
-                t.entries[i] = Some(entry);
-                i
-            }
-            None => {
-                t.entries.push(Some(entry));
-                t.entries.len() - 1
-            }
-        };
-        t.live += 1;
-        Some(h as i64)
+        Some(t.insert(Entry { file, tar: Some(x), mount, listing: None }))
     }
 
     fn close(&self, h: u64) -> i64 {
