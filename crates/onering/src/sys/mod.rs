@@ -20,9 +20,9 @@ pub fn advise_hugepages(host: *mut u8, len: usize) {
     if end <= start {
         return;
     }
-    // madvise on page-aligned bounds inside a mapping this process owns;
-    // MADV_HUGEPAGE changes only how the host backs it. Failure is harmless.
-    // SAFETY: as explained above.
+    // SAFETY: madvise on page-aligned bounds inside a mapping this process owns;
+    // MADV_HUGEPAGE changes only how the host backs it, never its contents.
+    // Failure is harmless.
     unsafe {
         libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
     }
@@ -30,18 +30,17 @@ pub fn advise_hugepages(host: *mut u8, len: usize) {
 
 /// Registers guest memory with KVM.
 pub fn register_memory(vm: &VmFd, r: kvm_userspace_memory_region) -> Result<(), kvm_ioctls::Error> {
-    // `r` describes a region of a GuestMemoryMmap that the caller keeps alive
-    // (and mapped) for as long as the VM exists: main holds both until the process
-    // exits. Slots come from distinct, non-overlapping regions.
-    // SAFETY: as explained above.
+    // SAFETY: `r` describes a region of a GuestMemoryMmap that the caller keeps
+    // alive (and mapped) for as long as the VM exists: main holds both until the
+    // process exits. Slots come from distinct, non-overlapping regions.
     unsafe { vm.set_user_memory_region(r) }
 }
 
 /// Asks the host to wake the calling thread's timed sleeps on time: the default
 /// 50 µs timer slack would make every halt of a vCPU that long late.
 pub fn precise_timers() {
-    // PR_SET_TIMERSLACK takes an integer and changes only this thread's slack.
-    // SAFETY: as explained above.
+    // SAFETY: PR_SET_TIMERSLACK takes an integer and changes only this thread's
+    // timer slack; no memory is passed.
     unsafe {
         libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
     }
