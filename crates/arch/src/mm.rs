@@ -17,6 +17,15 @@
 //! memory the program writes at will: until it is unmapped it cannot be freed
 //! (and so handed out again) or kept as kernel memory; both check (`MAPPED`).
 //!
+//! Warm chunks (seed B-5): guest RAM the VM never touched costs a host fault per
+//! 4 KiB page at its first touch (~9 µs here, 5 ms a chunk: measured, design.md),
+//! and a free chunk is kept zeroed already, so what a pool of ready pages saves here
+//! is that first touch. The allocator knows which chunks were ever touched (each
+//! range's chunks below its `warm` mark); an idle vCPU takes the next cold one
+//! ([`ChunkAllocator::take_cold`]), touches its pages ([`Chunk::touch`]) and gives it
+//! back warm, while fewer than [`WARM_POOL`] warm chunks are free. Chunks go out
+//! lowest first, so the program gets the warm ones first.
+//!
 //! On the host (tests) chunks and the allocator work the same; page tables and chunk
 //! contents are not touched.
 
@@ -37,6 +46,16 @@ impl Chunk {
     }
 
     /// Zeroes `[offset, offset + len)` of the chunk (clamped to it).
+    /// Touches pages `first..first + count` of the chunk (of 512), writing the
+    /// zero each already holds: the host backs them now, not at the program's
+    /// first touch.
+    pub fn touch(&mut self, first: u64, count: u64) {
+        let pages = HUGE_PAGE_SIZE / 4096;
+        for p in first.min(pages)..(first + count).min(pages) {
+            self.zero(p * 4096, 1);
+        }
+    }
+
     pub fn zero(&mut self, offset: u64, len: u64) {
         let (offset, len) = clamp(offset, len);
         #[cfg(target_os = "none")]
@@ -107,13 +126,20 @@ struct Range {
     chunks: usize,
     /// Bit set = chunk in use.
     used: Vec<u64>,
+    /// Chunks below this index were touched (handed out once, or warmed).
+    warm: usize,
 }
+
+/// How many warm free chunks idle vCPUs keep ready (32 MiB).
+pub const WARM_POOL: usize = 16;
 
 /// Allocator of 2 MiB chunks, one bit per chunk.
 #[derive(Debug, Default)]
 pub struct ChunkAllocator {
     ranges: Vec<Range>,
     free: usize,
+    /// Free chunks below their range's warm mark.
+    warm_free: usize,
 }
 
 impl ChunkAllocator {
@@ -140,7 +166,7 @@ impl ChunkAllocator {
             return;
         }
         let chunks = ((end - base) / HUGE_PAGE_SIZE) as usize;
-        self.ranges.push(Range { base, chunks, used: vec![0; chunks.div_ceil(64)] });
+        self.ranges.push(Range { base, chunks, used: vec![0; chunks.div_ceil(64)], warm: 0 });
         self.free += chunks;
     }
 
@@ -167,6 +193,11 @@ impl ChunkAllocator {
                 }
                 *word |= 1 << bit;
                 self.free -= 1;
+                if idx < r.warm {
+                    self.warm_free -= 1;
+                } else {
+                    r.warm = idx + 1;
+                }
                 return Some(Chunk { phys: r.base + idx as u64 * HUGE_PAGE_SIZE });
             }
         }
@@ -203,7 +234,11 @@ impl ChunkAllocator {
                 for i in start..start + n {
                     r.used[i / 64] |= 1 << (i % 64);
                     run.push(Chunk { phys: r.base + i as u64 * HUGE_PAGE_SIZE });
+                    if i < r.warm {
+                        self.warm_free -= 1;
+                    }
                 }
+                r.warm = r.warm.max(start + n);
                 self.free -= n;
                 return Some(run);
             }
@@ -225,10 +260,50 @@ impl ChunkAllocator {
                 if r.used[w] & (1 << bit) != 0 {
                     r.used[w] &= !(1 << bit);
                     self.free += 1;
+                    if idx < r.warm {
+                        self.warm_free += 1;
+                    }
                 }
                 return;
             }
         }
+    }
+
+    /// Whether an idle vCPU should warm a chunk: fewer than [`WARM_POOL`] warm
+    /// chunks are free, and a cold one is left.
+    pub fn wants_warming(&self) -> bool {
+        self.warm_free < WARM_POOL && self.ranges.iter().any(|r| r.warm < r.chunks)
+    }
+
+    /// The lowest free chunk never touched, taken out (it counts as warm from
+    /// now: give it back with [`free`](Self::free) once touched); None if none
+    /// is left or the pool is full.
+    pub fn take_cold(&mut self) -> Option<Chunk> {
+        if !self.wants_warming() {
+            return None;
+        }
+        for r in &mut self.ranges {
+            while r.warm < r.chunks {
+                let i = r.warm;
+                r.warm += 1;
+                if r.used[i / 64] & (1 << (i % 64)) == 0 {
+                    r.used[i / 64] |= 1 << (i % 64);
+                    self.free -= 1;
+                    return Some(Chunk { phys: r.base + i as u64 * HUGE_PAGE_SIZE });
+                }
+            }
+        }
+        None
+    }
+
+    /// Whether any chunk was never touched.
+    pub fn any_cold(&self) -> bool {
+        self.ranges.iter().any(|r| r.warm < r.chunks)
+    }
+
+    /// Free chunks that were touched (for tests and `--stats`).
+    pub fn warm_free(&self) -> usize {
+        self.warm_free
     }
 }
 
@@ -481,6 +556,33 @@ fn assert_unmapped(phys: u64) {
 mod tests {
     use super::*;
     const M: u64 = HUGE_PAGE_SIZE;
+
+    #[test]
+    fn the_warm_pool_counts_touched_free_chunks() {
+        let mut a = ChunkAllocator::new();
+        a.add_range(0, 40 * M);
+        assert!(a.wants_warming() && a.any_cold() && a.warm_free() == 0);
+        let first = a.alloc().unwrap();
+        assert_eq!(first.phys(), 0);
+        // Warming takes the next cold chunk out, and it comes back warm.
+        let c = a.take_cold().unwrap();
+        assert_eq!((c.phys(), a.free_chunks()), (M, 38));
+        a.free(c);
+        assert_eq!(a.warm_free(), 1);
+        // The program gets the warm chunk first.
+        assert_eq!(a.alloc().unwrap().phys(), M);
+        assert_eq!(a.warm_free(), 0);
+        // Up to the pool's size, then no more warming.
+        for _ in 0..WARM_POOL {
+            let c = a.take_cold().unwrap();
+            a.free(c);
+        }
+        assert_eq!(a.warm_free(), WARM_POOL);
+        assert!(!a.wants_warming() && a.take_cold().is_none() && a.any_cold());
+        // A chunk the program gave back is warm too.
+        a.free(first);
+        assert_eq!(a.warm_free(), WARM_POOL + 1);
+    }
 
     #[test]
     fn allocates_lowest_and_reuses() {
