@@ -25,7 +25,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use thiserror::Error;
 
 /// Most handles at once (each a host descriptor).
@@ -65,8 +65,9 @@ pub struct MountSpec {
 }
 
 struct Entry {
-    /// The host descriptor (for an archive's entry, the archive's).
-    file: File,
+    /// The host descriptor (for an archive's entry, the archive's), shared with
+    /// the I/O in flight on it (which runs without the table's lock).
+    file: Arc<File>,
     /// The entry's node in its mount's archive, if it is one.
     tar: Option<usize>,
     mount: usize,
@@ -159,8 +160,7 @@ impl HostFs {
             let shown = m.host.display().to_string();
             if m.tar {
                 let index = tar::TarIndex::open(&m.host).map_err(|e| HostFsError::Open(shown.clone(), e))?;
-                let file = index.file.try_clone().map_err(|e| HostFsError::Open(shown.clone(), e))?;
-                t.entries.push(Some(Entry { file, tar: Some(0), mount: i, listing: None }));
+                t.entries.push(Some(Entry { file: Arc::clone(&index.file), tar: Some(0), mount: i, listing: None }));
                 t.live += 1;
                 tars.push(Some(index));
                 continue;
@@ -177,7 +177,7 @@ impl HostFs {
                         HostFsError::Open(shown.clone(), e)
                     }
                 })?;
-            t.entries.push(Some(Entry { file: f, tar: None, mount: i, listing: None }));
+            t.entries.push(Some(Entry { file: Arc::new(f), tar: None, mount: i, listing: None }));
             t.live += 1;
         }
         if !mounts.is_empty() {
@@ -423,7 +423,7 @@ impl HostFs {
         if write_guest(mem, stat_va, &st.to_bytes()).is_none() {
             return -EFAULT;
         }
-        t.insert(Entry { file, tar: None, mount, listing: None })
+        t.insert(Entry { file: Arc::new(file), tar: None, mount, listing: None })
     }
 
     fn is_tar(&self, h: u64) -> bool {
@@ -454,15 +454,11 @@ impl HostFs {
         if write_guest(mem, stat_va, &index.nodes[x].stat.to_bytes()).is_none() {
             return Some(-EFAULT);
         }
-        let file = match index.file.try_clone() {
-            Ok(f) => f,
-            Err(e) => return Some(err(e)),
-        };
         let mut t = self.table();
         if t.live >= MAX_HANDLES {
             return Some(-ENFILE);
         }
-        Some(t.insert(Entry { file, tar: Some(x), mount, listing: None }))
+        Some(t.insert(Entry { file: Arc::clone(&index.file), tar: Some(x), mount, listing: None }))
     }
 
     fn close(&self, h: u64) -> i64 {
@@ -504,8 +500,8 @@ impl HostFs {
     /// a bounded buffer, page run by page run.
     fn io(&self, write: bool, h: u64, va: u64, len: u64, off: u64, mem: &vm_memory::GuestMemoryMmap) -> i64 {
         let len = len.min(proto::MAX_IO);
-        // (The descriptor is duplicated so that the table's lock is not held
-        // across the host's I/O.)
+        // (The descriptor is shared, not the table's lock held, across the host's
+        // I/O.)
         let (file, tar) = {
             let t = self.table();
             let Some(en) = t.entries.get(h as usize).and_then(|e| e.as_ref()) else { return -EBADF };
@@ -513,10 +509,7 @@ impl HostFs {
                 return -EROFS;
             }
             let tar = en.tar.and_then(|x| Some((self.tars[en.mount].as_ref()?, x)));
-            match en.file.try_clone() {
-                Ok(f) => (f, tar),
-                Err(e) => return err(e),
-            }
+            (Arc::clone(&en.file), tar)
         };
         let mut done = 0u64;
         while done < len {

@@ -29,7 +29,8 @@ pub struct Node {
 
 /// An archive's tree; node 0 is its root.
 pub struct TarIndex {
-    pub file: File,
+    /// The archive (shared by every handle on its entries).
+    pub file: std::sync::Arc<File>,
     pub nodes: Vec<Node>,
 }
 
@@ -46,7 +47,8 @@ impl TarIndex {
     /// Reads the headers of archive `path`.
     pub fn open(path: &Path) -> std::io::Result<TarIndex> {
         let file = File::open(path)?;
-        let mut index = TarIndex { file: file.try_clone()?, nodes: vec![node(S_IFDIR | 0o755, 0)] };
+        let mut index =
+            TarIndex { file: std::sync::Arc::new(file.try_clone()?), nodes: vec![node(S_IFDIR | 0o755, 0)] };
         let mut archive = tar::Archive::new(file);
         for entry in archive.entries_with_seek()? {
             let entry = entry?;
