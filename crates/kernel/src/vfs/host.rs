@@ -114,7 +114,7 @@ pub struct ReadPlan {
     pub count: usize,
 }
 
-fn node_of(layer: Layer, name: &[u8], st: &HostStat, readonly: bool) -> Option<(Data, HostRef, u32)> {
+fn node_of(layer: Layer, name: &[u8], st: &HostStat) -> Option<(Data, HostRef, u32)> {
     let kind = st.mode as u32 & super::tree::mode::S_IFMT;
     let data = match kind {
         super::tree::mode::S_IFDIR => Data::Dir(BTreeMap::new()),
@@ -126,7 +126,6 @@ fn node_of(layer: Layer, name: &[u8], st: &HostStat, readonly: bool) -> Option<(
         super::tree::mode::S_IFLNK => Data::Symlink(Vec::new()),
         _ => return None, // devices, FIFOs and sockets of the host are not shared
     };
-    let _ = readonly;
     let h = HostRef {
         layer,
         handle: None,
@@ -199,12 +198,11 @@ impl Vfs {
     /// entries join those made in the VM, which win) or a link's target.
     pub fn load(&mut self, ino: Ino) -> Result<(), Errno> {
         let Some(ops) = self.hostops else { return Ok(()) };
-        let (layer, is_dir) = match &self.node(ino).host {
-            Some(h) if !h.loaded => (h.layer, self.node(ino).is_dir()),
+        let is_dir = match &self.node(ino).host {
+            Some(h) if !h.loaded => self.node(ino).is_dir(),
             _ => return Ok(()),
         };
         let handle = self.handle_of(ino)?;
-        let _ = layer;
         if is_dir {
             // Entry by entry as they come (a listing of 100,000 is never held
             // whole), the heap made room as the tree grows: out of memory ends
@@ -281,7 +279,7 @@ impl Vfs {
     fn add_listed(&mut self, dir: Ino, name: &[u8], st: &HostStat) {
         let Some(layer) = self.layer(dir) else { return };
         let readonly = self.node(dir).readonly;
-        let Some((data, h, mode)) = node_of(layer, name, st, readonly) else { return };
+        let Some((data, h, mode)) = node_of(layer, name, st) else { return };
         let child = self.add_host(dir, name, data, mode, readonly, h);
         let n = self.node_mut(child);
         n.mtime = ns(st.mtime_sec, st.mtime_nsec);
@@ -584,7 +582,7 @@ impl Vfs {
     /// handle for a file it opened, else let go).
     pub(super) fn add_made(&mut self, dir: Ino, name: &[u8], h: u64, st: &HostStat, io: bool, now: u64) -> Ino {
         let layer = self.layer(dir).unwrap_or(Layer::Volume { ro: false });
-        let (data, mut r, mode) = node_of(layer, name, st, false).unwrap_or((
+        let (data, mut r, mode) = node_of(layer, name, st).unwrap_or((
             Data::Dir(BTreeMap::new()),
             HostRef {
                 layer,
