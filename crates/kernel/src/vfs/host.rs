@@ -494,7 +494,7 @@ impl Vfs {
                 if let Some(Data::HostFile(p)) = self.nodes_get_mut(old).map(|n| &mut n.data) {
                     if p.has(k) {
                         p.evict(k);
-                        self.cache_used -= CHUNK;
+                        self.cache_used = self.cache_used.saturating_sub(CHUNK);
                     }
                 }
             }
@@ -520,7 +520,7 @@ impl Vfs {
                 freed += CHUNK;
             }
         }
-        self.cache_used -= freed;
+        self.cache_used = self.cache_used.saturating_sub(freed);
     }
 
     pub(super) fn uncache(&mut self, ino: Ino) {
@@ -553,7 +553,7 @@ impl Vfs {
             if at + n > p.len() {
                 p.set_len(at + n);
             }
-            self.cache_used -= freed;
+            self.cache_used = self.cache_used.saturating_sub(freed);
         }
         if let Some(x) = self.nodes_get_mut(ino) {
             x.mtime = now;

@@ -366,7 +366,7 @@ impl Vfs {
                     let data = match &n.data {
                         Data::File(p) => p.footprint(),
                         Data::HostFile(p) => {
-                            self.cache_used -= p.footprint().min(self.cache_used) / CHUNK * CHUNK;
+                            self.cache_used = self.cache_used.saturating_sub(p.footprint() / CHUNK * CHUNK);
                             0
                         }
                         _ => 0,
