@@ -390,16 +390,23 @@ static void dual_stack(void) {
     close(t), close(l);
     int one = 1;
     for (int ty = SOCK_STREAM; ty <= SOCK_DGRAM; ty++) {
-        int six = socket(AF_INET6, ty, 0);
-        setsockopt(six, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
-        any.sin6_port = 0;
-        len = sizeof any;
-        bind(six, (struct sockaddr *)&any, len);
-        getsockname(six, (struct sockaddr *)&any, &len);
-        v4any.sin_port = any.sin6_port;
-        int four = socket(AF_INET, ty, 0);
-        CHECK(bind(four, (struct sockaddr *)&v4any, sizeof v4any) == 0,
-              ty == SOCK_STREAM ? "TCP: 0.0.0.0 beside a v6-only [::]" : "UDP: 0.0.0.0 beside a v6-only [::]");
+        /* (On the host another process may hold the v6 port's number in IPv4:
+           then another port is tried, or the accept below would wait forever.) */
+        int six = -1, four = -1, bound = 0;
+        for (int tries = 0; tries < 50 && !bound; tries++) {
+            if (six >= 0) close(six), close(four);
+            six = socket(AF_INET6, ty, 0);
+            setsockopt(six, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+            any.sin6_port = 0;
+            len = sizeof any;
+            bind(six, (struct sockaddr *)&any, len);
+            getsockname(six, (struct sockaddr *)&any, &len);
+            v4any.sin_port = any.sin6_port;
+            four = socket(AF_INET, ty, 0);
+            bound = bind(four, (struct sockaddr *)&v4any, sizeof v4any) == 0;
+        }
+        CHECK(bound, ty == SOCK_STREAM ? "TCP: 0.0.0.0 beside a v6-only [::]" : "UDP: 0.0.0.0 beside a v6-only [::]");
+        if (!bound) return;
         /* Each gets its own family's traffic only. */
         struct sockaddr_in to4 = v4any;
         to4.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
