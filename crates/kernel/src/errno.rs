@@ -146,6 +146,12 @@ impl Errno {
         ALL.iter().copied().find(|e| *e as u32 == n)
     }
 
+    /// The error a hostcall returned (a negative errno from the VMM), EIO for one
+    /// the kernel does not know.
+    pub fn from_host(r: i64) -> Errno {
+        Errno::from_raw(r.unsigned_abs().min(u64::from(u32::MAX)) as u32).unwrap_or(Errno::EIO)
+    }
+
     /// The value a system call returns for this error: `-errno` as an unsigned word.
     pub const fn to_ret(self) -> u64 {
         (-(self as i64)) as u64

@@ -16,17 +16,13 @@ pub struct Hostcalls;
 /// The one the kernel's tree uses.
 pub static HOSTCALLS: Hostcalls = Hostcalls;
 
-fn errno(e: i64) -> Errno {
-    Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO)
-}
-
 impl HostOps for Hostcalls {
     fn lookup(&self, dir: u64, name: &[u8]) -> Result<(u64, HostStat), Errno> {
-        fs::lookup(dir, name).map_err(errno)
+        fs::lookup(dir, name).map_err(Errno::from_host)
     }
 
     fn open(&self, dir: u64, name: &[u8], flags: u64, mode: u32) -> Result<(u64, HostStat), Errno> {
-        fs::open(dir, name, flags, mode).map_err(errno)
+        fs::open(dir, name, flags, mode).map_err(Errno::from_host)
     }
 
     fn readdir(&self, dir: u64, out: &mut dyn FnMut(&[u8], &HostStat)) -> Result<(), Errno> {
@@ -35,7 +31,7 @@ impl HostOps for Hostcalls {
         buf.resize(64 * 1024, 0);
         let mut index = 0u64;
         loop {
-            let n = fs::readdir(dir, index, &mut buf).map_err(errno)?;
+            let n = fs::readdir(dir, index, &mut buf).map_err(Errno::from_host)?;
             if n == 0 {
                 return Ok(());
             }
@@ -53,51 +49,51 @@ impl HostOps for Hostcalls {
 
     fn readlink(&self, h: u64) -> Result<Vec<u8>, Errno> {
         let mut buf = vec![0u8; proto::TARGET_MAX + 1];
-        let n = fs::readlink(h, &mut buf).map_err(errno)?;
+        let n = fs::readlink(h, &mut buf).map_err(Errno::from_host)?;
         buf.truncate(n);
         Ok(buf)
     }
 
     fn stat(&self, h: u64) -> Result<HostStat, Errno> {
-        fs::stat(h).map_err(errno)
+        fs::stat(h).map_err(Errno::from_host)
     }
 
     fn stat_at(&self, dir: u64, name: &[u8]) -> Result<HostStat, Errno> {
-        fs::stat_at(dir, name).map_err(errno)
+        fs::stat_at(dir, name).map_err(Errno::from_host)
     }
 
     fn mkdir(&self, dir: u64, name: &[u8], mode: u32) -> Result<(u64, HostStat), Errno> {
-        fs::mkdir(dir, name, mode).map_err(errno)
+        fs::mkdir(dir, name, mode).map_err(Errno::from_host)
     }
 
     fn symlink(&self, dir: u64, name: &[u8], target: &[u8]) -> Result<(u64, HostStat), Errno> {
-        fs::symlink(dir, name, target).map_err(errno)
+        fs::symlink(dir, name, target).map_err(Errno::from_host)
     }
 
     fn unlink(&self, dir: u64, name: &[u8], rmdir: bool) -> Result<(), Errno> {
-        fs::unlink(dir, name, rmdir).map_err(errno)
+        fs::unlink(dir, name, rmdir).map_err(Errno::from_host)
     }
 
     fn rename(&self, link: bool, dir: u64, name: &[u8], dir2: u64, name2: &[u8]) -> Result<(), Errno> {
-        fs::rename(link, dir, name, dir2, name2).map_err(errno)
+        fs::rename(link, dir, name, dir2, name2).map_err(Errno::from_host)
     }
 
     fn truncate(&self, h: u64, len: u64) -> Result<(), Errno> {
-        fs::simple(proto::TRUNCATE, &[h, len]).map(|_| ()).map_err(errno)
+        fs::simple(proto::TRUNCATE, &[h, len]).map(|_| ()).map_err(Errno::from_host)
     }
 
     fn chmod(&self, h: u64, mode: u32) -> Result<(), Errno> {
-        fs::simple(proto::CHMOD, &[h, u64::from(mode)]).map(|_| ()).map_err(errno)
+        fs::simple(proto::CHMOD, &[h, u64::from(mode)]).map(|_| ()).map_err(Errno::from_host)
     }
 
     fn utimes(&self, h: u64, atime: Option<u64>, mtime: Option<u64>) -> Result<(), Errno> {
         let t = |v: Option<u64>| v.unwrap_or(proto::UTIME_OMIT);
-        fs::simple(proto::UTIMES, &[h, t(atime), t(mtime)]).map(|_| ()).map_err(errno)
+        fs::simple(proto::UTIMES, &[h, t(atime), t(mtime)]).map(|_| ()).map_err(Errno::from_host)
     }
 
     fn chown(&self, h: u64, uid: Option<u32>, gid: Option<u32>) -> Result<(), Errno> {
         let id = |v: Option<u32>| u64::from(v.unwrap_or(u32::MAX));
-        fs::simple(proto::CHOWN, &[h, id(uid), id(gid)]).map(|_| ()).map_err(errno)
+        fs::simple(proto::CHOWN, &[h, id(uid), id(gid)]).map(|_| ()).map_err(Errno::from_host)
     }
 
     fn make_room(&self, bytes: usize, block: bool) -> bool {
@@ -109,7 +105,7 @@ impl HostOps for Hostcalls {
     }
 
     fn read(&self, h: u64, offset: u64, bufs: &mut [&mut [u8]]) -> Result<usize, Errno> {
-        fs::readv(h, bufs, offset).map_err(errno)
+        fs::readv(h, bufs, offset).map_err(Errno::from_host)
     }
 
     fn close(&self, h: u64) {
@@ -119,7 +115,7 @@ impl HostOps for Hostcalls {
 
 /// `fsync` of host handle `h`.
 pub fn sync(h: u64) -> Result<(), Errno> {
-    fs::simple(proto::FSYNC, &[h]).map(|_| ()).map_err(errno)
+    fs::simple(proto::FSYNC, &[h]).map(|_| ()).map_err(Errno::from_host)
 }
 
 /// The mounts the VMM serves: (flags, guest path) each, handle = position.

@@ -30,52 +30,31 @@ impl File for NodeFile {
     fn read(&self, of: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
         let len = len.min(MAX_RW_COUNT);
         let at = off.unwrap_or(of.offset());
-        if self.on_host() {
-            let n = self.read_host(user, buf, len, at)?;
-            if off.is_none() {
-                of.set_offset(at + n);
-            }
-            return Ok(n);
-        }
         let n = {
             let v = self.node.vfs.lock();
-            // Only what the file holds is touched (a large untouched buffer is not
-            // backed for nothing).
-            let mut done = 0u64;
-            v.read_with(self.node.ino, at, len as usize, |piece| {
-                user.write(buf + done, piece)?;
-                done += piece.len() as u64;
-                Ok(())
-            })?
+            if on_host(&v, self.node.ino) {
+                drop(v);
+                self.read_host(user, buf, len, at)?
+            } else {
+                // Only what the file holds is touched (a large untouched buffer is
+                // not backed for nothing).
+                let mut done = 0u64;
+                v.read_with(self.node.ino, at, len as usize, |piece| {
+                    user.write(buf + done, piece)?;
+                    done += piece.len() as u64;
+                    Ok(())
+                })? as u64
+            }
         };
         if off.is_none() {
-            of.set_offset(at + n as u64);
+            of.set_offset(at + n);
         }
-        Ok(n as u64)
+        Ok(n)
     }
 
     fn write(&self, of: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
         let len = len.min(MAX_RW_COUNT);
         let now = crate::time::real_now();
-        if self.on_host() {
-            user.check(buf, len, false)?;
-            let append = off.is_none() && of.flags() & oflag::O_APPEND != 0;
-            let (h, at) = self.node.vfs.lock().write_target(self.node.ino, off.unwrap_or(of.offset()), append)?;
-            let mut done = 0;
-            while done < len {
-                match onering_arch::hostcall::fs::write_user(h, buf + done, len - done, at + done) {
-                    Ok(0) => break,
-                    Ok(n) => done += n,
-                    Err(e) if done == 0 => return Err(Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO)),
-                    Err(_) => break,
-                }
-            }
-            self.node.vfs.lock().wrote(self.node.ino, at, done, now);
-            if off.is_none() {
-                of.set_offset(at + done);
-            }
-            return Ok(done);
-        }
         // Where the write goes: the offset given, the end of the file (O_APPEND) or
         // the file's position.
         let position = |v: &crate::vfs::tree::Vfs| match off {
@@ -96,6 +75,12 @@ impl File for NodeFile {
             let r = {
                 let mut v = self.node.vfs.lock();
                 if done == 0 {
+                    if on_host(&v, self.node.ino) {
+                        let append = off.is_none() && of.flags() & oflag::O_APPEND != 0;
+                        let target = v.write_target(self.node.ino, off.unwrap_or(of.offset()), append)?;
+                        drop(v);
+                        return self.write_host(of, buf, len, off, target, now);
+                    }
                     at = position(&v);
                 }
                 let from = buf + done;
@@ -176,8 +161,7 @@ impl File for NodeFile {
         let writable = !v.node(self.node.ino).readonly;
         let h = v.io_handle(self.node.ino, writable)?;
         drop(v);
-        let st = onering_arch::hostcall::fs::lock(h, k, start as u64, len as u64)
-            .map_err(|e| Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO))?;
+        let st = onering_arch::hostcall::fs::lock(h, k, start as u64, len as u64).map_err(Errno::from_host)?;
         if kind.is_some() {
             self.node.vfs.lock().relock(self.node.ino, &st);
         }
@@ -197,10 +181,40 @@ impl File for NodeFile {
     }
 }
 
+/// Whether node `ino`'s bytes are on the host (read through the page cache,
+/// written through to the host).
+fn on_host(v: &crate::vfs::tree::Vfs, ino: Ino) -> bool {
+    matches!(v.node(ino).data, crate::vfs::Data::HostFile(_))
+}
+
 impl NodeFile {
-    /// Whether its bytes are on the host (read through the page cache).
-    fn on_host(&self) -> bool {
-        matches!(self.node.vfs.lock().node(self.node.ino).data, crate::vfs::Data::HostFile(_))
+    /// A write of a volume's file: straight from the program's buffer to the host
+    /// file through `target` (its handle, and the position), without the tree's
+    /// lock.
+    fn write_host(
+        &self,
+        of: &OpenFile,
+        buf: u64,
+        len: u64,
+        off: Option<u64>,
+        target: (u64, u64),
+        now: u64,
+    ) -> SysResult {
+        let (h, at) = target;
+        let mut done = 0;
+        while done < len {
+            match onering_arch::hostcall::fs::write_user(h, buf + done, len - done, at + done) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if done == 0 => return Err(Errno::from_host(e)),
+                Err(_) => break,
+            }
+        }
+        self.node.vfs.lock().wrote(self.node.ino, at, done, now);
+        if off.is_none() {
+            of.set_offset(at + done);
+        }
+        Ok(done)
     }
 
     /// A read of a host file: chunk by chunk, each fetched first if not cached.
@@ -242,7 +256,7 @@ impl NodeFile {
                         Ok(0) => break,
                         Ok(n) => done += n,
                         Err(_) if done > 0 => break,
-                        Err(e) => return Err(Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO)),
+                        Err(e) => return Err(Errno::from_host(e)),
                     }
                 }
                 Err(e) if done == 0 => return Err(e),

@@ -34,11 +34,6 @@ pub struct HostStream {
     pub kind: u64,
 }
 
-/// An errno the VMM returned (negative), kept only if it is one we know.
-fn errno(r: i64) -> Errno {
-    Errno::from_raw((-r) as u32).unwrap_or(Errno::EIO)
-}
-
 impl HostStream {
     /// The host's stat of the stream (`node`'s if the host will not say).
     fn stat(&self, node: &NodeRef) -> Meta {
@@ -57,7 +52,7 @@ impl HostStream {
             kind::NULL | kind::CHAR => Ok(0),
             _ => match onering_arch::hostcall::stdio_seek(self.fd, off, whence as u32) {
                 r if r >= 0 => Ok(r as u64),
-                r => Err(errno(r)),
+                r => Err(Errno::from_host(r)),
             },
         }
     }
@@ -74,7 +69,7 @@ impl HostStream {
         }
         let r = onering_arch::hostcall::stdio_ioctl(self.fd, request, b);
         if r < 0 {
-            return Err(errno(r));
+            return Err(Errno::from_host(r));
         }
         if out {
             user.write(arg, b)?;

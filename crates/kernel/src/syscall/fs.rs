@@ -325,26 +325,31 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
             return Err(Errno::EISDIR);
         }
         let (parent, name) = v.parent_of(base, &path)?;
-        match v.lookup(parent, name, flags & oflag::O_NOFOLLOW == 0) {
+        let m = (mode_arg as u32) & !umask;
+        let creatable = !name.is_empty() && name != b"." && name != b"..";
+        // The name itself first (one lookup: on a volume each is a hostcall), then
+        // what a symbolic link there leads to.
+        match v.lookup(parent, name, false) {
             Ok(_) if flags & oflag::O_EXCL != 0 => return Err(Errno::EEXIST),
-            Ok(ino) => ino,
-            Err(Errno::ENOENT) if !name.is_empty() && name != b"." && name != b".." => {
-                let m = (mode_arg as u32) & !umask;
-                // A dangling symbolic link: create what it points at, as Linux does.
-                let (parent, name) = match v.lookup(parent, name, false) {
-                    Ok(link) if flags & oflag::O_EXCL == 0 => {
+            Ok(link) if flags & oflag::O_NOFOLLOW == 0 && matches!(v.node(link).data, Data::Symlink(_)) => {
+                match v.lookup(parent, name, true) {
+                    Ok(ino) => ino,
+                    // A dangling symbolic link: create what it points at, as Linux does.
+                    Err(Errno::ENOENT) => {
+                        v.load(link)?;
                         let target = v.link_target(link)?.to_vec();
                         if target.ends_with(b"/") {
                             return Err(Errno::EISDIR); // it names a directory
                         }
                         let (d, n) = v.parent_of(parent, &target)?;
-                        (d, n.to_vec())
+                        let n = n.to_vec();
+                        v.create(d, &n, m, false, now)?
                     }
-                    Ok(_) => return Err(Errno::EEXIST),
-                    Err(_) => (parent, name.to_vec()),
-                };
-                v.create(parent, &name, m, false, now)?
+                    Err(e) => return Err(e),
+                }
             }
+            Ok(ino) => ino,
+            Err(Errno::ENOENT) if creatable => v.create(parent, name, m, false, now)?,
             Err(e) => return Err(e),
         }
     } else {

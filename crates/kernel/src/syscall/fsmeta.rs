@@ -287,8 +287,9 @@ pub fn truncate(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     v.truncate(ino, len, real_now()).map(|_| 0)
 }
 
-/// fsync, fdatasync: the tree lives in memory, so there is nothing to flush; pipes
-/// and the like are EINVAL, as on Linux.
+/// fsync, fdatasync: the file object's `sync` (a volume's file: the host's fsync;
+/// in-memory files have nothing to flush); pipes and the like are EINVAL, as on
+/// Linux.
 pub fn fsync(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let file = ctx.file(f.rdi)?;
     file.node().ok_or(Errno::EINVAL)?;
@@ -431,7 +432,7 @@ fn statfs_of(v: &mut crate::vfs::Vfs, ino: crate::vfs::Ino) -> Result<[u64; 9], 
     if let Some(crate::vfs::host::Layer::Volume { .. }) = v.layer(ino) {
         let dir = if v.node(ino).is_dir() { ino } else { v.node(ino).parent };
         let h = v.handle_of(dir)?;
-        return onering_arch::hostcall::fs::statfs(h).map_err(|e| Errno::from_raw((-e) as u32).unwrap_or(Errno::EIO));
+        return onering_arch::hostcall::fs::statfs(h).map_err(Errno::from_host);
     }
     let (used, limit) = v.usage();
     let blocks = (limit / 4096) as u64;

@@ -150,11 +150,10 @@ impl Vfs {
     pub fn mount(&mut self, at: &[u8], handle: u64, layer: Layer, readonly: bool) -> Result<Ino, Errno> {
         let ino = self.make_dirs(at)?;
         let n = self.node_mut(ino);
-        n.data = Data::Dir(match core::mem::replace(&mut n.data, Data::Dir(BTreeMap::new())) {
-            // (The root keeps /dev and /tmp.)
-            Data::Dir(e) if ino == super::tree::ROOT => e,
-            _ => BTreeMap::new(),
-        });
+        // (The root keeps /dev and /tmp; another mount point hides what was there.)
+        if ino != super::tree::ROOT {
+            n.data = Data::Dir(BTreeMap::new());
+        }
         n.readonly = readonly;
         n.host = Some(Box::new(HostRef {
             layer,

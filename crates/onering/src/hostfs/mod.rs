@@ -246,27 +246,15 @@ impl HostFs {
                     d,
                 )
             }
-            proto::READ | proto::WRITE => self.io(op == proto::WRITE, a, b, c, d, mem),
+            proto::READ | proto::WRITE => self.io(op == proto::WRITE, a, &[(b, c)], d, mem),
             proto::READV => {
                 if c > proto::MAX_IOV {
                     return -EINVAL;
                 }
                 let Some(raw) = read_guest(mem, b, c * 16) else { return -EFAULT };
-                let mut done = 0u64;
-                for pair in raw.chunks_exact(16) {
-                    let va = u64::from_le_bytes(pair[..8].try_into().unwrap_or_default());
-                    let len = u64::from_le_bytes(pair[8..].try_into().unwrap_or_default());
-                    let Some(at) = d.checked_add(done) else { return -EINVAL };
-                    let r = self.io(false, a, va, len, at, mem);
-                    if r < 0 {
-                        return if done > 0 { done as i64 } else { r };
-                    }
-                    done += r as u64;
-                    if (r as u64) < len {
-                        break;
-                    }
-                }
-                done as i64
+                let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or_default());
+                let segments: Vec<(u64, u64)> = raw.chunks_exact(16).map(|p| (word(&p[..8]), word(&p[8..]))).collect();
+                self.io(false, a, &segments, d, mem)
             }
             proto::STATAT => {
                 let Some(n) = name(b) else { return -EINVAL };
@@ -285,13 +273,17 @@ impl HostFs {
                     write_guest(mem, c, &st.to_bytes()).map(|_| 0).ok_or(-EFAULT)
                 })
             }
-            proto::STAT if self.is_tar(a) => self
-                .tar_node(a, |t, x| write_guest(mem, b, &t.nodes[x].stat.to_bytes()).map(|_| 0).ok_or(-EFAULT))
-                .unwrap_or(-EBADF),
-            proto::STAT => self.with(a, false, |en| {
-                let st = host_stat(&en.file.metadata().map_err(err)?);
-                write_guest(mem, b, &st.to_bytes()).map(|_| 0).ok_or(-EFAULT)
-            }),
+            proto::STAT => {
+                if let Some(r) =
+                    self.tar_node(a, |t, x| write_guest(mem, b, &t.nodes[x].stat.to_bytes()).map(|_| 0).ok_or(-EFAULT))
+                {
+                    return r;
+                }
+                self.with(a, false, |en| {
+                    let st = host_stat(&en.file.metadata().map_err(err)?);
+                    write_guest(mem, b, &st.to_bytes()).map(|_| 0).ok_or(-EFAULT)
+                })
+            }
             proto::STATFS => self.with(a, false, |en| {
                 let v = sysfs::statfs_fd(en.file.as_fd()).map_err(err)?;
                 let bytes: Vec<u8> = v.iter().flat_map(|w| w.to_le_bytes()).collect();
@@ -342,8 +334,10 @@ impl HostFs {
             proto::CHOWN => {
                 self.with(a, true, |en| sysfs::chown_fd(en.file.as_fd(), b as u32, c as u32).map(|_| 0).map_err(err))
             }
-            proto::LOCK if self.is_tar(a) => 0,
             proto::LOCK => self.with(a, false, |en| {
+                if en.tar.is_some() {
+                    return Ok(0); // (an archive is the VM's alone: nothing to lock)
+                }
                 let kind = match b {
                     proto::LOCK_READ => libc::F_RDLCK,
                     proto::LOCK_WRITE => libc::F_WRLCK,
@@ -426,10 +420,6 @@ impl HostFs {
         t.insert(Entry { file: Arc::new(file), tar: None, mount, listing: None })
     }
 
-    fn is_tar(&self, h: u64) -> bool {
-        self.table().entries.get(h as usize).and_then(|e| e.as_ref()).is_some_and(|e| e.tar.is_some())
-    }
-
     /// Runs `f` on handle `h`'s archive and node, if `h` is an archive's entry.
     fn tar_node(&self, h: u64, f: impl FnOnce(&tar::TarIndex, usize) -> Result<i64, i64>) -> Option<i64> {
         let (mount, x) = {
@@ -496,10 +486,10 @@ impl HostFs {
         f(x.file.as_fd(), y.file.as_fd()).map(|_| 0).unwrap_or_else(err)
     }
 
-    /// READ and WRITE: `pread`/`pwrite` between the file and guest memory, through
-    /// a bounded buffer, page run by page run.
-    fn io(&self, write: bool, h: u64, va: u64, len: u64, off: u64, mem: &vm_memory::GuestMemoryMmap) -> i64 {
-        let len = len.min(proto::MAX_IO);
+    /// READ, WRITE and READV: `pread`/`pwrite` between the file from `off` and the
+    /// guest-virtual `segments` (address, length) in order, through a bounded
+    /// buffer, page run by page run; bytes moved (a short one ends it).
+    fn io(&self, write: bool, h: u64, segments: &[(u64, u64)], off: u64, mem: &vm_memory::GuestMemoryMmap) -> i64 {
         // (The descriptor is shared, not the table's lock held, across the host's
         // I/O.)
         let (file, tar) = {
@@ -511,44 +501,42 @@ impl HostFs {
             let tar = en.tar.and_then(|x| Some((self.tars[en.mount].as_ref()?, x)));
             (Arc::clone(&en.file), tar)
         };
-        let mut done = 0u64;
-        while done < len {
-            let n = (len - done).min(PIECE as u64);
-            let Some(at) = off.checked_add(done) else { return -EINVAL };
-            let r = if write {
-                let Some(data) = read_guest(mem, va.wrapping_add(done), n) else {
-                    return if done > 0 { done as i64 } else { -EFAULT };
-                };
-                file.write_at(&data, at)
-            } else {
-                let mut data = vec![0u8; n as usize];
-                let got = match tar {
-                    Some((t, x)) => t.read(x, at, &mut data),
-                    None => file.read_at(&mut data, at),
-                };
-                match got {
-                    Ok(got) => {
-                        if write_guest(mem, va.wrapping_add(done), &data[..got]).is_none() {
-                            return if done > 0 { done as i64 } else { -EFAULT };
-                        }
-                        Ok(got)
+        let mut total = 0u64;
+        for &(va, len) in segments {
+            let len = len.min(proto::MAX_IO.saturating_sub(total));
+            let mut done = 0u64;
+            while done < len {
+                let n = (len - done).min(PIECE as u64);
+                let Some(at) = off.checked_add(total + done) else { return -EINVAL };
+                let moved = if write {
+                    match read_guest(mem, va.wrapping_add(done), n) {
+                        Some(data) => file.write_at(&data, at),
+                        None => Err(std::io::Error::from_raw_os_error(EFAULT as i32)),
                     }
-                    Err(e) => Err(e),
+                } else {
+                    let mut data = vec![0u8; n as usize];
+                    let got = match tar {
+                        Some((t, x)) => t.read(x, at, &mut data),
+                        None => file.read_at(&mut data, at),
+                    };
+                    got.and_then(|got| match write_guest(mem, va.wrapping_add(done), &data[..got]) {
+                        Some(()) => Ok(got),
+                        None => Err(std::io::Error::from_raw_os_error(EFAULT as i32)),
+                    })
+                };
+                let got = match moved {
+                    Ok(got) => got as u64,
+                    Err(e) if total + done == 0 => return err(e),
+                    Err(_) => return (total + done) as i64,
+                };
+                done += got;
+                if got < n {
+                    return (total + done) as i64; // (the end of the file, or a short write)
                 }
-            };
-            match r {
-                Ok(0) => break,
-                Ok(got) => {
-                    done += got as u64;
-                    if (got as u64) < n {
-                        break;
-                    }
-                }
-                Err(e) if done == 0 => return err(e),
-                Err(_) => break,
             }
+            total += done;
         }
-        done as i64
+        total as i64
     }
 
     /// READDIR: the listing (read at index 0) from `index` on, as records.

@@ -40,7 +40,8 @@ pub fn open_beneath(dir: BorrowedFd<'_>, name: &[u8], flags: i32, mode: u32) -> 
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `fd` was just returned by openat2: an open descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    let owned = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    Ok(owned)
 }
 
 /// `mkdirat(dir, name, mode)`.
@@ -48,7 +49,8 @@ pub fn mkdir_at(dir: BorrowedFd<'_>, name: &[u8], mode: u32) -> io::Result<()> {
     let c = cname(name)?;
     // SAFETY: mkdirat reads the NUL-terminated name `c`, alive across the call; `dir`
     // is borrowed for the call.
-    check(unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode as libc::mode_t) })
+    let r = unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode as libc::mode_t) };
+    check(r)
 }
 
 /// `symlinkat(target, dir, name)`.
@@ -56,7 +58,8 @@ pub fn symlink_at(target: &[u8], dir: BorrowedFd<'_>, name: &[u8]) -> io::Result
     let (t, c) = (cname(target)?, cname(name)?);
     // SAFETY: symlinkat reads the two NUL-terminated strings, alive across the call;
     // `dir` is borrowed for the call.
-    check(unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), c.as_ptr()) })
+    let r = unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), c.as_ptr()) };
+    check(r)
 }
 
 /// `unlinkat(dir, name, rmdir ? AT_REMOVEDIR : 0)`.
@@ -65,7 +68,8 @@ pub fn unlink_at(dir: BorrowedFd<'_>, name: &[u8], rmdir: bool) -> io::Result<()
     let flags = if rmdir { libc::AT_REMOVEDIR } else { 0 };
     // SAFETY: unlinkat reads the NUL-terminated name `c`, alive across the call;
     // `dir` is borrowed for the call.
-    check(unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) })
+    let r = unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) };
+    check(r)
 }
 
 /// `renameat(dir, name, dir2, name2)`.
@@ -73,7 +77,8 @@ pub fn rename_at(dir: BorrowedFd<'_>, name: &[u8], dir2: BorrowedFd<'_>, name2: 
     let (a, b) = (cname(name)?, cname(name2)?);
     // SAFETY: renameat reads the two NUL-terminated names, alive across the call;
     // both directories are borrowed for the call.
-    check(unsafe { libc::renameat(dir.as_raw_fd(), a.as_ptr(), dir2.as_raw_fd(), b.as_ptr()) })
+    let r = unsafe { libc::renameat(dir.as_raw_fd(), a.as_ptr(), dir2.as_raw_fd(), b.as_ptr()) };
+    check(r)
 }
 
 /// `linkat(dir, name, dir2, name2, 0)`: never follows a link.
@@ -81,7 +86,8 @@ pub fn link_at(dir: BorrowedFd<'_>, name: &[u8], dir2: BorrowedFd<'_>, name2: &[
     let (a, b) = (cname(name)?, cname(name2)?);
     // SAFETY: linkat reads the two NUL-terminated names, alive across the call; both
     // directories are borrowed for the call.
-    check(unsafe { libc::linkat(dir.as_raw_fd(), a.as_ptr(), dir2.as_raw_fd(), b.as_ptr(), 0) })
+    let r = unsafe { libc::linkat(dir.as_raw_fd(), a.as_ptr(), dir2.as_raw_fd(), b.as_ptr(), 0) };
+    check(r)
 }
 
 /// The target of the symbolic link `link` (an `O_PATH | O_NOFOLLOW` descriptor).
@@ -102,7 +108,8 @@ pub fn read_link(link: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
 pub fn chown_fd(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
     // SAFETY: fchownat reads the empty NUL-terminated path; `fd` is borrowed for the
     // call and names the inode itself (AT_EMPTY_PATH).
-    check(unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) })
+    let r = unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) };
+    check(r)
 }
 
 /// `utimensat(fd, "", times, AT_EMPTY_PATH)`: access and modification times (ns
@@ -115,7 +122,8 @@ pub fn utimes_fd(fd: BorrowedFd<'_>, atime: Option<u64>, mtime: Option<u64>) -> 
     let times = [ts(atime), ts(mtime)];
     // SAFETY: utimensat reads the empty NUL-terminated path and two timespecs from
     // `times`, alive across the call; `fd` is borrowed and names the inode itself.
-    check(unsafe { libc::utimensat(fd.as_raw_fd(), c"".as_ptr(), times.as_ptr(), libc::AT_EMPTY_PATH) })
+    let r = unsafe { libc::utimensat(fd.as_raw_fd(), c"".as_ptr(), times.as_ptr(), libc::AT_EMPTY_PATH) };
+    check(r)
 }
 
 /// An open file description lock (`F_OFD_SETLK`, never waiting) on `fd`: `kind`
@@ -129,7 +137,8 @@ pub fn ofd_lock(fd: BorrowedFd<'_>, kind: i16, start: i64, len: i64) -> io::Resu
     fl.l_len = len;
     // SAFETY: F_OFD_SETLK reads one `struct flock`, `fl`, alive across the call; `fd`
     // is borrowed for the call.
-    check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &fl as *const libc::flock) })
+    let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &fl as *const libc::flock) };
+    check(r)
 }
 
 /// `fstatfs(fd)` as the nine numbers the protocol passes (type, bsize, blocks,
@@ -139,7 +148,8 @@ pub fn statfs_fd(fd: BorrowedFd<'_>) -> io::Result<[u64; 9]> {
     let mut s: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs writes one `struct statfs` into `s`, alive across the call;
     // `fd` is borrowed for the call.
-    check(unsafe { libc::fstatfs(fd.as_raw_fd(), &mut s) })?;
+    let r = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut s) };
+    check(r)?;
     Ok([
         s.f_type as u64,
         s.f_bsize as u64,
@@ -155,17 +165,15 @@ pub fn statfs_fd(fd: BorrowedFd<'_>) -> io::Result<[u64; 9]> {
 
 /// Raises this process's soft limit on open descriptors to its hard limit (the
 /// host-file table keeps one per directory the guest walked and file it has open).
-pub fn raise_nofile() -> u64 {
+/// A failure leaves the limit as it was: the table then meets it sooner (ENFILE).
+pub fn raise_nofile() {
     let mut l = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
     // SAFETY: getrlimit writes one `struct rlimit` into `l`, alive across the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) } != 0 {
-        return 1024;
+    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) };
+    if got != 0 {
+        return;
     }
     l.rlim_cur = l.rlim_max;
     // SAFETY: setrlimit reads one `struct rlimit`, `l`, alive across the call.
-    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) } != 0 {
-        // SAFETY: getrlimit writes one `struct rlimit` into `l`, alive across the call.
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) };
-    }
-    l.rlim_cur
+    let _ = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) };
 }
