@@ -171,3 +171,19 @@ fn what_a_program_wrote_to_a_volume_is_on_the_host_after_it_crashed() {
     assert_eq!(status(&o), 139, "killed by SIGSEGV: {}", stderr(&o));
     assert_eq!(std::fs::read(d.join("log")).unwrap(), b"before the crash\n");
 }
+
+#[test]
+fn writes_through_a_shared_mapping_of_a_volume_file_reach_the_host() {
+    let bin = musl("mmapvol");
+    require_kvm();
+    let d = fresh_dir("mmapvol");
+    std::fs::write(d.join("m"), vec![b'a'; 8192]).unwrap();
+    let o = onering(&["run", "-v", &vol(&d, "/data"), bin.to_str().unwrap()]);
+    assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(stdout(&o), "shared reads the file: yes\nmsync: 0\n");
+    let m = std::fs::read(d.join("m")).unwrap();
+    assert_eq!(&m[100..102], b"vm", "written back at msync");
+    assert_eq!(m[200], b'x', "written back at the program's end");
+    assert_eq!(m[300], b'a', "a private mapping's write stays in the VM");
+    assert_eq!(m.len(), 8192);
+}
