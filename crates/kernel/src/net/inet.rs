@@ -38,6 +38,7 @@ use crate::file::{ev, key_of, File, FileRef, Meta, OpenFile, Readiness};
 use crate::mm::user::UserMem;
 use crate::net::ether::Ether;
 use crate::net::route;
+use crate::net::slab::Slab;
 use crate::task::sched;
 use crate::time::mono_now;
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -228,8 +229,7 @@ struct Shard {
 /// Every smoltcp socket, each in its shard, and where packets go.
 #[derive(Default)]
 struct Shards {
-    map: BTreeMap<Ref, Shard>,
-    next: Ref,
+    map: Slab<Shard>,
     /// Shards with work: changed by a call, or packets routed to them.
     dirty: BTreeSet<Ref>,
     /// TCP connections by (local, remote) endpoint.
@@ -246,14 +246,29 @@ struct Shards {
 
 impl Shards {
     fn get<T: smoltcp::socket::AnySocket<'static>>(&self, r: Ref) -> &T {
-        let sh = &self.map[&r];
+        let sh = self.map.get(r).expect("a socket of the stack");
         sh.set.get::<T>(sh.h)
+    }
+
+    /// Marks shard `r` to run at the next pump (and tells waiters the stack has
+    /// work now).
+    fn mark(&mut self, r: Ref) {
+        self.dirty.insert(r);
+        NEXT_RUN.store(0, Ordering::Relaxed);
+    }
+
+    /// When the stack next needs to run (monotonic ns; 0: now, u64::MAX: never).
+    fn next_run(&self) -> u64 {
+        if !self.dirty.is_empty() || !self.nobody_rx.is_empty() {
+            return 0;
+        }
+        self.timers.first().map_or(u64::MAX, |(at, _)| ((*at).max(0) as u64).saturating_mul(1000))
     }
 
     /// The socket, to change: its shard is polled at the next pump.
     fn get_mut<T: smoltcp::socket::AnySocket<'static>>(&mut self, r: Ref) -> &mut T {
-        self.dirty.insert(r);
-        let sh = self.map.get_mut(&r).expect("a socket of the stack");
+        self.mark(r);
+        let sh = self.map.get_mut(r).expect("a socket of the stack");
         sh.set.get_mut::<T>(sh.h)
     }
 
@@ -262,15 +277,14 @@ impl Shards {
         storage.try_reserve_exact(1).map_err(|_| Errno::ENOBUFS)?;
         let mut set = SocketSet::new(storage);
         let h = set.add(sock);
-        self.next += 1;
-        let r = self.next;
-        self.map.insert(r, Shard { set, h, rx: VecDeque::new(), owner: 0, tuple: None, deadline: None });
-        self.dirty.insert(r);
+        let shard = Shard { set, h, rx: VecDeque::new(), owner: 0, tuple: None, deadline: None };
+        let r = self.map.insert(shard).map_err(|_| Errno::ENOBUFS)?;
+        self.mark(r);
         Ok(r)
     }
 
     fn remove(&mut self, r: Ref) {
-        let Some(sh) = self.map.remove(&r) else { return };
+        let Some(sh) = self.map.remove(r) else { return };
         if let Some(t) = sh.tuple {
             if self.conns.get(&t) == Some(&r) {
                 self.conns.remove(&t);
@@ -294,13 +308,13 @@ impl Shards {
 
     /// Names `owner` as the socket whose readiness shard `r` makes.
     fn own(&mut self, r: Ref, owner: u64) {
-        if let Some(sh) = self.map.get_mut(&r) {
+        if let Some(sh) = self.map.get_mut(r) {
             sh.owner = owner;
         }
     }
 
     fn owner(&self, r: Ref) -> u64 {
-        self.map.get(&r).map_or(0, |sh| sh.owner)
+        self.map.get(r).map_or(0, |sh| sh.owner)
     }
 
     /// Files UDP socket `r` under its local port.
@@ -315,7 +329,7 @@ impl Shards {
                 break;
             }
             self.timers.remove(&(at, r));
-            if let Some(sh) = self.map.get_mut(&r) {
+            if let Some(sh) = self.map.get_mut(r) {
                 sh.deadline = None;
             }
             self.dirty.insert(r);
@@ -325,7 +339,7 @@ impl Shards {
     /// Keeps the connection table and the timers up to date for shard `r`
     /// (after it ran).
     fn refile(&mut self, iface: &mut Interface, t: Instant, r: Ref) {
-        let Some(sh) = self.map.get_mut(&r) else { return };
+        let Some(sh) = self.map.get_mut(r) else { return };
         if let Some((_, smoltcp::socket::Socket::Tcp(tcp))) = sh.set.iter().next() {
             let tuple = tcp.local_endpoint().zip(tcp.remote_endpoint());
             if tuple != sh.tuple {
@@ -493,6 +507,8 @@ pub struct Stack {
     /// Whether the listeners need tending: a shard of a listener's pool ran, a
     /// SYN was held, or an accept made room (else `pump` leaves them alone).
     tend: bool,
+    /// The shards a pump ran (kept for the next pump's use).
+    ran: Vec<Ref>,
 }
 
 /// The VM's network device, seen from the stack: packets to addresses beyond the
@@ -638,6 +654,7 @@ fn stack() -> &'static Mutex<Stack> {
             unreachable: Vec::new(),
             link,
             tend: false,
+            ran: Vec::new(),
         })
     })
 }
@@ -657,14 +674,18 @@ pub fn tick() {
 
 /// The next time the stack needs to run (monotonic ns), if any: now if a pump
 /// stopped at its bound with shards still to run.
+/// Read without the stack's lock (every thread about to wait on a socket, poll or
+/// epoll asks): the pump publishes it, and a change that gives a shard work sets it
+/// to now, so a stale value is never later than the truth was at the last change.
 pub fn next_deadline() -> Option<u64> {
-    let g = STACK.get()?.lock();
-    if !g.set.dirty.is_empty() || !g.set.nobody_rx.is_empty() {
-        return Some(0);
+    match NEXT_RUN.load(Ordering::Relaxed) {
+        u64::MAX => None,
+        at => Some(at),
     }
-    let (at, _) = g.set.timers.first()?;
-    Some(((*at).max(0) as u64).saturating_mul(1000))
 }
+
+/// When the stack next needs to run, as [`next_deadline`] gives it.
+static NEXT_RUN: AtomicU64 = AtomicU64::new(u64::MAX);
 
 /// smoltcp's receive buffer (its window) for SO_RCVBUF `r`: a quarter, as Linux
 /// counts overhead in SO_RCVBUF, within 8 KiB..256 KiB (32 KiB by default).
@@ -838,12 +859,15 @@ impl Stack {
             },
             _ => self.udp_for(f.dst),
         };
-        match to.and_then(|r| self.set.map.get_mut(&r).map(|sh| (r, sh))) {
+        match to.and_then(|r| self.set.map.get_mut(r).map(|sh| (r, sh))) {
             Some((r, sh)) => {
                 sh.rx.push_back(p);
-                self.set.dirty.insert(r);
+                self.set.mark(r);
             }
-            None => self.set.nobody_rx.push_back(p),
+            None => {
+                self.set.nobody_rx.push_back(p);
+                NEXT_RUN.store(0, Ordering::Relaxed);
+            }
         }
     }
 
@@ -967,7 +991,7 @@ impl Stack {
         // and a second SYN would find it no longer listening and be reset.
         let free = |r: &Ref| {
             self.set.get::<tcp::Socket>(*r).state() == tcp::State::Listen
-                && self.set.map.get(r).is_some_and(|sh| sh.rx.is_empty())
+                && self.set.map.get(*r).is_some_and(|sh| sh.rx.is_empty())
         };
         let listening = pool.iter().copied().find(free);
         Some((id, listening))
@@ -993,6 +1017,13 @@ impl Stack {
     /// sockets whose readiness changed (to wake once the lock is dropped): those
     /// of the shards that ran, the listeners, and `also`.
     fn pump(&mut self, also: Option<u64>) -> Vec<u64> {
+        let keys = self.run(also);
+        NEXT_RUN.store(self.set.next_run(), Ordering::Relaxed);
+        keys
+    }
+
+    /// [`Stack::pump`]'s work.
+    fn run(&mut self, also: Option<u64>) -> Vec<u64> {
         let t = now();
         self.set.due(t.total_micros());
         self.link_in();
@@ -1001,7 +1032,9 @@ impl Stack {
             // the call's own socket may have changed.
             return self.changed(also.into_iter().collect());
         }
-        let mut ran = BTreeSet::new();
+        // (The shards that ran, in a vector kept between pumps: no allocation.)
+        let mut ran = core::mem::take(&mut self.ran);
+        ran.clear();
         let mut tended = false;
         for _ in 0..PUMP_ROUNDS {
             if !self.set.nobody_rx.is_empty() {
@@ -1023,7 +1056,7 @@ impl Stack {
                     }
                     break;
                 };
-                let Some(sh) = self.set.map.get_mut(&r) else { continue };
+                let Some(sh) = self.set.map.get_mut(r) else { continue };
                 let _ = self.iface.poll(t, &mut ShardDev { rx: &mut sh.rx, out: &mut self.out }, &mut sh.set);
                 // smoltcp sends one segment per run: a shard that sent runs again.
                 if !self.out.is_empty() {
@@ -1036,17 +1069,21 @@ impl Stack {
                 if self.listeners.contains(&self.set.owner(r)) {
                     self.tend = true;
                 }
-                ran.insert(r);
+                ran.push(r);
             }
-            for p in core::mem::take(&mut self.out) {
+            let mut out = core::mem::take(&mut self.out);
+            for p in out.drain(..) {
                 self.route(p);
             }
+            self.out = out;
         }
+        ran.sort_unstable();
+        ran.dedup();
         // TIME-WAIT guards against a lost segment's late duplicate; loopback loses
         // and reorders nothing, so a closed connection's socket (and buffers) goes now.
         for r in &ran {
             if self.closing.contains(r) {
-                let done = self.set.map.get(r).is_none_or(|_| {
+                let done = self.set.map.get(*r).is_none_or(|_| {
                     matches!(self.set.get::<tcp::Socket>(*r).state(), tcp::State::Closed | tcp::State::TimeWait)
                 });
                 if done {
@@ -1055,7 +1092,8 @@ impl Stack {
                 }
             }
         }
-        let mut ids: BTreeSet<u64> = ran.iter().map(|r| self.set.owner(*r)).filter(|o| *o != 0).collect();
+        let mut ids: Vec<u64> = ran.iter().map(|r| self.set.owner(*r)).filter(|o| *o != 0).collect();
+        self.ran = ran;
         if tended {
             ids.extend(self.listeners.iter().copied());
         }
@@ -1070,10 +1108,12 @@ impl Stack {
                     && s.local.is_some_and(|(a, p)| p == from.port && a.is_none_or(|a| a == from.addr))
                 {
                     s.error = Some(Errno::ECONNREFUSED);
-                    ids.insert(*id);
+                    ids.push(*id);
                 }
             }
         }
+        ids.sort_unstable();
+        ids.dedup();
         self.changed(ids)
     }
 
@@ -1084,14 +1124,14 @@ impl Stack {
         }
     }
 
-    /// The wait keys of sockets among `ids` whose readiness changed (each one's
-    /// generation is bumped).
-    fn changed(&mut self, ids: BTreeSet<u64>) -> Vec<u64> {
+    /// The wait keys of sockets among `ids` (each once) whose readiness changed
+    /// (each one's generation is bumped).
+    fn changed(&mut self, ids: Vec<u64>) -> Vec<u64> {
         let mut keys = Vec::new();
         for id in ids {
             let Some(s) = self.socks.get_mut(&id) else { continue };
             if let Role::Conn(c) = s.role {
-                if self.set.map.contains_key(&c) {
+                if self.set.map.contains_key(c) {
                     observe(s, self.set.get::<tcp::Socket>(c));
                 }
             }
@@ -1465,6 +1505,7 @@ impl Drop for InetSocket {
                     // SYNs it held: refused, as the connections in Linux's queue are.
                     for p in s.deferred.remove(&self.id).unwrap_or_default() {
                         s.set.nobody_rx.push_back(p);
+                        NEXT_RUN.store(0, Ordering::Relaxed);
                     }
                 }
                 Role::Conn(h) => {

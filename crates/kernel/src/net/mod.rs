@@ -2,7 +2,7 @@
 //! seqpacket, all in the kernel's memory), `inet` (AF_INET and AF_INET6, TCP and
 //! UDP on smoltcp over loopback) and `netlink` (AF_NETLINK's NETLINK_ROUTE: the
 //! interfaces and addresses); `iface` is the one interface, `lo`, and the
-//! interface ioctls every socket takes. They implement the socket interface
+//! interface ioctls every socket takes. `slab` holds the TCP/IP stack's smoltcp sockets. They implement the socket interface
 //! (`crate::file::socket`) that the socket system calls (`syscall::net`) use.
 
 pub mod ether;
@@ -10,6 +10,7 @@ pub mod iface;
 pub mod inet;
 pub mod netlink;
 pub mod route;
+mod slab;
 pub mod unix;
 
 use crate::errno::{Errno, SysResult};

@@ -105,7 +105,11 @@ fn wait_for<T>(
     let mut last = false;
     loop {
         let (found, keys) = scan().inspect_err(|_| restore())?;
-        if found.is_some() || last {
+        // A wait that may not wait (a zero timeout, Go's netpoll(0) between
+        // goroutines) is one look; with a mask it goes on, for a signal that
+        // the mask lets in is EINTR even then, as Linux.
+        let expired = mask.is_none() && deadline.is_some_and(|d| d <= mono_now());
+        if found.is_some() || last || expired {
             restore();
             return Ok(found);
         }
