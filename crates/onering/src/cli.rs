@@ -85,7 +85,8 @@ struct RunArgs {
     #[arg(long)]
     no_vdso: bool,
     /// Sample the program and the kernel while it runs and write a flame graph (SVG)
-    /// to FILE, and the folded stacks beside it (FILE with the extension .folded).
+    /// to FILE, and the folded stacks beside it (FILE with the extension .folded; a
+    /// FILE ending in .folded gets the stacks, and the graph goes to FILE.svg).
     #[arg(long, value_name = "FILE")]
     profile: Option<std::path::PathBuf>,
     /// Sample the program and the kernel and print the N hottest functions at exit.
@@ -521,7 +522,13 @@ fn report_profile(
         return;
     };
     let folded = profile::folded(&samples, symbols);
-    let folded_path = file.with_extension("folded");
+    // (FILE.folded asked for the folded stacks: the flame graph goes beside it, in
+    // FILE.svg, rather than over them.)
+    let (file, folded_path) = match file.extension() {
+        Some(e) if e == "folded" => (file.with_extension("svg"), file.to_path_buf()),
+        _ => (file.to_path_buf(), file.with_extension("folded")),
+    };
+    let file = &file;
     let written = std::fs::write(&folded_path, folded.iter().map(|l| format!("{l}\n")).collect::<String>())
         .map_err(|e| format!("{}: {e}", folded_path.display()))
         .and_then(|()| profile::flame_graph(&folded, "onering profile"))

@@ -224,6 +224,8 @@ struct Shard {
     tuple: Option<(IpEndpoint, IpEndpoint)>,
     /// When smoltcp next needs to run it (µs), as filed in `Shards::timers`.
     deadline: Option<i64>,
+    /// Whether it is on `Shards::dirty`.
+    queued: bool,
 }
 
 /// Every smoltcp socket, each in its shard, and where packets go.
@@ -231,7 +233,8 @@ struct Shard {
 struct Shards {
     map: Slab<Shard>,
     /// Shards with work: changed by a call, or packets routed to them.
-    dirty: BTreeSet<Ref>,
+    /// (A queue, each shard on it once: `Shard::queued`.)
+    dirty: VecDeque<Ref>,
     /// TCP connections by (local, remote) endpoint.
     conns: BTreeMap<(IpEndpoint, IpEndpoint), Ref>,
     /// UDP sockets by local port.
@@ -253,8 +256,21 @@ impl Shards {
     /// Marks shard `r` to run at the next pump (and tells waiters the stack has
     /// work now).
     fn mark(&mut self, r: Ref) {
-        self.dirty.insert(r);
+        if let Some(sh) = self.map.get_mut(r) {
+            if !core::mem::replace(&mut sh.queued, true) {
+                self.dirty.push_back(r);
+            }
+        }
         NEXT_RUN.store(0, Ordering::Relaxed);
+    }
+
+    /// The next shard with work, taken off the queue.
+    fn next_dirty(&mut self) -> Option<Ref> {
+        let r = self.dirty.pop_front()?;
+        if let Some(sh) = self.map.get_mut(r) {
+            sh.queued = false;
+        }
+        Some(r)
     }
 
     /// When the stack next needs to run (monotonic ns; 0: now, u64::MAX: never).
@@ -277,7 +293,7 @@ impl Shards {
         storage.try_reserve_exact(1).map_err(|_| Errno::ENOBUFS)?;
         let mut set = SocketSet::new(storage);
         let h = set.add(sock);
-        let shard = Shard { set, h, rx: VecDeque::new(), owner: 0, tuple: None, deadline: None };
+        let shard = Shard { set, h, rx: VecDeque::new(), owner: 0, tuple: None, deadline: None, queued: false };
         let r = self.map.insert(shard).map_err(|_| Errno::ENOBUFS)?;
         self.mark(r);
         Ok(r)
@@ -294,8 +310,11 @@ impl Shards {
             self.timers.remove(&(d, r));
         }
         // A UDP socket leaves its port's list (TCP shards were never on one).
-        if let Some((_, smoltcp::socket::Socket::Udp(u))) = sh.set.iter().next() {
-            let port = u.endpoint().port;
+        let udp_port = match sh.set.iter().next() {
+            Some((_, smoltcp::socket::Socket::Udp(u))) => Some(u.endpoint().port),
+            _ => None,
+        };
+        if let Some(port) = udp_port {
             if let Some(v) = self.udp.get_mut(&port) {
                 v.retain(|x| *x != r);
                 if v.is_empty() {
@@ -303,7 +322,6 @@ impl Shards {
                 }
             }
         }
-        self.dirty.remove(&r);
     }
 
     /// Names `owner` as the socket whose readiness shard `r` makes.
@@ -332,7 +350,7 @@ impl Shards {
             if let Some(sh) = self.map.get_mut(r) {
                 sh.deadline = None;
             }
-            self.dirty.insert(r);
+            self.mark(r);
         }
     }
 
@@ -1044,7 +1062,7 @@ impl Stack {
                 }
                 nobody_rx.clear();
             } else {
-                let Some(r) = self.set.dirty.pop_first() else {
+                let Some(r) = self.set.next_dirty() else {
                     if core::mem::take(&mut self.tend) {
                         tended = true;
                         if self.tend_listeners() {
@@ -1060,7 +1078,7 @@ impl Stack {
                 let _ = self.iface.poll(t, &mut ShardDev { rx: &mut sh.rx, out: &mut self.out }, &mut sh.set);
                 // smoltcp sends one segment per run: a shard that sent runs again.
                 if !self.out.is_empty() {
-                    self.set.dirty.insert(r);
+                    self.set.mark(r);
                 }
                 if self.closing.contains(&r) {
                     self.reset_orphan(r);

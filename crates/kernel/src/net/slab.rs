@@ -5,20 +5,30 @@
 //! the slot's next value, because the slot's generation moved on.
 //!
 //! Keys order by generation first, so later values have larger keys (the
-//! stack's sets of keys keep creation order). Freed slots are reused, so the
-//! vector is as long as the most values held at once.
+//! stack's sets of keys keep creation order). Freed slots are reused, so there
+//! are as many slots as the most values held at once, in pages of `PAGE`: no
+//! allocation grows with the number of values but the small vector of pages
+//! (ten thousand connections' sockets in one vector would need a contiguous
+//! megabyte that a fragmented heap may not have).
 
+use alloc::boxed::Box;
 use alloc::vec::Vec;
 
+const PAGE: usize = 64;
+
+type Slot<T> = (u32, Option<T>);
+
 pub struct Slab<T> {
-    slots: Vec<(u32, Option<T>)>,
+    pages: Vec<Box<[Slot<T>]>>,
+    /// Slots in use or freed so far (the next new slot's number).
+    made: usize,
     free: Vec<u32>,
     gen: u32,
 }
 
 impl<T> Default for Slab<T> {
     fn default() -> Self {
-        Slab { slots: Vec::new(), free: Vec::new(), gen: 0 }
+        Slab { pages: Vec::new(), made: 0, free: Vec::new(), gen: 0 }
     }
 }
 
@@ -34,22 +44,41 @@ impl<T> Slab<T> {
         // values before the generation wraps).
         self.gen = self.gen.wrapping_add(1).max(1);
         let slot = match self.free.pop() {
-            Some(s) => s,
+            Some(s) => s as usize,
             None => {
-                if self.slots.try_reserve(1).is_err() || self.free.try_reserve(self.slots.len() + 1).is_err() {
+                if self.made == u32::MAX as usize || self.free.try_reserve(self.made + 1).is_err() {
                     return Err(v);
                 }
-                self.slots.push((0, None));
-                (self.slots.len() - 1) as u32
+                if self.made % PAGE == 0 {
+                    if self.pages.try_reserve(1).is_err() {
+                        return Err(v);
+                    }
+                    let mut page = Vec::new();
+                    if page.try_reserve_exact(PAGE).is_err() {
+                        return Err(v);
+                    }
+                    page.resize_with(PAGE, || (0, None));
+                    self.pages.push(page.into_boxed_slice());
+                }
+                self.made += 1;
+                self.made - 1
             }
         };
-        self.slots[slot as usize] = (self.gen, Some(v));
-        Ok(u64::from(self.gen) << 32 | u64::from(slot))
+        self.pages[slot / PAGE][slot % PAGE] = (self.gen, Some(v));
+        Ok(u64::from(self.gen) << 32 | slot as u64)
+    }
+
+    fn slot(&self, s: usize) -> Option<&Slot<T>> {
+        self.pages.get(s / PAGE).map(|p| &p[s % PAGE])
+    }
+
+    fn slot_mut(&mut self, s: usize) -> Option<&mut Slot<T>> {
+        self.pages.get_mut(s / PAGE).map(|p| &mut p[s % PAGE])
     }
 
     pub fn get(&self, k: u64) -> Option<&T> {
         let (s, g) = split(k);
-        match self.slots.get(s)? {
+        match self.slot(s)? {
             (gen, Some(v)) if *gen == g => Some(v),
             _ => None,
         }
@@ -57,7 +86,7 @@ impl<T> Slab<T> {
 
     pub fn get_mut(&mut self, k: u64) -> Option<&mut T> {
         let (s, g) = split(k);
-        match self.slots.get_mut(s)? {
+        match self.slot_mut(s)? {
             (gen, Some(v)) if *gen == g => Some(v),
             _ => None,
         }
@@ -69,7 +98,7 @@ impl<T> Slab<T> {
 
     pub fn remove(&mut self, k: u64) -> Option<T> {
         let (s, g) = split(k);
-        let slot = self.slots.get_mut(s)?;
+        let slot = self.slot_mut(s)?;
         if slot.0 != g || slot.1.is_none() {
             return None;
         }
@@ -80,7 +109,7 @@ impl<T> Slab<T> {
     }
 
     pub fn values(&self) -> impl Iterator<Item = &T> {
-        self.slots.iter().filter_map(|(_, v)| v.as_ref())
+        self.pages.iter().flat_map(|p| p.iter()).filter_map(|(_, v)| v.as_ref())
     }
 }
 
@@ -106,6 +135,9 @@ mod tests {
         assert_eq!(s.values().copied().collect::<Vec<_>>(), ["c", "B"]);
         assert!(c > b, "later values have larger keys");
         assert_eq!(s.get(0), None);
+        let many: Vec<u64> = (0..1000).map(|i| s.insert(if i % 2 == 0 { "x" } else { "y" }).unwrap()).collect();
+        assert_eq!(s.get(many[999]), Some(&"y"));
+        assert_eq!(s.values().count(), 1002);
         assert_eq!(s.get(u64::MAX), None);
     }
 }
