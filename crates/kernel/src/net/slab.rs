@@ -49,7 +49,7 @@ impl<T> Slab<T> {
                 if self.made == u32::MAX as usize || self.free.try_reserve(self.made + 1).is_err() {
                     return Err(v);
                 }
-                if self.made % PAGE == 0 {
+                if self.made.is_multiple_of(PAGE) {
                     if self.pages.try_reserve(1).is_err() {
                         return Err(v);
                     }
