@@ -41,28 +41,9 @@ fn sleeper() -> PathBuf {
         .clone()
 }
 
-fn require_passt() {
-    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join("passt").exists());
-    assert!(found, "these tests need passt (apt-get install passt, or scripts/setup.sh)");
-}
-
 /// A host TCP port nobody uses now.
 fn free_port() -> u16 {
     TcpListener::bind(("0.0.0.0", 0)).unwrap().local_addr().unwrap().port()
-}
-
-/// The pids of passt processes whose command line has `needle`.
-fn passts_with(needle: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
-        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else { continue };
-        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        if cmdline.contains("passt") && cmdline.contains(needle) {
-            out.push(pid);
-        }
-    }
-    out
 }
 
 fn wait_for(what: &str, limit: Duration, f: impl Fn() -> bool) {
@@ -171,30 +152,6 @@ fn bad_network_options_are_125() {
         assert_eq!(status(&out), 125, "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).starts_with("onering: "), "{args:?}: {}", stderr(&out));
         assert!(stderr(&out).contains(says), "{args:?}: {}", stderr(&out));
-    }
-}
-
-/// A network namespace for one test, removed when dropped.
-struct Netns(String);
-
-impl Netns {
-    fn new(name: &str) -> Netns {
-        let name = format!("{name}-{}", std::process::id());
-        let _ = Command::new("ip").args(["netns", "del", &name]).status();
-        let ok = Command::new("ip").args(["netns", "add", &name]).status();
-        assert!(ok.is_ok_and(|s| s.success()), "cannot make a network namespace (ip netns add; root needed)");
-        Netns(name)
-    }
-    fn ip(&self, args: &[&str]) -> String {
-        let out = Command::new("ip").args(["netns", "exec", &self.0, "ip"]).args(args).output().unwrap();
-        assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
     }
 }
 

@@ -17,7 +17,9 @@
    It prints "fuzz: N calls" at the end and exits 0: a kernel panic (status 125), a
    hang (the test's timeout) or a crash is a finding. MODE "scribble" instead writes
    garbage into its vCPU's hostcall block and rings the doorbell (the VMM must
-   survive it). */
+   survive it). MODE "netscribble" attacks the virtio-net device instead (see
+   netscribble() below): its registers, and rings of its own in a 2 MiB chunk the
+   device is pointed at, from THREADS threads at once. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -483,6 +485,413 @@ static void scribble(uint64_t seed, unsigned long count) {
     }
 }
 
+/* ---- netscribble: a hostile virtio-net driver -------------------------------------
+
+   Everything goes through the kernel's direct map (DIRECT + guest-physical): the
+   device's register page (VIRTIO_NET_PHYS, virtio-mmio version 2) and a 2 MiB
+   chunk of the fuzzer's own memory, whose guest-physical address is found by
+   scanning the direct map for a marker written into it (user memory is backed by
+   2 MiB chunks, so the chunk is physically contiguous). The queues are pointed
+   into that chunk (or outside RAM, into the MMIO hole, at unaligned or overlapping
+   places), and descriptor tables and available rings there are filled with
+   garbage: loops, chains longer than the queue, lengths up to 0xffffffff, buffers
+   outside RAM, indirect tables that are bad, available indices that jump.
+   Registers get random and edge values, resets come mid-flight, doorbells ring.
+
+   What the device may write (used rings, receive buffers) is only ever placed in
+   the chunk or wholly outside RAM, so the guest kernel's own memory is never
+   handed to the device to write: the VMM is what is tested here, not the guest's
+   luck. What the device only reads (descriptor tables, available rings, transmit
+   buffers) may be anywhere. Some of the traffic is well formed (an ARP request for
+   the gateway, receive buffers for the answer), so both directions move. */
+
+#define DIRECT 0xffff808000000000ull
+#define NET_PHYS 0xfef01000ull
+#define CHUNK (2ul << 20)
+/* Offsets in the chunk handed to the device: what it writes from there (a used
+   ring, a frame of at most 64 KiB + 26) stays inside the chunk. */
+#define CHUNK_USE (CHUNK - (128ul << 10))
+#define DESC_F_NEXT 1
+#define DESC_F_WRITE 2
+#define DESC_F_INDIRECT 4
+
+static volatile uint8_t *netregs;
+static uint8_t *chunk;
+static uint64_t chunk_phys, ram_end;
+/* Where each queue was last pointed (guest-physical) and its size. */
+static _Atomic uint64_t q_desc[2], q_avail[2], q_used[2], q_size[2];
+static uint8_t gw_ip[4] = {10, 0, 2, 2}, my_ip[4] = {10, 0, 2, 15};
+
+static void reg_write(uint64_t off, uint64_t v, int size) {
+    volatile uint8_t *p = netregs + off;
+    switch (size) {
+    case 1: *p = (uint8_t)v; break;
+    case 2: *(volatile uint16_t *)p = (uint16_t)v; break;
+    case 8: *(volatile uint64_t *)p = v; break;
+    default: *(volatile uint32_t *)p = (uint32_t)v; break;
+    }
+    calls++;
+}
+static void reg(uint64_t off, uint32_t v) { reg_write(off, v, 4); }
+static uint32_t reg_read(uint64_t off) { return *(volatile uint32_t *)(netregs + off); }
+
+/* The chunk's virtual address for a guest-physical range, if it lies in the chunk. */
+static uint8_t *in_chunk(uint64_t phys, uint64_t len) {
+    if (phys < chunk_phys || phys - chunk_phys > CHUNK || len > CHUNK - (phys - chunk_phys)) return 0;
+    return chunk + (phys - chunk_phys);
+}
+
+/* A guest-physical address that is not guest RAM (or straddles its end): past
+   the end, the MMIO hole (the device's own page, the doorbell, the LAPIC), far
+   away, wrapping. Its low 32 bits alone are not RAM either (RAM is below 3 GiB
+   here): a queue address register takes one half at a time, and another thread
+   may set the other. */
+static uint64_t not_ram(uint64_t *s) {
+    static const uint64_t hole[] = {0xc0000000, 0xfee00000, 0xfef00000, 0xfef01000, 0xfef01ff8, 0xfffff000};
+    switch (below(s, 6)) {
+    case 0: return ram_end - 1 - below(s, 8); /* straddles the end */
+    case 1: return ram_end + below(s, 1 << 20);
+    case 2: return hole[below(s, sizeof hole / sizeof *hole)];
+    case 3: return (below(s, 1u << 31) + 1) << 32 | ((0xc0000000 + below(s, 0x40000000)) & ~0xfull);
+    case 4: return (uint64_t)0 - 1 - below(s, 4096);
+    default: return ram_end + (edge(s) & 0x3fffffff);
+    }
+}
+
+/* An address for something the device writes (a used ring, a receive buffer):
+   in the chunk (aligned to `align`, now and then not), or not RAM. */
+static uint64_t write_addr(uint64_t *s, uint64_t align) {
+    if (below(s, 8) == 0) return not_ram(s);
+    uint64_t off = below(s, CHUNK_USE);
+    if (below(s, 8)) off &= ~(align - 1);
+    return chunk_phys + off;
+}
+
+/* An address for something the device only reads: also anywhere in RAM. */
+static uint64_t read_addr(uint64_t *s, uint64_t align) {
+    if (below(s, 16) == 0) return edge(s);
+    if (below(s, 16) == 0) return below(s, ram_end) & ~(align - 1);
+    return write_addr(s, align);
+}
+
+static uint32_t desc_len(uint64_t *s) {
+    static const uint32_t lens[] = {0, 1, 11, 12, 13, 54, 1526, 4096, 65535, 65550, 65562, 65563,
+                                    0x7fffffff, 0x80000000, 0xfffffff0, 0xffffffff};
+    switch (below(s, 4)) {
+    case 0: return lens[below(s, sizeof lens / sizeof *lens)];
+    case 1: return (uint32_t)edge(s);
+    case 2: return (uint32_t)next(s);
+    default: return (uint32_t)below(s, 2048);
+    }
+}
+
+/* One descriptor at `d`: an address the device may use as its flags allow. */
+static void put_desc(uint64_t *s, uint8_t *d, uint16_t qsize) {
+    uint16_t flags = below(s, 4) ? (uint16_t)below(s, 8) : (uint16_t)next(s);
+    uint32_t len = desc_len(s);
+    uint64_t addr = (flags & (DESC_F_WRITE | DESC_F_INDIRECT)) ? write_addr(s, 1) : read_addr(s, 1);
+    /* A writable buffer straddling the end of RAM must not fit below it. */
+    if ((flags & DESC_F_WRITE) && addr < ram_end && addr >= ram_end - 4096) len |= 16;
+    uint16_t nxt = below(s, 4) ? (uint16_t)below(s, qsize ? qsize : 1) : (uint16_t)edge(s);
+    memcpy(d, &addr, 8);
+    memcpy(d + 8, &len, 4);
+    memcpy(d + 12, &flags, 2);
+    memcpy(d + 14, &nxt, 2);
+}
+
+static void set_desc(uint8_t *d, uint64_t addr, uint32_t len, uint16_t flags, uint16_t nxt) {
+    memcpy(d, &addr, 8);
+    memcpy(d + 8, &len, 4);
+    memcpy(d + 12, &flags, 2);
+    memcpy(d + 14, &nxt, 2);
+}
+
+static uint16_t pick_queue(uint64_t *s) { return (uint16_t)(below(s, 16) ? below(s, 2) : edge(s)); }
+
+static void notify(uint64_t *s, uint16_t q) { reg(0x050, below(s, 8) ? q : (uint32_t)any(s)); }
+
+/* The driver's set-up (virtio 1.x, 3.1.1), mostly as a driver would do it, with
+   random deviations: features, sizes, ring addresses, the order of steps. */
+static void net_setup(uint64_t *s) {
+    reg(0x070, 0);
+    reg(0x070, 1);
+    reg(0x070, 3);
+    reg(0x014, 0);
+    uint32_t lo = reg_read(0x010);
+    reg(0x014, 1);
+    uint32_t hi = reg_read(0x010);
+    reg(0x024, 0);
+    reg(0x020, below(s, 4) ? lo : (uint32_t)any(s));
+    reg(0x024, 1);
+    reg(0x020, below(s, 4) ? hi : (uint32_t)any(s));
+    reg(0x070, below(s, 8) ? 11 : (uint32_t)any(s));
+    int both = below(s, 4) != 0;
+    for (uint16_t q = 0; q < 2; q++) {
+        if (!both && below(s, 2)) continue;
+        uint16_t sel = below(s, 16) ? q : pick_queue(s);
+        reg(0x030, sel);
+        uint32_t size = below(s, 4) ? 1u << below(s, 9) : (uint32_t)(below(s, 2) ? edge(s) : below(s, 300));
+        reg(0x038, size);
+        uint64_t desc = read_addr(s, 16), avail = read_addr(s, 2), used = write_addr(s, 4);
+        if (below(s, 16) == 0) avail = used = desc; /* overlapping */
+        /* Fresh rings: a zeroed available ring, as a driver starts with. */
+        uint16_t n = size > 256 ? 256 : (uint16_t)size;
+        uint8_t *a = in_chunk(avail, 6 + 2ul * n);
+        if (a && below(s, 4)) memset(a, 0, 6 + 2ul * n);
+        reg(0x080, (uint32_t)desc);
+        reg(0x084, (uint32_t)(desc >> 32));
+        reg(0x090, (uint32_t)avail);
+        reg(0x094, (uint32_t)(avail >> 32));
+        reg(0x0a0, (uint32_t)used);
+        reg(0x0a4, (uint32_t)(used >> 32));
+        reg(0x044, below(s, 16) ? 1 : (uint32_t)any(s));
+        if (sel < 2) {
+            q_desc[sel] = desc;
+            q_avail[sel] = avail;
+            q_used[sel] = used;
+            q_size[sel] = n;
+        }
+    }
+    reg(0x070, below(s, 8) ? 15 : (uint32_t)any(s));
+}
+
+/* Posts `head` on queue q's available ring and moves its index by `bump`. */
+static void post(uint64_t *s, uint16_t q, uint16_t head, uint16_t bump) {
+    uint64_t n = q_size[q] ? q_size[q] : 1;
+    uint8_t *a = in_chunk(q_avail[q], 6 + 2 * n);
+    if (!a) return;
+    volatile uint16_t *idx = (uint16_t *)(a + 2);
+    uint16_t at = *idx;
+    memcpy(a + 4 + 2 * (at % n), &head, 2);
+    *idx = (uint16_t)(at + bump);
+    if (below(s, 8) == 0) { /* used_event */
+        uint16_t ev = (uint16_t)next(s);
+        memcpy(a + 4 + 2 * n, &ev, 2);
+    }
+}
+
+/* Random descriptors over (part of) queue q's table. */
+static void garbage_descs(uint64_t *s, uint16_t q) {
+    uint64_t n = q_size[q] ? q_size[q] : 1;
+    uint8_t *t = in_chunk(q_desc[q], 16 * n);
+    if (!t) return;
+    for (uint64_t k = below(s, n) + 1; k > 0; k--) put_desc(s, t + 16 * below(s, n), (uint16_t)n);
+}
+
+/* Garbage in queue q's available ring: heads, the index, used_event. */
+static void garbage_avail(uint64_t *s, uint16_t q) {
+    uint64_t n = q_size[q] ? q_size[q] : 1;
+    uint8_t *a = in_chunk(q_avail[q], 6 + 2 * n);
+    if (!a) return;
+    for (uint64_t k = below(s, n) + 1; k > 0; k--) {
+        uint16_t h = below(s, 4) ? (uint16_t)below(s, n) : (uint16_t)edge(s);
+        memcpy(a + 4 + 2 * below(s, n + 1), &h, 2);
+    }
+    static const uint16_t jumps[] = {0, 1, 2, 255, 256, 257, 0x7fff, 0x8000, 0xffff};
+    uint16_t idx;
+    memcpy(&idx, a + 2, 2);
+    idx = (uint16_t)(idx + (below(s, 2) ? below(s, n + 2) : jumps[below(s, sizeof jumps / sizeof *jumps)]));
+    if (below(s, 32) == 0) idx = (uint16_t)next(s);
+    memcpy(a + 2, &idx, 2);
+    if (below(s, 16) == 0) memcpy(a, &(uint16_t){(uint16_t)next(s)}, 2); /* flags */
+}
+
+/* Chains built to hurt: loops, chains longer than the queue, bad indirect tables. */
+static void hostile_chain(uint64_t *s, uint16_t q) {
+    uint64_t n = q_size[q] ? q_size[q] : 1;
+    uint8_t *t = in_chunk(q_desc[q], 16 * n);
+    if (!t) return;
+    uint16_t head = (uint16_t)below(s, n), other = (uint16_t)below(s, n);
+    uint16_t w = q == 0 ? DESC_F_WRITE : 0;
+    switch (below(s, 5)) {
+    case 0: /* a loop of two (or one) */
+        set_desc(t + 16 * head, write_addr(s, 1), desc_len(s), w | DESC_F_NEXT, other);
+        set_desc(t + 16 * other, write_addr(s, 1), desc_len(s), w | DESC_F_NEXT, head);
+        break;
+    case 1: /* the whole table, each to the next, the last back to the first or past the end */
+        for (uint64_t i = 0; i < n; i++)
+            set_desc(t + 16 * i, write_addr(s, 1), (uint32_t)below(s, 4096), w | DESC_F_NEXT,
+                     (uint16_t)(i + 1 < n ? i + 1 : below(s, 2) ? 0 : n + below(s, 100)));
+        break;
+    case 2: { /* an indirect table: bad length, looping, nested, out of RAM */
+        uint64_t ind = write_addr(s, 16);
+        static const uint32_t lens[] = {0, 8, 16, 17, 160, 4096, 0xffff0, 0x100000, 0xfffffff0, 0xffffffff};
+        uint32_t len = below(s, 2) ? 16 * (uint32_t)(below(s, 64) + 1) : lens[below(s, sizeof lens / sizeof *lens)];
+        set_desc(t + 16 * head, ind, len, (uint16_t)(DESC_F_INDIRECT | (below(s, 4) ? 0 : DESC_F_NEXT)), other);
+        uint64_t entries = len / 16 > 4096 ? 4096 : len / 16;
+        uint8_t *it = in_chunk(ind, 16 * entries);
+        if (!it) break;
+        for (uint64_t i = 0; i < entries; i++) {
+            switch (below(s, 4)) {
+            case 0: set_desc(it + 16 * i, write_addr(s, 1), desc_len(s), w | DESC_F_NEXT, (uint16_t)i); break;
+            case 1: set_desc(it + 16 * i, write_addr(s, 16), 160, DESC_F_INDIRECT, 0); break;
+            case 2: put_desc(s, it + 16 * i, (uint16_t)entries); break;
+            default:
+                set_desc(it + 16 * i, write_addr(s, 1), (uint32_t)below(s, 2048), w | DESC_F_NEXT,
+                         (uint16_t)((i + 1) % entries));
+            }
+        }
+        break;
+    }
+    case 3: /* one huge buffer */
+        set_desc(t + 16 * head, below(s, 2) ? write_addr(s, 1) : not_ram(s), below(s, 2) ? 0xffffffff : 0x80000000,
+                 w, 0);
+        break;
+    default: /* a chain of 2^32 bytes and more */
+        set_desc(t + 16 * head, write_addr(s, 1), 0xffffffff, w | DESC_F_NEXT, other);
+        set_desc(t + 16 * other, write_addr(s, 1), 0xffffffff, w, 0);
+    }
+    post(s, q, head, (uint16_t)(below(s, 4) ? 1 : below(s, n + 1)));
+    notify(s, q);
+}
+
+/* Well-formed traffic: receive buffers, and an ARP request for the gateway (which
+   the back end answers: a frame comes back into the receive buffers). */
+static void good_traffic(uint64_t *s) {
+    uint64_t nr = q_size[0], nt = q_size[1];
+    uint8_t *rt = in_chunk(q_desc[0], 16 * nr), *tt = in_chunk(q_desc[1], 16 * nt);
+    if (rt && nr) {
+        for (int k = 0; k < 4; k++) {
+            uint16_t i = (uint16_t)below(s, nr);
+            set_desc(rt + 16 * i, chunk_phys + CHUNK_USE + 4096 * below(s, 16), 2048, DESC_F_WRITE, 0);
+            post(s, 0, i, 1);
+        }
+        notify(s, 0);
+    }
+    if (tt && nt) {
+        uint64_t at = chunk_phys + CHUNK_USE + 0x10000 + 128 * below(s, 64);
+        uint8_t *f = chunk + (at - chunk_phys);
+        memset(f, 0, 12); /* virtio_net_hdr_v1 */
+        uint8_t *e = f + 12;
+        static const uint8_t mac[6] = {0x52, 0x54, 0, 0x12, 0x34, 0x56};
+        memset(e, 0xff, 6);
+        memcpy(e + 6, mac, 6);
+        e[12] = 0x08, e[13] = 0x06;                                 /* ARP */
+        e[14] = 0, e[15] = 1, e[16] = 8, e[17] = 0, e[18] = 6, e[19] = 4, e[20] = 0, e[21] = 1;
+        memcpy(e + 22, mac, 6);
+        memcpy(e + 28, my_ip, 4);
+        memset(e + 32, 0, 6);
+        memcpy(e + 38, gw_ip, 4);
+        uint16_t i = (uint16_t)below(s, nt);
+        set_desc(tt + 16 * i, at, 12 + 42, 0, 0);
+        post(s, 1, i, 1);
+        notify(s, 1);
+    }
+}
+
+/* One register access: any register (or none), any size, any value. */
+static void garbage_register(uint64_t *s) {
+    static const uint16_t regs[] = {0x000, 0x010, 0x014, 0x020, 0x024, 0x030, 0x034, 0x038, 0x044, 0x050,
+                                    0x060, 0x064, 0x070, 0x080, 0x084, 0x090, 0x094, 0x0a0, 0x0a4, 0x0fc,
+                                    0x100, 0x106, 0x10a, 0x10b, 0x0ac, 0x0b0, 0x0b8, 0x0c0};
+    uint64_t off = below(s, 4) ? regs[below(s, sizeof regs / sizeof *regs)] : below(s, 4096);
+    static const int sizes[] = {4, 4, 4, 1, 2, 8};
+    int size = sizes[below(s, 6)];
+    if (off + (uint64_t)size > 4096) off = 4096 - (uint64_t)size; /* within the page */
+    if (below(s, 4) == 0) {
+        (void)*(volatile uint32_t *)(netregs + (off & ~3ull));
+        return;
+    }
+    uint64_t v = below(s, 3) ? any(s) : below(s, 3) ? below(s, 512) : edge(s);
+    /* A queue address register gets an address of the kinds above; the used
+       ring's (the device writes there) both halves of one. */
+    if (off >= 0x080 && off <= 0x0a4 && !(off & 3)) {
+        uint64_t a = off >= 0x0a0 ? write_addr(s, 4) : read_addr(s, 2);
+        v = off & 4 ? a >> 32 : a;
+        if (off >= 0x0a0) {
+            reg(0x0a0, (uint32_t)a);
+            reg(0x0a4, (uint32_t)(a >> 32));
+            return;
+        }
+    }
+    if (off >= 0x0a0 && off < 0x0a8) off = 0x0a8; /* a lone half or byte: elsewhere */
+    reg_write(off, v, size);
+}
+
+/* The chunk's guest-physical address: its marker, found in the direct map. The
+   end of RAM is where the direct map stops (a fault, caught). */
+static int find_chunk(void) {
+    uint64_t marker[2] = {0x6e657473637269ull ^ (uint64_t)chunk, ~(uint64_t)chunk};
+    memcpy(chunk, marker, sizeof marker);
+    static sigjmp_buf here;
+    landing = &here;
+    volatile uint64_t phys = 0, found = 0;
+    if (sigsetjmp(here, 1) == 0) {
+        for (; phys < 0xc0000000ull; phys += CHUNK) {
+            volatile uint64_t *p = (uint64_t *)(DIRECT + phys);
+            uint64_t first = p[0]; /* (read always: past the end of RAM it faults) */
+            if (!found && first == marker[0] && p[1] == marker[1]) found = phys + 1;
+        }
+    }
+    landing = 0;
+    ram_end = phys;
+    if (!found || ram_end >= 0xc0000000ull) return -1; /* (RAM above the hole: not handled) */
+    chunk_phys = found - 1;
+    /* Check: a write through the program's mapping shows in the direct map. */
+    chunk[16] = 0x5a;
+    return *(volatile uint8_t *)(DIRECT + chunk_phys + 16) == 0x5a ? 0 : -1;
+}
+
+static void *net_worker(void *arg) {
+    struct job *j = arg;
+    uint64_t s = j->seed | 1;
+    for (unsigned long i = 0; i < j->count; i++) {
+        uint16_t q = (uint16_t)below(&s, 2);
+        switch (below(&s, 20)) {
+        case 0: case 1: net_setup(&s); break;
+        case 2: case 3: case 4: case 5: garbage_register(&s); break;
+        case 6: case 7: case 8: case 9: garbage_descs(&s, q); break;
+        case 10: case 11: case 12: garbage_avail(&s, q); notify(&s, q); break;
+        case 13: case 14: case 15: hostile_chain(&s, q); break;
+        case 16: case 17: good_traffic(&s); break;
+        case 18: notify(&s, pick_queue(&s)); break;
+        default: /* a reset or a status of any value, mid-flight */
+            reg(0x070, below(&s, 2) ? 0 : (uint32_t)any(&s));
+        }
+    }
+    return 0;
+}
+
+static int netscribble(uint64_t seed, unsigned long count, int threads) {
+    char *raw = mmap(0, 2 * CHUNK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return 2;
+    chunk = (uint8_t *)(((uint64_t)raw + CHUNK - 1) & ~(CHUNK - 1));
+    memset(chunk, 0, CHUNK);
+    netregs = (uint8_t *)(DIRECT + NET_PHYS);
+    if (find_chunk()) {
+        dprintf(2, "fuzz: the chunk is not in the direct map (RAM ends at %#lx)\n", (unsigned long)ram_end);
+        return 3;
+    }
+    if (reg_read(0x000) != 0x74726976 || reg_read(0x008) != 1) {
+        write(2, "fuzz: no virtio-net device\n", 27);
+        return 3;
+    }
+    pthread_t t[64];
+    struct job jobs[64];
+    for (int i = 0; i < threads; i++) {
+        jobs[i].index = i;
+        jobs[i].seed = seed * 0x9e3779b97f4a7c15ull + (uint64_t)i;
+        jobs[i].count = count / (unsigned long)threads;
+        if (i > 0) pthread_create(&t[i], 0, net_worker, &jobs[i]);
+    }
+    net_worker(&jobs[0]);
+    for (int i = 1; i < threads; i++) pthread_join(t[i], 0);
+    /* The result, then 500 ms with the device as the scribbles left it (the
+       test watches the VMM's I/O thread then: it must be idle). */
+    char line[128];
+    int n = snprintf(line, sizeof line, "fuzz: %lu virtio-net accesses scribbled\n", (unsigned long)calls);
+    write(1, line, (size_t)n);
+    struct timespec pause = {0, 500 * 1000000};
+    while (nanosleep(&pause, &pause) && errno == EINTR) {}
+    return 0;
+}
+
+static void parse_ip(const char *text, uint8_t ip[4]) {
+    unsigned a, b, c, d;
+    if (text && sscanf(text, "%u.%u.%u.%u", &a, &b, &c, &d) == 4)
+        ip[0] = (uint8_t)a, ip[1] = (uint8_t)b, ip[2] = (uint8_t)c, ip[3] = (uint8_t)d;
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = argc > 1 ? strtoull(argv[1], 0, 0) : 1;
     unsigned long count = argc > 2 ? strtoul(argv[2], 0, 0) : 10000;
@@ -503,6 +912,14 @@ int main(int argc, char **argv) {
     longpath = buf + BUF_SIZE - 5000;
     memset(longpath, 'a', 4999);
     settle();
+    if (!strcmp(mode, "netscribble")) {
+        /* `fuzz SEED COUNT THREADS netscribble [VM-IP GATEWAY]` (for the ARP requests). */
+        parse_ip(argc > 5 ? argv[5] : 0, my_ip);
+        parse_ip(argc > 6 ? argv[6] : 0, gw_ip);
+        struct itimerval off = {{0, 0}, {0, 0}};
+        setitimer(ITIMER_REAL, &off, 0); /* no EINTR wanted here */
+        return netscribble(seed, count, threads);
+    }
     if (!strcmp(mode, "scribble")) {
         scribble(seed, count);
         printf("fuzz: %lu hostcalls scribbled\n", (unsigned long)calls);

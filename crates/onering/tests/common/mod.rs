@@ -120,3 +120,46 @@ pub fn build_go_guest(bin: &Path) {
         .expect("go (the Go toolchain must be installed)");
     assert!(out.status.success(), "go build: {}", String::from_utf8_lossy(&out.stderr));
 }
+
+pub fn require_passt() {
+    let found = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default()).any(|d| d.join("passt").exists());
+    assert!(found, "these tests need passt (apt-get install passt, or scripts/setup.sh)");
+}
+
+/// The pids of passt processes whose command line has `needle`.
+pub fn passts_with(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains("passt") && cmdline.contains(needle) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// A network namespace for one test, removed when dropped.
+pub struct Netns(pub String);
+
+impl Netns {
+    pub fn new(name: &str) -> Netns {
+        let name = format!("{name}-{}", std::process::id());
+        let _ = Command::new("ip").args(["netns", "del", &name]).status();
+        let ok = Command::new("ip").args(["netns", "add", &name]).status();
+        assert!(ok.is_ok_and(|s| s.success()), "cannot make a network namespace (ip netns add; root needed)");
+        Netns(name)
+    }
+    pub fn ip(&self, args: &[&str]) -> String {
+        let out = Command::new("ip").args(["netns", "exec", &self.0, "ip"]).args(args).output().unwrap();
+        assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}

@@ -25,16 +25,21 @@
 //!   thread asks for a doorbell on the receive queue.
 //!
 //! The guest owns the rings and may scribble on them at any time: chains are walked
-//! by `virtio-queue` (bounded by the queue size, every buffer checked to lie in
-//! guest memory), frames longer than `MAX_FRAME` or chains that do not map are
-//! dropped (the chain comes back used with length 0), and an available index that
-//! jumps by more than the queue size or a ring that stops mapping puts the device
-//! in DEVICE_NEEDS_RESET: the thread leaves it alone until the driver resets it.
+//! by `virtio-queue` and copied here, at most `MAX_CHAIN` descriptors of a chain
+//! (an indirect table, which is not offered but which `virtio-queue` follows, could
+//! otherwise make one chain 65535 descriptors), every buffer checked to lie in
+//! guest memory, with no allocation; frames longer than `MAX_FRAME`, longer chains
+//! or chains that do not map are dropped (the chain comes back used with length 0),
+//! and an available index that jumps by more than the queue size or a ring that
+//! stops mapping puts the device in DEVICE_NEEDS_RESET: the thread leaves it alone
+//! until the driver resets it. The thread never spins on a state it cannot leave:
+//! a back end that cannot take frames is waited for (its descriptor becoming
+//! writable), one that is gone is taken out of the epoll set and frames sent to it
+//! are dropped, as on a dead link; when the VM ends (`end`) the thread returns.
 
 use super::mmio::{Effect, QueueSlot, Transport};
 use super::VirtioError;
 use crate::devices::{MmioAction, MmioDevice};
-use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -47,8 +52,8 @@ use virtio_bindings::virtio_net::{
     virtio_net_hdr_v1, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MTU, VIRTIO_NET_F_STATUS, VIRTIO_NET_S_LINK_UP,
 };
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
-use virtio_queue::{DescriptorChain, QueueOwnedT, QueueT, Reader, Writer};
-use vm_memory::GuestMemoryMmap;
+use virtio_queue::{DescriptorChain, QueueOwnedT, QueueT};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 use vmm_sys_util::epoll::{ControlOperation, Epoll, EpollEvent, EventSet};
 use vmm_sys_util::eventfd::{EventFd, EFD_NONBLOCK};
 
@@ -63,6 +68,10 @@ const _: () = assert!(std::mem::size_of::<virtio_net_hdr_v1>() == HDR_LEN);
 /// The largest frame either way (without the header): a 64 KiB packet and its
 /// Ethernet header. Longer ones are dropped.
 pub const MAX_FRAME: usize = 65536 + 14;
+/// Descriptors of one chain, at most: a queue's size (a driver's chain is never
+/// longer, virtio 1.x 2.7.5.3.1). Longer ones, which only an indirect table can
+/// make, are dropped after this many.
+pub const MAX_CHAIN: usize = QUEUE_SIZE as usize;
 /// Frames each way per pass before the thread looks at the other side.
 pub const BATCH: usize = 64;
 /// How long the thread keeps polling after the last frame before it sleeps.
@@ -150,8 +159,11 @@ pub struct NetDevice {
     doorbell: EventFd,
     /// How the guest is told about used buffers (set once the machine exists).
     wake: OnceLock<Box<dyn Fn() + Send + Sync>>,
-    /// The VM is ending: the back end going away is expected, not news.
+    /// The VM is ending: the I/O thread returns (the back end going away is no news).
     ending: AtomicBool,
+    /// Passes of the I/O thread over the queues (a thread that spun would make
+    /// millions a second; the tests count them).
+    passes: AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -168,6 +180,7 @@ impl NetDevice {
             doorbell,
             wake: OnceLock::new(),
             ending: AtomicBool::new(false),
+            passes: AtomicU64::new(0),
         }))
     }
 
@@ -176,9 +189,11 @@ impl NetDevice {
         let _ = self.wake.set(wake);
     }
 
-    /// The VM is ending (its back end is about to be stopped): say nothing of it.
+    /// The VM is ending (its back end is about to be stopped): the I/O thread
+    /// returns, whatever state the guest left the queues in, and says nothing.
     pub fn end(&self) {
         self.ending.store(true, Relaxed);
+        self.ring_doorbell();
     }
 
     fn ring_doorbell(&self) {
@@ -197,16 +212,18 @@ impl NetDevice {
     pub fn start(self: &Arc<Self>, backend: Box<dyn Backend>) -> Result<IoThread, VirtioError> {
         let stop = EventFd::new(EFD_NONBLOCK).map_err(VirtioError::Start)?;
         let stop_for_thread = stop.try_clone().map_err(VirtioError::Start)?;
+        let stopping = Arc::new(AtomicBool::new(false));
+        let stopping_for_thread = stopping.clone();
         let dev = self.clone();
         let thread = std::thread::Builder::new()
             .name("net-io".into())
             .stack_size(256 * 1024)
             .spawn(move || {
                 crate::sys::signals::block_forwarded();
-                IoLoop::new(dev, backend, stop_for_thread).and_then(|mut l| l.run())
+                IoLoop::new(dev, backend, stop_for_thread, stopping_for_thread).and_then(|mut l| l.run())
             })
             .map_err(VirtioError::Start)?;
-        Ok(IoThread { stop, thread: Some(thread) })
+        Ok(IoThread { stop, stopping, thread: Some(thread) })
     }
 }
 
@@ -230,14 +247,18 @@ impl MmioDevice for NetDevice {
     }
 }
 
-/// The running I/O thread; stopping it (or dropping this) joins it.
+/// The running I/O thread; stopping it (or dropping this) joins it. The thread
+/// looks at `stopping` on every turn of its loop, busy or not, and the eventfd
+/// wakes it from its sleep.
 pub struct IoThread {
     stop: EventFd,
+    stopping: Arc<AtomicBool>,
     thread: Option<JoinHandle<std::io::Result<()>>>,
 }
 
 impl IoThread {
     pub fn stop(&mut self) {
+        self.stopping.store(true, Relaxed);
         let _ = self.stop.write(1);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -284,16 +305,24 @@ fn guest_wants_to_know(t: &mut Transport, which: usize) -> Result<bool, Broken> 
     slot.queue.needs_notification(&*mem).map_err(|_| Broken)
 }
 
-/// The frame of a transmit chain, header stripped, copied into `buf`; None if the
-/// chain is unusable (does not map, too short, too long).
+/// The frame of a transmit chain, with its header, copied into `buf` (whose length
+/// is the most taken); None if the chain is unusable (a buffer that does not map,
+/// shorter than the header, longer than `buf`, more than `MAX_CHAIN` descriptors).
+/// Device-writable descriptors are skipped.
 fn read_tx(mem: &GuestMemoryMmap, chain: Chain<'_>, buf: &mut [u8]) -> Option<usize> {
-    let mut reader: Reader<'_> = Reader::new(mem, chain).ok()?;
-    let n = reader.available_bytes();
-    if !(HDR_LEN..=HDR_LEN + MAX_FRAME).contains(&n) || n > buf.len() {
-        return None;
+    let mut n = 0usize;
+    for (i, d) in chain.enumerate() {
+        if i >= MAX_CHAIN {
+            return None;
+        }
+        if d.is_write_only() {
+            continue;
+        }
+        let end = n.checked_add(d.len() as usize).filter(|&e| e <= buf.len())?;
+        mem.read_slice(&mut buf[n..end], d.addr()).ok()?;
+        n = end;
     }
-    reader.read_exact(&mut buf[..n]).ok()?;
-    Some(n)
+    (n >= HDR_LEN).then_some(n)
 }
 
 /// Sends what the guest posted on the transmit queue, at most `budget` frames.
@@ -337,17 +366,45 @@ pub struct Pending {
 }
 
 /// Writes the header and the frame into a receive chain; the bytes written, or
-/// None if the chain cannot hold them (or does not map).
+/// None if the chain cannot hold them, a device-writable buffer of it does not map
+/// or it has more than `MAX_CHAIN` descriptors (then nothing is written).
+/// Read-only descriptors are skipped.
 fn write_rx(mem: &GuestMemoryMmap, chain: Chain<'_>, frame: &[u8]) -> Option<usize> {
-    let mut writer: Writer<'_> = Writer::new(mem, chain).ok()?;
-    if writer.available_bytes() < HDR_LEN + frame.len() {
+    let mut bufs = [(GuestAddress(0), 0usize); MAX_CHAIN];
+    let (mut count, mut room) = (0, 0usize);
+    for (i, d) in chain.enumerate() {
+        if i >= MAX_CHAIN {
+            return None;
+        }
+        let len = d.len() as usize;
+        if !d.is_write_only() {
+            continue;
+        }
+        if !GuestMemoryBackend::check_range(mem, d.addr(), len) {
+            return None;
+        }
+        bufs[count] = (d.addr(), len);
+        count += 1;
+        room = room.saturating_add(len);
+    }
+    let need = HDR_LEN + frame.len();
+    if room < need {
         return None;
     }
     let mut hdr = [0u8; HDR_LEN];
     hdr[10..12].copy_from_slice(&1u16.to_le_bytes()); // num_buffers
-    writer.write_all(&hdr).ok()?;
-    writer.write_all(frame).ok()?;
-    Some(HDR_LEN + frame.len())
+    let mut done = 0;
+    for &(addr, len) in &bufs[..count] {
+        let mut at = 0;
+        while at < len && done < need {
+            let (part, off) = if done < HDR_LEN { (&hdr[..], done) } else { (frame, done - HDR_LEN) };
+            let k = (len - at).min(part.len() - off);
+            mem.write_slice(&part[off..off + k], GuestAddress(addr.0.checked_add(at as u64)?)).ok()?;
+            at += k;
+            done += k;
+        }
+    }
+    Some(need)
 }
 
 /// Moves frames from the back end into the guest's receive buffers, at most
@@ -412,11 +469,30 @@ const DOORBELL: u64 = 1;
 const BACKEND: u64 = 2;
 const STOP: u64 = 3;
 
+/// Where frames go once the back end is gone: nowhere (dropped, as on a dead link).
+struct Gone;
+
+impl Backend for Gone {
+    fn send(&mut self, _frame: &[u8]) -> std::io::Result<bool> {
+        Ok(false)
+    }
+    fn recv(&mut self, _buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+        Ok(None)
+    }
+    fn fd(&self) -> RawFd {
+        -1
+    }
+    fn name(&self) -> String {
+        "none".into()
+    }
+}
+
 /// The I/O thread's state.
 struct IoLoop {
     dev: Arc<NetDevice>,
     backend: Box<dyn Backend>,
     stop: EventFd,
+    stopping: Arc<AtomicBool>,
     epoll: Epoll,
     /// What the back end's descriptor is watched for now.
     watching: EventSet,
@@ -427,7 +503,12 @@ struct IoLoop {
 }
 
 impl IoLoop {
-    fn new(dev: Arc<NetDevice>, backend: Box<dyn Backend>, stop: EventFd) -> std::io::Result<IoLoop> {
+    fn new(
+        dev: Arc<NetDevice>,
+        backend: Box<dyn Backend>,
+        stop: EventFd,
+        stopping: Arc<AtomicBool>,
+    ) -> std::io::Result<IoLoop> {
         let epoll = Epoll::new()?;
         epoll.ctl(ControlOperation::Add, dev.doorbell.as_raw_fd(), EpollEvent::new(EventSet::IN, DOORBELL))?;
         epoll.ctl(ControlOperation::Add, stop.as_raw_fd(), EpollEvent::new(EventSet::IN, STOP))?;
@@ -436,6 +517,7 @@ impl IoLoop {
             dev,
             backend,
             stop,
+            stopping,
             epoll,
             watching: EventSet::empty(),
             buf: vec![0; HDR_LEN + MAX_FRAME],
@@ -448,16 +530,21 @@ impl IoLoop {
     /// One pass: transmit, then receive, then tell the guest if it asked.
     fn pass(&mut self) -> Pass {
         let dev = self.dev.clone();
+        dev.passes.fetch_add(1, Relaxed);
         let mut t = lock(&dev.transport);
         if !t.active() {
             self.pending.len = None;
             return Pass::default();
         }
+        let mut nowhere = Gone;
+        let backend: &mut dyn Backend =
+            if self.pending.backend_gone.is_some() { &mut nowhere } else { &mut *self.backend };
         let r = (|| {
-            let sent = process_tx(&mut t, &mut *self.backend, &mut self.buf, BATCH)?;
-            let _ = self.backend.flush();
-            let (received, rx_waiting) =
-                process_rx(&mut t, &mut *self.backend, &mut self.rx_buf, &mut self.pending, BATCH)?;
+            let sent = process_tx(&mut t, backend, &mut self.buf, BATCH)?;
+            if let Err(e) = backend.flush() {
+                self.pending.backend_gone.get_or_insert(e.to_string());
+            }
+            let (received, rx_waiting) = process_rx(&mut t, backend, &mut self.rx_buf, &mut self.pending, BATCH)?;
             let tell =
                 (sent > 0 && guest_wants_to_know(&mut t, TX)?) | (received > 0 && guest_wants_to_know(&mut t, RX)?);
             if tell {
@@ -476,8 +563,11 @@ impl IoLoop {
     }
 
     /// Asks the guest for a doorbell on the next transmit (and, if a frame waits,
-    /// receive) buffer. False if buffers came meanwhile: poll again instead.
+    /// receive) buffer. False if buffers came meanwhile: poll again instead. Buffers
+    /// on the transmit queue while the back end cannot take them are not news: the
+    /// thread waits for the back end instead (polling would spin until it drains).
     fn arm(&mut self, rx_waiting: bool) -> bool {
+        let tx_blocked = self.pending.backend_gone.is_none() && !self.backend.can_send();
         let mut t = lock(&self.dev.transport);
         if !t.active() {
             return true;
@@ -489,11 +579,25 @@ impl IoLoop {
                 continue;
             }
             match slot.queue.enable_notification(&*mem) {
-                Ok(more) => quiet &= !more,
-                Err(_) => quiet = false, // the next pass finds the broken ring
+                Ok(more) => quiet &= !more || (i == TX && tx_blocked),
+                // The ring broke: the next pass finds it and flags the device (it
+                // reads the same ring the same way), after which this is not reached.
+                Err(_) => quiet = false,
             }
         }
         quiet
+    }
+
+    /// The back end is gone: its descriptor leaves the epoll set (a closed socket
+    /// reports EPOLLHUP whatever it is watched for, which would wake the thread
+    /// for ever).
+    fn forget_backend(&mut self) {
+        let _ = self.epoll.ctl(ControlOperation::Delete, self.backend.fd(), EpollEvent::default());
+        self.watching = EventSet::empty();
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Relaxed) || self.dev.ending.load(Relaxed)
     }
 
     fn watch_backend(&mut self, want: EventSet) {
@@ -507,10 +611,14 @@ impl IoLoop {
         let mut events = vec![EpollEvent::default(); 4];
         let mut last_work = Instant::now();
         loop {
+            if self.stopping() {
+                return Ok(());
+            }
             let p = self.pass();
-            if let (Some(why), false) = (&self.pending.backend_gone, self.reported_gone) {
+            if let (Some(why), false) = (self.pending.backend_gone.clone(), self.reported_gone) {
                 self.reported_gone = true;
-                if self.dev.ending.load(Relaxed) {
+                self.forget_backend();
+                if self.stopping() {
                     return Ok(());
                 }
                 say!("onering: network back end {} stopped: {why}; the VM's network is down", self.backend.name());
@@ -526,15 +634,17 @@ impl IoLoop {
             if !self.arm(p.rx_waiting) {
                 continue;
             }
-            let active = lock(&self.dev.transport).active();
-            let mut want = EventSet::empty();
-            if active && !p.rx_waiting && self.pending.backend_gone.is_none() {
-                want |= EventSet::IN;
+            if self.pending.backend_gone.is_none() {
+                let active = lock(&self.dev.transport).active();
+                let mut want = EventSet::empty();
+                if active && !p.rx_waiting {
+                    want |= EventSet::IN;
+                }
+                if !self.backend.can_send() {
+                    want |= EventSet::OUT;
+                }
+                self.watch_backend(want);
             }
-            if !self.backend.can_send() && self.pending.backend_gone.is_none() {
-                want |= EventSet::OUT;
-            }
-            self.watch_backend(want);
             let n = match self.epoll.wait(-1, &mut events) {
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
@@ -562,6 +672,7 @@ mod tests {
     use super::super::mmio::tests::{memory, negotiate, set_up_queue, RUNNING};
     use super::*;
     use std::collections::VecDeque;
+    use std::io::{Read, Write};
     use virtio_bindings::virtio_config::VIRTIO_CONFIG_S_NEEDS_RESET;
     use virtio_bindings::virtio_mmio::VIRTIO_MMIO_STATUS;
     use virtio_bindings::virtio_ring::{VRING_DESC_F_NEXT, VRING_DESC_F_WRITE};
@@ -741,6 +852,47 @@ mod tests {
         }
     }
 
+    /// An indirect table (not offered, but `virtio-queue` follows it) can make a
+    /// chain of 65535 descriptors, here a loop of one: it is dropped after
+    /// `MAX_CHAIN`, both ways, and nothing is sent or written.
+    #[test]
+    fn chains_longer_than_the_queue_are_dropped() {
+        const INDIRECT: u16 = 4;
+        let mut t = running();
+        for (q, flags) in [(TXQ, 0), (RXQ, VRING_DESC_F_WRITE as u16)] {
+            desc(&t, q, 0, 0x60000, 0xffff0, INDIRECT, 0);
+            // The table's first entry points at itself.
+            t.mem
+                .write_obj(Descriptor::new(0x40000, 1, flags | VRING_DESC_F_NEXT as u16, 0), GuestAddress(0x60000))
+                .unwrap();
+            for i in 0..16 {
+                post(&t, q, i, 0);
+            }
+        }
+        let mut fake = Fake { incoming: (0..16).map(|_| vec![7; 60]).collect(), ..Default::default() };
+        let (mut buf, mut rx) = bufs();
+        let start = Instant::now();
+        assert_eq!(process_tx(&mut t, &mut fake, &mut buf, BATCH), Ok(16));
+        assert!(lock(&fake.sent).is_empty(), "a chain of 65535 one-byte buffers was sent");
+        let mut pending = Pending::default();
+        assert_eq!(process_rx(&mut t, &mut fake, &mut rx, &mut pending, BATCH), Ok((16, false)));
+        assert_eq!(used(&t, RXQ, 15), (16, 0, 0), "received into a chain of 65535 buffers");
+        assert_eq!(t.mem.read_obj::<u8>(GuestAddress(0x40000)).unwrap(), 0);
+        assert!(start.elapsed() < Duration::from_secs(1));
+        // MAX_CHAIN descriptors are still a chain: a table of that many, in order.
+        let mut t = running();
+        for i in 0..MAX_CHAIN as u64 {
+            let next = Descriptor::new(0x40000 + i, 1, VRING_DESC_F_NEXT as u16, (i + 1) as u16);
+            let last = Descriptor::new(0x40000 + i, 1, 0, 0);
+            let d = if i + 1 == MAX_CHAIN as u64 { last } else { next };
+            t.mem.write_obj(d, GuestAddress(0x60000 + 16 * i)).unwrap();
+        }
+        desc(&t, TXQ, 0, 0x60000, 16 * MAX_CHAIN as u32, INDIRECT, 0);
+        post(&t, TXQ, 0, 0);
+        assert_eq!(process_tx(&mut t, &mut fake, &mut buf, BATCH), Ok(1));
+        assert_eq!(lock(&fake.sent).iter().map(Vec::len).collect::<Vec<_>>(), [MAX_CHAIN - HDR_LEN]);
+    }
+
     #[test]
     fn an_avail_index_jumping_past_the_queue_size_breaks_the_queue() {
         let mut t = running();
@@ -800,6 +952,128 @@ mod tests {
         fake.incoming.push_back(vec![4; 60]);
         assert_eq!(process_rx(&mut t, &mut fake, &mut rx, &mut pending, BATCH), Ok((1, false)));
         assert_eq!(guest_wants_to_know(&mut t, RX), Ok(true));
+    }
+
+    /// A back end over one end of a socket pair that takes no frame (passt not
+    /// reading: `can_send` false) or drops every one; it counts the frames it is
+    /// offered.
+    struct Stuck(std::os::unix::net::UnixStream, Arc<AtomicU64>, bool);
+
+    impl Backend for Stuck {
+        fn send(&mut self, _frame: &[u8]) -> std::io::Result<bool> {
+            self.1.fetch_add(1, Relaxed);
+            Ok(false)
+        }
+        fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+            match (&self.0).read(buf) {
+                Ok(0) => Err(std::io::Error::other("closed")),
+                Ok(n) => Ok(Some(n)),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+        fn fd(&self) -> RawFd {
+            self.0.as_raw_fd()
+        }
+        fn can_send(&self) -> bool {
+            self.2
+        }
+        fn name(&self) -> String {
+            "stuck".into()
+        }
+    }
+
+    /// A running device on its thread, with `backend`.
+    fn started(backend: Box<dyn Backend>) -> (Arc<NetDevice>, IoThread) {
+        let dev = NetDevice::new(memory(), &NetConfig { mac: [2, 0, 0, 0, 0, 1], mtu: 1500 }).unwrap();
+        {
+            let mut t = lock(&dev.transport);
+            negotiate(&mut t, FEATURES);
+            set_up_queue(&mut t, RX as u32, 16, RXQ);
+            set_up_queue(&mut t, TX as u32, 16, TXQ);
+        }
+        dev.write(u64::from(VIRTIO_MMIO_STATUS), u64::from(RUNNING), 4);
+        let io = dev.start(backend).unwrap();
+        (dev, io)
+    }
+
+    /// The I/O thread's passes over `ms` milliseconds.
+    fn passes_in(dev: &NetDevice, ms: u64) -> u64 {
+        let before = dev.passes.load(Relaxed);
+        std::thread::sleep(Duration::from_millis(ms));
+        dev.passes.load(Relaxed) - before
+    }
+
+    /// Frames posted while the back end takes none: the thread waits for the back
+    /// end's descriptor to become writable instead of polling the ring; once the
+    /// back end is gone (its socket closed: EPOLLHUP for ever) it stops watching it,
+    /// drops what the guest sends, and still sleeps.
+    #[test]
+    fn a_back_end_that_takes_nothing_or_is_gone_does_not_make_the_thread_spin() {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        while (&ours).write(&[0; 4096]).is_ok() {} // full: not writable
+        let offered = Arc::new(AtomicU64::new(0));
+        let (dev, mut io) = started(Box::new(Stuck(ours, offered.clone(), false)));
+        let t = || lock(&dev.transport);
+        t().mem.write_slice(&[0; HDR_LEN + 4], GuestAddress(0x40000)).unwrap();
+        desc(&t(), TXQ, 0, 0x40000, HDR_LEN as u32 + 4, 0, 0);
+        post(&t(), TXQ, 0, 0);
+        dev.write(u64::from(VIRTIO_MMIO_QUEUE_NOTIFY), 1, 4);
+        std::thread::sleep(Duration::from_millis(50));
+        let n = passes_in(&dev, 200);
+        assert!(n < 100, "{n} passes in 200 ms while the back end took nothing");
+        assert_eq!(used(&t(), TXQ, 0).0, 0, "the frame waits");
+        // The back end goes: the frame is dropped, and the thread sleeps again.
+        drop(theirs);
+        let start = Instant::now();
+        while used(&t(), TXQ, 0).0 != 1 {
+            assert!(start.elapsed() < Duration::from_secs(5), "the frame is dropped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let n = passes_in(&dev, 200);
+        assert!(n < 100, "{n} passes in 200 ms with the back end gone");
+        // More frames to the gone back end: dropped too.
+        post(&t(), TXQ, 1, 0);
+        dev.write(u64::from(VIRTIO_MMIO_QUEUE_NOTIFY), 1, 4);
+        let start = Instant::now();
+        while used(&t(), TXQ, 0).0 != 2 {
+            assert!(start.elapsed() < Duration::from_secs(5), "the second frame is dropped");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(offered.load(Relaxed), 0, "nothing offered to a back end that could not take it");
+        io.stop();
+    }
+
+    /// A device the guest broke (needs reset) with frames still arriving from the
+    /// back end: the thread sleeps; and it returns when the VM ends, whatever the
+    /// queues' state.
+    #[test]
+    fn a_broken_device_leaves_the_thread_idle_and_the_end_of_the_vm_stops_it() {
+        let (ours, mut theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        while (&ours).write(&[0; 4096]).is_ok() {} // full, as passt's would be
+        let (dev, mut io) = started(Box::new(Stuck(ours, Arc::new(AtomicU64::new(0)), true)));
+        let t = || lock(&dev.transport);
+        t().mem.write_obj(999u16, GuestAddress(TXQ + 0x1000 + 2)).unwrap();
+        dev.write(u64::from(VIRTIO_MMIO_QUEUE_NOTIFY), 1, 4);
+        let start = Instant::now();
+        while t().status() & VIRTIO_CONFIG_S_NEEDS_RESET == 0 {
+            assert!(start.elapsed() < Duration::from_secs(5), "the device is flagged");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        theirs.write_all(&[0x55; 600]).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+        let n = passes_in(&dev, 200);
+        assert!(n < 100, "{n} passes in 200 ms on a broken device");
+        dev.end();
+        let start = Instant::now();
+        while !io.thread.as_ref().is_some_and(|h| h.is_finished()) {
+            assert!(start.elapsed() < Duration::from_secs(5), "the thread returns at the end of the VM");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        io.stop();
     }
 
     /// The device end to end on its thread: a doorbell sends, a frame from the back
