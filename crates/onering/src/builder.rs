@@ -238,7 +238,8 @@ pub fn run(
     let mut bus = devices::standard_bus()?;
     let (net, child) = match net {
         Some((spec, started)) => {
-            let dev = NetDevice::new(mem.clone(), &NetConfig { mac: spec.mac, mtu: spec.mtu })?;
+            let offloads = started.backend.offloads();
+            let dev = NetDevice::new(mem.clone(), &NetConfig { mac: spec.mac, mtu: spec.mtu, offloads })?;
             bus.insert(onering_abi::layout::VIRTIO_NET_PHYS, onering_abi::layout::PAGE_SIZE, dev.clone())?;
             (Some((dev, started.backend)), Some(started.child))
         }

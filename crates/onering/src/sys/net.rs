@@ -11,6 +11,12 @@ use std::process::Command;
 
 /// `TUNSETIFF`: `_IOW('T', 202, int)`.
 const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
+/// `TUNSETOFFLOAD`: `_IOW('T', 208, unsigned int)`.
+const TUNSETOFFLOAD: libc::c_ulong = 0x4004_54d0;
+/// `TUNSETVNETHDRSZ`: `_IOW('T', 216, int)`.
+const TUNSETVNETHDRSZ: libc::c_ulong = 0x4004_54d8;
+/// `TUN_F_CSUM`: the reader takes frames whose checksum is left to complete.
+pub const TUN_F_CSUM: u32 = 1;
 
 /// Attaches the open `/dev/net/tun` descriptor `tun` to the TAP device `name` with
 /// `flags` (`IFF_TAP | IFF_NO_PI`, ...). The name must be shorter than `IFNAMSIZ`.
@@ -29,6 +35,24 @@ pub fn tun_set_iff(tun: &OwnedFd, name: &str, flags: i16) -> std::io::Result<()>
     // and which lives across the call; `tun` is an open descriptor we own. The name
     // is NUL-terminated: it is shorter than IFNAMSIZ and the rest is zero.
     let r = unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETIFF, &mut req as *mut libc::ifreq) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets the virtio header length of the TAP descriptor `tun` (attached with
+/// IFF_VNET_HDR) to `len`, and the offloads its reader takes (`TUN_F_*`).
+pub fn tun_set_vnet(tun: &OwnedFd, len: i32, offloads: u32) -> std::io::Result<()> {
+    // SAFETY: TUNSETVNETHDRSZ reads one `int` through the pointer, which points at
+    // `len`, alive across the call; `tun` is an open descriptor we own.
+    let r = unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETVNETHDRSZ, &len as *const i32) };
+    if r < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: TUNSETOFFLOAD takes its flags as the argument itself (no pointer);
+    // `tun` is an open descriptor we own.
+    let r = unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETOFFLOAD, libc::c_ulong::from(offloads)) };
     if r < 0 {
         return Err(std::io::Error::last_os_error());
     }

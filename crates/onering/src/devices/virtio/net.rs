@@ -1,9 +1,13 @@
 //! The virtio-net device (virtio 1.x, device id 1) at `layout::VIRTIO_NET_PHYS`:
 //! queue 0 receives, queue 1 transmits, each up to 256 entries; every frame carries
-//! the 12-byte `virtio_net_hdr_v1` in front (all zero, num_buffers 1 on receive: no
-//! offloads are offered). Features: VERSION_1, MAC, MTU, STATUS (link always up),
-//! RING_EVENT_IDX. No checksum offload: the back ends (passt, a TAP device) need
-//! complete frames, and the guest's stack checksums them itself.
+//! the 12-byte `virtio_net_hdr_v1` in front. Features: VERSION_1, MAC, MTU, STATUS
+//! (link always up), RING_EVENT_IDX, and checksum offload both ways (CSUM,
+//! GUEST_CSUM) when the back end carries the header with its frames (a TAP device):
+//! the guest's "complete this checksum" requests go to the host kernel as they
+//! are, and frames whose checksum the host left to complete reach the guest so
+//! marked (or completed here, for a driver that did not take GUEST_CSUM). passt
+//! takes and gives complete frames only: the header is all zero then (num_buffers
+//! 1 on receive), and the guest's stack checksums what it sends.
 //!
 //! One I/O thread per device ("net-io") moves frames between the rings and the back
 //! end, so that the vCPUs never exit per packet (an exit costs ~20 µs here):
@@ -49,7 +53,8 @@ use virtio_bindings::virtio_config::VIRTIO_F_VERSION_1;
 use virtio_bindings::virtio_ids::VIRTIO_ID_NET;
 use virtio_bindings::virtio_mmio::VIRTIO_MMIO_QUEUE_NOTIFY;
 use virtio_bindings::virtio_net::{
-    virtio_net_hdr_v1, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MTU, VIRTIO_NET_F_STATUS, VIRTIO_NET_S_LINK_UP,
+    virtio_net_hdr_v1, VIRTIO_NET_F_CSUM, VIRTIO_NET_F_GUEST_CSUM, VIRTIO_NET_F_MAC, VIRTIO_NET_F_MTU,
+    VIRTIO_NET_F_STATUS, VIRTIO_NET_HDR_F_DATA_VALID, VIRTIO_NET_HDR_F_NEEDS_CSUM, VIRTIO_NET_S_LINK_UP,
 };
 use virtio_bindings::virtio_ring::VIRTIO_RING_F_EVENT_IDX;
 use virtio_queue::{DescriptorChain, QueueOwnedT, QueueT};
@@ -84,6 +89,9 @@ pub const FEATURES: u64 = 1 << VIRTIO_F_VERSION_1
     | 1 << VIRTIO_NET_F_STATUS
     | 1 << VIRTIO_RING_F_EVENT_IDX;
 
+/// Offered too when the back end carries the header (`Backend::offloads`).
+pub const OFFLOADS: u64 = 1 << VIRTIO_NET_F_CSUM | 1 << VIRTIO_NET_F_GUEST_CSUM;
+
 /// The device's counters, for `--stats`.
 #[derive(Debug, Default)]
 pub struct NetStats {
@@ -115,12 +123,19 @@ pub static STATS: NetStats = NetStats {
 
 /// Where frames go and come from: passt, a TAP device, or a test's fake.
 pub trait Backend: Send {
-    /// Sends one Ethernet frame (no virtio header). A frame the back end cannot take
-    /// now is dropped by it (`Ok(false)`), as a full link would.
+    /// Sends one Ethernet frame (with the virtio header in front if `offloads`). A
+    /// frame the back end cannot take now is dropped by it (`Ok(false)`), as a full
+    /// link would.
     fn send(&mut self, frame: &[u8]) -> std::io::Result<bool>;
-    /// Receives one frame into `buf` (at least `MAX_FRAME` long): its length, or
-    /// None when there is none now. An error means the back end is gone.
+    /// Receives one frame into `buf` (at least `HDR_LEN + MAX_FRAME` long; with
+    /// the virtio header in front if `offloads`): its length, or None when there
+    /// is none now. An error means the back end is gone.
     fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>>;
+    /// Whether frames carry the virtio header both ways (then checksum offloads
+    /// are offered to the guest).
+    fn offloads(&self) -> bool {
+        false
+    }
     /// The descriptor that becomes readable when a frame arrives.
     fn fd(&self) -> RawFd;
     /// Whether frames can be sent now; false makes the transmit ring wait (and the
@@ -136,11 +151,13 @@ pub trait Backend: Send {
     fn name(&self) -> String;
 }
 
-/// The device's configuration: its MAC address and MTU.
+/// The device's configuration: its MAC address, MTU, and whether its back end
+/// carries the virtio header (`Backend::offloads`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct NetConfig {
     pub mac: [u8; 6],
     pub mtu: u16,
+    pub offloads: bool,
 }
 
 /// The configuration space: mac[6], status u16, max_virtqueue_pairs u16, mtu u16.
@@ -172,7 +189,8 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl NetDevice {
     pub fn new(mem: GuestMemoryMmap, config: &NetConfig) -> Result<Arc<NetDevice>, VirtioError> {
-        let transport = Transport::new(mem, VIRTIO_ID_NET, FEATURES, &[QUEUE_SIZE, QUEUE_SIZE], config_space(config));
+        let features = if config.offloads { FEATURES | OFFLOADS } else { FEATURES };
+        let transport = Transport::new(mem, VIRTIO_ID_NET, features, &[QUEUE_SIZE, QUEUE_SIZE], config_space(config));
         let doorbell = EventFd::new(EFD_NONBLOCK).map_err(VirtioError::Start)?;
         STATS.present.store(true, Relaxed);
         Ok(Arc::new(NetDevice {
@@ -334,14 +352,24 @@ pub fn process_tx(
     budget: usize,
 ) -> Result<usize, Broken> {
     let mut done = 0;
+    let offloads = backend.offloads();
+    let csum = t.acked() & 1 << VIRTIO_NET_F_CSUM != 0;
     while done < budget && backend.can_send() {
         let Some(chain) = next_chain(&t.mem, &mut t.queues, TX)? else { break };
         let head = chain.head_index();
-        match read_tx(&t.mem, chain, buf) {
-            Some(n) => match backend.send(&buf[HDR_LEN..n]) {
+        let frame = read_tx(&t.mem, chain, buf).map(|n| {
+            if offloads {
+                tx_header(&mut buf[..HDR_LEN], csum);
+                &buf[..n]
+            } else {
+                &buf[HDR_LEN..n]
+            }
+        });
+        match frame {
+            Some(frame) => match backend.send(frame) {
                 Ok(true) => {
                     STATS.tx_frames.fetch_add(1, Relaxed);
-                    STATS.tx_bytes.fetch_add((n - HDR_LEN) as u64, Relaxed);
+                    STATS.tx_bytes.fetch_add((frame.len() - if offloads { HDR_LEN } else { 0 }) as u64, Relaxed);
                 }
                 Ok(false) | Err(_) => {
                     STATS.drops.fetch_add(1, Relaxed);
@@ -365,11 +393,65 @@ pub struct Pending {
     pub backend_gone: Option<String>,
 }
 
+/// What the back end may ask of the host in a transmitted frame's header: the
+/// guest's checksum request if it negotiated CSUM, nothing else (no segmentation,
+/// which was not offered; num_buffers is the receiver's).
+fn tx_header(hdr: &mut [u8], csum: bool) {
+    hdr[0] &= if csum { VIRTIO_NET_HDR_F_NEEDS_CSUM as u8 } else { 0 };
+    if hdr[0] == 0 {
+        hdr[6..10].fill(0);
+    }
+    hdr[1..6].fill(0);
+    hdr[10..12].fill(0);
+}
+
+/// The header a received frame goes to the guest with, from the back end's
+/// `hdr` (all zero without offloads): its checksum marks if the driver took
+/// GUEST_CSUM, else none, after completing a checksum left to complete in
+/// `frame` here; num_buffers 1.
+fn rx_header(hdr: &[u8], frame: &mut [u8], guest_csum: bool) -> [u8; HDR_LEN] {
+    let mut h = [0u8; HDR_LEN];
+    let flags = hdr[0] & (VIRTIO_NET_HDR_F_NEEDS_CSUM | VIRTIO_NET_HDR_F_DATA_VALID) as u8;
+    if guest_csum {
+        h[0] = flags;
+        if flags & VIRTIO_NET_HDR_F_NEEDS_CSUM as u8 != 0 {
+            h[6..10].copy_from_slice(&hdr[6..10]);
+        }
+    } else if flags & VIRTIO_NET_HDR_F_NEEDS_CSUM as u8 != 0 {
+        let start = u16::from_le_bytes([hdr[6], hdr[7]]) as usize;
+        let offset = u16::from_le_bytes([hdr[8], hdr[9]]) as usize;
+        complete_checksum(frame, start, offset);
+    }
+    h[10..12].copy_from_slice(&1u16.to_le_bytes()); // num_buffers
+    h
+}
+
+/// Completes the Internet checksum of `frame[start..]` whose field at
+/// `start + offset` holds the pseudo-header's sum (what a partial checksum is);
+/// nothing if the field lies outside the frame.
+fn complete_checksum(frame: &mut [u8], start: usize, offset: usize) {
+    let Some(at) = start.checked_add(offset).filter(|&a| a.checked_add(2).is_some_and(|e| e <= frame.len())) else {
+        return;
+    };
+    let mut sum: u64 = 0;
+    let mut words = frame[start..].chunks_exact(2);
+    for w in &mut words {
+        sum += u64::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    if let [last] = words.remainder() {
+        sum += u64::from(*last) << 8;
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    frame[at..at + 2].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+}
+
 /// Writes the header and the frame into a receive chain; the bytes written, or
 /// None if the chain cannot hold them, a device-writable buffer of it does not map
 /// or it has more than `MAX_CHAIN` descriptors (then nothing is written).
 /// Read-only descriptors are skipped.
-fn write_rx(mem: &GuestMemoryMmap, chain: Chain<'_>, frame: &[u8]) -> Option<usize> {
+fn write_rx(mem: &GuestMemoryMmap, chain: Chain<'_>, hdr: &[u8; HDR_LEN], frame: &[u8]) -> Option<usize> {
     let mut bufs = [(GuestAddress(0), 0usize); MAX_CHAIN];
     let (mut count, mut room) = (0, 0usize);
     for (i, d) in chain.enumerate() {
@@ -391,8 +473,6 @@ fn write_rx(mem: &GuestMemoryMmap, chain: Chain<'_>, frame: &[u8]) -> Option<usi
     if room < need {
         return None;
     }
-    let mut hdr = [0u8; HDR_LEN];
-    hdr[10..12].copy_from_slice(&1u16.to_le_bytes()); // num_buffers
     let mut done = 0;
     for &(addr, len) in &bufs[..count] {
         let mut at = 0;
@@ -418,12 +498,14 @@ pub fn process_rx(
     budget: usize,
 ) -> Result<(usize, bool), Broken> {
     let mut done = 0;
+    let offloads = backend.offloads();
+    let guest_csum = t.acked() & 1 << VIRTIO_NET_F_GUEST_CSUM != 0;
     while done < budget {
         let len = match pending.len {
             Some(l) => l,
             None if pending.backend_gone.is_some() => break,
             None => match backend.recv(buf) {
-                Ok(Some(l)) if l <= buf.len() => l,
+                Ok(Some(l)) if l <= buf.len() && (!offloads || l >= HDR_LEN) => l,
                 Ok(Some(_)) => {
                     STATS.drops.fetch_add(1, Relaxed);
                     continue;
@@ -441,10 +523,16 @@ pub fn process_rx(
         };
         let head = chain.head_index();
         pending.len = None;
-        let written = match write_rx(&t.mem, chain, &buf[..len]) {
+        let (hdr, frame) = if offloads {
+            let (h, f) = buf[..len].split_at_mut(HDR_LEN);
+            (rx_header(h, f, guest_csum), &f[..])
+        } else {
+            (rx_header(&[0; HDR_LEN], &mut [], false), &buf[..len])
+        };
+        let written = match write_rx(&t.mem, chain, &hdr, frame) {
             Some(n) => {
                 STATS.rx_frames.fetch_add(1, Relaxed);
-                STATS.rx_bytes.fetch_add(len as u64, Relaxed);
+                STATS.rx_bytes.fetch_add(frame.len() as u64, Relaxed);
                 n
             }
             None => {
@@ -717,7 +805,7 @@ mod tests {
             VIRTIO_ID_NET,
             FEATURES,
             &[QUEUE_SIZE, QUEUE_SIZE],
-            config_space(&NetConfig { mac: [0x52, 0x54, 0, 0x12, 0x34, 0x56], mtu: 1500 }),
+            config_space(&NetConfig { mac: [0x52, 0x54, 0, 0x12, 0x34, 0x56], mtu: 1500, offloads: false }),
         );
         negotiate(&mut t, FEATURES);
         assert_eq!(set_up_queue(&mut t, RX as u32, 16, RXQ), Effect::None);
@@ -747,6 +835,65 @@ mod tests {
 
     fn bufs() -> (Vec<u8>, Vec<u8>) {
         (vec![0; HDR_LEN + MAX_FRAME], vec![0; MAX_FRAME])
+    }
+
+    /// The one's complement sum of `b` (16-bit big-endian words), folded.
+    fn ones_sum(b: &[u8]) -> u16 {
+        let mut sum: u64 = b.chunks(2).map(|w| u64::from(u16::from_be_bytes([w[0], *w.get(1).unwrap_or(&0)]))).sum();
+        while sum > 0xffff {
+            sum = (sum & 0xffff) + (sum >> 16);
+        }
+        sum as u16
+    }
+
+    #[test]
+    fn a_checksum_left_to_complete_is_completed_for_a_driver_without_guest_csum() {
+        // An Ethernet frame with a "UDP" part from byte 34, its checksum field at
+        // 34 + 6 holding a pseudo-header sum, an odd length.
+        let mut frame: Vec<u8> = (0..101u32).map(|i| (i * 7 + 3) as u8).collect();
+        frame[40..42].copy_from_slice(&0x1234u16.to_be_bytes());
+        let pseudo = 0x1234u16;
+        let mut hdr = [0u8; HDR_LEN];
+        hdr[0] = VIRTIO_NET_HDR_F_NEEDS_CSUM as u8;
+        hdr[6..8].copy_from_slice(&34u16.to_le_bytes());
+        hdr[8..10].copy_from_slice(&6u16.to_le_bytes());
+        hdr[10] = 9; // (the back end's num_buffers is not passed on)
+        let mut marked = frame.clone();
+        let h = rx_header(&hdr, &mut marked, true);
+        assert_eq!((h[0], &h[6..10], &h[10..12]), (1, &hdr[6..10], &[1, 0][..]), "passed on as it came");
+        assert_eq!(marked, frame, "a driver with GUEST_CSUM completes it itself");
+        let h = rx_header(&hdr, &mut frame, false);
+        assert_eq!(h, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0], "no marks for a driver without GUEST_CSUM");
+        // Valid: with the pseudo-header's sum, the part's sum (its checksum
+        // included) is all ones.
+        let with = u32::from(ones_sum(&frame[34..])) + u32::from(pseudo);
+        assert_eq!(((with & 0xffff) + (with >> 16)) as u16, 0xffff);
+        let mut zeroed = frame.clone();
+        zeroed[40..42].fill(0);
+        let data = ones_sum(&zeroed[34..]);
+        let total = u32::from(data) + u32::from(pseudo);
+        let folded = ((total & 0xffff) + (total >> 16)) as u16;
+        assert_eq!(u16::from_be_bytes([frame[40], frame[41]]), !folded);
+        // A field outside the frame: left alone.
+        let mut short = vec![1u8; 20];
+        complete_checksum(&mut short, 18, 2);
+        complete_checksum(&mut short, usize::MAX, 2);
+        assert_eq!(short, vec![1u8; 20]);
+    }
+
+    #[test]
+    fn a_guest_asks_the_host_only_what_it_negotiated() {
+        let mut h = [0xffu8; HDR_LEN];
+        tx_header(&mut h, true);
+        assert_eq!(h, [1, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0, 0], "a checksum request, no segmentation");
+        let mut h = [0xffu8; HDR_LEN];
+        tx_header(&mut h, false);
+        assert_eq!(h, [0; HDR_LEN], "without CSUM: nothing");
+        let mut h = [0u8; HDR_LEN];
+        h[0] = VIRTIO_NET_HDR_F_DATA_VALID as u8;
+        h[6] = 5;
+        tx_header(&mut h, true);
+        assert_eq!(h, [0; HDR_LEN], "DATA_VALID means nothing on transmit");
     }
 
     #[test]
@@ -985,7 +1132,7 @@ mod tests {
 
     /// A running device on its thread, with `backend`.
     fn started(backend: Box<dyn Backend>) -> (Arc<NetDevice>, IoThread) {
-        let dev = NetDevice::new(memory(), &NetConfig { mac: [2, 0, 0, 0, 0, 1], mtu: 1500 }).unwrap();
+        let dev = NetDevice::new(memory(), &NetConfig { mac: [2, 0, 0, 0, 0, 1], mtu: 1500, offloads: false }).unwrap();
         {
             let mut t = lock(&dev.transport);
             negotiate(&mut t, FEATURES);
@@ -1081,7 +1228,8 @@ mod tests {
     #[test]
     fn the_io_thread_moves_frames_and_wakes_the_guest() {
         let mem = memory();
-        let dev = NetDevice::new(mem.clone(), &NetConfig { mac: [2, 0, 0, 0, 0, 1], mtu: 1500 }).unwrap();
+        let dev =
+            NetDevice::new(mem.clone(), &NetConfig { mac: [2, 0, 0, 0, 0, 1], mtu: 1500, offloads: false }).unwrap();
         let woken = Arc::new(AtomicU64::new(0));
         let w = woken.clone();
         dev.set_wake(Box::new(move || {
