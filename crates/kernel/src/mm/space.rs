@@ -132,8 +132,11 @@ impl<M: Mmu> Backing<M> {
     fn back(&mut self, start: u64, end: u64) -> Result<(), Errno> {
         match self.back_once(start, end) {
             Err(Errno::ENOMEM) => {
-                // (One more chunk, for page-table pages.)
-                if self.chunks.reclaim(self.unbacked(start, end) as usize + 1) || self.chunks.free_chunks() > 0 {
+                // (One more chunk, for page-table pages; tried again only if
+                // chunks came back.)
+                let before = self.chunks.free_chunks();
+                self.chunks.reclaim(self.unbacked(start, end) as usize + 1);
+                if self.chunks.free_chunks() > before {
                     self.back_once(start, end)
                 } else {
                     Err(Errno::ENOMEM)
