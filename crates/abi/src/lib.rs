@@ -401,6 +401,8 @@ pub struct PerCpuHeader {
     pub lapic_writes: u64,
     /// Thread switches (to another thread or to the idle loop).
     pub switches: u64,
+    /// Page-cache chunks the kernel gave back under memory pressure.
+    pub reclaimed: u64,
 }
 
 /// Byte offsets into [`PerCpuHeader`], used by assembly.
@@ -416,6 +418,7 @@ pub mod percpu_offsets {
     pub const INTERRUPTS: usize = 112;
     pub const LAPIC_WRITES: usize = 120;
     pub const SWITCHES: usize = 128;
+    pub const RECLAIMED: usize = 136;
 }
 
 const _: () = {
@@ -429,6 +432,7 @@ const _: () = {
     assert!(offset_of!(PerCpuHeader, interrupts) == percpu_offsets::INTERRUPTS);
     assert!(offset_of!(PerCpuHeader, lapic_writes) == percpu_offsets::LAPIC_WRITES);
     assert!(offset_of!(PerCpuHeader, switches) == percpu_offsets::SWITCHES);
+    assert!(offset_of!(PerCpuHeader, reclaimed) == percpu_offsets::RECLAIMED);
     assert!(size_of::<BootInfo>() <= layout::PAGE_SIZE as usize);
     assert!(size_of::<PerCpuHeader>() <= layout::PERCPU_STRIDE as usize);
 };

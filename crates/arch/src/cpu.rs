@@ -36,6 +36,8 @@ const _: () = assert!(core::mem::size_of::<onering_abi::PerCpuHeader>() <= FULL_
 pub enum Counter {
     LapicWrites,
     Switches,
+    /// Page-cache chunks given back under memory pressure.
+    Reclaimed,
 }
 
 #[cfg(target_os = "none")]
@@ -126,14 +128,19 @@ mod imp {
     }
 
     pub fn count(c: Counter) {
+        count_by(c, 1)
+    }
+
+    pub fn count_by(c: Counter, n: u64) {
         let offset = match c {
             Counter::LapicWrites => onering_abi::percpu_offsets::LAPIC_WRITES,
             Counter::Switches => onering_abi::percpu_offsets::SWITCHES,
+            Counter::Reclaimed => onering_abi::percpu_offsets::RECLAIMED,
         };
         // SAFETY: GS points at this CPU's header (mapped for the kernel's life) and
         // `offset` is one of its u64 counters, which only this CPU writes, with one
-        // `inc` that an interrupt cannot split.
-        unsafe { core::arch::asm!("inc qword ptr gs:[{}]", in(reg) offset, options(nostack)) };
+        // `add` that an interrupt cannot split.
+        unsafe { core::arch::asm!("add qword ptr gs:[{}], {}", in(reg) offset, in(reg) n, options(nostack)) };
     }
 
     pub fn rdtsc() -> u64 {
@@ -204,6 +211,7 @@ mod imp {
         TIMER.store(at, Relaxed)
     }
     pub fn count(_: Counter) {}
+    pub fn count_by(_: Counter, _: u64) {}
     pub fn rdtsc() -> u64 {
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64)
     }
@@ -231,7 +239,7 @@ mod imp {
 #[cfg(target_os = "none")]
 pub(crate) use imp::{clear_in_fault, page};
 pub use imp::{
-    count, cpu_id, fs_base, rdtsc, resched_pending, set_fs_base, set_timer_armed, take_resched, timer_armed,
+    count, count_by, cpu_id, fs_base, rdtsc, resched_pending, set_fs_base, set_timer_armed, take_resched, timer_armed,
 };
 pub(crate) use imp::{current_task_word, kernel_slot, set_current_task_word, set_kernel_slot, set_kstack_top};
 

@@ -13,8 +13,16 @@
 //! for room first and fail with an errno when there is none; the reserve that
 //! `room` keeps is for the allocations every call makes along the way, which
 //! cannot fail gracefully. Growing structures use `try_reserve` where a program
-//! can make them large. Chunks that joined stay in the heap (their memory is
-//! reused by later kernel objects, not given back to the program).
+//! can make them large. Chunks that joined stay in the heap while the program's
+//! memory has chunks enough: their memory is reused by later kernel objects.
+//!
+//! Under memory pressure the heap gives memory back (`mm`'s reclaim): [`room`]
+//! and [`ensure_block`], when no chunk is left, ask the kernel's reclaim function
+//! to free heap memory (the page cache) and look again; and [`release`] takes the
+//! regions that hold nothing any more (not the VMM's first; keeping the reserve
+//! free) out of the heap, zeroes them and hands their chunks back to the chunk
+//! allocator, for the program's memory. A released region's slot and its chunks'
+//! entries in the owner table are free for the next region.
 //!
 //! Finding a block's region on free is a table lookup (the chunk a block lies in
 //! names its region), so thousands of regions cost a free nothing; an allocation
@@ -100,26 +108,60 @@ mod global {
         /// `[bottom, bottom + size)` is guest memory given to the heap for good,
         /// mapped (through the direct map) and used by nothing else.
         pub unsafe fn add(&mut self, bottom: *mut u8, size: usize) -> bool {
-            if self.n == MAX_REGIONS {
-                return false;
-            }
-            // SAFETY: region `n` is still empty, and the memory is the heap's
-            // alone (this function's contract).
-            unsafe { self.regions[self.n].init(bottom, size) };
+            // A slot a released region left, else the next one.
+            let slot = match (1..self.n).find(|i| self.regions[*i].size() == 0) {
+                Some(i) => i,
+                None if self.n < MAX_REGIONS => self.n,
+                None => return false,
+            };
+            // SAFETY: region `slot` is empty (never used, or released and reset to
+            // `Heap::empty()`), and the memory is the heap's alone (this function's
+            // contract).
+            unsafe { self.regions[slot].init(bottom, size) };
             // Chunk-aligned regions (all but the VMM's) are found by the table.
-            if self.n > 0 {
+            if slot > 0 {
                 let first = chunk_index(bottom);
                 let count = size.div_ceil(HUGE_PAGE_SIZE as usize);
                 for i in first..(first + count).min(MAX_CHUNK_INDEX) {
-                    self.owner[i] = self.n as u16 + 1;
+                    self.owner[i] = slot as u16 + 1;
                 }
             }
-            self.n += 1;
+            if slot == self.n {
+                self.n += 1;
+            }
             true
         }
 
         pub fn full(&self) -> bool {
-            self.n == MAX_REGIONS
+            self.n == MAX_REGIONS && (1..self.n).all(|i| self.regions[i].size() != 0)
+        }
+
+        /// Takes out a region that holds nothing (not the first, the VMM's) if
+        /// the heap keeps its reserve free without it: the guest-physical address
+        /// of its first chunk and how many chunks, which the caller now owns.
+        pub fn take_empty(&mut self) -> Option<(u64, usize)> {
+            let (mut used, mut free) = (0, 0);
+            for r in &self.regions[..self.n] {
+                used += r.used();
+                free += r.free();
+            }
+            let total = used + free;
+            let i = (1..self.n).find(|i| {
+                let r = &self.regions[*i];
+                let size = r.size();
+                size != 0 && r.used() == 0 && free - size >= super::reserve(total - size)
+            })?;
+            let bottom = self.regions[i].bottom();
+            let count = self.regions[i].size().div_ceil(HUGE_PAGE_SIZE as usize);
+            let first = chunk_index(bottom);
+            for c in first..(first + count).min(MAX_CHUNK_INDEX) {
+                self.owner[c] = NONE;
+            }
+            self.regions[i] = Heap::empty();
+            if self.hint == i {
+                self.hint = 0;
+            }
+            Some(((bottom as u64).wrapping_sub(DIRECT_MAP_BASE), count))
         }
 
         /// A block from the lists, first fit (null if none fits).
@@ -277,8 +319,10 @@ pub fn low() -> bool {
 }
 
 /// Makes sure the heap has `more` bytes beyond its reserve, adding chunks from
-/// `chunk` as needed; false if it cannot (the caller fails with EAGAIN, ENOMEM,
-/// ENOBUFS...). `chunk` must not need a lock the caller holds.
+/// `chunk` as needed, and when none is left asking the kernel to free heap memory
+/// it can do without (`mm::reclaim`: the page cache); false if it cannot (the
+/// caller fails with EAGAIN, ENOMEM, ENOBUFS...). `chunk` must not need a lock
+/// the caller holds.
 pub fn room(more: usize, mut chunk: impl FnMut() -> Option<Chunk>) -> bool {
     loop {
         let (used, free) = usage();
@@ -290,13 +334,37 @@ pub fn room(more: usize, mut chunk: impl FnMut() -> Option<Chunk>) -> bool {
         if more > HUGE_PAGE_SIZE as usize / 2 {
             return false;
         }
-        if full() {
+        let grown = !full() && chunk().map(grow).is_some();
+        if !grown && crate::mm::reclaim((reserve(total) + more).saturating_sub(free)) == 0 {
             return false;
         }
-        match chunk() {
-            Some(c) => grow(c),
-            None => return false,
+    }
+}
+
+/// Gives the heap's regions that hold nothing back to the chunk allocator through
+/// `free` (zeroed, as free chunks are), keeping the reserve free and the VMM's
+/// region: how many chunks. Called with the memory lock held (by
+/// `ChunkAllocator::reclaim`); takes only the heap's lock.
+pub fn release(mut free: impl FnMut(Chunk)) -> usize {
+    #[cfg(target_os = "none")]
+    let mut n = 0;
+    #[cfg(target_os = "none")]
+    loop {
+        let taken = global::HEAP.0.lock().take_empty();
+        let Some((phys, count)) = taken else { break };
+        for i in 0..count as u64 {
+            let mut c = Chunk::reclaimed(phys + i * HUGE_PAGE_SIZE);
+            c.zero(0, HUGE_PAGE_SIZE);
+            free(c);
         }
+        n += count;
+    }
+    #[cfg(target_os = "none")]
+    return n;
+    #[cfg(not(target_os = "none"))]
+    {
+        let _ = &mut free;
+        0
     }
 }
 
@@ -340,14 +408,22 @@ pub fn ensure_block(size: usize) -> bool {
             return true;
         }
         let Some(f) = CHUNKS.get() else { return false };
-        if full() {
-            return false;
-        }
         // (The region's own bookkeeping is a few words at its start.)
         let n = (size + 4096).div_ceil(HUGE_PAGE_SIZE as usize);
-        match f(n) {
-            Some(run) => grow_run(run),
-            None => false,
+        loop {
+            if !full() {
+                if let Some(run) = f(n) {
+                    return grow_run(run);
+                }
+            }
+            // No run of chunks: the page cache frees heap memory until a block
+            // fits, or has nothing left.
+            if crate::mm::reclaim(size) == 0 {
+                return false;
+            }
+            if global::has_block(layout) {
+                return true;
+            }
         }
     }
     #[cfg(not(target_os = "none"))]

@@ -26,6 +26,19 @@
 //! back warm, while fewer than [`WARM_POOL`] warm chunks are free. Chunks go out
 //! lowest first, so the program gets the warm ones first.
 //!
+//! Reclaim under memory pressure: the kernel keeps memory it could do without
+//! (the page cache of host files, in the kernel heap), and registers at boot a
+//! function that gives some of it back ([`set_reclaim`]; this crate names nothing
+//! of the kernel). When chunks run short, [`ChunkAllocator::reclaim`] hands back
+//! the heap's regions that hold nothing ([`crate::heap::release`]) and, while that
+//! is not enough, asks the registered function to free heap memory (oldest cache
+//! chunks first) and tries again; only when it has nothing left does the caller
+//! see ENOMEM. The heap asks it too before it fails to grow ([`crate::heap::room`]).
+//! Lock order: the memory lock (the kernel's, around the allocator) may be held
+//! when it is called; the function must then take no lock that is ever held while
+//! the memory lock is taken (the kernel's file tree: it only tries it), and the
+//! heap's lock is a leaf, never held while another is taken.
+//!
 //! On the host (tests) chunks and the allocator work the same; page tables and chunk
 //! contents are not touched.
 
@@ -113,6 +126,32 @@ impl Chunk {
         #[cfg(not(target_os = "none"))]
         let _ = (from_off, to_off, len);
     }
+}
+
+impl Chunk {
+    /// The chunk at `phys`, for memory the caller owns as whole chunks that came
+    /// out of a [`ChunkAllocator`] (the heap giving back a region it was made of).
+    pub(crate) fn reclaimed(phys: u64) -> Chunk {
+        Chunk { phys }
+    }
+}
+
+/// `f(bytes)`: frees about `bytes` of kernel heap memory the kernel can do without
+/// (oldest first), and says how many it freed (0: nothing left, or not now).
+pub type Reclaim = fn(usize) -> usize;
+
+static RECLAIM: spin::Once<Reclaim> = spin::Once::new();
+
+/// Registers the kernel's reclaim function (once, at boot). It may be called with
+/// the memory lock held, so it must not wait for a lock that is ever held while
+/// the memory lock is taken (try it instead), nor for the heap's.
+pub fn set_reclaim(f: Reclaim) {
+    RECLAIM.call_once(|| f);
+}
+
+/// Asks the registered reclaim function for `bytes` of heap memory: the bytes freed.
+pub fn reclaim(bytes: usize) -> usize {
+    RECLAIM.get().map_or(0, |f| f(bytes))
 }
 
 fn clamp(offset: u64, len: u64) -> (u64, u64) {
@@ -304,6 +343,26 @@ impl ChunkAllocator {
     /// Free chunks that were touched (for tests and `--stats`).
     pub fn warm_free(&self) -> usize {
         self.warm_free
+    }
+
+    /// Tries to make `n` chunks free: the heap's wholly free regions come back
+    /// first, then, while that is not enough, the registered reclaim function frees
+    /// heap memory (the page cache, oldest first) and the regions that emptied come
+    /// back. True if `n` chunks are free now. Called with the memory lock held
+    /// (this allocator lives under it): see the lock order above.
+    pub fn reclaim(&mut self, n: usize) -> bool {
+        loop {
+            crate::heap::release(|c| self.free(c));
+            if self.free >= n {
+                return true;
+            }
+            // (Scattered cache chunks free holes first and whole regions later:
+            // at least a chunk's worth at a time.)
+            let want = ((n - self.free) * HUGE_PAGE_SIZE as usize).max(HUGE_PAGE_SIZE as usize);
+            if reclaim(want) == 0 {
+                return false;
+            }
+        }
     }
 }
 

@@ -63,6 +63,7 @@ fn setup(boot: Boot) {
     let cfg = Config { flags: bi.flags, stdio: bi.stdio, uid: bi.uid, gid: bi.gid, exe };
     let k = kernel::install(Kernel::new(cfg, space, vfs, bi.seed));
     onering_arch::heap::set_chunk_source(|n| kernel().mm.lock().chunks().alloc_run(n));
+    onering_arch::mm::set_reclaim(reclaim_cache);
     write_vvar(k, bi);
     protect_image(&mut k.mm.lock(), bi);
     sched::set_ncpus(bi.ncpus as usize);
@@ -109,6 +110,26 @@ fn setup(boot: Boot) {
         _ => panic!("cannot create the first thread"),
     }
 }
+
+/// Memory pressure (`onering_arch::mm::set_reclaim`): the page cache of host
+/// files frees about `bytes` of the kernel heap, oldest chunks first; the bytes
+/// freed. Callers may hold the memory lock, and the tree's lock is held while the
+/// memory lock is taken (a copy to user memory under it backs a block; the heap
+/// grows under it): so the tree's lock is only tried, for a while (another CPU's
+/// short hold ends), then nothing is freed (this CPU may hold it itself).
+fn reclaim_cache(bytes: usize) -> usize {
+    for _ in 0..RECLAIM_TRIES {
+        if let Some(mut v) = kernel().vfs.try_lock() {
+            return v.shrink_cache(bytes);
+        }
+        core::hint::spin_loop();
+    }
+    0
+}
+
+/// Tries of the tree's lock in `reclaim_cache` (a `pause` each: about a
+/// millisecond in all).
+const RECLAIM_TRIES: usize = 1 << 15;
 
 /// The vDSO's clock page (below the vDSO, in the program's image mapping): the
 /// parameters of the kernel's own clock.

@@ -563,7 +563,8 @@ fn signal_name(sig: u64) -> String {
 /// `--stats`: system-call sites rewritten and left, calls that trapped, interrupts,
 /// local-APIC stores and thread switches (each CPU counts its own), how often
 /// vCPUs halted in the VMM and were kicked awake, and the hostcalls (exits) made,
-/// of them output writes.
+/// of them output writes; the page cache's chunks the kernel gave back when memory
+/// ran short.
 fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
     use onering_abi::percpu_offsets as pc;
     use std::sync::atomic::Ordering::Relaxed;
@@ -591,6 +592,7 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
         exit::HOSTCALLS.load(Relaxed),
         exit::WRITES.load(Relaxed)
     );
+    say!("onering: stats: page cache: {} chunks given back under memory pressure", sum(pc::RECLAIMED));
     if NET.present.load(Relaxed) {
         say!(
             "onering: stats: net: {} frames ({} bytes) in, {} frames ({} bytes) out; {} doorbells, {} kicks, {} \

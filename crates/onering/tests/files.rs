@@ -1,7 +1,8 @@
 //! Host files (issue 16): `-v` volumes read and written through to the host and
 //! confined to their directory (links, `..`, a directory swapped for a link while
 //! in use), SQLite file databases on /tmp and on a volume (as the host runs them,
-//! and two VMs on one database), data on the host after a crash.
+//! and two VMs on one database), data on the host after a crash, the page cache
+//! giving its memory back under pressure.
 
 mod common;
 
@@ -186,4 +187,70 @@ fn writes_through_a_shared_mapping_of_a_volume_file_reach_the_host() {
     assert_eq!(m[200], b'x', "written back at the program's end");
     assert_eq!(m[300], b'a', "a private mapping's write stays in the VM");
     assert_eq!(m.len(), 8192);
+}
+
+/// A file of `mb` MiB whose 32-bit word k is k * 2654435761 (tests/guest/c/reclaim.c
+/// checks it).
+fn numbered_file(path: &Path, mb: usize) {
+    let mut data = Vec::with_capacity(mb << 20);
+    for k in 0..(mb << 20) / 4 {
+        data.extend_from_slice(&(k as u32).wrapping_mul(2_654_435_761).to_le_bytes());
+    }
+    std::fs::write(path, data).unwrap();
+}
+
+/// The number after `what: ` in `out` (`what: N MB`).
+fn megabytes(out: &str, what: &str) -> i64 {
+    let line = out.lines().find_map(|l| l.strip_prefix(&format!("{what}: "))).unwrap_or_else(|| panic!("{out}"));
+    line.split(' ').next().and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{out}"))
+}
+
+/// The page cache gives its memory back under pressure: at --mem 256M a volume's
+/// 128 MiB file read whole leaves the cache holding its quarter of RAM (64 MiB);
+/// anonymous memory taken until ENOMEM afterwards, and /tmp written until ENOSPC
+/// beside 96 MB of it, get as much as without the file read first (the cache's
+/// chunks went, oldest first, and the heap's emptied regions went back to the
+/// chunk allocator), where they got 64 MiB less before; the file reads back right
+/// while the memory is held (no room to cache: straight to the program) and after.
+#[test]
+fn the_page_cache_gives_memory_back_under_pressure() {
+    let bin = musl("reclaim");
+    require_kvm();
+    let d = fresh_dir("reclaim");
+    numbered_file(&d.join("big"), 128);
+    let run = |fill: bool| {
+        let mut args = vec!["run", "--stats", "--mem", "256M", "-v"];
+        let v = vol(&d, "/data");
+        args.push(&v);
+        args.extend([bin.to_str().unwrap(), "/data/big"]);
+        if fill {
+            args.push("fill");
+        }
+        let o = onering(&args);
+        assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
+        let out = stdout(&o);
+        for what in ["read while held", "read at the end"] {
+            assert!(out.contains(&format!("{what}: ok\n")), "{out}");
+        }
+        let reclaimed: u64 = stderr(&o)
+            .lines()
+            .find_map(|l| l.strip_prefix("onering: stats: page cache: "))
+            .and_then(|l| l.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{}", stderr(&o)));
+        (out, reclaimed)
+    };
+    let (base, base_reclaimed) = run(false);
+    let (full, reclaimed) = run(true);
+    eprintln!("without the cache filled:\n{base}with:\n{full}chunks given back: {base_reclaimed}, {reclaimed}");
+    assert!(full.starts_with("read: ok\n") && full.contains("read again: ok\n"), "{full}");
+    // The cache held 64 MiB when memory ran out: all of it went.
+    assert!(reclaimed >= 64 * 1024 / 64, "{reclaimed} chunks of 64 KiB given back");
+    let (anon, anon_full) = (megabytes(&base, "anon"), megabytes(&full, "anon"));
+    let (tmp, tmp_full) = (megabytes(&base, "tmp"), megabytes(&full, "tmp"));
+    assert!(anon > 150 && tmp > 80, "{base}");
+    // Within a few chunks (regions the heap keeps for other objects): without
+    // reclaim, 64 MiB less.
+    assert!(anon_full >= anon - 12, "anonymous memory: {anon_full} MB with the cache filled, {anon} MB without");
+    assert!(tmp_full >= tmp - 12, "/tmp: {tmp_full} MB with the cache filled, {tmp} MB without");
 }

@@ -2,7 +2,8 @@
 //! Reads copy straight from the file's bytes to user memory under the tree's lock;
 //! writes copy from user memory into the file. A host file (`vfs::host`) is read
 //! through the page cache a chunk at a time: a chunk not cached is fetched with
-//! its readahead in one hostcall without the tree's lock, then copied under it;
+//! its readahead in one hostcall without the tree's lock, then copied under it
+//! (with no memory for the cache, read straight into the program's buffer);
 //! a volume's file is written through to the host (one hostcall straight from the
 //! program's buffer, without the tree's lock).
 
@@ -228,14 +229,29 @@ impl NodeFile {
             let plan = self.node.vfs.lock().read_plan(ino, pos, piece)?;
             if let Some(p) = plan {
                 // (Room in the heap first, outside the tree's lock.)
-                let _ = onering_arch::heap::ensure(p.count * CHUNK);
+                // With no memory for the readahead (the program's memory took it:
+                // what the cache had went first), one chunk, or none: the cache
+                // does not eat the heap's reserve, and the read below then goes
+                // straight to the program's buffer.
+                let count = if onering_arch::heap::ensure(p.count * CHUNK) {
+                    p.count
+                } else {
+                    usize::from(onering_arch::heap::ensure(CHUNK))
+                };
                 let mut chunks = Vec::new();
-                for _ in 0..p.count {
-                    chunks.push(crate::vfs::pages::zeroed_chunk()?);
+                if chunks.try_reserve_exact(count).is_ok() {
+                    while chunks.len() < count {
+                        match crate::vfs::pages::zeroed_chunk() {
+                            Ok(c) => chunks.push(c),
+                            Err(_) => break,
+                        }
+                    }
                 }
-                let mut bufs: Vec<&mut [u8]> = chunks.iter_mut().map(|c| &mut c[..]).collect();
-                super::host::HOSTCALLS.read(p.handle, (p.first * CHUNK) as u64, &mut bufs)?;
-                self.node.vfs.lock().cache_fill(ino, p.first, chunks);
+                if !chunks.is_empty() {
+                    let mut bufs: Vec<&mut [u8]> = chunks.iter_mut().map(|c| &mut c[..]).collect();
+                    super::host::HOSTCALLS.read(p.handle, (p.first * CHUNK) as u64, &mut bufs)?;
+                    self.node.vfs.lock().cache_fill(ino, p.first, chunks);
+                }
             }
             let v = self.node.vfs.lock();
             let mut got = 0u64;
@@ -248,8 +264,9 @@ impl NodeFile {
             match r {
                 Ok(0) => break,
                 Ok(_) => done += got,
-                // (Its chunk went from a cache too small for the readahead: read
-                // straight into the program's buffer.)
+                // (Its chunk went from a cache too small for the readahead, or
+                // was never cached for want of memory: read straight into the
+                // program's buffer.)
                 Err(Errno::EIO) => {
                     let h = self.node.vfs.lock().io_handle(ino, false)?;
                     match onering_arch::hostcall::fs::read_user(h, buf + done, piece as u64, pos) {

@@ -21,6 +21,10 @@
 //! the lock, are `filemap`'s. File mappings are lazy: backed as they are filled,
 //! so that what lies past the end of the file is backed only when touched.
 //!
+//! When chunks run short, backing asks the chunk allocator to reclaim (the page
+//! cache's memory, through the heap: `onering_arch::mm`) and tries once more before
+//! ENOMEM.
+//!
 //! Page-table writes and chunk contents go through the [`Mmu`] trait, so this logic
 //! runs in host unit tests with a fake. Backed blocks own their chunks
 //! (`onering_arch::mm::Chunk`). The backing state sits in a `RefCell` so that
@@ -121,9 +125,31 @@ struct Backing<M> {
 
 impl<M: Mmu> Backing<M> {
     /// Backs every block of `[start, end)`; on failure nothing new stays backed.
+    /// When chunks are short, the heap gives back what the page cache can free
+    /// (`ChunkAllocator::reclaim`: clean cached chunks, oldest first, then the
+    /// heap's emptied regions) and the backing is tried again: ENOMEM only when
+    /// nothing reclaimable is left.
+    fn back(&mut self, start: u64, end: u64) -> Result<(), Errno> {
+        match self.back_once(start, end) {
+            Err(Errno::ENOMEM) => {
+                // (One more chunk, for page-table pages; tried again only if
+                // chunks came back.)
+                let before = self.chunks.free_chunks();
+                self.chunks.reclaim(self.unbacked(start, end) as usize + 1);
+                if self.chunks.free_chunks() > before {
+                    self.back_once(start, end)
+                } else {
+                    Err(Errno::ENOMEM)
+                }
+            }
+            r => r,
+        }
+    }
+
+    /// [`back`](Self::back) with the chunks free now.
     /// Work is bounded by memory, not by the size of the range: a range with more
     /// unbacked blocks than there are free chunks fails at once.
-    fn back(&mut self, start: u64, end: u64) -> Result<(), Errno> {
+    fn back_once(&mut self, start: u64, end: u64) -> Result<(), Errno> {
         let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
         let have = self.blocks.range(lo..hi).count() as u64;
         if (hi - lo) / HUGE_PAGE_SIZE - have > self.chunks.free_chunks() as u64 {

@@ -167,7 +167,13 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
         affinity: me.affinity(),
     };
     proc.threads.fetch_add(1, Relaxed);
-    let child = match sched::spawn(spawn, false, || ctx.k.mm.lock().chunks().alloc()) {
+    // (A chunk for kernel stacks: the page cache gives memory back if none is free.)
+    let more = || {
+        let mut mm = ctx.k.mm.lock();
+        let chunks = mm.chunks();
+        chunks.alloc().or_else(|| if chunks.reclaim(1) { chunks.alloc() } else { None })
+    };
+    let child = match sched::spawn(spawn, false, more) {
         Ok(t) => t,
         Err(e) => {
             proc.threads.fetch_sub(1, Relaxed);

@@ -7,8 +7,11 @@
 //! link's target is read the first time it is followed. A regular file's bytes
 //! are read on demand into a page cache (`Data::HostFile`: chunks of
 //! `pages::CHUNK`, a missing chunk not read yet) with readahead, bounded by
-//! `cache_limit` (the oldest chunks go first). So start-up does not depend on the
-//! size of the tree, and warm reads do not leave the VM.
+//! `cache_limit` (the oldest chunks go first), and given back, oldest first, when
+//! memory runs short (`shrink_cache`, which the kernel's reclaim function calls;
+//! cached chunks are clean copies, the VM's own files are never touched). So
+//! start-up does not depend on the size of the tree, and warm reads do not leave
+//! the VM.
 //!
 //! Changes: in the rootfs they stay in the VM (its upper layer): a new entry is an
 //! ordinary node of the tree, a removed one is gone from its directory's loaded
@@ -488,15 +491,7 @@ impl Vfs {
     /// making room by forgetting the oldest cached chunks of all files.
     pub fn cache_fill(&mut self, ino: Ino, first: usize, chunks: Vec<alloc::boxed::Box<[u8]>>) {
         for (i, c) in chunks.into_iter().enumerate() {
-            while self.cache_used + CHUNK > self.cache_limit {
-                let Some((old, k)) = self.cache.pop_front() else { break };
-                if let Some(Data::HostFile(p)) = self.nodes_get_mut(old).map(|n| &mut n.data) {
-                    if p.has(k) {
-                        p.evict(k);
-                        self.cache_used = self.cache_used.saturating_sub(CHUNK);
-                    }
-                }
-            }
+            while self.cache_used + CHUNK > self.cache_limit && self.evict_oldest().is_some() {}
             let Some(Data::HostFile(p)) = self.nodes_get_mut(ino).map(|n| &mut n.data) else { return };
             if p.has(first + i) || p.insert(first + i, c).is_err() {
                 continue;
@@ -506,6 +501,51 @@ impl Vfs {
                 self.cache.push_back((ino, first + i));
             }
         }
+    }
+
+    /// Forgets the oldest entry of the cache's queue: Some(true) if it named a
+    /// chunk still cached (now freed), Some(false) if a stale one (the chunk went
+    /// already, or its node is not a host file any more: copied up, or freed and
+    /// its number reused by a /tmp file, whose data is never touched), None if the
+    /// queue is empty. Cached chunks are clean (writes go through to the host and
+    /// drop the chunks they touch, `wrote`) and used only under the tree's lock,
+    /// which `&mut self` holds: any may go.
+    fn evict_oldest(&mut self) -> Option<bool> {
+        let (old, k) = self.cache.pop_front()?;
+        if let Some(Data::HostFile(p)) = self.nodes_get_mut(old).map(|n| &mut n.data) {
+            if p.has(k) {
+                p.evict(k);
+                self.cache_used = self.cache_used.saturating_sub(CHUNK);
+                return Some(true);
+            }
+        }
+        Some(false)
+    }
+
+    /// Memory pressure: forgets cached chunks, oldest first, until at least
+    /// `bytes` were freed or the cache is empty; the bytes freed. (The kernel
+    /// calls it through `onering_arch::mm::set_reclaim` when an allocation would
+    /// fail, then gives the heap's emptied regions back to the chunk allocator.)
+    pub fn shrink_cache(&mut self, bytes: usize) -> usize {
+        let mut freed = 0usize;
+        while freed * CHUNK < bytes {
+            match self.evict_oldest() {
+                Some(true) => freed += 1,
+                Some(false) => {}
+                None => break,
+            }
+        }
+        onering_arch::cpu::count_by(onering_arch::cpu::Counter::Reclaimed, freed as u64);
+        if self.cache.is_empty() {
+            // (An emptied queue gives its memory back too.)
+            self.cache = alloc::collections::VecDeque::new();
+        }
+        freed * CHUNK
+    }
+
+    /// Bytes the page cache holds now.
+    pub fn cache_bytes(&self) -> usize {
+        self.cache_used
     }
 
     /// Forgets host file `ino`'s cached chunks (all, or those from `from` on).
@@ -799,6 +839,61 @@ mod tests {
         v.truncate(big, 1, 0).unwrap();
         assert!(v.node(big).host.is_none() && v.node(big).size() == 1);
         assert_eq!(fake.files.lock().unwrap()["root/etc/big"].1.len(), 3 * CHUNK + 5);
+    }
+
+    /// Reads `len` bytes of `ino` at `off` as the kernel does: what is not cached
+    /// is fetched (with readahead) into the cache first.
+    fn fetch(fake: &Fake, v: &mut Vfs, ino: Ino, off: u64, len: usize) -> Vec<u8> {
+        if let Some(plan) = v.read_plan(ino, off, len).unwrap() {
+            let mut chunks: Vec<Box<[u8]>> =
+                (0..plan.count).map(|_| super::super::pages::zeroed_chunk().unwrap()).collect();
+            let mut bufs: Vec<&mut [u8]> = chunks.iter_mut().map(|c| &mut c[..]).collect();
+            fake.read(plan.handle, (plan.first * CHUNK) as u64, &mut bufs).unwrap();
+            v.cache_fill(ino, plan.first, chunks);
+        }
+        let mut b = alloc::vec![0u8; len];
+        let n = v.read(ino, off, &mut b).unwrap();
+        b.truncate(n);
+        b
+    }
+
+    #[test]
+    fn memory_pressure_takes_the_oldest_cached_chunks_and_never_file_data() {
+        let (fake, mut v) = setup();
+        fake.put("root/etc/other", 0o100644, &alloc::vec![3u8; 2 * CHUNK]);
+        let big = v.lookup(ROOT, b"/etc/big", true).unwrap();
+        let other = v.lookup(ROOT, b"/etc/other", true).unwrap();
+        assert_eq!(fetch(fake, &mut v, big, 0, 10), [7; 10]); // chunks 0..4, readahead
+        assert_eq!(fetch(fake, &mut v, other, 0, 10), [3; 10]); // chunks 0..2
+        let tmp = v.lookup(ROOT, b"/tmp", true).unwrap();
+        let t = v.create(tmp, b"t", 0o644, false, 1).unwrap();
+        v.write(t, 0, &alloc::vec![5u8; 2 * CHUNK], 1).unwrap();
+        assert_eq!(v.cache_bytes(), 6 * CHUNK);
+        // The oldest first, whole chunks, at least what was asked for.
+        assert_eq!(v.shrink_cache(CHUNK + 1), 2 * CHUNK);
+        assert_eq!(v.cache_bytes(), 4 * CHUNK);
+        let plan = v.read_plan(big, 0, CHUNK).unwrap().expect("big's first chunks went");
+        assert_eq!((plan.first, plan.count), (0, 2));
+        assert!(v.read_plan(big, 2 * CHUNK as u64, 2 * CHUNK).unwrap().is_none(), "the rest stayed");
+        assert!(v.read_plan(other, 0, 2 * CHUNK).unwrap().is_none(), "the newest stayed");
+        // A cached file copied up is the VM's file now: its old entries in the
+        // cache's queue leave its data alone, as they do /tmp's.
+        assert_eq!(fetch(fake, &mut v, big, 0, 3 * CHUNK + 5), alloc::vec![7u8; 3 * CHUNK + 5]);
+        v.truncate(big, 3 * CHUNK as u64, 2).unwrap();
+        assert!(v.node(big).host.is_none());
+        let before = calls(fake, "read");
+        assert_eq!(v.shrink_cache(usize::MAX), 2 * CHUNK, "only other's chunks were left to give");
+        assert_eq!((v.cache_bytes(), v.shrink_cache(1)), (0, 0), "nothing left");
+        assert_eq!(v.read(big, 0, &mut [0u8; 1]), Ok(1));
+        let mut all = alloc::vec![0u8; 3 * CHUNK];
+        assert_eq!(v.read(big, 0, &mut all), Ok(3 * CHUNK));
+        assert!(all.iter().all(|b| *b == 7), "the copied-up file's data stayed");
+        let mut all = alloc::vec![0u8; 2 * CHUNK];
+        assert_eq!(v.read(t, 0, &mut all), Ok(2 * CHUNK));
+        assert!(all.iter().all(|b| *b == 5), "/tmp's data stayed");
+        // What went is read from the host again.
+        assert_eq!(fetch(fake, &mut v, other, CHUNK as u64, 4), [3; 4]);
+        assert!(calls(fake, "read") > before);
     }
 
     #[test]

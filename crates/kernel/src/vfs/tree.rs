@@ -875,14 +875,16 @@ impl Vfs {
     /// Writes `len` bytes at `offset`, filled in place piece by piece by
     /// `fill(offset in the data, destination)` (a copy from user memory), growing
     /// the file. The memory new chunks take is charged to the tree's budget first
-    /// (ENOSPC past it). If `fill` fails, the file is as it was in size.
+    /// (ENOSPC past it). When the heap has no block for a new chunk, the page
+    /// cache gives back clean chunks (oldest first) and the write is tried again;
+    /// ENOSPC once it has none left. If `fill` fails, the file is as it was in size.
     pub fn write_with(
         &mut self,
         ino: Ino,
         offset: u64,
         len: usize,
         now: u64,
-        fill: impl FnMut(usize, &mut [u8]) -> Result<(), Errno>,
+        mut fill: impl FnMut(usize, &mut [u8]) -> Result<(), Errno>,
     ) -> Result<usize, Errno> {
         let end = offset.checked_add(len as u64).filter(|e| *e <= MAX_FILE).ok_or(Errno::EFBIG)?;
         let p = self.pages(ino)?;
@@ -892,8 +894,13 @@ impl Vfs {
         let new = (first..last).filter(|i| !p.has(*i)).count() * CHUNK;
         let before = p.footprint();
         self.charge(new)?;
+        let mut r = self.pages_mut(ino)?.write_with(offset, len, &mut fill);
+        while r == Err(Errno::ENOSPC) && self.shrink_cache(new.max(CHUNK)) > 0 {
+            let p = self.pages_mut(ino)?;
+            p.set_len(old);
+            r = p.write_with(offset, len, &mut fill);
+        }
         let p = self.pages_mut(ino)?;
-        let r = p.write_with(offset, len, fill);
         if r.is_err() {
             p.set_len(old);
         }
