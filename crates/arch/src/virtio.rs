@@ -27,6 +27,16 @@ use alloc::vec::Vec;
 const HEADER: usize = 12;
 /// Queue size (entries of each virtqueue the driver uses).
 const QUEUE: usize = 256;
+/// VIRTIO_NET_F_CSUM and VIRTIO_NET_F_GUEST_CSUM: the device completes checksums
+/// the driver asks it to, and may hand the driver frames marked so.
+#[cfg(target_os = "none")]
+const OFFLOADS: u64 = 0b11;
+/// Whether the device took both (set when it is opened).
+#[cfg(target_os = "none")]
+static CSUM_OFFLOAD: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+/// VIRTIO_NET_HDR_F_NEEDS_CSUM.
+#[cfg(target_os = "none")]
+const NEEDS_CSUM: u8 = 1;
 
 #[cfg(target_os = "none")]
 mod hal {
@@ -188,7 +198,12 @@ mod suppress {
             self.inner.ack_interrupt()
         }
         fn begin_init<F: bitflags::Flags<Bits = u64> + BitAnd<Output = F> + Debug>(&mut self, supported: F) -> F {
-            self.inner.begin_init(supported)
+            // Checksum offload too, when the device offers it (the driver crate
+            // does not ask for it; `Nic` fills the header's request itself).
+            let f = self.inner.begin_init(F::from_bits_retain(supported.bits() | super::OFFLOADS));
+            super::CSUM_OFFLOAD
+                .store(f.bits() & super::OFFLOADS == super::OFFLOADS, core::sync::atomic::Ordering::Relaxed);
+            F::from_bits_retain(f.bits() & !super::OFFLOADS)
         }
         fn finish_init(&mut self) {
             self.inner.finish_init()
@@ -319,10 +334,25 @@ impl Nic {
         }
     }
 
-    /// Sends Ethernet frame `frame` (copied); false if it is too long or the
-    /// transmit queue is full (the frame is dropped, as a NIC drops it).
+    /// Whether the device completes checksums (`send` with a request): else the
+    /// caller sends complete frames.
     #[cfg(target_os = "none")]
-    pub fn send(&mut self, frame: &[u8]) -> bool {
+    pub fn csum_offload(&self) -> bool {
+        CSUM_OFFLOAD.load(core::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[cfg(not(target_os = "none"))]
+    pub fn csum_offload(&self) -> bool {
+        false
+    }
+
+    /// Sends Ethernet frame `frame` (copied); false if it is too long or the
+    /// transmit queue is full (the frame is dropped, as a NIC drops it). With
+    /// `csum` = (start, offset), and `csum_offload`, the device completes the
+    /// checksum of `frame[start..]` at `start + offset` (which holds the
+    /// pseudo-header's sum).
+    #[cfg(target_os = "none")]
+    pub fn send(&mut self, frame: &[u8], csum: Option<(u16, u16)>) -> bool {
         if frame.len() > self.frame_max {
             return false;
         }
@@ -333,6 +363,11 @@ impl Nic {
         let mut buf =
             self.tx_free.pop().unwrap_or_else(|| alloc::vec![0u8; HEADER + self.frame_max].into_boxed_slice());
         let Ok(h) = self.raw.fill_buffer_header(&mut buf) else { return false };
+        if let Some((start, offset)) = csum.filter(|_| self.csum_offload() && h >= 10) {
+            buf[0] = NEEDS_CSUM;
+            buf[6..8].copy_from_slice(&start.to_le_bytes());
+            buf[8..10].copy_from_slice(&offset.to_le_bytes());
+        }
         buf[h..h + frame.len()].copy_from_slice(frame);
         let len = h + frame.len();
         // SAFETY: the first `len` bytes of `buf` go to the device, which reads them
@@ -402,7 +437,7 @@ impl Nic {
     }
 
     #[cfg(not(target_os = "none"))]
-    pub fn send(&mut self, _: &[u8]) -> bool {
+    pub fn send(&mut self, _: &[u8], _: Option<(u16, u16)>) -> bool {
         false
     }
 

@@ -595,12 +595,13 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
     say!("onering: stats: page cache: {} chunks given back under memory pressure", sum(pc::RECLAIMED));
     if NET.present.load(Relaxed) {
         say!(
-            "onering: stats: net: {} frames ({} bytes) in, {} frames ({} bytes) out; {} doorbells, {} kicks, {} \
-             dropped",
+            "onering: stats: net: {} frames ({} bytes) in, {} frames ({} bytes) out ({} with the checksum left to \
+             the host); {} doorbells, {} kicks, {} dropped",
             NET.rx_frames.load(Relaxed),
             NET.rx_bytes.load(Relaxed),
             NET.tx_frames.load(Relaxed),
             NET.tx_bytes.load(Relaxed),
+            NET.csum_offloaded.load(Relaxed),
             NET.doorbells.load(Relaxed),
             NET.kicks.load(Relaxed),
             NET.drops.load(Relaxed)

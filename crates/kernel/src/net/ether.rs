@@ -218,6 +218,62 @@ pub fn fill_checksums(p: &mut [u8]) {
     }
 }
 
+/// As [`fill_checksums`], but the TCP or UDP checksum is left for the device to
+/// complete (its field holds the pseudo-header's sum, as checksum offload
+/// wants): what [`csum_request`] then asks of it. Fragments get complete ones.
+pub fn fill_checksums_partial(p: &mut [u8]) {
+    use smoltcp::wire::Ipv4Packet;
+    let Some(off) = transport_csum(p) else {
+        fill_checksums(p);
+        return;
+    };
+    let Ok(mut ip) = Ipv4Packet::new_checked(&mut *p) else { return };
+    ip.fill_checksum();
+    let ihl = usize::from(p[0] & 0xf) * 4;
+    let len = (p.len() - ihl) as u32;
+    let mut sum: u32 = 0;
+    for w in p[12..20].chunks_exact(2) {
+        sum += u32::from(u16::from_be_bytes([w[0], w[1]]));
+    }
+    sum += u32::from(p[9]) + len;
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    p[ihl + off..ihl + off + 2].copy_from_slice(&(sum as u16).to_be_bytes());
+}
+
+/// Where the checksum field of IPv4 packet `p`'s TCP or UDP header is, from the
+/// transport header's start; None for other protocols and for fragments.
+fn transport_csum(p: &[u8]) -> Option<usize> {
+    if p.len() < 20 || p[0] >> 4 != 4 {
+        return None;
+    }
+    let ihl = usize::from(p[0] & 0xf) * 4;
+    let total = usize::from(u16::from_be_bytes([p[2], p[3]]));
+    // (More fragments, or an offset: a fragment.)
+    if ihl < 20 || total != p.len() || u16::from_be_bytes([p[6], p[7]]) & 0x3fff != 0 {
+        return None;
+    }
+    let off = match p[9] {
+        6 => 16,
+        17 => 6,
+        _ => return None,
+    };
+    (p.len() >= ihl + off + 2).then_some(off)
+}
+
+/// The checksum request (start, offset in the frame) for Ethernet frame `f`
+/// carrying an IPv4 TCP or UDP packet whose checksum [`fill_checksums_partial`]
+/// left to complete; None for anything else.
+pub fn csum_request(f: &[u8]) -> Option<(u16, u16)> {
+    if f.len() < 14 || f[12..14] != [0x08, 0x00] {
+        return None;
+    }
+    let off = transport_csum(&f[14..])?;
+    let ihl = usize::from(f[14] & 0xf) * 4;
+    Some(((14 + ihl) as u16, off as u16))
+}
+
 /// Lowers the MSS option of a TCP SYN in IPv4 packet `p` to at most `mss` (MSS
 /// clamping, as routers do): the stack's interface has the loopback's 64 KiB MTU,
 /// and a peer beyond the device must not send segments larger than the link's.
@@ -462,5 +518,53 @@ mod tests {
         e.output(packet_to([10, 0, 2, 9]), GIVE_UP_NS + 500, &mut out);
         assert!(!e.pending.contains_key(&Ipv4Addr::new(10, 0, 2, 2)));
         assert!(e.dropped > 0);
+    }
+
+    #[test]
+    fn a_checksum_left_to_the_device_completes_to_the_full_one() {
+        for (proto, off) in [(17u8, 6usize), (6, 16)] {
+            // IPv4 + a transport header and an odd-length payload.
+            let len = 20 + 20 + 33;
+            let mut p = vec![0u8; len];
+            p[0] = 0x45;
+            p[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+            p[8] = 64;
+            p[9] = proto;
+            p[12..16].copy_from_slice(&[10, 0, 2, 15]);
+            p[16..20].copy_from_slice(&[93, 184, 216, 34]);
+            for (i, b) in p[20..].iter_mut().enumerate() {
+                *b = (i * 13 + 5) as u8;
+            }
+            if proto == 17 {
+                p[24..26].copy_from_slice(&((len - 20) as u16).to_be_bytes());
+            } else {
+                p[32] = 0x50;
+            }
+            let mut full = p.clone();
+            fill_checksums(&mut full);
+            let mut partial = p.clone();
+            fill_checksums_partial(&mut partial);
+            assert_eq!(partial[10..12], full[10..12], "the IP header's own checksum is complete");
+            // What the device does: the sum from the transport header on, with the
+            // field's pseudo-header sum in it, complemented into the field.
+            let f = frame(GW, US, ETHERTYPE_IPV4, &partial);
+            let (start, at) = csum_request(&f).expect("a request");
+            assert_eq!((start, at), (34, off as u16));
+            let done = !fold(sum(&f[usize::from(start)..], 0));
+            assert_eq!(done.to_be_bytes(), full[20 + off..22 + off], "protocol {proto}");
+        }
+        // Not asked for: ARP, ICMP, a fragment (checksummed whole instead).
+        assert_eq!(csum_request(&arp_reply(GW, [10, 0, 2, 2])), None);
+        let mut icmp = packet_to([1, 1, 1, 1]);
+        icmp[9] = 1;
+        assert_eq!(csum_request(&frame(GW, US, ETHERTYPE_IPV4, &icmp)), None);
+        let mut frag = packet_to([1, 1, 1, 1]);
+        frag[9] = 17;
+        frag[6] = 0x20; // more fragments
+        assert_eq!(csum_request(&frame(GW, US, ETHERTYPE_IPV4, &frag)), None);
+        let mut whole = frag.clone();
+        fill_checksums(&mut whole);
+        fill_checksums_partial(&mut frag);
+        assert_eq!(frag, whole);
     }
 }

@@ -107,6 +107,8 @@ pub struct NetStats {
     pub kicks: AtomicU64,
     /// Frames dropped either way (bad chains, no room, back end full or gone).
     pub drops: AtomicU64,
+    /// Frames sent with their checksum left to the host (checksum offload).
+    pub csum_offloaded: AtomicU64,
 }
 
 /// The one network device's counters.
@@ -119,6 +121,7 @@ pub static STATS: NetStats = NetStats {
     doorbells: AtomicU64::new(0),
     kicks: AtomicU64::new(0),
     drops: AtomicU64::new(0),
+    csum_offloaded: AtomicU64::new(0),
 };
 
 /// Where frames go and come from: passt, a TAP device, or a test's fake.
@@ -360,6 +363,9 @@ pub fn process_tx(
         let frame = read_tx(&t.mem, chain, buf).map(|n| {
             if offloads {
                 tx_header(&mut buf[..HDR_LEN], csum);
+                if buf[0] != 0 {
+                    STATS.csum_offloaded.fetch_add(1, Relaxed);
+                }
                 &buf[..n]
             } else {
                 &buf[HDR_LEN..n]
