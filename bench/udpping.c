@@ -2,7 +2,9 @@
    SIZE bytes to HOST:PORT one at a time, each after the echo of the one before,
    and prints packets per second (each way), Mbit/s (both ways) and the round
    trip's median and 99th percentile in microseconds, and how many were lost (no
-   echo within 200 ms: sent again up to 5 times).
+   echo within 200 ms: sent again up to 5 times). An echo of another size or with
+   other bytes is an error (status 1): datagrams larger than the MTU test IP
+   fragmentation both ways.
      udpping HOST PORT [COUNT] [SIZE] */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -39,7 +41,12 @@ int main(int argc, char **argv) {
     }
     struct timeval tv = {0, 200000};
     setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (size < 4 || size > 65507) {
+        fprintf(stderr, "udpping: SIZE must be 4..65507\n");
+        return 2;
+    }
     char *buf = calloc(1, size + 16), *in = calloc(1, 65536);
+    for (int k = 4; k < size; k++) buf[k] = (char)(k * 7 + 1);
     double *rtt = calloc(count, sizeof *rtt);
     int lost = 0, n = 0;
     double start = now_us();
@@ -58,6 +65,10 @@ int main(int argc, char **argv) {
                 int id;
                 memcpy(&id, in, sizeof id);
                 if (id == i) {
+                    if (r != size || memcmp(in + 4, buf + 4, size - 4)) {
+                        fprintf(stderr, "udpping: echo %d came back wrong (%zd bytes of %d)\n", i, r, size);
+                        return 1;
+                    }
                     rtt[n++] = now_us() - t0;
                     got = 1;
                     break;

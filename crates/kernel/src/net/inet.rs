@@ -539,6 +539,10 @@ struct Link {
     ip: Ipv4Addr,
     /// The largest TCP segment the link carries (its MTU less the headers).
     mss: u16,
+    /// The link's MTU: larger packets leave in fragments.
+    mtu: usize,
+    /// Fragments that came in, being put back together.
+    frags: crate::net::frag::Reassembler,
 }
 
 static STACK: Once<Mutex<Stack>> = Once::new();
@@ -582,8 +586,9 @@ fn open_link(iface: &mut Interface) -> Option<Link> {
         let _ = iface.routes_mut().add_default_ipv4_route(gateway);
     }
     let ether = Ether::new(nic.mac(), ip, prefix, gateway);
-    let mss = (info.mtu.clamp(576, 65_535) - 40) as u16;
-    Some(Link { nic, ether, ip, mss })
+    let mtu = info.mtu.clamp(576, 65_535) as usize;
+    let mss = (mtu - 40) as u16;
+    Some(Link { nic, ether, ip, mss, mtu, frags: Default::default() })
 }
 
 /// Sends Ethernet frame `f` through the device, with a checksum request for
@@ -958,14 +963,24 @@ impl Stack {
         }
         crate::net::ether::clamp_mss(&mut p, link.mss);
         // With checksum offload the device (the host) completes TCP and UDP
-        // checksums; every IPv4 frame sent then asks it to (`send_frame`).
-        if link.nic.csum_offload() {
-            crate::net::ether::fill_checksums_partial(&mut p);
-        } else {
-            crate::net::ether::fill_checksums(&mut p);
-        }
+        // checksums; every IPv4 frame sent then asks it to (`send_frame`). A
+        // packet larger than the link's MTU (a big UDP datagram: TCP segments fit
+        // the MSS) is checksummed whole, then leaves in fragments.
         let mut frames = Vec::new();
-        link.ether.output(p, mono_now(), &mut frames);
+        if p.len() > link.mtu {
+            crate::net::ether::fill_checksums(&mut p);
+            let now = mono_now();
+            for f in crate::net::frag::fragment(p, link.mtu) {
+                link.ether.output(f, now, &mut frames);
+            }
+        } else {
+            if link.nic.csum_offload() {
+                crate::net::ether::fill_checksums_partial(&mut p);
+            } else {
+                crate::net::ether::fill_checksums(&mut p);
+            }
+            link.ether.output(p, mono_now(), &mut frames);
+        }
         for f in frames {
             send_frame(&mut link.nic, &mut link.ether, &f);
         }
@@ -980,9 +995,9 @@ impl Stack {
         }
         let (mut packets, mut replies) = (Vec::new(), Vec::new());
         let t = mono_now();
-        let Link { nic, ether, .. } = link;
+        let Link { nic, ether, frags, .. } = link;
         nic.recv(RX_BATCH, |f| {
-            if let Some(p) = ether.input(f, t, &mut replies) {
+            if let Some(p) = ether.input(f, t, &mut replies).and_then(|p| frags.input(p, t)) {
                 packets.push(p);
             }
         });

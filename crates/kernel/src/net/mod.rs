@@ -1,11 +1,15 @@
 //! Socket objects, one kind per file: `unix` (AF_UNIX stream, datagram and
 //! seqpacket, all in the kernel's memory), `inet` (AF_INET and AF_INET6, TCP and
-//! UDP on smoltcp over loopback) and `netlink` (AF_NETLINK's NETLINK_ROUTE: the
-//! interfaces and addresses); `iface` is the one interface, `lo`, and the
-//! interface ioctls every socket takes. `slab` holds the TCP/IP stack's smoltcp sockets. They implement the socket interface
-//! (`crate::file::socket`) that the socket system calls (`syscall::net`) use.
+//! UDP on smoltcp, over loopback and the network device) and `netlink`
+//! (AF_NETLINK's NETLINK_ROUTE: the interfaces and addresses); `iface` is the
+//! interfaces, and the interface ioctls every socket takes. They implement the
+//! socket interface (`crate::file::socket`) that the socket system calls
+//! (`syscall::net`) use. Below them: `slab` holds the stack's smoltcp sockets,
+//! `route` parses packets for routing, and `ether` and `frag` are the network
+//! device's link layer (framing, ARP, IPv4 fragments).
 
 pub mod ether;
+pub mod frag;
 pub mod iface;
 pub mod inet;
 pub mod netlink;
