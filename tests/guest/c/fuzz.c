@@ -464,6 +464,21 @@ static void *worker(void *arg) {
     return 0;
 }
 
+/* Runs `fn` on THREADS threads (this one included), each with its share of COUNT
+   and a seed of its own, and waits for them all. */
+static void run_jobs(uint64_t seed, unsigned long count, int threads, void *(*fn)(void *)) {
+    pthread_t t[64];
+    struct job jobs[64];
+    for (int i = 0; i < threads; i++) {
+        jobs[i].index = i;
+        jobs[i].seed = seed * 0x9e3779b97f4a7c15ull + (uint64_t)i;
+        jobs[i].count = count / (unsigned long)threads;
+        if (i > 0) pthread_create(&t[i], 0, fn, &jobs[i]);
+    }
+    fn(&jobs[0]);
+    for (int i = 1; i < threads; i++) pthread_join(t[i], 0);
+}
+
 /* Garbage into this vCPU's hostcall block, then the doorbell: the VMM must refuse
    what it cannot serve and never crash. The block is in the per-CPU header (the
    direct map's PERCPU_PHYS), the doorbell in the MMIO page. */
@@ -866,16 +881,7 @@ static int netscribble(uint64_t seed, unsigned long count, int threads) {
         write(2, "fuzz: no virtio-net device\n", 27);
         return 3;
     }
-    pthread_t t[64];
-    struct job jobs[64];
-    for (int i = 0; i < threads; i++) {
-        jobs[i].index = i;
-        jobs[i].seed = seed * 0x9e3779b97f4a7c15ull + (uint64_t)i;
-        jobs[i].count = count / (unsigned long)threads;
-        if (i > 0) pthread_create(&t[i], 0, net_worker, &jobs[i]);
-    }
-    net_worker(&jobs[0]);
-    for (int i = 1; i < threads; i++) pthread_join(t[i], 0);
+    run_jobs(seed, count, threads, net_worker);
     /* The result, then 500 ms with the device as the scribbles left it (the
        test watches the VMM's I/O thread then: it must be idle). */
     char line[128];
@@ -926,16 +932,7 @@ int main(int argc, char **argv) {
         return 0;
     }
     make_pool();
-    pthread_t t[64];
-    struct job jobs[64];
-    for (int i = 0; i < threads; i++) {
-        jobs[i].index = i;
-        jobs[i].seed = seed * 0x9e3779b97f4a7c15ull + (uint64_t)i;
-        jobs[i].count = count / (unsigned long)threads;
-        if (i > 0) pthread_create(&t[i], 0, worker, &jobs[i]);
-    }
-    worker(&jobs[0]);
-    for (int i = 1; i < threads; i++) pthread_join(t[i], 0);
+    run_jobs(seed, count, threads, worker);
     drop_pool();
     /* stdio may have been made non-blocking or closed-on-exec by the calls: the
        result goes out with write(2) directly. */
