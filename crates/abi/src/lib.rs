@@ -20,7 +20,7 @@ pub mod path;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 13;
+pub const ABI_VERSION: u64 = 14;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -405,6 +405,32 @@ pub struct PerCpuHeader {
     pub reclaimed: u64,
 }
 
+/// KVM's steal-time record (`struct kvm_steal_time`, 64 bytes), one per vCPU at
+/// [`STEAL_TIME_OFFSET`] in its per-CPU page. The VMM points the vCPU's
+/// `MSR_KVM_STEAL_TIME` at it before the vCPU first runs (the guest cannot `wrmsr`
+/// here); KVM then adds to `steal` the time the vCPU thread waited, runnable, for
+/// a host CPU, each time the vCPU enters the guest (`version` is odd while it
+/// writes). All zero when the host's KVM offers no steal time.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct StealTime {
+    pub steal: u64,
+    pub version: u32,
+    pub flags: u32,
+    /// Bit 0: the vCPU was preempted (set by KVM when it deschedules the vCPU
+    /// thread at an instruction boundary; never seen set on PVM).
+    pub preempted: u8,
+    pub u8_pad: [u8; 3],
+    pub pad: [u32; 11],
+}
+
+/// Where a vCPU's [`StealTime`] lies in its per-CPU page (64-byte aligned, as KVM
+/// requires, and clear of the header and the kernel's words).
+pub const STEAL_TIME_OFFSET: u64 = 0xc00;
+/// `MSR_KVM_STEAL_TIME` and its enable bit.
+pub const MSR_KVM_STEAL_TIME: u32 = 0x4b56_4d03;
+pub const KVM_MSR_ENABLED: u64 = 1;
+
 /// Byte offsets into [`PerCpuHeader`], used by assembly.
 pub mod percpu_offsets {
     pub const SELF_PTR: usize = 0;
@@ -435,6 +461,8 @@ const _: () = {
     assert!(offset_of!(PerCpuHeader, reclaimed) == percpu_offsets::RECLAIMED);
     assert!(size_of::<BootInfo>() <= layout::PAGE_SIZE as usize);
     assert!(size_of::<PerCpuHeader>() <= layout::PERCPU_STRIDE as usize);
+    assert!(size_of::<StealTime>() == 64 && STEAL_TIME_OFFSET.is_multiple_of(64));
+    assert!(STEAL_TIME_OFFSET + 64 <= layout::PERCPU_STRIDE);
 };
 
 /// The `--rootfs` image: the host directory, flattened by the VMM into guest memory

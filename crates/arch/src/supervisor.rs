@@ -13,6 +13,13 @@
 //!   the local APIC's MMIO page, which KVM's in-kernel APIC handles (the VMM set the
 //!   APIC up: timer vector, one-shot, 1 count per ns), one exit each.
 //!
+//! - Steal time: KVM's steal-time record in each vCPU's per-CPU page (the VMM
+//!   enabled it with `KVM_SET_MSRS`), which KVM updates as the vCPU enters the
+//!   guest; [`steal_ns`] reads any vCPU's. PVM keeps `steal` (measured equal to the
+//!   vCPU thread's host run-queue wait) but never sets `preempted`, so a waiter
+//!   cannot tell that another vCPU is off its core right now, only that vCPUs
+//!   have been kept waiting recently.
+//!
 //! On hardware KVM (`flags::PRIVILEGED_RING0`, set by the VMM when the host CPU has
 //! VMX or SVM) the TLB is the guest's own: a flush traps into ring 0 through
 //! `int $0x81`, whose stub reloads CR3. Halting there could use `hlt` and the APIC
@@ -86,4 +93,36 @@ pub fn reschedule(cpu: usize) {
 /// Arms this vCPU's one-shot timer to fire in `ns` nanoseconds (1 ns to ~4.3 s).
 pub fn arm_timer(ns: u64) {
     lapic_write(lapic::TIMER_INITIAL, ns.clamp(1, u64::from(u32::MAX)) as u32);
+}
+
+/// How long (ns) vCPU `cpu`'s host thread has waited, runnable, for a host CPU so
+/// far, as KVM last recorded it (0 when the host's KVM keeps no record).
+pub fn steal_ns(cpu: usize) -> u64 {
+    #[cfg(target_os = "none")]
+    {
+        use onering_abi::layout::{direct, PERCPU_PHYS, PERCPU_STRIDE};
+        let rec = direct(PERCPU_PHYS + cpu as u64 * PERCPU_STRIDE + onering_abi::STEAL_TIME_OFFSET);
+        let version = rec + 8;
+        loop {
+            // SAFETY: the record lies in vCPU `cpu`'s per-CPU page, guest RAM
+            // that the direct map covers and nothing frees; KVM writes it between
+            // two updates of `version` (odd while it writes), so aligned volatile
+            // reads of whole words are all that is needed, and a torn read is
+            // retried.
+            let v0 = unsafe { core::ptr::read_volatile(version as *const u32) };
+            // SAFETY: as above; `steal` is the record's first, aligned word.
+            let steal = unsafe { core::ptr::read_volatile(rec as *const u64) };
+            // SAFETY: as above.
+            let v1 = unsafe { core::ptr::read_volatile(version as *const u32) };
+            if v0 == v1 && v0 & 1 == 0 {
+                return steal;
+            }
+            core::hint::spin_loop();
+        }
+    }
+    #[cfg(not(target_os = "none"))]
+    {
+        let _ = cpu;
+        0
+    }
 }

@@ -1,5 +1,6 @@
 //! The scheduler's pure decisions, tested on the host: which CPU a thread that
-//! becomes runnable goes to, and how long an idle CPU spins before it halts.
+//! becomes runnable goes to, how long an idle CPU spins before it halts, and
+//! whether the host is oversubscribed (`Contention`, from KVM's steal time).
 //!
 //! Costs behind the choices (docs/platform.md): a polling idle CPU picks a thread up in
 //! well under a microsecond; waking a halted one is an exit on the waker (~18 µs)
@@ -51,10 +52,15 @@ pub struct CpuView {
 /// 3. a halted or never started CPU with nothing queued (one kick);
 /// 4. all busy: the least loaded, preferring `last`, then `me`.
 ///
-/// Candidates are tried from `me + 1` on, so wake-ups spread over the CPUs.
-pub fn choose(last: Option<usize>, allowed: u64, me: usize, cpus: &[CpuView]) -> usize {
+/// Candidates are tried from `me + 1` on, so wake-ups spread over the CPUs. With
+/// `pack` (the host is contended, see [`Contention`]) the thread goes to `me`
+/// whenever it may run there.
+pub fn choose(last: Option<usize>, allowed: u64, me: usize, cpus: &[CpuView], pack: bool) -> usize {
     let n = cpus.len().min(64);
     let ok = |c: usize| c < n && allowed & (1 << c) != 0;
+    if pack && ok(me) {
+        return me;
+    }
     let free = |c: usize| cpus[c].state.idle() && cpus[c].queued == 0;
     if let Some(l) = last.filter(|&l| ok(l) && free(l)) {
         return l;
@@ -107,6 +113,34 @@ impl Default for SpinBudget {
     }
 }
 
+/// Whether the host keeps our vCPUs waiting for its CPUs (issue 20), judged from
+/// the vCPUs' total steal time (`supervisor::steal_ns`): a rise of `STEP_NS` or
+/// more between two looks marks the host contended for the next `HOLD_NS`.
+/// Contended, an idle CPU spinning for work would take the host CPU that the vCPU
+/// that is to make the work needs, so it halts at once instead (a halted vCPU
+/// thread is a sleeper, which the host scheduler runs promptly when it is kicked).
+/// A quiet host adds a few µs of steal per wake-up at most.
+/// While contended, a woken thread goes to the waker's CPU (`choose`'s `pack`):
+/// a hand-off between two threads then is a switch on one vCPU instead of a kick of
+/// a vCPU thread that waits for the host scheduler (as `--smp 1` behaves); an idle
+/// CPU still steals what waits in a busy CPU's queue.
+pub struct Contention;
+
+impl Contention {
+    pub const STEP_NS: u64 = 100_000;
+    pub const HOLD_NS: u64 = 50_000_000;
+
+    /// When contention ends, given when it ended so far (`until`), the total steal
+    /// at the last look (`last`), and the total steal `steal` seen at `now`.
+    pub fn until(until: u64, last: u64, steal: u64, now: u64) -> u64 {
+        if steal >= last.saturating_add(Self::STEP_NS) {
+            until.max(now.saturating_add(Self::HOLD_NS))
+        } else {
+            until
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,37 +153,52 @@ mod tests {
     #[test]
     fn the_last_cpu_when_it_is_free() {
         let cpus = v(&[(Running, 0), (Halted, 0), (Polling, 0)]);
-        assert_eq!(choose(Some(1), !0, 0, &cpus), 1, "warm and free, even if halted");
-        assert_eq!(choose(Some(0), !0, 0, &cpus), 2, "last is busy: a polling CPU");
-        assert_eq!(choose(None, !0, 0, &cpus), 2);
+        assert_eq!(choose(Some(1), !0, 0, &cpus, false), 1, "warm and free, even if halted");
+        assert_eq!(choose(Some(0), !0, 0, &cpus, false), 2, "last is busy: a polling CPU");
+        assert_eq!(choose(None, !0, 0, &cpus, false), 2);
     }
 
     #[test]
     fn polling_before_halted_before_busy() {
         let cpus = v(&[(Running, 0), (Offline, 0), (Halted, 0), (Running, 0)]);
-        assert_eq!(choose(Some(3), !0, 0, &cpus), 1, "first free from me + 1");
-        assert_eq!(choose(Some(3), !0, 1, &cpus), 2);
+        assert_eq!(choose(Some(3), !0, 0, &cpus, false), 1, "first free from me + 1");
+        assert_eq!(choose(Some(3), !0, 1, &cpus, false), 2);
         let cpus = v(&[(Polling, 1), (Halted, 0)]);
-        assert_eq!(choose(None, !0, 0, &cpus), 1, "a polling CPU with work queued is not free");
+        assert_eq!(choose(None, !0, 0, &cpus, false), 1, "a polling CPU with work queued is not free");
     }
 
     #[test]
     fn all_busy_least_loaded() {
         let cpus = v(&[(Running, 2), (Running, 1), (Running, 1)]);
-        assert_eq!(choose(Some(2), !0, 0, &cpus), 2, "ties go to the last CPU");
-        assert_eq!(choose(None, !0, 1, &cpus), 1, "then to the waker's");
-        assert_eq!(choose(None, !0, 0, &cpus), 1);
+        assert_eq!(choose(Some(2), !0, 0, &cpus, false), 2, "ties go to the last CPU");
+        assert_eq!(choose(None, !0, 1, &cpus, false), 1, "then to the waker's");
+        assert_eq!(choose(None, !0, 0, &cpus, false), 1);
         let one = v(&[(Running, 0)]);
-        assert_eq!(choose(Some(0), !0, 0, &one), 0);
+        assert_eq!(choose(Some(0), !0, 0, &one, false), 0);
     }
 
     #[test]
     fn affinity_is_obeyed() {
         let cpus = v(&[(Polling, 0), (Running, 3), (Running, 5)]);
-        assert_eq!(choose(Some(0), 0b110, 0, &cpus), 1);
-        assert_eq!(choose(None, 0b100, 0, &cpus), 2);
+        assert_eq!(choose(Some(0), 0b110, 0, &cpus, false), 1);
+        assert_eq!(choose(None, 0b100, 0, &cpus, false), 2);
         // Bits beyond the CPUs that exist mean nothing; an empty set falls back.
-        assert_eq!(choose(None, 1 << 40, 1, &cpus), 0);
+        assert_eq!(choose(None, 1 << 40, 1, &cpus, false), 0);
+    }
+
+    #[test]
+    fn contention_follows_steal() {
+        assert_eq!(Contention::until(0, 0, 5_000, 2_000), 0, "a few us of wake-up delay is no contention");
+        let u = Contention::until(0, 5_000, 5_000 + Contention::STEP_NS, 3_000);
+        assert_eq!(u, 3_000 + Contention::HOLD_NS);
+        assert_eq!(Contention::until(u, 0, Contention::STEP_NS, 1_000), u, "never shortened");
+    }
+
+    #[test]
+    fn contended_wakeups_pack_onto_the_waker() {
+        let cpus = v(&[(Running, 0), (Halted, 0), (Polling, 0)]);
+        assert_eq!(choose(Some(1), !0, 0, &cpus, true), 0);
+        assert_eq!(choose(Some(1), 0b110, 0, &cpus, true), 1, "affinity first");
     }
 
     #[test]

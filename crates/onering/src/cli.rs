@@ -571,7 +571,7 @@ fn signal_name(sig: u64) -> String {
 /// local-APIC stores and thread switches (each CPU counts its own), how often
 /// vCPUs halted in the VMM and were kicked awake, and the hostcalls (exits) made,
 /// of them output writes; the page cache's chunks the kernel gave back when memory
-/// ran short.
+/// ran short; the vCPUs' steal time.
 fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
     use onering_abi::percpu_offsets as pc;
     use std::sync::atomic::Ordering::Relaxed;
@@ -600,6 +600,10 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
         exit::WRITES.load(Relaxed)
     );
     say!("onering: stats: page cache: {} chunks given back under memory pressure", sum(pc::RECLAIMED));
+    say!(
+        "onering: stats: steal time (vCPU threads waiting for a host CPU, KVM's record): {:.1} ms",
+        sum(onering_abi::STEAL_TIME_OFFSET as usize) as f64 / 1e6
+    );
     if NET.present.load(Relaxed) {
         say!(
             "onering: stats: net: {} frames ({} bytes) in, {} frames ({} bytes) out ({} with the checksum left to \

@@ -11,12 +11,14 @@
 //!
 //! The idle loop polls the run queue and the earliest timer, spinning before it asks
 //! the VMM to halt the vCPU until the next deadline (docs/platform.md: the guest cannot
-//! `hlt`).
+//! `hlt`); while the host keeps our vCPUs waiting (steal time, `placement::Contention`)
+//! it halts at once, and until the deadline itself, so as not to take host CPU time
+//! from the vCPU that makes the work.
 
 use super::process::Process;
 use super::thread::{current, set_current, Thread, DEAD, RUNNABLE, RUNNING, SLEEPING};
 use crate::errno::Errno;
-use crate::placement::{self, CpuState, CpuView, SpinBudget};
+use crate::placement::{self, Contention, CpuState, CpuView, SpinBudget};
 use crate::sigframe;
 use crate::time::mono_now;
 use alloc::collections::{BTreeMap, VecDeque};
@@ -52,6 +54,9 @@ static RUN_SINCE: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS
 /// wakes this much before it to poll the rest of the way: it covers the host's
 /// wake-up latency and the exit, so that timers fire on time.
 const HALT_EARLY_NS: u64 = 80_000;
+/// Contended (`placement::Contention`), an idle CPU halts unless its next deadline
+/// is this close (less than an exit costs).
+const CONTENDED_SPIN_NS: u64 = 20_000;
 /// Longest single halt (the loop re-checks after it).
 const MAX_HALT_NS: u64 = 1_000_000_000;
 
@@ -215,7 +220,8 @@ impl Sched {
             *v = CpuView { state: state(c), queued: self.runq[c].len() };
         }
         let last = t.task.last_cpu();
-        let cpu = placement::choose(last, t.affinity(), this_cpu(), &view[..n]);
+        let pack = n > 1 && contended(mono_now());
+        let cpu = placement::choose(last, t.affinity(), this_cpu(), &view[..n], pack);
         self.push(cpu, t);
         cpu
     }
@@ -693,6 +699,25 @@ fn warm_step() -> bool {
     true
 }
 
+/// All vCPUs' steal time at the last look, and until when the host counts as
+/// contended (monotonic ns; `placement::Contention`).
+static LAST_STEAL: AtomicU64 = AtomicU64::new(0);
+static CONTENDED_UNTIL: AtomicU64 = AtomicU64::new(0);
+
+/// Looks at the vCPUs' steal time: whether the host keeps them waiting (a few
+/// loads; concurrent lookers split a rise between them, but KVM adds each wait at
+/// once, so a long one is seen whole by one of them).
+fn contended(now: u64) -> bool {
+    let steal: u64 = (0..ncpus()).map(supervisor::steal_ns).sum();
+    let last = LAST_STEAL.swap(steal, Relaxed);
+    let until = CONTENDED_UNTIL.load(Relaxed);
+    let new = Contention::until(until, last, steal, now);
+    if new != until {
+        CONTENDED_UNTIL.store(new, Relaxed);
+    }
+    now < new
+}
+
 pub fn idle_loop() -> ! {
     let cpu = this_cpu();
     let mut budget = SpinBudget::new();
@@ -726,7 +751,13 @@ pub fn idle_loop() -> ! {
         }
         let deadline = NEXT_DEADLINE.load(Relaxed);
         let left = deadline.saturating_sub(now);
-        if now - idle_since < budget.ns || left <= 2 * HALT_EARLY_NS {
+        let contended = contended(now);
+        let (spin, early) = if contended {
+            (left <= CONTENDED_SPIN_NS, 0)
+        } else {
+            (now - idle_since < budget.ns || left <= 2 * HALT_EARLY_NS, HALT_EARLY_NS)
+        };
+        if spin {
             // A few pauses between looks: lighter on the core (and on the
             // run-queue counters other CPUs write) than looking all the time.
             for _ in 0..8 {
@@ -737,17 +768,20 @@ pub fn idle_loop() -> ! {
         // Nothing to run and the spin is over: warm a slice of cold memory for
         // the program (seed B-5) while the pool wants it, looking for work
         // between slices; then halt.
-        if warm_step() {
+        if !contended && warm_step() {
             continue;
         }
         // Halting: publish it, then look once more (a waker that queued work
         // before seeing the state kicks; one that queued it before this look is
-        // seen here), then halt until shortly before the deadline.
-        budget.spun_out();
+        // seen here), then halt until shortly before the deadline (contended: until
+        // the deadline, as the host would wake us too late for a poll to help).
+        if !contended {
+            budget.spun_out();
+        }
         set_state(cpu, CpuState::Halted);
         if !has_work(cpu, now) {
             let start = mono_now();
-            supervisor::halt((left - HALT_EARLY_NS).min(MAX_HALT_NS));
+            supervisor::halt((left - early).min(MAX_HALT_NS));
             halted = Some(mono_now() - start);
         }
         set_state(cpu, CpuState::Polling);

@@ -1,5 +1,6 @@
 //! Creating a vCPU in the state `arch` describes (CPUID first, then special
-//! registers, XCR0, the `syscall` MSRs, general registers and the local APIC), and
+//! registers, XCR0, the `syscall` MSRs, KVM's steal-time record where the host
+//! offers it, general registers and the local APIC), and
 //! reading its TSC. Application processors are made runnable at once: ours start at
 //! the kernel's entry like the boot processor, without a startup IPI.
 
@@ -31,6 +32,7 @@ pub fn create_vcpu(vm: &VmFd, cpuid: &CpuId, id: u64, entry: u64, stack: u64, ar
     if n != entries.len() {
         return Err(VmError::Ioctl("KVM_SET_MSRS", kvm_ioctls::Error::new(libc::EINVAL)));
     }
+    enable_steal_time(&vcpu, id);
     ioctl("KVM_SET_REGS", vcpu.set_regs(&regs::regs(entry, stack, arg)))?;
     let mut lapic = ioctl("KVM_GET_LAPIC", vcpu.get_lapic())?;
     regs::lapic(&mut lapic);
@@ -42,6 +44,23 @@ pub fn create_vcpu(vm: &VmFd, cpuid: &CpuId, id: u64, entry: u64, stack: u64, ar
         ioctl("KVM_SET_MP_STATE", vcpu.set_mp_state(runnable))?;
     }
     Ok(vcpu)
+}
+
+/// Points vCPU `id`'s `MSR_KVM_STEAL_TIME` at the steal-time record in its per-CPU
+/// page (`onering_abi::StealTime`), so that KVM reports there how long the vCPU
+/// thread waited for a host CPU. A KVM without steal time refuses the MSR: the
+/// record then stays zero, which the guest reads as "never preempted".
+fn enable_steal_time(vcpu: &VcpuFd, id: u64) {
+    let gpa =
+        onering_abi::layout::PERCPU_PHYS + id * onering_abi::layout::PERCPU_STRIDE + onering_abi::STEAL_TIME_OFFSET;
+    let entry = kvm_msr_entry {
+        index: onering_abi::MSR_KVM_STEAL_TIME,
+        data: gpa | onering_abi::KVM_MSR_ENABLED,
+        ..Default::default()
+    };
+    if let Ok(msrs) = Msrs::from_entries(&[entry]) {
+        let _ = vcpu.set_msrs(&msrs);
+    }
 }
 
 /// The guest's TSC frequency (Hz) and its current value.
