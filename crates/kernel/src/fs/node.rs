@@ -5,7 +5,8 @@
 //! its readahead in one hostcall without the tree's lock, then copied under it
 //! (with no memory for the cache, read straight into the program's buffer);
 //! a volume's file is written through to the host (one hostcall straight from the
-//! program's buffer, without the tree's lock).
+//! program's buffer, without the tree's lock). Opens, reads, writes and closes
+//! are reported to inotify (`vfs::notify`) only while something is watched.
 
 use super::NodeRef;
 use crate::errno::{Errno, SysResult};
