@@ -2,7 +2,7 @@
 //! confined to their directory (links, `..`, a directory swapped for a link while
 //! in use), SQLite file databases on /tmp and on a volume (as the host runs them,
 //! and two VMs on one database), data on the host after a crash, the page cache
-//! giving its memory back under pressure.
+//! giving its memory back under pressure, inotify on a volume.
 
 mod common;
 
@@ -187,6 +187,22 @@ fn writes_through_a_shared_mapping_of_a_volume_file_reach_the_host() {
     assert_eq!(m[200], b'x', "written back at the program's end");
     assert_eq!(m[300], b'a', "a private mapping's write stays in the VM");
     assert_eq!(m.len(), 8192);
+}
+
+#[test]
+fn inotify_on_a_volume_reports_the_programs_own_changes_as_the_host_does() {
+    // tests/guest/c/inotify.c in a volume's directory (without its overflow and
+    // blocking read): the same events as the program run on the host in a host
+    // directory. (Changes made on the host by others are not seen in the VM.)
+    let bin = musl("inotify");
+    require_kvm();
+    let (on_host, in_vm) = (fresh_dir("inotify-host"), fresh_dir("inotify-vol"));
+    let host = Command::new(&bin).arg(&on_host).arg("quick").output().unwrap();
+    assert!(host.status.success(), "on the host: {}", stdout(&host));
+    let o = onering(&["run", "-v", &vol(&in_vm, "/data"), bin.to_str().unwrap(), "/data", "quick"]);
+    assert_eq!(stdout(&o), stdout(&host), "{}", stderr(&o));
+    assert_eq!(status(&o), 0);
+    assert_eq!(std::fs::read_dir(&in_vm).unwrap().count(), 0, "everything it made is removed on the host");
 }
 
 /// A file of `mb` MiB whose 32-bit word k is k * 2654435761 (tests/guest/c/reclaim.c

@@ -466,6 +466,16 @@ fn thread_stress_matches_the_host_on_1_2_4_vcpus() {
 }
 
 #[test]
+fn inotify_events_match_the_host() {
+    // Watches on directories and files in /tmp: create, write (merged), close,
+    // read, chmod, utimensat, truncate, renames within and across watched
+    // directories (cookies matching), mkdir and rmdir, link and unlink, a buffer
+    // too small, FIONREAD, epoll, rm_watch, one-shot, MASK_ADD, DONT_FOLLOW, a
+    // blocking read, the queue's overflow; Linux's errors.
+    same_as_host_on_1_2_4_vcpus(&musl("inotify"));
+}
+
+#[test]
 fn file_mappings_match_the_host() {
     // Private and shared file mappings in /tmp: msync, munmap write-back, read()
     // after, MAP_POPULATE, mprotect, MADV_DONTNEED, mremap, past the end of the

@@ -1,5 +1,6 @@
 //! File objects: each kind of open file behind the `crate::file::File` interface.
-//! Pipes and named pipes (`pipe`), eventfd (`eventfd`), epoll (`epoll`), the device
+//! Pipes and named pipes (`pipe`), eventfd (`eventfd`), epoll (`epoll`), inotify
+//! (`inotify`), the device
 //! nodes of /dev (`dev`), the standard streams (`stdio`), and regular files,
 //! directories and links of the tree (`node`).
 //!
@@ -11,11 +12,12 @@ pub mod dev;
 pub mod epoll;
 pub mod eventfd;
 pub mod host;
+pub mod inotify;
 pub mod node;
 pub mod pipe;
 pub mod stdio;
 
-use crate::file::{FileRef, Meta, OpenFile};
+use crate::file::{oflag, FileRef, Meta, OpenFile};
 use crate::task::Kernel;
 use crate::vfs::{Device, Hold, Ino, Vfs};
 use spin::Mutex;
@@ -84,6 +86,19 @@ pub fn open_node(k: &'static Kernel, v: &mut Vfs, ino: Ino, flags: u32) -> FileR
             OpenFile::new(stdio::StdoutFile { node, console: &k.console, host: host(fd) }, flags)
         }
         Some(kind) => OpenFile::new(dev::DevFile { node: NodeRef::new(&k.vfs, v, ino), kind, rng: &k.rng }, flags),
-        None => OpenFile::new(node::NodeFile { node: NodeRef::new(&k.vfs, v, ino) }, flags),
+        None => {
+            // (inotify: an O_PATH open is no open, and its close no close.)
+            use crate::vfs::notify::{IN_CLOSE_NOWRITE, IN_CLOSE_WRITE, IN_OPEN};
+            use oflag::{O_ACCMODE, O_PATH, O_RDONLY};
+            let close = match flags {
+                f if f & O_PATH != 0 => 0,
+                f if f & O_ACCMODE == O_RDONLY => IN_CLOSE_NOWRITE,
+                _ => IN_CLOSE_WRITE,
+            };
+            if close != 0 {
+                v.notify_node(ino, IN_OPEN);
+            }
+            OpenFile::new(node::NodeFile { node: NodeRef::new(&k.vfs, v, ino), close }, flags)
+        }
     }
 }

@@ -5,7 +5,8 @@
 //! its readahead in one hostcall without the tree's lock, then copied under it
 //! (with no memory for the cache, read straight into the program's buffer);
 //! a volume's file is written through to the host (one hostcall straight from the
-//! program's buffer, without the tree's lock).
+//! program's buffer, without the tree's lock). Opens, reads, writes and closes
+//! are reported to inotify (`vfs::notify`) only while something is watched.
 
 use super::NodeRef;
 use crate::errno::{Errno, SysResult};
@@ -25,6 +26,9 @@ const WRITE_SLICE: u64 = 512 * 1024;
 
 pub struct NodeFile {
     pub node: NodeRef,
+    /// The inotify event its close is (IN_CLOSE_WRITE, IN_CLOSE_NOWRITE; 0 for
+    /// an O_PATH open, which is none).
+    pub close: u32,
 }
 
 impl File for NodeFile {
@@ -49,6 +53,9 @@ impl File for NodeFile {
         };
         if off.is_none() {
             of.set_offset(at + n);
+        }
+        if n > 0 {
+            self.notify(crate::vfs::notify::IN_ACCESS);
         }
         Ok(n)
     }
@@ -98,6 +105,9 @@ impl File for NodeFile {
         }
         if off.is_none() {
             of.set_offset(at + done);
+        }
+        if done > 0 {
+            self.notify(crate::vfs::notify::IN_MODIFY);
         }
         Ok(done)
     }
@@ -189,6 +199,14 @@ fn on_host(v: &crate::vfs::tree::Vfs, ino: Ino) -> bool {
 }
 
 impl NodeFile {
+    /// Reports inotify event `mask` on its node (nothing to do, and no lock
+    /// taken, while nothing is watched).
+    fn notify(&self, mask: u32) {
+        if crate::vfs::notify::active() {
+            self.node.vfs.lock().notify_node(self.node.ino, mask);
+        }
+    }
+
     /// A write of a volume's file: straight from the program's buffer to the host
     /// file through `target` (its handle, and the position), without the tree's
     /// lock.
@@ -214,6 +232,9 @@ impl NodeFile {
         self.node.vfs.lock().wrote(self.node.ino, at, done, now);
         if off.is_none() {
             of.set_offset(at + done);
+        }
+        if done > 0 {
+            self.notify(crate::vfs::notify::IN_MODIFY);
         }
         Ok(done)
     }
@@ -288,6 +309,9 @@ impl Drop for NodeFile {
     fn drop(&mut self) {
         // The last open file of a host file lets its I/O handle go.
         let mut v = self.node.vfs.lock();
+        if self.close != 0 && crate::vfs::notify::active() {
+            v.notify_node(self.node.ino, self.close);
+        }
         if v.node(self.node.ino).host.is_some() && v.open_count(self.node.ino) <= 1 {
             v.release_io(self.node.ino);
         }

@@ -948,6 +948,7 @@ pub fn getdents64(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
             out[start + 19..start + 19 + name.len()].copy_from_slice(name);
             pos += 1;
         }
+        v.notify_node(dir_ino, crate::vfs::notify::IN_ACCESS);
     }
     ctx.user.write(buf, &out)?;
     of.set_offset(pos as u64);
@@ -1350,4 +1351,65 @@ pub fn tee(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let put = pout.pipe().lock().write(&buf[..n as usize]).map_err(|e| write_error(&fout, e))?;
     sched::wake_all(pout.key());
     Ok(put as u64)
+}
+
+// ---- inotify ----------------------------------------------------------------------
+
+/// inotify_init/inotify_init1: a new instance (`fs::inotify`); the flags are
+/// IN_CLOEXEC and IN_NONBLOCK (O_CLOEXEC, O_NONBLOCK).
+fn make_inotify(ctx: &Ctx, flags: u64) -> SysResult {
+    let known = u64::from(oflag::O_CLOEXEC | oflag::O_NONBLOCK);
+    if flags & !known != 0 {
+        return Err(Errno::EINVAL);
+    }
+    let status = oflag::O_RDONLY | (flags as u32 & oflag::O_NONBLOCK);
+    let file = OpenFile::new(crate::fs::inotify::InotifyFile::new(&ctx.k.vfs), status);
+    ctx.proc().fds.lock().insert(file, flags & u64::from(oflag::O_CLOEXEC) != 0)
+}
+
+pub fn inotify_init(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
+    make_inotify(ctx, 0)
+}
+
+pub fn inotify_init1(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    make_inotify(ctx, f.rdi)
+}
+
+/// The instance of open file `of`: EINVAL if it is no inotify instance. (The
+/// caller keeps the file while it uses the group: were the file dropped first,
+/// with its descriptor closed meanwhile, a watch added after its close would
+/// outlive it.)
+fn group_of(of: &OpenFile) -> Result<&alloc::sync::Arc<crate::vfs::notify::Group>, Errno> {
+    Ok(&of.downcast::<crate::fs::inotify::InotifyFile>().ok_or(Errno::EINVAL)?.group)
+}
+
+/// inotify_add_watch: the path looked up as `open` would (not following a last
+/// symbolic link with IN_DONT_FOLLOW; ENOTDIR for a non-directory with
+/// IN_ONLYDIR); the same descriptor again for a node the instance watches.
+pub fn inotify_add_watch(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    use crate::vfs::notify::{ALL_BITS, IN_DONT_FOLLOW, IN_MASK_ADD, IN_MASK_CREATE, IN_ONLYDIR};
+    let [fd, path_addr, mask, ..] = f.args();
+    let mask = mask as u32;
+    if mask & ALL_BITS == 0 || (mask & IN_MASK_ADD != 0 && mask & IN_MASK_CREATE != 0) {
+        return Err(Errno::EINVAL);
+    }
+    let of = ctx.file(fd)?;
+    group_of(&of)?;
+    let path = path_arg(ctx, path_addr)?;
+    let (start, _keep) = start_dir(ctx, AT_FDCWD, &path)?;
+    let mut v = ctx.k.vfs.lock();
+    let ino = v.lookup(start, &path, mask & IN_DONT_FOLLOW == 0)?;
+    if mask & IN_ONLYDIR != 0 && !v.node(ino).is_dir() {
+        return Err(Errno::ENOTDIR);
+    }
+    v.watches().add(group_of(&of)?, ino, mask).map(|wd| wd as u64)
+}
+
+/// inotify_rm_watch: EINVAL for a descriptor the instance does not have; queues
+/// IN_IGNORED.
+pub fn inotify_rm_watch(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [fd, wd, ..] = f.args();
+    let of = ctx.file(fd)?;
+    let r = ctx.k.vfs.lock().watches().remove(group_of(&of)?, wd as i32);
+    r.map(|_| 0)
 }

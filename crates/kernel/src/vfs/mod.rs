@@ -1,9 +1,11 @@
 //! The file tree: one in-memory tree of directories, files, symbolic links and
 //! devices (`tree`), filled from the `--rootfs` image (`rootfs`), and path
-//! arithmetic. Pure logic: no user memory, no hostcalls, no locks of its own (the
-//! kernel keeps the tree behind one lock).
+//! arithmetic; inotify's watches and queues (`notify`). Pure logic: no user
+//! memory, no hostcalls, no locks of its own (the kernel keeps the tree behind one
+//! lock) but each inotify queue's, a leaf.
 
 pub mod host;
+pub mod notify;
 pub mod pages;
 pub mod rootfs;
 pub mod tree;

@@ -153,6 +153,8 @@ pub struct Vfs {
     pub(super) cache: alloc::collections::VecDeque<(Ino, usize)>,
     pub(super) cache_used: usize,
     pub(super) cache_limit: usize,
+    /// inotify's watches (`notify`): the operations below report to it.
+    pub(super) notify: super::notify::Watches,
 }
 
 impl Default for Vfs {
@@ -176,6 +178,7 @@ impl Vfs {
             cache: alloc::collections::VecDeque::new(),
             cache_used: 0,
             cache_limit: 64 << 20,
+            notify: super::notify::Watches::default(),
         };
         v.nodes.push(Some(Node {
             data: Data::Dir(BTreeMap::new()),
@@ -222,6 +225,7 @@ impl Vfs {
         self.writable_node(ino)?;
         self.host_attr(ino, |ops, h| ops.chmod(h, mode & 0o7777))?;
         self.node_mut(ino).mode = mode & 0o7777;
+        self.notify_node(ino, super::notify::IN_ATTRIB);
         Ok(())
     }
 
@@ -232,6 +236,9 @@ impl Vfs {
         let n = self.node_mut(ino);
         n.uid = uid.unwrap_or(n.uid);
         n.gid = gid.unwrap_or(n.gid);
+        if uid.is_some() || gid.is_some() {
+            self.notify_node(ino, super::notify::IN_ATTRIB);
+        }
         Ok(())
     }
 
@@ -242,6 +249,15 @@ impl Vfs {
         let n = self.node_mut(ino);
         n.atime = atime.unwrap_or(n.atime);
         n.mtime = mtime.unwrap_or(n.mtime);
+        // (As Linux: both times are an attribute change, one alone an access or a
+        // modification.)
+        use super::notify::{IN_ACCESS, IN_ATTRIB, IN_MODIFY};
+        match (atime.is_some(), mtime.is_some()) {
+            (true, true) => self.notify_node(ino, IN_ATTRIB),
+            (true, false) => self.notify_node(ino, IN_ACCESS),
+            (false, true) => self.notify_node(ino, IN_MODIFY),
+            (false, false) => {}
+        }
         Ok(())
     }
 
@@ -306,6 +322,8 @@ impl Vfs {
             e.insert(name.to_vec(), ino);
         }
         self.node_mut(ino).nlink += 1;
+        self.notify_self(ino, super::notify::IN_ATTRIB);
+        self.notify_entry(dir, super::notify::IN_CREATE, 0, name, false);
         Ok(())
     }
 
@@ -349,6 +367,7 @@ impl Vfs {
 
     /// Takes `ino` out of the tree; frees it now or when its last open file closes.
     fn detach(&mut self, ino: Ino) {
+        self.notify_gone(ino);
         self.node_mut(ino).removed = true;
         self.removed.push(ino);
         self.reap();
@@ -586,6 +605,12 @@ impl Vfs {
 
     /// Creates a regular file (or a directory) named `name` in `dir`.
     pub fn create(&mut self, dir: Ino, name: &[u8], mode: u32, directory: bool, now: u64) -> Result<Ino, Errno> {
+        let ino = self.create_node(dir, name, mode, directory, now)?;
+        self.notify_entry(dir, super::notify::IN_CREATE, 0, name, directory);
+        Ok(ino)
+    }
+
+    fn create_node(&mut self, dir: Ino, name: &[u8], mode: u32, directory: bool, now: u64) -> Result<Ino, Errno> {
         self.entries(dir)?;
         self.load(dir)?;
         if name.is_empty() || name == b"." || name == b".." {
@@ -675,6 +700,7 @@ impl Vfs {
             let (x, st) = ops.symlink(h, name, target)?;
             let ino = self.add_made(dir, name, x, &st, false, now);
             self.node_mut(ino).data = Data::Symlink(target.to_vec());
+            self.notify_entry(dir, super::notify::IN_CREATE, 0, name, false);
             return Ok(ino);
         }
         let ino = self.create(dir, name, 0o777, false, now)?;
@@ -726,7 +752,13 @@ impl Vfs {
         if let Data::Dir(e) = &mut self.node_mut(dir).data {
             e.remove(name);
         }
+        // (As Linux: the link count's change, the node's end, then the entry's.)
+        let is_dir = self.node(ino).is_dir();
+        if !is_dir {
+            self.notify_self(ino, super::notify::IN_ATTRIB);
+        }
         self.unlinked(ino);
+        self.notify_entry(dir, super::notify::IN_DELETE, 0, name, is_dir);
         Ok(())
     }
 
@@ -781,6 +813,7 @@ impl Vfs {
             e.insert(to.to_vec(), ino);
         }
         self.node_mut(ino).parent = to_dir;
+        self.notify_rename(ino, (from_dir, from), (to_dir, to), replaced);
         if let Some(old) = replaced {
             self.unlinked(old);
         }
@@ -938,6 +971,7 @@ impl Vfs {
             if self.layer(ino) != Some(super::host::Layer::Rootfs) {
                 self.host_truncate(ino, len)?;
                 self.node_mut(ino).mtime = now;
+                self.notify_node(ino, super::notify::IN_MODIFY);
                 return Ok(());
             }
             self.copy_up(ino)?;
@@ -948,6 +982,7 @@ impl Vfs {
         let after = p.footprint();
         self.used = (self.used + after).saturating_sub(before);
         self.node_mut(ino).mtime = now;
+        self.notify_node(ino, super::notify::IN_MODIFY);
         Ok(())
     }
 
