@@ -114,30 +114,46 @@ impl Default for SpinBudget {
 }
 
 /// Whether the host keeps our vCPUs waiting for its CPUs (issue 20), judged from
-/// the vCPUs' total steal time (`supervisor::steal_ns`): a rise of `STEP_NS` or
-/// more between two looks marks the host contended for the next `HOLD_NS`.
+/// the vCPUs' total steal time (`supervisor::steal_ns`) over windows of at least
+/// `WINDOW_NS`: a window in which the vCPUs waited `SHARE_PERCENT` of their time
+/// or more marks the host contended for the next `HOLD_NS`. (A rise of a fixed
+/// amount between two looks was tried first: on a quiet but not idle host, a
+/// hundred microseconds of steal accumulate between two looks far apart, and the
+/// packing below then cost Go net/http a third of its speed.)
 /// Contended, an idle CPU spinning for work would take the host CPU that the vCPU
 /// that is to make the work needs, so it halts at once instead (a halted vCPU
 /// thread is a sleeper, which the host scheduler runs promptly when it is kicked).
-/// A quiet host adds a few µs of steal per wake-up at most.
 /// While contended, a woken thread goes to the waker's CPU (`choose`'s `pack`):
 /// a hand-off between two threads then is a switch on one vCPU instead of a kick of
 /// a vCPU thread that waits for the host scheduler (as `--smp 1` behaves); an idle
 /// CPU still steals what waits in a busy CPU's queue.
 pub struct Contention;
 
+/// A steal-time window: when it began (monotonic ns) and the vCPUs' total steal
+/// then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Window {
+    pub at: u64,
+    pub steal: u64,
+}
+
 impl Contention {
-    pub const STEP_NS: u64 = 100_000;
+    pub const WINDOW_NS: u64 = 2_000_000;
+    pub const SHARE_PERCENT: u64 = 20;
     pub const HOLD_NS: u64 = 50_000_000;
 
-    /// When contention ends, given when it ended so far (`until`), the total steal
-    /// at the last look (`last`), and the total steal `steal` seen at `now`.
-    pub fn until(until: u64, last: u64, steal: u64, now: u64) -> u64 {
-        if steal >= last.saturating_add(Self::STEP_NS) {
-            until.max(now.saturating_add(Self::HOLD_NS))
-        } else {
-            until
+    /// A look at `now`, with the vCPUs' total steal `steal` over `ncpus` vCPUs,
+    /// in window `w`, with contention ending at `until`: the window from now on
+    /// (a new one once this one is long enough) and when contention ends.
+    pub fn look(w: Window, steal: u64, now: u64, ncpus: u64, until: u64) -> (Window, u64) {
+        let span = now.saturating_sub(w.at);
+        if span < Self::WINDOW_NS {
+            return (w, until);
         }
+        let waited = steal.saturating_sub(w.steal);
+        let busy = waited.saturating_mul(100) >= span.saturating_mul(ncpus.max(1)).saturating_mul(Self::SHARE_PERCENT);
+        let until = if busy { until.max(now.saturating_add(Self::HOLD_NS)) } else { until };
+        (Window { at: now, steal }, until)
     }
 }
 
@@ -187,11 +203,21 @@ mod tests {
     }
 
     #[test]
-    fn contention_follows_steal() {
-        assert_eq!(Contention::until(0, 0, 5_000, 2_000), 0, "a few us of wake-up delay is no contention");
-        let u = Contention::until(0, 5_000, 5_000 + Contention::STEP_NS, 3_000);
-        assert_eq!(u, 3_000 + Contention::HOLD_NS);
-        assert_eq!(Contention::until(u, 0, Contention::STEP_NS, 1_000), u, "never shortened");
+    fn contention_is_a_share_of_a_window() {
+        const MS: u64 = 1_000_000;
+        let w = Window { at: 0, steal: 0 };
+        // Too short a window: nothing decided, the window goes on.
+        assert_eq!(Contention::look(w, 5 * MS, MS, 2, 0), (w, 0));
+        // 10% of two vCPUs' 4 ms: not contended (a quiet host's wake-ups).
+        let (w2, u) = Contention::look(w, 800_000, 4 * MS, 2, 0);
+        assert_eq!((w2, u), (Window { at: 4 * MS, steal: 800_000 }, 0));
+        // A hundred microseconds between two looks far apart is no contention.
+        assert_eq!(Contention::look(w, 100_000, 50 * MS, 2, 0).1, 0);
+        // 40% of the next 4 ms: contended for HOLD_NS from then.
+        let (_, u) = Contention::look(w2, 800_000 + 3_200_000, 8 * MS, 2, 0);
+        assert_eq!(u, 8 * MS + Contention::HOLD_NS);
+        // Never shortened by a quiet window.
+        assert_eq!(Contention::look(w2, 800_000, 8 * MS, 2, u).1, u);
     }
 
     #[test]

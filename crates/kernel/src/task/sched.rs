@@ -699,23 +699,28 @@ fn warm_step() -> bool {
     true
 }
 
-/// All vCPUs' steal time at the last look, and until when the host counts as
-/// contended (monotonic ns; `placement::Contention`).
-static LAST_STEAL: AtomicU64 = AtomicU64::new(0);
+/// The steal-time window being measured (its start, and all vCPUs' steal then),
+/// and until when the host counts as contended (monotonic ns;
+/// `placement::Contention`).
+static WINDOW_AT: AtomicU64 = AtomicU64::new(0);
+static WINDOW_STEAL: AtomicU64 = AtomicU64::new(0);
 static CONTENDED_UNTIL: AtomicU64 = AtomicU64::new(0);
 
 /// Looks at the vCPUs' steal time: whether the host keeps them waiting (a few
-/// loads; concurrent lookers split a rise between them, but KVM adds each wait at
-/// once, so a long one is seen whole by one of them).
+/// loads; once a window is long enough, the one looker that closes it decides).
 fn contended(now: u64) -> bool {
-    let steal: u64 = (0..ncpus()).map(supervisor::steal_ns).sum();
-    let last = LAST_STEAL.swap(steal, Relaxed);
-    let until = CONTENDED_UNTIL.load(Relaxed);
-    let new = Contention::until(until, last, steal, now);
-    if new != until {
-        CONTENDED_UNTIL.store(new, Relaxed);
+    let at = WINDOW_AT.load(Relaxed);
+    if now.saturating_sub(at) >= Contention::WINDOW_NS && WINDOW_AT.compare_exchange(at, now, Relaxed, Relaxed).is_ok()
+    {
+        let steal: u64 = (0..ncpus()).map(supervisor::steal_ns).sum();
+        let w = placement::Window { at, steal: WINDOW_STEAL.swap(steal, Relaxed) };
+        let until = CONTENDED_UNTIL.load(Relaxed);
+        let (_, new) = Contention::look(w, steal, now, ncpus() as u64, until);
+        if new != until {
+            CONTENDED_UNTIL.store(new, Relaxed);
+        }
     }
-    now < new
+    now < CONTENDED_UNTIL.load(Relaxed)
 }
 
 pub fn idle_loop() -> ! {
