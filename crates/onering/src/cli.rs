@@ -409,14 +409,7 @@ fn network(args: &RunArgs) -> Result<(Option<NetSpec>, &'static str), Failure> {
             });
             let dns =
                 if ip == netback::USER_IP { netback::USER_DNS } else { netback::host_in(ip, 3, &[ip.0, gateway]) };
-            NetSpec {
-                mode,
-                mac: netback::MAC,
-                mtu: netback::USER_MTU,
-                ip: Some(ip),
-                gateway: Some(gateway),
-                dns: Some(dns),
-            }
+            NetSpec { mode, mac: netback::MAC, mtu: netback::MTU, ip: Some(ip), gateway: Some(gateway), dns: Some(dns) }
         }
         Mode::Tap(_) => NetSpec { mode, mac: netback::MAC, mtu: netback::MTU, ip, gateway, dns: None },
     };
