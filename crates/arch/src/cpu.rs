@@ -137,9 +137,9 @@ mod imp {
             Counter::Switches => onering_abi::percpu_offsets::SWITCHES,
             Counter::Reclaimed => onering_abi::percpu_offsets::RECLAIMED,
         };
-        // SAFETY: GS points at this CPU's header (mapped for the kernel's life) and
-        // `offset` is one of its u64 counters, which only this CPU writes, with one
-        // `add` that an interrupt cannot split.
+        // GS points at this CPU's header (mapped for the kernel's life); `offset` is
+        // one of its u64 counters, which only this CPU writes.
+        // SAFETY: one aligned `add` to this CPU's own counter, which an interrupt cannot split.
         unsafe { core::arch::asm!("add qword ptr gs:[{}], {}", in(reg) offset, in(reg) n, options(nostack)) };
     }
 

@@ -114,9 +114,8 @@ mod global {
                 None if self.n < MAX_REGIONS => self.n,
                 None => return false,
             };
-            // SAFETY: region `slot` is empty (never used, or released and reset to
-            // `Heap::empty()`), and the memory is the heap's alone (this function's
-            // contract).
+            // Region `slot` was never used, or was released and reset to `Heap::empty()`.
+            // SAFETY: region `slot` is empty and the memory is the heap's alone (our contract).
             unsafe { self.regions[slot].init(bottom, size) };
             // Chunk-aligned regions (all but the VMM's) are found by the table.
             if slot > 0 {

@@ -104,15 +104,14 @@ pub fn steal_ns(cpu: usize) -> u64 {
         let rec = direct(PERCPU_PHYS + cpu as u64 * PERCPU_STRIDE + onering_abi::STEAL_TIME_OFFSET);
         let version = rec + 8;
         loop {
-            // SAFETY: the record lies in vCPU `cpu`'s per-CPU page, guest RAM
-            // that the direct map covers and nothing frees; KVM writes it between
-            // two updates of `version` (odd while it writes), so aligned volatile
-            // reads of whole words are all that is needed, and a torn read is
-            // retried.
+            // The record lies in vCPU `cpu`'s per-CPU page, guest RAM that the
+            // direct map covers and nothing frees; KVM writes it between two updates
+            // of `version` (odd while it writes): a torn read is retried.
+            // SAFETY: an aligned volatile read of the record's `version` word, in mapped RAM.
             let v0 = unsafe { core::ptr::read_volatile(version as *const u32) };
-            // SAFETY: as above; `steal` is the record's first, aligned word.
+            // SAFETY: an aligned volatile read of `steal`, the record's first word, in mapped RAM.
             let steal = unsafe { core::ptr::read_volatile(rec as *const u64) };
-            // SAFETY: as above.
+            // SAFETY: an aligned volatile read of the record's `version` word, in mapped RAM.
             let v1 = unsafe { core::ptr::read_volatile(version as *const u32) };
             if v0 == v1 && v0 & 1 == 0 {
                 return steal;

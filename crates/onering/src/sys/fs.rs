@@ -47,8 +47,7 @@ pub fn open_beneath(dir: BorrowedFd<'_>, name: &[u8], flags: i32, mode: u32) -> 
 /// `mkdirat(dir, name, mode)`.
 pub fn mkdir_at(dir: BorrowedFd<'_>, name: &[u8], mode: u32) -> io::Result<()> {
     let c = cname(name)?;
-    // SAFETY: mkdirat reads the NUL-terminated name `c`, alive across the call; `dir`
-    // is borrowed for the call.
+    // SAFETY: mkdirat reads the NUL-terminated name `c`, alive across the call; `dir` is borrowed.
     let r = unsafe { libc::mkdirat(dir.as_raw_fd(), c.as_ptr(), mode as libc::mode_t) };
     check(r)
 }
@@ -56,8 +55,7 @@ pub fn mkdir_at(dir: BorrowedFd<'_>, name: &[u8], mode: u32) -> io::Result<()> {
 /// `symlinkat(target, dir, name)`.
 pub fn symlink_at(target: &[u8], dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<()> {
     let (t, c) = (cname(target)?, cname(name)?);
-    // SAFETY: symlinkat reads the two NUL-terminated strings, alive across the call;
-    // `dir` is borrowed for the call.
+    // SAFETY: symlinkat reads the two NUL-terminated strings, alive across the call; `dir` is borrowed.
     let r = unsafe { libc::symlinkat(t.as_ptr(), dir.as_raw_fd(), c.as_ptr()) };
     check(r)
 }
@@ -66,8 +64,7 @@ pub fn symlink_at(target: &[u8], dir: BorrowedFd<'_>, name: &[u8]) -> io::Result
 pub fn unlink_at(dir: BorrowedFd<'_>, name: &[u8], rmdir: bool) -> io::Result<()> {
     let c = cname(name)?;
     let flags = if rmdir { libc::AT_REMOVEDIR } else { 0 };
-    // SAFETY: unlinkat reads the NUL-terminated name `c`, alive across the call;
-    // `dir` is borrowed for the call.
+    // SAFETY: unlinkat reads the NUL-terminated name `c`, alive across the call; `dir` is borrowed.
     let r = unsafe { libc::unlinkat(dir.as_raw_fd(), c.as_ptr(), flags) };
     check(r)
 }
@@ -75,8 +72,7 @@ pub fn unlink_at(dir: BorrowedFd<'_>, name: &[u8], rmdir: bool) -> io::Result<()
 /// `renameat(dir, name, dir2, name2)`.
 pub fn rename_at(dir: BorrowedFd<'_>, name: &[u8], dir2: BorrowedFd<'_>, name2: &[u8]) -> io::Result<()> {
     let (a, b) = (cname(name)?, cname(name2)?);
-    // SAFETY: renameat reads the two NUL-terminated names, alive across the call;
-    // both directories are borrowed for the call.
+    // SAFETY: renameat reads two NUL-terminated names, alive across the call; both dirs are borrowed.
     let r = unsafe { libc::renameat(dir.as_raw_fd(), a.as_ptr(), dir2.as_raw_fd(), b.as_ptr()) };
     check(r)
 }
@@ -84,8 +80,7 @@ pub fn rename_at(dir: BorrowedFd<'_>, name: &[u8], dir2: BorrowedFd<'_>, name2: 
 /// `linkat(dir, name, dir2, name2, 0)`: never follows a link.
 pub fn link_at(dir: BorrowedFd<'_>, name: &[u8], dir2: BorrowedFd<'_>, name2: &[u8]) -> io::Result<()> {
     let (a, b) = (cname(name)?, cname(name2)?);
-    // SAFETY: linkat reads the two NUL-terminated names, alive across the call; both
-    // directories are borrowed for the call.
+    // SAFETY: linkat reads two NUL-terminated names, alive across the call; both dirs are borrowed.
     let r = unsafe { libc::linkat(dir.as_raw_fd(), a.as_ptr(), dir2.as_raw_fd(), b.as_ptr(), 0) };
     check(r)
 }
@@ -106,8 +101,8 @@ pub fn read_link(link: BorrowedFd<'_>) -> io::Result<Vec<u8>> {
 /// `fchownat(fd, "", uid, gid, AT_EMPTY_PATH)`: the inode `fd` refers to (an
 /// `O_PATH` descriptor works), no path walked. `u32::MAX` leaves one as it is.
 pub fn chown_fd(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
-    // SAFETY: fchownat reads the empty NUL-terminated path; `fd` is borrowed for the
-    // call and names the inode itself (AT_EMPTY_PATH).
+    // (AT_EMPTY_PATH: `fd` itself names the inode.)
+    // SAFETY: fchownat reads only the empty NUL-terminated path; `fd` is borrowed for the call.
     let r = unsafe { libc::fchownat(fd.as_raw_fd(), c"".as_ptr(), uid, gid, libc::AT_EMPTY_PATH) };
     check(r)
 }
@@ -120,8 +115,8 @@ pub fn utimes_fd(fd: BorrowedFd<'_>, atime: Option<u64>, mtime: Option<u64>) -> 
         None => libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
     };
     let times = [ts(atime), ts(mtime)];
-    // SAFETY: utimensat reads the empty NUL-terminated path and two timespecs from
-    // `times`, alive across the call; `fd` is borrowed and names the inode itself.
+    // (AT_EMPTY_PATH: `fd` itself names the inode.)
+    // SAFETY: utimensat reads the empty path and the two timespecs of `times`, alive across the call.
     let r = unsafe { libc::utimensat(fd.as_raw_fd(), c"".as_ptr(), times.as_ptr(), libc::AT_EMPTY_PATH) };
     check(r)
 }
@@ -135,8 +130,7 @@ pub fn ofd_lock(fd: BorrowedFd<'_>, kind: i16, start: i64, len: i64) -> io::Resu
     fl.l_whence = libc::SEEK_SET as i16;
     fl.l_start = start;
     fl.l_len = len;
-    // SAFETY: F_OFD_SETLK reads one `struct flock`, `fl`, alive across the call; `fd`
-    // is borrowed for the call.
+    // SAFETY: F_OFD_SETLK reads one `struct flock`, `fl`, alive across the call; `fd` is borrowed.
     let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &fl as *const libc::flock) };
     check(r)
 }
@@ -146,8 +140,7 @@ pub fn ofd_lock(fd: BorrowedFd<'_>, kind: i16, start: i64, len: i64) -> io::Resu
 pub fn statfs_fd(fd: BorrowedFd<'_>) -> io::Result<[u64; 9]> {
     // SAFETY: `struct statfs` is plain integers: all-zero bytes are a valid value.
     let mut s: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs writes one `struct statfs` into `s`, alive across the call;
-    // `fd` is borrowed for the call.
+    // SAFETY: fstatfs writes one `struct statfs` into `s`, alive across the call; `fd` is borrowed.
     let r = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut s) };
     check(r)?;
     Ok([

@@ -44,14 +44,13 @@ pub fn tun_set_iff(tun: &OwnedFd, name: &str, flags: i16) -> std::io::Result<()>
 /// Sets the virtio header length of the TAP descriptor `tun` (attached with
 /// IFF_VNET_HDR) to `len`, and the offloads its reader takes (`TUN_F_*`).
 pub fn tun_set_vnet(tun: &OwnedFd, len: i32, offloads: u32) -> std::io::Result<()> {
-    // SAFETY: TUNSETVNETHDRSZ reads one `int` through the pointer, which points at
-    // `len`, alive across the call; `tun` is an open descriptor we own.
+    // (`tun` is an open descriptor we own.)
+    // SAFETY: TUNSETVNETHDRSZ reads one `int` through the pointer: `len`, alive across the call.
     let r = unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETVNETHDRSZ, &len as *const i32) };
     if r < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: TUNSETOFFLOAD takes its flags as the argument itself (no pointer);
-    // `tun` is an open descriptor we own.
+    // SAFETY: TUNSETOFFLOAD takes its flags as the argument (no pointer); `tun` is ours, open.
     let r = unsafe { libc::ioctl(tun.as_raw_fd(), TUNSETOFFLOAD, libc::c_ulong::from(offloads)) };
     if r < 0 {
         return Err(std::io::Error::last_os_error());
