@@ -274,11 +274,10 @@ fn a_udp_echo_server_in_the_vm_answers_the_host() {
     wait_line(&mut out, "listening");
     let s = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     s.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
-    let mut buf = vec![0u8; 65536];
+    let mut buf = [0u8; 2048];
     let mut echoed = 0;
     for i in 0..100u32 {
-        let size = 200;
-        let msg: Vec<u8> = (0..size).map(|k| (i as u8).wrapping_add(k as u8)).collect();
+        let msg: Vec<u8> = (0..200).map(|k| (i as u8).wrapping_add(k as u8)).collect();
         // UDP may lose a datagram (the first ones may go before the path is
         // ready): send again, and skip late echoes of earlier ones.
         'tries: for _ in 0..10 {
