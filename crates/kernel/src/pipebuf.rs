@@ -38,18 +38,40 @@ pub struct PipeBuf {
     /// move, so a partner that came and went is not missed).
     pub r_opens: u64,
     pub w_opens: u64,
+    /// Outside the pipes' budget (a fused TCP connection's ring, bounded by the
+    /// heap as the stack's buffers are): memory running out is ENOBUFS.
+    unbudgeted: bool,
 }
 
 impl Drop for PipeBuf {
     fn drop(&mut self) {
-        USED.fetch_sub(self.data.len(), Ordering::Relaxed);
+        if !self.unbudgeted {
+            USED.fetch_sub(self.data.len(), Ordering::Relaxed);
+        }
     }
 }
 
 impl PipeBuf {
     /// An anonymous pipe: one reader, one writer.
     pub fn new() -> Self {
-        PipeBuf { data: Vec::new(), head: 0, len: 0, readers: 1, writers: 1, gen: 0, r_opens: 1, w_opens: 1 }
+        PipeBuf {
+            data: Vec::new(),
+            head: 0,
+            len: 0,
+            readers: 1,
+            writers: 1,
+            gen: 0,
+            r_opens: 1,
+            w_opens: 1,
+            unbudgeted: false,
+        }
+    }
+
+    /// A ring outside the pipes' budget, for one reader and one writer.
+    pub fn unbudgeted() -> Self {
+        let mut p = PipeBuf::new();
+        p.unbudgeted = true;
+        p
     }
 
     /// A named pipe's: no ends open yet.
@@ -111,15 +133,17 @@ impl PipeBuf {
             return Ok(());
         }
         let new = need.max(self.data.len() * 2).clamp(4096, CAPACITY);
-        let more = new - self.data.len();
-        if USED.fetch_add(more, Ordering::Relaxed) + more > BUDGET.load(Ordering::Relaxed) {
-            USED.fetch_sub(more, Ordering::Relaxed);
-            return Err(Errno::EAGAIN);
-        }
         let mut v = Vec::new();
-        if v.try_reserve_exact(new).is_err() {
-            USED.fetch_sub(more, Ordering::Relaxed);
-            return Err(Errno::EAGAIN);
+        if self.unbudgeted {
+            v.try_reserve_exact(new).map_err(|_| Errno::ENOBUFS)?;
+        } else {
+            let more = new - self.data.len();
+            if USED.fetch_add(more, Ordering::Relaxed) + more > BUDGET.load(Ordering::Relaxed)
+                || v.try_reserve_exact(new).is_err()
+            {
+                USED.fetch_sub(more, Ordering::Relaxed);
+                return Err(Errno::EAGAIN);
+            }
         }
         let (a, b) = self.pieces(self.len);
         v.extend_from_slice(a);
@@ -162,11 +186,24 @@ impl PipeBuf {
     /// Copies up to `buf.len()` buffered bytes into `buf` without taking them
     /// (`splice` and `tee` take only what they passed on: `consume`).
     pub fn peek(&self, buf: &mut [u8]) -> usize {
-        let n = buf.len().min(self.len);
-        let (a, b) = self.pieces(n);
-        buf[..a.len()].copy_from_slice(a);
-        buf[a.len()..n].copy_from_slice(b);
-        n
+        let mut at = 0;
+        let _ = self.peek_with(buf.len(), |piece| {
+            buf[at..at + piece.len()].copy_from_slice(piece);
+            at += piece.len();
+            Ok(())
+        });
+        at
+    }
+
+    /// Hands up to `max` buffered bytes to `out` without taking them (at most two
+    /// calls, in order; an error from the first is the result).
+    pub fn peek_with(&self, max: usize, mut out: impl FnMut(&[u8]) -> Result<(), Errno>) -> Result<usize, Errno> {
+        let (a, b) = self.pieces(max.min(self.len));
+        out(a)?;
+        if !b.is_empty() && out(b).is_err() {
+            return Ok(a.len());
+        }
+        Ok(a.len() + b.len())
     }
 
     /// Drops the oldest `n` buffered bytes (at most what there is).

@@ -474,6 +474,127 @@ static void backlog(void) {
     close(l);
 }
 
+/* A connection between two of the VM's own sockets (onering fuses it: the bytes
+   skip the TCP/IP stack, net/fuse.rs) behaves as any other: bytes sent before the
+   accept come first, a full receiver stops the writer and clears POLLOUT,
+   FIONREAD and MSG_PEEK see what waits, each arrival is an edge, and half-close
+   and a close with unread bytes are Linux's. */
+static ssize_t read_full(int fd, char *buf, size_t n) {
+    size_t got = 0;
+    for (ssize_t r; got < n && (r = read(fd, buf + got, n - got)) > 0;) got += (size_t)r;
+    return (ssize_t)got;
+}
+
+#define BULK (4 << 20)
+static void *bulk_writer(void *arg) {
+    int fd = (int)(intptr_t)arg;
+    static unsigned char chunk[65536 + 7];
+    size_t sent = 0;
+    while (sent < BULK) {
+        size_t n = sizeof chunk;
+        if (n > BULK - sent) n = BULK - sent;
+        for (size_t i = 0; i < n; i++) chunk[i] = (unsigned char)((sent + i) * 7 + 3);
+        ssize_t w = write(fd, chunk, n);
+        if (w <= 0) break;
+        sent += (size_t)w;
+    }
+    return (void *)(intptr_t)sent;
+}
+
+static void fused(void) {
+    struct sockaddr_storage ss;
+    socklen_t len;
+    char buf[256];
+    int avail = 0;
+    int l = listener(AF_INET, &ss, &len);
+    int c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&ss, len);
+    write(c, "early", 5);
+    int a = accept(l, NULL, NULL);
+    write(c, "-late", 5);
+    CHECK(read_full(a, buf, 10) == 10 && memcmp(buf, "early-late", 10) == 0, "fused: bytes before and after the accept, in order");
+    int ok = 1;
+    for (int i = 0; i < 1000 && ok; i++) {
+        int j = -1, k = -1;
+        ok = write(c, &i, sizeof i) == sizeof i && read_full(a, (char *)&j, sizeof j) == sizeof j && j == i;
+        j++;
+        ok = ok && write(a, &j, sizeof j) == sizeof j && read_full(c, (char *)&k, sizeof k) == sizeof k && k == i + 1;
+    }
+    CHECK(ok, "fused: 1000 round trips");
+    write(a, "peekaboo", 8);
+    struct pollfd pc = {c, POLLIN, 0};
+    poll(&pc, 1, 2000);
+    CHECK(ioctl(c, FIONREAD, &avail) == 0 && avail == 8, "fused: FIONREAD");
+    CHECK(recv(c, buf, 4, MSG_PEEK) == 4 && memcmp(buf, "peek", 4) == 0, "fused: MSG_PEEK");
+    CHECK(read(c, buf, sizeof buf) == 8 && memcmp(buf, "peekaboo", 8) == 0, "fused: then read");
+
+    /* Fill the receiver without reading. */
+    fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK);
+    static char block[16384];
+    long written = 0;
+    int werr = 0;
+    for (ssize_t w; (w = write(c, block, sizeof block)) > 0 || (werr = errno, 0);) written += w;
+    CHECK(werr == EAGAIN && written > 0, "fused: a full receiver is EAGAIN");
+    struct pollfd p = {c, POLLOUT, 0};
+    CHECK(poll(&p, 1, 0) == 0, "fused: full, not writable");
+    long got = 0;
+    struct pollfd pa = {a, POLLIN, 0};
+    while (got < written && poll(&pa, 1, 2000) == 1) {
+        ssize_t r = read(a, block, sizeof block);
+        if (r <= 0) break;
+        got += r;
+    }
+    CHECK(got == written, "fused: every byte arrived");
+    CHECK(poll(&p, 1, 2000) == 1 && (p.revents & POLLOUT), "fused: writable again once read");
+    fcntl(c, F_SETFL, fcntl(c, F_GETFL) & ~O_NONBLOCK);
+
+    /* 4 MiB through a small ring, blocking, checked byte by byte. */
+    pthread_t t;
+    pthread_create(&t, NULL, bulk_writer, (void *)(intptr_t)c);
+    static unsigned char in[65536];
+    size_t total = 0;
+    int same = 1;
+    for (ssize_t r; total < BULK && (r = read(a, in, sizeof in)) > 0; total += (size_t)r)
+        for (ssize_t i = 0; i < r; i++) same &= in[i] == (unsigned char)((total + (size_t)i) * 7 + 3);
+    void *sent;
+    pthread_join(t, &sent);
+    CHECK(total == BULK && (size_t)(intptr_t)sent == BULK && same, "fused: 4 MiB in order");
+
+    /* Each arrival is an edge, read or not. */
+    int ep = epoll_create1(0);
+    struct epoll_event e = {EPOLLIN | EPOLLET, {.fd = a}}, out[2];
+    epoll_ctl(ep, EPOLL_CTL_ADD, a, &e);
+    write(c, "1", 1);
+    CHECK(epoll_wait(ep, out, 2, 2000) == 1, "fused: ET, an arrival");
+    write(c, "2", 1);
+    CHECK(epoll_wait(ep, out, 2, 2000) == 1, "fused: ET, the next arrival without a read");
+    CHECK(read(a, buf, sizeof buf) == 2, "fused: both bytes");
+    close(ep);
+
+    /* Half-close both ways, with bytes in flight. */
+    write(c, "bye", 3);
+    shutdown(c, SHUT_WR);
+    CHECK(read_full(a, buf, 3) == 3 && read(a, buf, sizeof buf) == 0, "fused: the bytes, then end of file");
+    CHECK_ERR(write(c, "x", 1), EPIPE, "fused: write after SHUT_WR: EPIPE");
+    CHECK(write(a, "ack", 3) == 3 && read_full(c, buf, 3) == 3 && memcmp(buf, "ack", 3) == 0, "fused: the other way still works");
+    shutdown(a, SHUT_WR);
+    CHECK(read(c, buf, sizeof buf) == 0, "fused: both ends done");
+    close(a), close(c);
+
+    /* Closed with bytes it never read: a reset, after the bytes it sent. */
+    c = socket(AF_INET, SOCK_STREAM, 0);
+    connect(c, (struct sockaddr *)&ss, len);
+    a = accept(l, NULL, NULL);
+    write(a, "x", 1);
+    write(c, "unread", 6);
+    pa.fd = a;
+    poll(&pa, 1, 2000);
+    close(a);
+    CHECK(read(c, buf, sizeof buf) == 1, "fused: the byte sent before the close");
+    CHECK_ERR(read(c, buf, sizeof buf), ECONNRESET, "fused: then ECONNRESET");
+    close(c), close(l);
+}
+
 int main(void) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     tcp_echo(AF_INET, "tcp4");
@@ -486,5 +607,6 @@ int main(void) {
     resets();
     dual_stack();
     backlog();
+    fused();
     return failures;
 }

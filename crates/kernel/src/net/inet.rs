@@ -37,6 +37,7 @@ use crate::file::socket::{AF_INET, AF_INET6, SHUT_RD, SHUT_RDWR, SHUT_WR, SOCK_D
 use crate::file::{ev, key_of, File, FileRef, Meta, OpenFile, Readiness};
 use crate::mm::user::UserMem;
 use crate::net::ether::Ether;
+use crate::net::fuse;
 use crate::net::route;
 use crate::net::slab::Slab;
 use crate::task::sched;
@@ -487,7 +488,12 @@ struct Sock {
 
 /// A socket's published readiness: its generation (low 32 bits) above its
 /// events, and `QUIET_EMPTY` among them. Its address is the socket's wait key.
-struct Ready(AtomicU64);
+/// With it, shared with the file the same way: the socket's end of a fused
+/// connection, once `accept` fused it (`net::fuse`).
+struct Ready {
+    word: AtomicU64,
+    fuse: Once<fuse::End>,
+}
 
 /// Not a `poll` event (masked from them): set when the socket's readiness alone
 /// tells a read that finds nothing (a connection or UDP socket with none of
@@ -824,7 +830,7 @@ fn publish(set: &Shards, sk: &mut Sock) -> bool {
         Role::Fresh | Role::Listener { .. } => false,
     };
     let e = if quiet { e | QUIET_EMPTY } else { e };
-    sk.ready.0.store((sk.gen & 0xffff_ffff) << 32 | u64::from(e), Ordering::Release);
+    sk.ready.word.store((sk.gen & 0xffff_ffff) << 32 | u64::from(e), Ordering::Release);
     changed
 }
 
@@ -1266,6 +1272,43 @@ impl Stack {
     }
 
     /// Sets socket `id`'s local address and port, filed by port.
+    /// Fuses connection `id` (just accepted) with its client, if that is a
+    /// socket of this VM (`net::fuse`): found by its port, and both ends'
+    /// endpoints, crossed.
+    fn fuse(&mut self, id: u64) {
+        let Some(me) = self.socks.get(&id) else { return };
+        let Role::Conn(h) = me.role else { return };
+        let t = self.set.get::<tcp::Socket>(h);
+        let (Some(local), Some(remote)) = (t.local_endpoint(), t.remote_endpoint()) else { return };
+        if !self.is_local(remote.addr) {
+            return;
+        }
+        let client = |p: &u64| {
+            *p != id
+                && self.socks.get(p).is_some_and(|o| match o.role {
+                    Role::Conn(c) if self.set.map.contains_key(c) => {
+                        let u = self.set.get::<tcp::Socket>(c);
+                        u.local_endpoint() == Some(remote) && u.remote_endpoint() == Some(local)
+                    }
+                    _ => false,
+                })
+        };
+        let Some(peer) = self.by_port.get(&remote.port).and_then(|ids| ids.iter().copied().find(client)) else {
+            return;
+        };
+        let (Some(me), Some(them)) = (self.socks.get(&id), self.socks.get(&peer)) else { return };
+        let (mine, theirs) = fuse::pair(me.key, them.key);
+        // (The client may have shut a side down before the accept.)
+        if them.shut_wr {
+            theirs.shut_write();
+        }
+        if them.shut_rd {
+            theirs.shut_read();
+        }
+        me.ready.fuse.call_once(|| mine);
+        them.ready.fuse.call_once(|| theirs);
+    }
+
     fn set_local(&mut self, id: u64, local: Option<(Option<IpAddress>, u16)>) -> Result<(), Errno> {
         let sk = self.socks.get_mut(&id).ok_or(Errno::EBADF)?;
         if let Some((_, p)) = core::mem::replace(&mut sk.local, local) {
@@ -1447,7 +1490,7 @@ impl InetSocket {
         let mut s = stack().lock();
         let id = s.next_id;
         s.next_id += 1;
-        let ready = Arc::new(Ready(AtomicU64::new(0)));
+        let ready = Arc::new(Ready { word: AtomicU64::new(0), fuse: Once::new() });
         let key = key_of(&*ready);
         let mut sock = Sock {
             family,
@@ -1491,6 +1534,22 @@ impl InetSocket {
         };
         wake(keys);
         r
+    }
+
+    /// A write to a fused connection's ring (`fuse::End::write`). A ring that
+    /// could not grow gets the heap grown (not under any lock) and one more try.
+    fn ring_write(
+        f: &fuse::End,
+        len: u64,
+        fill: impl Fn(usize, &mut [u8]) -> Result<(), Errno> + Copy,
+    ) -> Option<Result<u64, Errno>> {
+        let r = match f.write(len as usize, fill) {
+            Some(Err(Errno::ENOBUFS)) if onering_arch::heap::ensure(crate::pipebuf::CAPACITY) => {
+                f.write(len as usize, fill)
+            }
+            r => r,
+        };
+        r.map(|r| r.map(|n| n as u64))
     }
 
     /// Binds to an ephemeral port if unbound (connect, listen, a UDP send).
@@ -1554,12 +1613,13 @@ impl Drop for InetSocket {
                     }
                 }
                 Role::Conn(h) => {
+                    let unread = self.ready.fuse.get().is_some_and(|f| f.close());
                     let t = s.set.get_mut::<tcp::Socket>(h);
                     // Unread data, or SO_LINGER on with a zero time: a reset, as
                     // Linux; else an orderly close.
                     let l = &sk.opts.linger;
                     let abortive = l[..4] != [0; 4] && l[4..] == [0; 4];
-                    if t.recv_queue() > 0 || abortive {
+                    if t.recv_queue() > 0 || unread || abortive {
                         t.abort();
                     } else {
                         t.close();
@@ -1680,6 +1740,7 @@ impl Socket for InetSocket {
             if let Some(sk) = socks.get_mut(&new.id) {
                 publish(set, sk);
             }
+            s.fuse(new.id);
             remote.map_or_else(|| encode(fam, None, 0), |e| encode(fam, Some(e.addr), e.port))
         };
         Ok((OpenFile::new(new, crate::file::oflag::O_RDWR), peer))
@@ -1779,7 +1840,20 @@ impl Socket for InetSocket {
     fn send(&self, _: &dyn NetEnv, user: &dyn UserMem, iov: &Iov, extra: SendExtra) -> SysResult {
         let id = self.id;
         let len = iov.len();
-        self.with(|s| {
+        let fused = self.ready.fuse.get();
+        let fill = |at: usize, dst: &mut [u8]| iov.read_at(user, at as u64, dst);
+        // A fused connection's bytes go to the peer's ring: no stack, no lock of
+        // its (`net::fuse`).
+        if let Some(f) = fused.filter(|_| extra.addr.is_none()) {
+            if let Some(r) = Self::ring_write(f, len, fill) {
+                if r.is_ok() {
+                    sched::wake_all(f.peer_key);
+                }
+                return r;
+            }
+        }
+        let to_ring = core::cell::Cell::new(false);
+        let r = self.with(|s| {
             let sk = s.sock(id)?;
             if let Some(e) = sk.error.take() {
                 return Err(e);
@@ -1838,6 +1912,16 @@ impl Socket for InetSocket {
                     if len == 0 {
                         return Ok(0);
                     }
+                    // Fused, with none of its bytes left in smoltcp: from now on
+                    // they go through the ring.
+                    if let Some(f) = fused.filter(|_| t.send_queue() == 0 && extra.addr.is_none()) {
+                        if f.switch() {
+                            if let Some(r) = Self::ring_write(f, len, fill) {
+                                to_ring.set(r.is_ok());
+                                return r;
+                            }
+                        }
+                    }
                     let mut done = 0u64;
                     while done < len {
                         let r = t.send(|buf| {
@@ -1861,19 +1945,43 @@ impl Socket for InetSocket {
                     Ok(done)
                 }
             }
-        })
+        });
+        if let Some(f) = fused.filter(|_| to_ring.get()) {
+            sched::wake_all(f.peer_key);
+        }
+        r
     }
 
     fn recv(&self, user: &dyn UserMem, iov: &Iov, flags: u32) -> Result<(u64, RecvExtra), Errno> {
         let id = self.id;
         let peek = flags & msg::PEEK != 0;
         let want = iov.len();
+        let quiet = || self.ready.word.load(Ordering::Acquire) as u32 & QUIET_EMPTY != 0;
+        let fused = self.ready.fuse.get();
+        let out = |at: usize, piece: &[u8]| iov.write_at(user, at as u64, piece);
+        // A fused connection reads its ring without the stack (`net::fuse`).
+        if let Some(f) = fused {
+            if f.read_here_empty() && quiet() {
+                return Err(Errno::EAGAIN);
+            }
+            match f.read(want as usize, peek, false, out)? {
+                fuse::Read::Got { n, wake } => {
+                    if wake {
+                        sched::wake_all(f.peer_key);
+                    }
+                    return Ok((n as u64, RecvExtra::default()));
+                }
+                fuse::Read::Empty if quiet() => return Err(Errno::EAGAIN),
+                _ => {}
+            }
+        }
+        let woke = core::cell::Cell::new(false);
         // Nothing to read, as published: no lock. (Packets from the network
         // device are taken in by a pump; with a device the read looks.)
-        if self.ready.0.load(Ordering::Acquire) as u32 & QUIET_EMPTY != 0 && LINK.get().is_none() {
+        if quiet() && fused.is_none() && LINK.get().is_none() {
             return Err(Errno::EAGAIN);
         }
-        self.with(|s| {
+        let r = self.with(|s| {
             let sk = s.sock(id)?;
             let mut extra = RecvExtra::default();
             let fam = sk.family;
@@ -1919,7 +2027,8 @@ impl Socket for InetSocket {
                     // and after them the peer's FIN is the end of file, the error
                     // left for SO_ERROR or a write.
                     let fin = sk.fin;
-                    if s.set.get::<tcp::Socket>(h).recv_queue() == 0 && !fin {
+                    let ring = fused.map_or(0, |f| f.queued());
+                    if s.set.get::<tcp::Socket>(h).recv_queue() == 0 && ring == 0 && !fin {
                         if let Some(e) = s.sock(id)?.error.take() {
                             return Err(e);
                         }
@@ -1929,6 +2038,14 @@ impl Socket for InetSocket {
                     // changes nothing.)
                     let t = s.set.get::<tcp::Socket>(h);
                     if t.recv_queue() == 0 {
+                        // Fused: smoltcp has nothing more (of the bytes sent before
+                        // the switch); the ring has the rest.
+                        if let Some(f) = fused {
+                            if let fuse::Read::Got { n, wake } = f.read(want as usize, peek, true, out)? {
+                                woke.set(wake);
+                                return Ok((n as u64, extra));
+                            }
+                        }
                         return match t.state() {
                             tcp::State::SynSent | tcp::State::SynReceived | tcp::State::Established => {
                                 Err(Errno::EAGAIN)
@@ -1964,7 +2081,11 @@ impl Socket for InetSocket {
                 }
                 Role::Listener { .. } | Role::Fresh => Err(Errno::ENOTCONN),
             }
-        })
+        });
+        if let Some(f) = fused.filter(|_| woke.get()) {
+            sched::wake_all(f.peer_key);
+        }
+        r
     }
 
     fn shutdown(&self, how: u64) -> SysResult {
@@ -1977,13 +2098,18 @@ impl Socket for InetSocket {
             let Role::Conn(h) = sk.role else {
                 return if sk.proto == Proto::Udp && sk.peer.is_some() { Ok(0) } else { Err(Errno::ENOTCONN) };
             };
+            let fused = self.ready.fuse.get();
             if how != SHUT_WR {
                 sk.shut_rd = true;
+                if let Some(f) = fused {
+                    f.shut_read();
+                }
             }
             if how != SHUT_RD {
                 sk.shut_wr = true;
-            }
-            if how != SHUT_RD {
+                if let Some(f) = fused {
+                    f.shut_write();
+                }
                 s.set.get_mut::<tcp::Socket>(h).close();
             }
             Ok(0)
@@ -2097,7 +2223,10 @@ impl Socket for InetSocket {
         let mut s = stack().lock();
         let Ok(sk) = s.sock(self.id) else { return 0 };
         match sk.role {
-            Role::Conn(h) => s.set.get::<tcp::Socket>(h).recv_queue() as u64,
+            Role::Conn(h) => {
+                let ring = self.ready.fuse.get().map_or(0, |f| f.queued());
+                (s.set.get::<tcp::Socket>(h).recv_queue() + ring) as u64
+            }
             Role::Udp(h) => {
                 let u = s.set.get_mut::<udp::Socket>(h);
                 u.peek().map_or(0, |(d, _)| d.len() as u64)
@@ -2259,8 +2388,20 @@ impl File for InetSocket {
     /// The readiness the stack last published for this socket: an atomic load,
     /// no lock (epoll and poll look at every socket they watch on every wait).
     fn poll(&self, _: &OpenFile) -> Option<Readiness> {
-        let v = self.ready.0.load(Ordering::Acquire);
-        Some(Readiness { events: v as u32 & !QUIET_EMPTY, gen: v >> 32, key: key_of(&*self.ready) })
+        let v = self.ready.word.load(Ordering::Acquire);
+        let (mut events, mut gen) = (v as u32 & !QUIET_EMPTY, v >> 32);
+        // A fused connection's bytes are in its rings.
+        if let Some(f) = self.ready.fuse.get() {
+            let p = f.poll();
+            if p.readable {
+                events |= ev::IN | ev::RDNORM;
+            }
+            if p.full {
+                events &= !(ev::OUT | ev::WRNORM);
+            }
+            gen = gen.wrapping_add(p.gen);
+        }
+        Some(Readiness { events, gen, key: key_of(&*self.ready) })
     }
 
     fn wait_key(&self) -> Option<u64> {

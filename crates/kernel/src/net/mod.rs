@@ -5,11 +5,13 @@
 //! interfaces, and the interface ioctls every socket takes. They implement the
 //! socket interface (`crate::file::socket`) that the socket system calls
 //! (`syscall::net`) use. Below them: `slab` holds the stack's smoltcp sockets,
+//! `fuse` carries the bytes of TCP connections between two of the VM's sockets,
 //! `route` parses packets for routing, and `ether` and `frag` are the network
 //! device's link layer (framing, ARP, IPv4 fragments).
 
 pub mod ether;
 pub mod frag;
+mod fuse;
 pub mod iface;
 pub mod inet;
 pub mod netlink;
