@@ -60,6 +60,15 @@ if command -v passt >/dev/null; then
     sleep 0.3
     a=$("$out/udpping" 127.0.0.1 "$p" "$UDPN" 200); kill $srv
     udp_row "(e) UDP echo 200 B, server on the host" "$a"
+    # (e2) The same through a relay process on the host (bench/udprelay.c): the one
+    # user-mode hop passt adds to (f), without any VM.
+    gcc -O2 bench/udprelay.c -o "$out/udprelay"
+    p=$(free_port); q=$(free_port)
+    "$out/udpecho" "$p" 0 >/dev/null & srv=$!
+    "$out/udprelay" "$q" "$p" >/dev/null & rel=$!
+    sleep 0.3
+    a2=$("$out/udpping" 127.0.0.1 "$q" "$UDPN" 200); kill $srv $rel
+    udp_row "(e2) the same through a relay process" "$a2"
     p=$(free_port)
     "$onering" run --stats -p "127.0.0.1:$p:7/udp" "$out/udpecho" 7 0 >/dev/null 2>"$out/udp-p.stats" & srv=$!
     sleep 1
@@ -106,8 +115,8 @@ if command -v passt >/dev/null; then
     sleep 1.5
     r=$(timeout 120 "$out/gohttp" "$REQS" "http://127.0.0.1:$p/" || echo failed); wait $srv 2>/dev/null || true
     row "(i) Go net/http in the VM, from the host, req/s" req/s 1 "$h" "$r" 2>/dev/null || echo "(i) host $h onering $r"
-    awk -v a="$a" -v b="$b" -v c="${c:-0}" 'BEGIN { split(a, x); split(b, y); split(c, z);
-        printf "ratios: behind -p %.2fx of the host (target 0.5x), TAP %.2fx (target 0.7x)\n", y[1] / x[1], z[1] / x[1] }'
+    awk -v a="$a" -v b="$b" -v c="${c:-0}" -v r="$a2" 'BEGIN { split(a, x); split(b, y); split(c, z); split(r, w);
+        printf "ratios: behind -p %.2fx of the host (target 0.5x), TAP %.2fx (target 0.7x); the relay alone %.2fx\n", y[1] / x[1], z[1] / x[1], w[1] / x[1] }'
 else
     echo "(e-g) need passt (scripts/setup.sh installs it): skipped"
 fi

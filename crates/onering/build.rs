@@ -20,6 +20,7 @@ fn main() {
         "crates/kernel/link.ld",
         "crates/kernel/Cargo.toml",
         "crates/abi/src",
+        "crates/ipfrag/src",
         "crates/onering/vdso",
         "Cargo.lock",
         "Cargo.toml",

@@ -6,11 +6,12 @@
 //! socket interface (`crate::file::socket`) that the socket system calls
 //! (`syscall::net`) use. Below them: `slab` holds the stack's smoltcp sockets,
 //! `fuse` carries the bytes of TCP connections between two of the VM's sockets,
-//! `route` parses packets for routing, and `ether` and `frag` are the network
-//! device's link layer (framing, ARP, IPv4 fragments).
+//! `route` parses packets for routing, and `ether` and `frag` (the
+//! `onering-ipfrag` crate, shared with the VMM) are the network device's link
+//! layer (framing, ARP, IPv4 fragments).
 
 pub mod ether;
-pub mod frag;
+pub use onering_ipfrag as frag;
 mod fuse;
 pub mod iface;
 pub mod inet;

@@ -133,9 +133,9 @@ pub const USER_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
 pub const USER_DNS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 /// The device's MTU, with passt and with a TAP device. (passt's own default,
 /// 65,520, was tried: Go net/http in the VM driven from the host through `-p` then
-/// got connection resets in every try, and it went back to 1,500. With 1,500 a UDP
-/// datagram from outside larger than 1,472 bytes reaches passt, which does not
-/// fragment, and comes as one frame too large for any receive buffer: dropped.)
+/// got connection resets in every try, and it went back to 1,500. passt does not
+/// fragment: the passt back end cuts a longer datagram from outside into
+/// fragments, and puts the guest's fragments back together for it.)
 pub const MTU: u16 = 1500;
 
 /// The `n`-th address of `ip`'s network (skipping `avoid`).

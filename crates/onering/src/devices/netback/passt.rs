@@ -18,6 +18,14 @@
 //! when its end of the socket pair closes (`-1`, "one-off"), which happens when
 //! onering is gone, however it ended.
 //!
+//! passt neither fragments nor reassembles IPv4: it hands the VM a UDP datagram
+//! from outside as one frame however long (beyond the MTU, larger than any of the
+//! guest's receive buffers), and takes a fragment from the VM for a whole datagram
+//! (the host got the first 1,472 bytes of a 3,000-byte one). So this end does it
+//! for passt (`onering-ipfrag`, which the guest's stack uses too): a frame longer
+//! than the MTU reaches the guest in fragments, and the guest's fragments reach
+//! passt as one datagram.
+//!
 //! The version in Debian 12 (2023-03) has `--fd`; its own log goes to /dev/null
 //! (`-l`), its stderr (start-up and fatal messages only) to a pipe read when it
 //! stops, so the reason can be shown. It reports a host port it cannot bind only
@@ -26,11 +34,13 @@
 
 use super::{NetBackError, NetSpec, PortForward, Proto};
 use crate::devices::virtio::net::{Backend, MAX_FRAME};
+use std::collections::VecDeque;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, TcpListener, UdpSocket};
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::process::{Child, ChildStderr, Command, Stdio};
+use std::time::Instant;
 
 /// Bytes `send` may queue while passt does not read, before frames are held back.
 const OUT_LIMIT: usize = 256 * 1024;
@@ -50,6 +60,28 @@ pub struct Passt {
     /// frame from the guest (a published port's first SYN, say), which a guest
     /// stack filtering on its own address would drop; such frames get this one.
     mac: [u8; 6],
+    /// The link's MTU, fragments of a frame from passt that was longer still (to
+    /// hand on before the stream's next frame), and the guest's fragments being
+    /// put back together, on a clock from `epoch`.
+    mtu: usize,
+    pending: VecDeque<Vec<u8>>,
+    frags: onering_ipfrag::Reassembler,
+    epoch: Instant,
+}
+
+/// Ethernet's header length, and the type of IPv4 in it.
+const ETH_HLEN: usize = 14;
+const ETH_P_IP: [u8; 2] = [0x08, 0x00];
+
+/// The IPv4 packet in Ethernet frame `f`, if it carries one.
+fn ipv4(f: &[u8]) -> Option<&[u8]> {
+    f.get(12..14).filter(|t| *t == ETH_P_IP)?;
+    f.get(ETH_HLEN..)
+}
+
+/// Frames of `header` (an Ethernet header) around each packet of `packets`.
+fn framed(header: &[u8], packets: Vec<Vec<u8>>) -> impl Iterator<Item = Vec<u8>> + '_ {
+    packets.into_iter().map(move |p| [header, &p].concat())
 }
 
 /// Where `passt` is, if installed.
@@ -131,14 +163,53 @@ pub fn start(spec: &NetSpec, ports: &[PortForward], option: &'static str) -> Res
         // Read only once passt stopped; never block the I/O thread on it.
         let _ = crate::sys::net::set_nonblocking(e);
     }
-    Ok((Passt::over(ours, stderr, spec.mac), child))
+    Ok((Passt::over(ours, stderr, spec.mac, usize::from(spec.mtu)), child))
 }
 
 impl Passt {
     /// The back end's state over stream `sock` (passt's other end), for a VM with
     /// MAC address `mac`.
-    fn over(sock: UnixStream, stderr: Option<ChildStderr>, mac: [u8; 6]) -> Passt {
-        Passt { sock, inbuf: vec![0; 2 * (4 + MAX_FRAME)], start: 0, end: 0, out: Vec::new(), out_at: 0, stderr, mac }
+    fn over(sock: UnixStream, stderr: Option<ChildStderr>, mac: [u8; 6], mtu: usize) -> Passt {
+        Passt {
+            sock,
+            inbuf: vec![0; 2 * (4 + MAX_FRAME)],
+            start: 0,
+            end: 0,
+            out: Vec::new(),
+            out_at: 0,
+            stderr,
+            mac,
+            mtu,
+            pending: VecDeque::new(),
+            frags: Default::default(),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Queues `frame` for passt.
+    fn queue(&mut self, frame: &[u8]) {
+        self.out.extend((frame.len() as u32).to_be_bytes());
+        self.out.extend_from_slice(frame);
+    }
+
+    /// A frame read from passt, in `buf[..len]`: as it is if the guest can take
+    /// it, else (an IPv4 packet beyond the MTU) its first fragment there and the
+    /// others pending. Its length; 0 if it was dropped (longer than the MTU and
+    /// not IPv4, or malformed).
+    fn fit(&mut self, buf: &mut [u8], len: usize) -> usize {
+        if len <= ETH_HLEN + self.mtu {
+            return len;
+        }
+        let Some(p) = ipv4(&buf[..len]) else { return 0 };
+        let header = buf[..ETH_HLEN].to_vec();
+        self.pending.extend(framed(&header, onering_ipfrag::fragment(p.to_vec(), self.mtu)));
+        match self.pending.pop_front() {
+            Some(f) => {
+                buf[..f.len()].copy_from_slice(&f);
+                f.len()
+            }
+            None => 0,
+        }
     }
 
     /// What passt said before it stopped (start-up chatter left out).
@@ -167,8 +238,16 @@ impl Backend for Passt {
         if self.out.len() - self.out_at >= OUT_LIMIT {
             return Ok(false);
         }
-        self.out.extend((frame.len() as u32).to_be_bytes());
-        self.out.extend_from_slice(frame);
+        match ipv4(frame).filter(|p| onering_ipfrag::is_fragment(p)) {
+            Some(p) => {
+                // A fragment: the datagram goes once it is whole.
+                let now = self.epoch.elapsed().as_nanos() as u64;
+                if let Some(whole) = self.frags.input(p.to_vec(), now) {
+                    self.queue(&[&frame[..ETH_HLEN], &whole].concat());
+                }
+            }
+            None => self.queue(frame),
+        }
         Ok(true)
     }
 
@@ -197,6 +276,10 @@ impl Backend for Passt {
     }
 
     fn recv(&mut self, buf: &mut [u8]) -> std::io::Result<Option<usize>> {
+        if let Some(f) = self.pending.pop_front() {
+            buf[..f.len()].copy_from_slice(&f);
+            return Ok(Some(f.len()));
+        }
         loop {
             let have = &self.inbuf[self.start..self.end];
             if have.len() >= 4 {
@@ -211,7 +294,10 @@ impl Backend for Passt {
                     if let Some(dst) = buf.get_mut(..6).filter(|d| **d == [0; 6]) {
                         dst.copy_from_slice(&self.mac);
                     }
-                    return Ok(Some(len));
+                    match self.fit(buf, len) {
+                        0 => continue,
+                        n => return Ok(Some(n)),
+                    }
                 }
             }
             // Need more: move what is left to the front, then read.
@@ -274,12 +360,60 @@ mod tests {
         assert!(check_ports(&f).is_ok());
     }
 
+    /// An Ethernet frame around an IPv4 UDP packet of `payload` bytes.
+    fn udp_frame(payload: usize) -> Vec<u8> {
+        let total = 28 + payload;
+        let mut f = vec![2, 0, 0, 0, 0, 9, 2, 0, 0, 0, 0, 1, 8, 0];
+        f.extend([0x45, 0, (total >> 8) as u8, total as u8, 0x12, 0x34, 0, 0, 64, 17, 0, 0]);
+        f.extend([10, 0, 2, 2, 10, 0, 2, 15]);
+        f.extend([0, 53, 0x30, 0x39, ((payload + 8) >> 8) as u8, (payload + 8) as u8, 0, 0]);
+        f.extend((0..payload).map(|i| i as u8));
+        f
+    }
+
+    /// passt neither fragments nor reassembles: a frame from it beyond the MTU
+    /// reaches the guest in fragments, and the guest's fragments go to it whole.
+    #[test]
+    fn datagrams_beyond_the_mtu_are_fragmented_and_reassembled() {
+        let (ours, mut theirs) = UnixStream::pair().unwrap();
+        ours.set_nonblocking(true).unwrap();
+        let mut p = Passt::over(ours, None, [2, 0, 0, 0, 0, 9], 1500);
+        let big = udp_frame(3000);
+        theirs.write_all(&(big.len() as u32).to_be_bytes()).unwrap();
+        theirs.write_all(&big).unwrap();
+        let mut buf = vec![0; MAX_FRAME];
+        let mut pieces = Vec::new();
+        while let Some(n) = p.recv(&mut buf).unwrap() {
+            assert!(n <= 14 + 1500 && buf[..14] == big[..14]);
+            pieces.push(buf[..n].to_vec());
+        }
+        assert_eq!(pieces.len(), 3);
+        // The guest's fragments (the same ones, say) go to passt as one frame.
+        for f in &pieces {
+            assert!(p.send(f).unwrap());
+        }
+        p.flush().unwrap();
+        let mut got = vec![0; 4 + big.len()];
+        theirs.read_exact(&mut got).unwrap();
+        assert_eq!(u32::from_be_bytes([got[0], got[1], got[2], got[3]]) as usize, big.len());
+        // (The reassembled header has its checksum filled; the rest is the same.)
+        assert_eq!(got[4..14 + 4], big[..14]);
+        assert_eq!(got[4 + 34..], big[34..]);
+        // A frame that fits goes as it is, both ways.
+        let small = udp_frame(100);
+        assert!(p.send(&small).unwrap());
+        p.flush().unwrap();
+        let mut got = vec![0; 4 + small.len()];
+        theirs.read_exact(&mut got).unwrap();
+        assert_eq!(got[4..], small[..]);
+    }
+
     /// Frames through the stream protocol, with a socket pair standing in for passt.
     #[test]
     fn frames_are_length_prefixed_both_ways() {
         let (ours, mut theirs) = UnixStream::pair().unwrap();
         ours.set_nonblocking(true).unwrap();
-        let mut p = Passt::over(ours, None, [2, 0, 0, 0, 0, 9]);
+        let mut p = Passt::over(ours, None, [2, 0, 0, 0, 0, 9], 1500);
         assert!(p.send(b"abc").unwrap());
         p.flush().unwrap();
         let mut got = [0u8; 7];

@@ -1,19 +1,25 @@
-//! IPv4 fragmentation for the network device: a packet the stack sends beyond the
-//! VM that is larger than the link's MTU (a UDP datagram of 4 KB, as DNS with EDNS
-//! or a media protocol sends) leaves in fragments ([`fragment`]), and fragments
-//! that come in are put back together before the stack routes them
-//! ([`Reassembler`]): the stack routes packets to sockets by their UDP or TCP
-//! ports, which only the first fragment carries.
+//! IPv4 fragmentation, pure and bounded, for the two places a datagram larger
+//! than a link's MTU must be cut or put back together: the guest kernel's network
+//! device (`net::inet` there: a packet the stack sends beyond the VM that is larger
+//! than the link's MTU, a UDP datagram of 4 KB as DNS with EDNS or a media protocol
+//! sends, leaves in fragments, and fragments that come in are put back together
+//! before the stack routes them, by ports only the first fragment carries), and
+//! the VMM's passt back end (passt neither fragments nor reassembles: it hands the
+//! VM a datagram from outside as one frame beyond the MTU, and takes a fragment
+//! from the VM for a whole datagram).
 //!
-//! Ours rather than smoltcp's: smoltcp fragments and reassembles inside an
-//! interface's own poll, while our stack routes packets between per-connection
-//! socket sets itself (`inet::Stack::route`), so this sits where packets leave and
-//! enter the VM, as the link layer (`ether`) does. Pure, bounded and unit-tested:
-//! at most `MAX_DATAGRAMS` datagrams in progress (the oldest given up first), each
-//! at most 65,535 bytes, given up `GIVE_UP_NS` after its first fragment (RFC 791's
-//! reassembly timer, Linux's `ipfrag_time` is 30 s). Fragments come from the host
-//! and are untrusted: every offset and length is checked; overlapping fragments
-//! simply overwrite (the datagram is whatever the sender sent last).
+//! The kernel's, rather than smoltcp's: smoltcp fragments and reassembles inside an
+//! interface's own poll, while the kernel's stack routes packets between
+//! per-connection socket sets itself, so this sits where packets leave and enter
+//! the VM, as the link layer does. Bounded and unit-tested: at most
+//! `MAX_DATAGRAMS` datagrams in progress (the oldest given up first), each at most
+//! 65,535 bytes, given up `GIVE_UP_NS` after its first fragment (RFC 791's
+//! reassembly timer, Linux's `ipfrag_time` is 30 s). Fragments are untrusted (from
+//! the host, or from the guest): every offset and length is checked; overlapping
+//! fragments simply overwrite (the datagram is whatever the sender sent last).
+#![cfg_attr(not(test), no_std)]
+
+extern crate alloc;
 
 use alloc::collections::BTreeMap;
 use alloc::vec;
