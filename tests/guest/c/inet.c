@@ -527,6 +527,13 @@ static void fused(void) {
     CHECK(ioctl(c, FIONREAD, &avail) == 0 && avail == 8, "fused: FIONREAD");
     CHECK(recv(c, buf, 4, MSG_PEEK) == 4 && memcmp(buf, "peek", 4) == 0, "fused: MSG_PEEK");
     CHECK(read(c, buf, sizeof buf) == 8 && memcmp(buf, "peekaboo", 8) == 0, "fused: then read");
+    char *volatile bad = (char *)8;
+    CHECK_ERR(write(c, bad, 4), EFAULT, "fused: write from a bad address: EFAULT");
+    write(c, "keep", 4);
+    struct pollfd pk = {a, POLLIN, 0};
+    poll(&pk, 1, 2000);
+    CHECK_ERR(read(a, bad, 4), EFAULT, "fused: read into a bad address: EFAULT");
+    CHECK(read_full(a, buf, 4) == 4 && memcmp(buf, "keep", 4) == 0, "fused: the bytes are still there");
 
     /* Fill the receiver without reading. */
     fcntl(c, F_SETFL, fcntl(c, F_GETFL) | O_NONBLOCK);
