@@ -18,8 +18,8 @@
 //! `gone`, and the sender goes back to smoltcp, whose reset from the closed
 //! socket tells it, as on Linux, that nobody reads.
 //!
-//! Each direction publishes a word (its generation and three flags) after every
-//! change, so `poll` and a read that finds nothing take no lock. Pure logic:
+//! Each direction publishes a word (its generation, bumped by every change of its
+//! bytes or flags, and three flags) after every change, so `poll` and a read that finds nothing take no lock. Pure logic:
 //! tested on the host; `inet` does the user copies (through the closures) and
 //! the wake-ups the results ask for.
 
@@ -53,6 +53,7 @@ struct Dir {
     rd_shut: bool,
     /// A write found no room: wake the sender when bytes are read.
     writer_waits: bool,
+    /// Changes of the flags (the ring counts those of its bytes).
     gen: u64,
 }
 
@@ -89,9 +90,12 @@ impl Half<'_> {
     /// Runs `f` on the direction and publishes its word after.
     fn with<R>(&self, f: impl FnOnce(&mut Dir) -> R) -> R {
         let mut d = self.dir.lock();
+        let flags = (d.active, d.drained, d.done, d.gone, d.rd_shut);
         let r = f(&mut d);
-        d.gen = d.gen.wrapping_add(1);
-        let mut w = d.gen << 8;
+        if flags != (d.active, d.drained, d.done, d.gone, d.rd_shut) {
+            d.gen = d.gen.wrapping_add(1);
+        }
+        let mut w = d.gen.wrapping_add(d.buf.gen) << 8;
         if d.buf.available() > 0 {
             w |= DATA;
         }
