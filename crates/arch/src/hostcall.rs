@@ -9,6 +9,9 @@
 //! stat or ioctl buffer of atomics, during the call). The raw doorbell stays inside
 //! this crate.
 //!
+//! Host-file closes and unlocks wait in a small queue for the next `Fs` call,
+//! which carries them (`fs`: no exit of their own).
+//!
 //! On the host (unit tests) a hostcall returns 0, or what a handler installed with
 //! `set_host_handler` says.
 
@@ -244,12 +247,83 @@ pub mod fs {
         }
     }
 
+    /// Closes and unlocks waiting for the next call (they return nothing the
+    /// program sees): they ride on it, in order, before its own operation, so
+    /// they take no exit of their own (`onering_abi::hostfs`, "Deferred
+    /// operations"). The queue stays locked across a call that carries them, so
+    /// no other vCPU's call reaches the VMM between them and what was asked after.
+    struct Deferred {
+        ops: [[u64; proto::DEFERRED_WORDS]; proto::MAX_DEFERRED],
+        len: usize,
+    }
+
+    static DEFERRED: spin::Mutex<Deferred> =
+        spin::Mutex::new(Deferred { ops: [[0; proto::DEFERRED_WORDS]; proto::MAX_DEFERRED], len: 0 });
+
     fn call(op: u64, args: &[u64]) -> i64 {
         let mut a = [op, 0, 0, 0, 0, 0];
         a[1..1 + args.len().min(5)].copy_from_slice(&args[..args.len().min(5)]);
-        let r = hostcall(Hostcall::Fs, &a) as i64;
+        let mut q = DEFERRED.lock();
+        let r = if q.len == 0 {
+            drop(q);
+            hostcall(Hostcall::Fs, &a) as i64
+        } else {
+            a[0] |= (q.len as u64) << 32;
+            put_deferred(&q.ops[..q.len]);
+            q.len = 0;
+            hostcall(Hostcall::Fs, &a) as i64
+        };
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
         r
+    }
+
+    /// Writes `ops` where the VMM reads this vCPU's deferred operations (its
+    /// per-CPU page; only this vCPU writes there, under the queue's lock, right
+    /// before its doorbell). On the host (unit tests) they are dropped.
+    fn put_deferred(ops: &[[u64; proto::DEFERRED_WORDS]]) {
+        #[cfg(target_os = "none")]
+        {
+            let area = crate::cpu::page().wrapping_add(proto::DEFERRED_OFFSET as usize).cast::<u64>();
+            for (i, w) in ops.iter().flatten().enumerate() {
+                // SAFETY: the area lies in this vCPU's per-CPU page (mapped for the
+                // kernel's life), below the steal-time record and past the kernel's
+                // words (both checked at compile time); at most MAX_DEFERRED items
+                // of DEFERRED_WORDS words are written, and only this vCPU, under the
+                // queue's lock, writes it; volatile so the stores precede the doorbell.
+                unsafe { core::ptr::write_volatile(area.add(i), *w) };
+            }
+        }
+        #[cfg(not(target_os = "none"))]
+        let _ = ops;
+    }
+
+    /// Lets `item` wait for the next call (made now when the queue is full: it
+    /// carries the others first).
+    fn defer(item: [u64; proto::DEFERRED_WORDS]) {
+        {
+            let mut q = DEFERRED.lock();
+            if q.len < proto::MAX_DEFERRED {
+                let n = q.len;
+                q.ops[n] = item;
+                q.len += 1;
+                return;
+            }
+        }
+        let _ = call(item[0], &item[1..]);
+    }
+
+    /// Sends what waits in the queue now (before the vCPU idles: a close or an
+    /// unlock waits for no longer than the next exit of any kind).
+    pub fn flush() {
+        let last = {
+            let mut q = DEFERRED.lock();
+            if q.len == 0 {
+                return;
+            }
+            q.len -= 1;
+            q.ops[q.len]
+        };
+        let _ = call(last[0], &last[1..]);
     }
 
     fn ok(r: i64) -> Result<u64, i64> {
@@ -363,8 +437,10 @@ pub mod fs {
         Ok(out)
     }
 
+    /// CLOSE, deferred to the next call (a host descriptor's close is seen by
+    /// nobody but the host's lease and `inotify` holders).
     pub fn close(h: u64) {
-        let _ = call(proto::CLOSE, &[h]);
+        defer([proto::CLOSE, h, 0, 0, 0]);
     }
 
     pub fn unlink(dir: u64, name: &[u8], rmdir: bool) -> Result<(), i64> {
@@ -387,6 +463,13 @@ pub mod fs {
         let mut b = [0u8; HOST_STAT_SIZE];
         st.read(&mut b);
         Ok(HostStat::from_bytes(&b))
+    }
+
+    /// LOCK_UNLOCK of `len` bytes from `start` on handle `h`, deferred to the
+    /// next call: the host lock is held until then (whatever the guest asks next
+    /// comes after it); the guest's own lock table released it already.
+    pub fn unlock(h: u64, start: u64, len: u64) {
+        defer([proto::LOCK, h, proto::LOCK_UNLOCK, start, len]);
     }
 
     /// TRUNCATE, FSYNC, CHMOD, UTIMES, CHOWN, LOCK: integers only.

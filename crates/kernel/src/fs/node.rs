@@ -172,10 +172,14 @@ impl File for NodeFile {
         let writable = !v.node(self.node.ino).readonly;
         let h = v.io_handle(self.node.ino, writable)?;
         drop(v);
-        let st = onering_arch::hostcall::fs::lock(h, k, start as u64, len as u64).map_err(Errno::from_host)?;
-        if kind.is_some() {
-            self.node.vfs.lock().relock(self.node.ino, &st);
+        if k == proto::LOCK_UNLOCK {
+            // (No exit of its own: it rides on the next host-file call, which
+            // comes after it; an unlock has nothing to report.)
+            onering_arch::hostcall::fs::unlock(h, start as u64, len as u64);
+            return Ok(());
         }
+        let st = onering_arch::hostcall::fs::lock(h, k, start as u64, len as u64).map_err(Errno::from_host)?;
+        self.node.vfs.lock().relock(self.node.ino, &st);
         Ok(())
     }
 

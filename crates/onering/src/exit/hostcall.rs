@@ -22,6 +22,9 @@ pub static KICKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::n
 /// Hostcalls so far (each one exit), and of them output writes (for `--stats`).
 pub static HOSTCALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 pub static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Host-file operations the guest deferred to ride on a later `Fs` hostcall
+/// (closes and unlocks that took no exit of their own; for `--stats`).
+pub static DEFERRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Longest single `Halt` (the guest asks again if it needs more).
 const MAX_HALT_NS: u64 = 1_000_000_000;
@@ -60,7 +63,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         },
         Some(Hostcall::StdioSeek) => env.stdio_seek(args[0], args[1], args[2]),
         Some(Hostcall::StdioIoctl) => stdio_ioctl(args, env),
-        Some(Hostcall::Fs) => env.host_file(args),
+        Some(Hostcall::Fs) => host_file(args, env),
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
@@ -95,6 +98,37 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Ok(()) => Action::Resume,
         Err(_) => Action::Stop(Outcome::GuestError("hostcall block outside guest memory".into())),
     }
+}
+
+/// An `Fs` hostcall: first the operations the guest deferred to it (left in its
+/// per-CPU page, `onering_abi::hostfs` "Deferred operations": only closes and
+/// unlocks, each checked as any call is), in order, then its own.
+fn host_file(args: [u64; 6], env: &mut impl Env) -> i64 {
+    use onering_abi::hostfs::{self as proto, DEFERRED_WORDS};
+    let (op, n) = proto::split_op(args[0]);
+    if n > proto::MAX_DEFERRED {
+        return -EINVAL;
+    }
+    let base = layout::deferred_ops(env.cpu());
+    let mut ops = [[0u64; 6]; proto::MAX_DEFERRED];
+    for (i, item) in ops.iter_mut().take(n).enumerate() {
+        for (j, w) in item.iter_mut().take(DEFERRED_WORDS).enumerate() {
+            let at = base + 8 * (i * DEFERRED_WORDS + j) as u64;
+            match env.mem().read_obj::<u64>(GuestAddress(at)) {
+                Ok(v) => *w = v,
+                Err(_) => return -EFAULT,
+            }
+        }
+        let unlock = item[0] == proto::LOCK && item[2] == proto::LOCK_UNLOCK;
+        if item[0] != proto::CLOSE && !unlock {
+            return -EINVAL;
+        }
+    }
+    for item in &ops[..n] {
+        env.host_file(*item);
+    }
+    DEFERRED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    env.host_file([op, args[1], args[2], args[3], args[4], args[5]])
 }
 
 /// A kernel panic's backtrace, named with the kernel's symbols: `count` return

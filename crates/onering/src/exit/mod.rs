@@ -11,7 +11,7 @@ pub mod hostcall;
 use crate::devices::{MmioAction, MmioBus};
 use vm_memory::GuestMemoryMmap;
 
-pub use hostcall::{HALTS, HOSTCALLS, KICKS, WRITES};
+pub use hostcall::{DEFERRED, HALTS, HOSTCALLS, KICKS, WRITES};
 
 /// A vCPU exit, detached from KVM's borrowed run structure.
 #[derive(Debug, Clone, PartialEq, Eq)]
