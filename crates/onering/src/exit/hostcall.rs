@@ -225,6 +225,7 @@ mod tests {
         halts: u32,
         kicks: Vec<u64>,
         stdin: Vec<(u64, u64)>,
+        fs: Vec<[u64; 6]>,
     }
 
     impl Env for TestEnv {
@@ -261,6 +262,10 @@ mod tests {
             self.kicks.push(cpu);
             Ok(())
         }
+        fn host_file(&mut self, args: [u64; 6]) -> i64 {
+            self.fs.push(args);
+            7
+        }
     }
 
     /// 8 MiB of guest memory with [0x40_0000, 0x60_0000) mapped to [0x40_0000, ...).
@@ -268,7 +273,7 @@ mod tests {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap();
         PageTables::new(&mem).map_2m(0x40_0000, 0x40_0000, 0).unwrap();
         let bus = crate::devices::standard_bus().unwrap();
-        TestEnv { mem, bus, out: vec![], fail: None, halts: 0, kicks: vec![], stdin: Vec::new() }
+        TestEnv { mem, bus, out: vec![], fail: None, halts: 0, kicks: vec![], stdin: Vec::new(), fs: Vec::new() }
     }
 
     fn call(e: &mut TestEnv, nr: Hostcall, args: &[u64]) -> Action {
@@ -320,6 +325,40 @@ mod tests {
         assert_eq!(call(&mut e, Hostcall::StdinRequest, &[0x40_1000, 100]), Action::Resume);
         assert_eq!(ret(&e), 0);
         assert_eq!(e.stdin, [(0x40_1000, 100)]);
+    }
+
+    #[test]
+    fn deferred_closes_and_unlocks_go_first_and_nothing_else_is_taken() {
+        use onering_abi::hostfs::{self as proto, DEFERRED_WORDS};
+        let mut e = env();
+        let put = |e: &mut TestEnv, items: &[[u64; DEFERRED_WORDS]]| {
+            for (i, w) in items.iter().flatten().enumerate() {
+                e.mem.write_obj(*w, GuestAddress(layout::deferred_ops(0) + 8 * i as u64)).unwrap();
+            }
+        };
+        let close = [proto::CLOSE, 9, 0, 0, 0];
+        let unlock = [proto::LOCK, 4, proto::LOCK_UNLOCK, 120, 1];
+        put(&mut e, &[close, unlock]);
+        call(&mut e, Hostcall::Fs, &[proto::STATAT | 2 << 32, 1, 2, 3]);
+        assert_eq!(ret(&e), 7);
+        assert_eq!(
+            e.fs,
+            [
+                [proto::CLOSE, 9, 0, 0, 0, 0],
+                [proto::LOCK, 4, proto::LOCK_UNLOCK, 120, 1, 0],
+                [proto::STATAT, 1, 2, 3, 0, 0]
+            ],
+            "in order, then the call's own (a deferred unlock reports no stat)"
+        );
+        // Too many, or anything but a close or an unlock: the call does nothing.
+        for bad in [[proto::UNLINK, 0, 0, 0, 0], [proto::LOCK, 4, proto::LOCK_WRITE, 0, 0]] {
+            e.fs.clear();
+            put(&mut e, &[close, bad]);
+            call(&mut e, Hostcall::Fs, &[proto::STATAT | 2 << 32]);
+            assert_eq!((ret(&e), e.fs.len()), (-EINVAL, 0));
+        }
+        call(&mut e, Hostcall::Fs, &[proto::STATAT | ((proto::MAX_DEFERRED as u64 + 1) << 32)]);
+        assert_eq!((ret(&e), e.fs.len()), (-EINVAL, 0));
     }
 
     #[test]
