@@ -53,15 +53,19 @@
 //!
 //! A read-only mount refuses every change with -EROFS.
 //!
-//! **Deferred operations.** The guest may let a [`CLOSE`], or a [`LOCK`] that
-//! unlocks (its `stat` 0), wait for its next `Fs` hostcall instead of exiting for
-//! it: bits 32.. of `args[0]` then count the operations (at most [`MAX_DEFERRED`])
-//! it left in its vCPU's per-CPU page at [`DEFERRED_OFFSET`], each
-//! [`DEFERRED_WORDS`] words (the operation and its four first arguments). The VMM
-//! does them in order before the operation of the call itself (so everything the
-//! guest asked for happens in the order it asked), their results dropped; any
-//! other operation there, or a count too large, makes the call -EINVAL with
-//! nothing done. Bits 0..32 of `args[0]` are the operation.
+//! **Deferred operations.** The guest may let a [`CLOSE`], a [`LOCK`] that
+//! unlocks (its `stat` 0), or a [`WRITE`] of at most [`MAX_DEFERRED_WRITE`] bytes
+//! from its own memory (kept until the call returns) wait for its next `Fs`
+//! hostcall instead of exiting for it: bits 32.. of `args[0]` then count the
+//! operations (at most [`MAX_DEFERRED`]) it left in its vCPU's per-CPU page at
+//! [`DEFERRED_OFFSET`], each [`DEFERRED_WORDS`] words (the operation and its four
+//! first arguments). The VMM does them in order before the operation of the call
+//! itself (so everything the guest asked for happens in the order it asked),
+//! their results dropped, but for a write that failed or came short: its error
+//! (ENOSPC for a short one) is what the next [`FSYNC`] of that handle returns, as
+//! Linux reports a failed write-back at `fsync`. Any other operation there, a
+//! longer write, or a count too large, makes the call -EINVAL with nothing done.
+//! Bits 0..32 of `args[0]` are the operation.
 
 pub const MOUNTS: u64 = 1;
 pub const LOOKUP: u64 = 2;
@@ -92,9 +96,10 @@ pub const CREATED: i64 = 1 << 32;
 
 /// Deferred operations (see the module's note): where they lie in the per-CPU
 /// page, how many at most, and the words of each.
-pub const DEFERRED_OFFSET: u64 = 0xa00;
-pub const MAX_DEFERRED: usize = 8;
+pub const DEFERRED_OFFSET: u64 = 0x940;
+pub const MAX_DEFERRED: usize = 16;
 pub const DEFERRED_WORDS: usize = 5;
+pub const MAX_DEFERRED_WRITE: u64 = 64 << 10;
 const _: () =
     assert!(DEFERRED_OFFSET as usize + MAX_DEFERRED * DEFERRED_WORDS * 8 <= crate::STEAL_TIME_OFFSET as usize);
 

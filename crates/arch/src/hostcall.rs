@@ -9,8 +9,9 @@
 //! stat or ioctl buffer of atomics, during the call). The raw doorbell stays inside
 //! this crate.
 //!
-//! Host-file closes and unlocks wait in a small queue for the next `Fs` call,
-//! which carries them (`fs`: no exit of their own).
+//! Host-file closes, unlocks and small writes wait in a small queue for the next
+//! `Fs` call, which carries them (`fs`: no exit of their own); the queue goes
+//! before the vCPU idles and before the VM ends.
 //!
 //! On the host (unit tests) a hostcall returns 0, or what a handler installed with
 //! `set_host_handler` says.
@@ -32,14 +33,17 @@ pub fn write_user(fd: u32, addr: u64, len: u64) -> i64 {
     hostcall(Hostcall::Write, &[u64::from(fd), addr, len]) as i64
 }
 
-/// Ends the VM with the program's exit status.
+/// Ends the VM with the program's exit status (the host-file operations still
+/// waiting go first: what the program wrote is on the host).
 pub fn exit(status: u64) -> ! {
+    fs::flush();
     hostcall(Hostcall::Exit, &[status & 0xff]);
     crate::panic::halt_forever()
 }
 
-/// Ends the VM as a fatal signal would.
+/// Ends the VM as a fatal signal would (what waits for the host goes first).
 pub fn killed(signal: u64, rip: u64, addr: u64) -> ! {
+    fs::flush();
     hostcall(Hostcall::Killed, &[signal, rip, addr]);
     crate::panic::halt_forever()
 }
@@ -224,6 +228,7 @@ pub fn host_complete_stdin(data: &[u8]) {
 /// the doorbell keeps the compiler from reading it before the call returned).
 pub mod fs {
     use super::{hostcall, Shared};
+    use alloc::vec::Vec;
     use onering_abi::hostfs as proto;
     use onering_abi::{HostStat, Hostcall, HOST_STAT_SIZE};
 
@@ -247,18 +252,29 @@ pub mod fs {
         }
     }
 
-    /// Closes and unlocks waiting for the next call (they return nothing the
-    /// program sees): they ride on it, in order, before its own operation, so
-    /// they take no exit of their own (`onering_abi::hostfs`, "Deferred
-    /// operations"). The queue stays locked across a call that carries them, so
-    /// no other vCPU's call reaches the VMM between them and what was asked after.
+    /// Closes, unlocks and small writes waiting for the next call: they ride on
+    /// it, in order, before its own operation, so they take no exit of their own
+    /// (`onering_abi::hostfs`, "Deferred operations"). The queue stays locked
+    /// across a call that carries them, so no other vCPU's call reaches the VMM
+    /// between them and what was asked after them; a write's bytes stay in the
+    /// queue until the call that carried them returned.
     struct Deferred {
         ops: [[u64; proto::DEFERRED_WORDS]; proto::MAX_DEFERRED],
+        bufs: [Option<Vec<u8>>; proto::MAX_DEFERRED],
         len: usize,
+        /// Bytes of the writes queued.
+        bytes: usize,
     }
 
-    static DEFERRED: spin::Mutex<Deferred> =
-        spin::Mutex::new(Deferred { ops: [[0; proto::DEFERRED_WORDS]; proto::MAX_DEFERRED], len: 0 });
+    /// Most bytes of writes queued at once.
+    const MAX_DEFERRED_BYTES: usize = 256 << 10;
+
+    static DEFERRED: spin::Mutex<Deferred> = spin::Mutex::new(Deferred {
+        ops: [[0; proto::DEFERRED_WORDS]; proto::MAX_DEFERRED],
+        bufs: [const { None }; proto::MAX_DEFERRED],
+        len: 0,
+        bytes: 0,
+    });
 
     fn call(op: u64, args: &[u64]) -> i64 {
         let mut a = [op, 0, 0, 0, 0, 0];
@@ -270,8 +286,11 @@ pub mod fs {
         } else {
             a[0] |= (q.len as u64) << 32;
             put_deferred(&q.ops[..q.len]);
-            q.len = 0;
-            hostcall(Hostcall::Fs, &a) as i64
+            let r = hostcall(Hostcall::Fs, &a) as i64;
+            let n = q.len;
+            q.bufs[..n].iter_mut().for_each(|b| *b = None);
+            (q.len, q.bytes) = (0, 0);
+            r
         };
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
         r
@@ -297,33 +316,53 @@ pub mod fs {
         let _ = ops;
     }
 
-    /// Lets `item` wait for the next call (made now when the queue is full: it
-    /// carries the others first).
-    fn defer(item: [u64; proto::DEFERRED_WORDS]) {
+    /// Lets `item` (with a write's bytes `buf`) wait for the next call: None. When
+    /// the queue is full it is made now, carrying the others first: its result.
+    fn defer(item: [u64; proto::DEFERRED_WORDS], buf: Option<Vec<u8>>) -> Option<i64> {
+        let size = buf.as_ref().map_or(0, Vec::len);
         {
             let mut q = DEFERRED.lock();
-            if q.len < proto::MAX_DEFERRED {
+            if q.len < proto::MAX_DEFERRED && q.bytes + size <= MAX_DEFERRED_BYTES {
                 let n = q.len;
                 q.ops[n] = item;
+                q.bufs[n] = buf;
                 q.len += 1;
-                return;
+                q.bytes += size;
+                return None;
             }
         }
-        let _ = call(item[0], &item[1..]);
+        let r = call(item[0], &item[1..]);
+        drop(buf);
+        Some(r)
     }
 
-    /// Sends what waits in the queue now (before the vCPU idles: a close or an
-    /// unlock waits for no longer than the next exit of any kind).
+    /// Sends what waits in the queue now (before the vCPU idles and the VM ends:
+    /// nothing waits longer than the next exit of any kind).
     pub fn flush() {
-        let last = {
+        let (last, buf) = {
             let mut q = DEFERRED.lock();
             if q.len == 0 {
                 return;
             }
             q.len -= 1;
-            q.ops[q.len]
+            let n = q.len;
+            q.bytes -= q.bufs[n].as_ref().map_or(0, Vec::len);
+            (q.ops[n], q.bufs[n].take())
         };
         let _ = call(last[0], &last[1..]);
+        drop(buf);
+    }
+
+    /// [`flush`] if a write waits (a file closed, a mapping written back: its
+    /// bytes are on the host when the call returns).
+    pub fn flush_writes() {
+        let waiting = {
+            let q = DEFERRED.lock();
+            q.ops[..q.len].iter().any(|o| o[0] == proto::WRITE)
+        };
+        if waiting {
+            flush();
+        }
     }
 
     fn ok(r: i64) -> Result<u64, i64> {
@@ -440,7 +479,7 @@ pub mod fs {
     /// CLOSE, deferred to the next call (a host descriptor's close is seen by
     /// nobody but the host's lease and `inotify` holders).
     pub fn close(h: u64) {
-        defer([proto::CLOSE, h, 0, 0, 0]);
+        defer([proto::CLOSE, h, 0, 0, 0], None);
     }
 
     pub fn unlink(dir: u64, name: &[u8], rmdir: bool) -> Result<(), i64> {
@@ -469,7 +508,22 @@ pub mod fs {
     /// next call: the host lock is held until then (whatever the guest asks next
     /// comes after it); the guest's own lock table released it already.
     pub fn unlock(h: u64, start: u64, len: u64) {
-        defer([proto::LOCK, h, proto::LOCK_UNLOCK, start, len]);
+        defer([proto::LOCK, h, proto::LOCK_UNLOCK, start, len], None);
+    }
+
+    /// `pwrite` of `data` (at most `MAX_DEFERRED_WRITE` bytes) at `offset`,
+    /// deferred to the next call: all of it, as far as the program can tell now
+    /// (a failure is what the next FSYNC of `h` returns), or made at once when
+    /// the queue is full: what that moved.
+    pub fn write_later(h: u64, data: Vec<u8>, offset: u64) -> Result<u64, i64> {
+        let n = data.len() as u64;
+        if n > proto::MAX_DEFERRED_WRITE {
+            return Err(EINVAL);
+        }
+        match defer([proto::WRITE, h, data.as_ptr() as u64, n, offset], Some(data)) {
+            None => Ok(n),
+            Some(r) => ok(r),
+        }
     }
 
     /// TRUNCATE, FSYNC, CHMOD, UTIMES, CHOWN, LOCK: integers only.

@@ -209,7 +209,8 @@ fn inotify_on_a_volume_reports_the_programs_own_changes_as_the_host_does() {
 
 /// The host's side of tests/guest/c/volmeta.c, run beside `child` (the program
 /// on the host, or onering) working in `dir`: once it made "ready", whether its
-/// unlock is the host's (a write lock on "locked" is granted here); then "a"
+/// unlock and its write are the host's (a write lock on "locked" is granted
+/// here, "pending" holds "abc"); then "a"
 /// grows and "hostmade" appears, and "changed" says so; once "idle" exists,
 /// whether `child` lets its descriptor go within a second (the VMM's deferred
 /// close sent when the VM idles).
@@ -225,6 +226,7 @@ fn volmeta_host_side(dir: &Path, child: std::process::Child) -> (Output, bool, b
         false
     };
     assert!(wait_for("ready"), "the program never made ready");
+    assert_eq!(std::fs::read(dir.join("pending")).unwrap(), b"abc", "a write reached the host with the next call");
     let f = std::fs::OpenOptions::new().read(true).write(true).open(dir.join("locked")).unwrap();
     // SAFETY: `flock` is plain integers: all-zero bytes are a valid value.
     let mut fl: libc::flock = unsafe { std::mem::zeroed() };

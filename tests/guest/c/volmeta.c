@@ -4,8 +4,9 @@
    volmeta DIR: new, existing, truncated, excluded, linked (to a file, dangling),
    directory names opened with O_CREAT; then, with the test's host thread: a
    change the host makes between two stats is seen, a file the host made is opened
-   with O_CREAT as it is, an unlock is seen by the host once the program's next
-   file call returned, and a closed file is let go by the time the program idles. */
+   with O_CREAT as it is, an unlock and a small write are the host's once the
+   program's next file call returned, and a closed file is let go (and its bytes
+   on the host) by the time the program idles. */
 #include "check.h"
 #include <fcntl.h>
 #include <stdlib.h>
@@ -74,8 +75,14 @@ int main(int argc, char **argv) {
     CHECK(fd >= 0 && fcntl(fd, F_SETLK, &fl) == 0, "a write lock");
     fl.l_type = F_UNLCK;
     CHECK(fcntl(fd, F_SETLK, &fl) == 0, "unlocked");
-    /* The host thread: sees "ready", checks it can lock "locked", adds to "a" and
-       makes "hostmade", then writes "changed". */
+    /* A small write, the file kept open: on the host once the next file call
+       (making "ready") returned; read back here at once. */
+    int pending = open(P(d, "pending"), O_CREAT | O_RDWR | O_TRUNC, 0644);
+    memset(buf, 0, sizeof buf);
+    CHECK(pending >= 0 && pwrite(pending, "abc", 3, 0) == 3 && pread(pending, buf, 8, 0) == 3 && !strcmp(buf, "abc"),
+          "a write read back before it reached the host");
+    /* The host thread: sees "ready", checks it can lock "locked" and reads
+       "pending", adds to "a" and makes "hostmade", then writes "changed". */
     close(open(P(d, "ready"), O_CREAT | O_WRONLY, 0644));
     for (int i = 0; i < 1000 && access(P(d, "changed"), F_OK) != 0; i++) nap(10);
     SHOW("the size the host gave it, seen by the next stat", size_of(P(d, "a")));
@@ -87,7 +94,8 @@ int main(int argc, char **argv) {
     fd = open(P(d, "idle"), O_CREAT | O_WRONLY, 0644);
     CHECK(fd >= 0 && write(fd, "i", 1) == 1 && close(fd) == 0, "a file written and closed before idling");
     nap(1500);
-    const char *gone[] = {"a", "l", "dangling", "made-by-link", "locked", "ready", "changed", "hostmade", "idle"};
+    CHECK(fsync(pending) == 0 && close(pending) == 0, "fsync and close of the kept file");
+    const char *gone[] = {"a", "l", "dangling", "made-by-link", "locked", "ready", "changed", "hostmade", "idle", "pending"};
     for (unsigned i = 0; i < sizeof gone / sizeof *gone; i++) unlink(P(d, gone[i]));
     rmdir(P(d, "sub"));
     return failures;

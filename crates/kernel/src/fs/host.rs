@@ -122,7 +122,13 @@ impl HostOps for Hostcalls {
     }
 }
 
-/// `fsync` of host handle `h`.
+/// Sends the host writes still waiting for a hostcall (a volume file closed, a
+/// shared mapping written back).
+pub fn flush_writes() {
+    fs::flush_writes();
+}
+
+/// `fsync` of host handle `h` (the writes waiting go first, with it).
 pub fn sync(h: u64) -> Result<(), Errno> {
     fs::simple(proto::FSYNC, &[h]).map(|_| ()).map_err(Errno::from_host)
 }

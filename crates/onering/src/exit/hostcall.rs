@@ -23,7 +23,7 @@ pub static KICKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::n
 pub static HOSTCALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 pub static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 /// Host-file operations the guest deferred to ride on a later `Fs` hostcall
-/// (closes and unlocks that took no exit of their own; for `--stats`).
+/// (closes, unlocks and writes that took no exit of their own; for `--stats`).
 pub static DEFERRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Longest single `Halt` (the guest asks again if it needs more).
@@ -101,8 +101,9 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
 }
 
 /// An `Fs` hostcall: first the operations the guest deferred to it (left in its
-/// per-CPU page, `onering_abi::hostfs` "Deferred operations": only closes and
-/// unlocks, each checked as any call is), in order, then its own.
+/// per-CPU page, `onering_abi::hostfs` "Deferred operations": only closes,
+/// unlocks and bounded writes, each checked as any call is), in order, then its
+/// own.
 fn host_file(args: [u64; 6], env: &mut impl Env) -> i64 {
     use onering_abi::hostfs::{self as proto, DEFERRED_WORDS};
     let (op, n) = proto::split_op(args[0]);
@@ -120,12 +121,13 @@ fn host_file(args: [u64; 6], env: &mut impl Env) -> i64 {
             }
         }
         let unlock = item[0] == proto::LOCK && item[2] == proto::LOCK_UNLOCK;
-        if item[0] != proto::CLOSE && !unlock {
+        let write = item[0] == proto::WRITE && item[3] <= proto::MAX_DEFERRED_WRITE;
+        if item[0] != proto::CLOSE && !unlock && !write {
             return -EINVAL;
         }
     }
     for item in &ops[..n] {
-        env.host_file(*item);
+        env.host_file_later(*item);
     }
     DEFERRED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
     env.host_file([op, args[1], args[2], args[3], args[4], args[5]])
@@ -351,7 +353,8 @@ mod tests {
             "in order, then the call's own (a deferred unlock reports no stat)"
         );
         // Too many, or anything but a close or an unlock: the call does nothing.
-        for bad in [[proto::UNLINK, 0, 0, 0, 0], [proto::LOCK, 4, proto::LOCK_WRITE, 0, 0]] {
+        let long = [proto::WRITE, 4, 0x40_1000, proto::MAX_DEFERRED_WRITE + 1, 0];
+        for bad in [[proto::UNLINK, 0, 0, 0, 0], [proto::LOCK, 4, proto::LOCK_WRITE, 0, 0], long] {
             e.fs.clear();
             put(&mut e, &[close, bad]);
             call(&mut e, Hostcall::Fs, &[proto::STATAT | 2 << 32]);

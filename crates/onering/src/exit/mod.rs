@@ -138,6 +138,11 @@ pub trait Env {
         let _ = args;
         -38
     }
+    /// Serves an `Fs` operation the guest deferred (`onering_abi::hostfs`): its
+    /// result goes nowhere, but a failed write's error waits for the next fsync.
+    fn host_file_later(&mut self, args: [u64; 6]) {
+        self.host_file(args);
+    }
     /// A forwarded terminal ioctl on the host's standard stream `fd`, its argument
     /// in `arg` (sized for the request).
     fn stdio_ioctl(&mut self, fd: u64, request: u64, arg: &mut [u8]) -> i64 {
