@@ -580,7 +580,7 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
     say!(
         "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped; \
          {} interrupts, {} APIC stores, {} thread switches; {} halts, {} kicks; {} hostcalls, {} output writes; \
-         {} host-file closes and unlocks deferred to a later hostcall",
+         {} host-file closes, unlocks and writes carried by a later hostcall",
         r.sites,
         r.rewritten,
         r.sites - r.rewritten,
