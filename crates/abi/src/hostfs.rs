@@ -54,7 +54,8 @@
 //! A read-only mount refuses every change with -EROFS.
 //!
 //! **Deferred operations.** The guest may let a [`CLOSE`], a [`LOCK`] that
-//! unlocks (its `stat` 0), or a [`WRITE`] of at most [`MAX_DEFERRED_WRITE`] bytes
+//! unlocks or read-locks (its `stat` 0; the guest defers a read lock only on a
+//! range its handle holds, which the host always grants), or a [`WRITE`] of at most [`MAX_DEFERRED_WRITE`] bytes
 //! from its own memory (kept until the call returns) wait for its next `Fs`
 //! hostcall instead of exiting for it: bits 32.. of `args[0]` then count the
 //! operations (at most [`MAX_DEFERRED`]) it left in its vCPU's per-CPU page at

@@ -264,6 +264,16 @@ pub mod fs {
         len: usize,
         /// Bytes of the writes queued.
         bytes: usize,
+        /// The last host lock granted by a call, (handle, start, len), if no
+        /// other lock or unlock began since; and where its exact unlock waits in
+        /// the queue, if it does (not carried yet, nothing unlocked since): a
+        /// read lock on that range asked then is that queued unlock turned into
+        /// a read lock, no exit (see [`lock`]).
+        granted: Option<(u64, u64, u64)>,
+        held: Option<usize>,
+        /// Counts lock and unlock requests (a grant is only remembered if none
+        /// began while its call was out).
+        locks: u64,
     }
 
     /// Most bytes of writes queued at once.
@@ -274,12 +284,17 @@ pub mod fs {
         bufs: [const { None }; proto::MAX_DEFERRED],
         len: 0,
         bytes: 0,
+        granted: None,
+        held: None,
+        locks: 0,
     });
 
     fn call(op: u64, args: &[u64]) -> i64 {
         let mut a = [op, 0, 0, 0, 0, 0];
         a[1..1 + args.len().min(5)].copy_from_slice(&args[..args.len().min(5)]);
         let mut q = DEFERRED.lock();
+        // (What waits is carried, or the queue is empty: no unlock waits in it.)
+        q.held = None;
         let r = if q.len == 0 {
             drop(q);
             hostcall(Hostcall::Fs, &a) as i64
@@ -345,12 +360,20 @@ pub mod fs {
                 return;
             }
             q.len -= 1;
+            q.held = None;
             let n = q.len;
             q.bytes -= q.bufs[n].as_ref().map_or(0, Vec::len);
             (q.ops[n], q.bufs[n].take())
         };
         let _ = call(last[0], &last[1..]);
         drop(buf);
+    }
+
+    /// The operations waiting (host tests).
+    #[cfg(test)]
+    pub(super) fn queued() -> Vec<[u64; proto::DEFERRED_WORDS]> {
+        let q = DEFERRED.lock();
+        q.ops[..q.len].to_vec()
     }
 
     /// [`flush`] if a write waits (a file closed, a mapping written back: its
@@ -495,20 +518,58 @@ pub mod fs {
     }
 
     /// LOCK of `kind` over `len` bytes from `start` on handle `h`: once granted,
-    /// the file's stat (read in the same exit).
-    pub fn lock(h: u64, kind: u64, start: u64, len: u64) -> Result<HostStat, i64> {
+    /// the file's stat (read in the same exit). Or, for a read lock on the range
+    /// whose lock was just granted and whose unlock still waits in the queue
+    /// (SQLite takes a WAL read mark that way: a write lock, an unlock, a read
+    /// lock), None at once: the queued unlock becomes a read lock, which the host
+    /// grants whatever others hold, as this handle holds that range until then.
+    pub fn lock(h: u64, kind: u64, start: u64, len: u64) -> Result<Option<HostStat>, i64> {
+        let mine = (h, start, len);
+        let began = {
+            let mut q = DEFERRED.lock();
+            let unlock = [proto::LOCK, h, proto::LOCK_UNLOCK, start, len];
+            if let Some(i) = q.held.filter(|i| kind == proto::LOCK_READ && *i < q.len && q.ops[*i] == unlock) {
+                q.ops[i][2] = proto::LOCK_READ;
+                q.held = None;
+                q.granted = Some(mine);
+                q.locks += 1;
+                return Ok(None);
+            }
+            q.granted = None;
+            q.locks += 1;
+            q.locks
+        };
         let st = Shared::<W>::new(&[]);
         ok(call(proto::LOCK, &[h, kind, start, len, st.addr()]))?;
+        let mut q = DEFERRED.lock();
+        if q.locks == began {
+            q.granted = Some(mine);
+        }
+        drop(q);
         let mut b = [0u8; HOST_STAT_SIZE];
         st.read(&mut b);
-        Ok(HostStat::from_bytes(&b))
+        Ok(Some(HostStat::from_bytes(&b)))
     }
 
     /// LOCK_UNLOCK of `len` bytes from `start` on handle `h`, deferred to the
     /// next call: the host lock is held until then (whatever the guest asks next
     /// comes after it); the guest's own lock table released it already.
     pub fn unlock(h: u64, start: u64, len: u64) {
-        defer([proto::LOCK, h, proto::LOCK_UNLOCK, start, len], None);
+        let item = [proto::LOCK, h, proto::LOCK_UNLOCK, start, len];
+        {
+            let mut q = DEFERRED.lock();
+            let exact = q.granted == Some((h, start, len));
+            (q.granted, q.held) = (None, None);
+            q.locks += 1;
+            if q.len < proto::MAX_DEFERRED {
+                let n = q.len;
+                q.ops[n] = item;
+                q.len += 1;
+                q.held = exact.then_some(n);
+                return;
+            }
+        }
+        let _ = call(item[0], &item[1..]);
     }
 
     /// `pwrite` of `data` (at most `MAX_DEFERRED_WRITE` bytes) at `offset`,
@@ -529,5 +590,58 @@ pub mod fs {
     /// TRUNCATE, FSYNC, CHMOD, UTIMES, CHOWN, LOCK: integers only.
     pub fn simple(op: u64, args: &[u64]) -> Result<u64, i64> {
         ok(call(op, args))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::{AtomicUsize, Ordering};
+    use onering_abi::hostfs as proto;
+
+    static FS_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+    fn count(nr: Hostcall, _: &[u64]) -> u64 {
+        if nr == Hostcall::Fs {
+            FS_CALLS.fetch_add(1, Ordering::SeqCst);
+        }
+        0
+    }
+
+    #[test]
+    fn a_read_lock_on_a_range_just_unlocked_is_the_queued_unlock_made_a_read_lock() {
+        set_host_handler(Some(count));
+        let calls = || FS_CALLS.load(Ordering::SeqCst);
+        // SQLite's read mark: a write lock, its unlock, a read lock: one exit.
+        let before = calls();
+        assert!(fs::lock(5, proto::LOCK_WRITE, 124, 1).unwrap().is_some());
+        fs::unlock(5, 124, 1);
+        assert_eq!(fs::lock(5, proto::LOCK_READ, 124, 1), Ok(None), "no exit");
+        assert_eq!(calls() - before, 1);
+        {
+            let q = fs::queued();
+            assert_eq!(q.last(), Some(&[proto::LOCK, 5, proto::LOCK_READ, 124, 1]));
+        }
+        fs::flush();
+        // Anything else between the grant and the read lock: a call as always
+        // (another unlock may have let the range go on the host).
+        let before = calls();
+        fs::lock(5, proto::LOCK_WRITE, 124, 1).unwrap();
+        fs::unlock(5, 120, 1);
+        fs::unlock(5, 124, 1);
+        assert!(fs::lock(5, proto::LOCK_READ, 124, 1).unwrap().is_some());
+        // The unlock carried by a call first: the same.
+        fs::lock(5, proto::LOCK_WRITE, 124, 1).unwrap();
+        fs::unlock(5, 124, 1);
+        fs::flush();
+        assert!(fs::lock(5, proto::LOCK_READ, 124, 1).unwrap().is_some());
+        // Another range, or a write lock: a call.
+        fs::unlock(5, 124, 1);
+        assert!(fs::lock(5, proto::LOCK_READ, 120, 1).unwrap().is_some());
+        fs::unlock(5, 120, 1);
+        assert!(fs::lock(5, proto::LOCK_WRITE, 120, 1).unwrap().is_some());
+        assert_eq!(calls() - before, 7, "the flush one of them");
+        fs::flush();
+        set_host_handler(None);
     }
 }

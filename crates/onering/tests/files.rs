@@ -210,7 +210,8 @@ fn inotify_on_a_volume_reports_the_programs_own_changes_as_the_host_does() {
 /// The host's side of tests/guest/c/volmeta.c, run beside `child` (the program
 /// on the host, or onering) working in `dir`: once it made "ready", whether its
 /// unlock and its write are the host's (a write lock on "locked" is granted
-/// here, "pending" holds "abc"); then "a"
+/// here, "pending" holds "abc") and its read lock on "rd" too (a write lock
+/// refused, a read lock granted); then "a"
 /// grows and "hostmade" appears, and "changed" says so; once "idle" exists,
 /// whether `child` lets its descriptor go within a second (the VMM's deferred
 /// close sent when the VM idles).
@@ -227,14 +228,20 @@ fn volmeta_host_side(dir: &Path, child: std::process::Child) -> (Output, bool, b
     };
     assert!(wait_for("ready"), "the program never made ready");
     assert_eq!(std::fs::read(dir.join("pending")).unwrap(), b"abc", "a write reached the host with the next call");
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(dir.join("locked")).unwrap();
-    // SAFETY: `flock` is plain integers: all-zero bytes are a valid value.
-    let mut fl: libc::flock = unsafe { std::mem::zeroed() };
-    fl.l_type = libc::F_WRLCK as i16;
-    fl.l_len = 10;
-    // SAFETY: F_OFD_SETLK reads `fl`, alive across the call, on an open descriptor.
-    let unlocked = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &fl) } == 0;
-    drop(f);
+    // An OFD lock of `kind` on `len` bytes of `name`, taken here: granted?
+    let try_lock = |name: &str, kind: i32, len: i64| {
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(dir.join(name)).unwrap();
+        // SAFETY: `flock` is plain integers: all-zero bytes are a valid value.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = kind as i16;
+        fl.l_len = len;
+        // SAFETY: F_OFD_SETLK reads `fl`, alive across the call, on an open descriptor.
+        let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
+        r == 0
+    };
+    // "locked" was unlocked; "rd"'s first byte is read-locked.
+    let unlocked =
+        try_lock("locked", libc::F_WRLCK, 10) && !try_lock("rd", libc::F_WRLCK, 1) && try_lock("rd", libc::F_RDLCK, 1);
     std::fs::OpenOptions::new().append(true).open(dir.join("a")).unwrap().write_all(b"host").unwrap();
     std::fs::write(dir.join("hostmade"), "host\n").unwrap();
     std::fs::write(dir.join("changed"), "").unwrap();
@@ -275,7 +282,7 @@ fn open_with_create_closes_and_unlocks_on_a_volume_behave_as_on_the_host() {
     let (o, unlocked, closed) = volmeta_host_side(&in_vm, child);
     assert_eq!(stdout(&o), stdout(&host), "{}", stderr(&o));
     assert_eq!(status(&o), 0, "{}", stderr(&o));
-    assert!(unlocked, "the unlock reached the host with the program's next file call");
+    assert!(unlocked, "the unlock (and the read lock made of one) reached the host with the next file call");
     assert!(closed, "the closed file was let go when the VM idled");
     assert!(stderr(&o).contains("unlocks and writes carried by a later hostcall"), "{}", stderr(&o));
     assert_eq!(std::fs::read_dir(&in_vm).unwrap().count(), 0, "everything it made is removed on the host");

@@ -75,6 +75,15 @@ int main(int argc, char **argv) {
     CHECK(fd >= 0 && fcntl(fd, F_SETLK, &fl) == 0, "a write lock");
     fl.l_type = F_UNLCK;
     CHECK(fcntl(fd, F_SETLK, &fl) == 0, "unlocked");
+    /* A write lock, its unlock, a read lock on the same byte (SQLite's read mark):
+       the host sees the read lock held. */
+    int rd = open(P(d, "rd"), O_CREAT | O_RDWR, 0644);
+    struct flock one = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 1};
+    CHECK(rd >= 0 && fcntl(rd, F_SETLK, &one) == 0, "a write lock on rd");
+    one.l_type = F_UNLCK;
+    CHECK(fcntl(rd, F_SETLK, &one) == 0, "its unlock");
+    one.l_type = F_RDLCK;
+    CHECK(fcntl(rd, F_SETLK, &one) == 0, "a read lock on the same byte");
     /* A small write, the file kept open: on the host once the next file call
        (making "ready") returned; read back here at once. */
     int pending = open(P(d, "pending"), O_CREAT | O_RDWR | O_TRUNC, 0644);
@@ -95,7 +104,8 @@ int main(int argc, char **argv) {
     CHECK(fd >= 0 && write(fd, "i", 1) == 1 && close(fd) == 0, "a file written and closed before idling");
     nap(1500);
     CHECK(fsync(pending) == 0 && close(pending) == 0, "fsync and close of the kept file");
-    const char *gone[] = {"a", "l", "dangling", "made-by-link", "locked", "ready", "changed", "hostmade", "idle", "pending"};
+    close(rd);
+    const char *gone[] = {"a", "l", "dangling", "made-by-link", "locked", "ready", "changed", "hostmade", "idle", "pending", "rd"};
     for (unsigned i = 0; i < sizeof gone / sizeof *gone; i++) unlink(P(d, gone[i]));
     rmdir(P(d, "sub"));
     return failures;

@@ -180,8 +180,12 @@ impl File for NodeFile {
             onering_arch::hostcall::fs::unlock(h, start as u64, len as u64);
             return Ok(());
         }
-        let st = onering_arch::hostcall::fs::lock(h, k, start as u64, len as u64).map_err(Errno::from_host)?;
-        self.node.vfs.lock().relock(self.node.ino, &st);
+        match onering_arch::hostcall::fs::lock(h, k, start as u64, len as u64).map_err(Errno::from_host)? {
+            Some(st) => self.node.vfs.lock().relock(self.node.ino, &st),
+            // (A read lock made of the queued unlock of the range this handle
+            // held: no stat, the cached chunks go all the same.)
+            None => self.node.vfs.lock().uncache(self.node.ino),
+        }
         Ok(())
     }
 

@@ -650,7 +650,8 @@ impl Vfs {
         self.cache_used = self.cache_used.saturating_sub(freed);
     }
 
-    pub(super) fn uncache(&mut self, ino: Ino) {
+    /// Forgets host file `ino`'s cached chunks.
+    pub fn uncache(&mut self, ino: Ino) {
         self.uncache_from(ino, 0);
     }
 

@@ -102,8 +102,8 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
 
 /// An `Fs` hostcall: first the operations the guest deferred to it (left in its
 /// per-CPU page, `onering_abi::hostfs` "Deferred operations": only closes,
-/// unlocks and bounded writes, each checked as any call is), in order, then its
-/// own.
+/// unlocks, read locks and bounded writes, each checked as any call is), in
+/// order, then its own.
 fn host_file(args: [u64; 6], env: &mut impl Env) -> i64 {
     use onering_abi::hostfs::{self as proto, DEFERRED_WORDS};
     let (op, n) = proto::split_op(args[0]);
@@ -120,7 +120,7 @@ fn host_file(args: [u64; 6], env: &mut impl Env) -> i64 {
                 Err(_) => return -EFAULT,
             }
         }
-        let unlock = item[0] == proto::LOCK && item[2] == proto::LOCK_UNLOCK;
+        let unlock = item[0] == proto::LOCK && matches!(item[2], proto::LOCK_UNLOCK | proto::LOCK_READ);
         let write = item[0] == proto::WRITE && item[3] <= proto::MAX_DEFERRED_WRITE;
         if item[0] != proto::CLOSE && !unlock && !write {
             return -EINVAL;
