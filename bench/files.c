@@ -2,7 +2,8 @@
  *   files read PATH        sequential read of PATH twice in 1 MiB reads (the first
  *                          pass cold, the second warm): "cold MB/s warm MB/s", then
  *                          20,000 random 4 KiB preads (warm): "reads/s"
- *   files write PATH MB    MB megabytes in 1 MiB writes, then fsync: MB/s
+ *   files write PATH MB [PIECE]  MB megabytes in writes of PIECE bytes (1 MiB
+ *                          unless given), then fsync: MB/s
  *   files meta DIR N       N times create+write+close, stat, unlink of a small file
  *                          in DIR: files/s
  *   files sqlite PATH N    N inserts (transactions of 100) into a WAL-mode SQLite
@@ -55,11 +56,13 @@ int main(int argc, char **argv) {
         printf("%.0f %.0f %.0f\n", cold, warm, n / t);
     } else if (!strcmp(argv[1], "write")) {
         long mb = atol(argv[3]);
+        long piece = argc > 4 ? atol(argv[4]) : (long)sizeof buf;
+        if (piece <= 0 || piece > (long)sizeof buf || sizeof buf % piece) return 1;
         memset(buf, 7, sizeof buf);
         int fd = open(argv[2], O_CREAT | O_WRONLY | O_TRUNC, 0644);
         double t = now();
-        for (long i = 0; i < mb; i++)
-            if (write(fd, buf, sizeof buf) != (long)sizeof buf) return 1;
+        for (long i = 0; i < mb * ((long)sizeof buf / piece); i++)
+            if (write(fd, buf, piece) != piece) return 1;
         fsync(fd);
         close(fd);
         t = now() - t;

@@ -20,7 +20,10 @@
 //!   its [`crate::HostStat`] into `stat`.
 //! - [`OPEN`] `(dir, name, flags, mode, stat)`: a handle open for reading and/or
 //!   writing (`flags`: [`O_RDONLY`]/[`O_WRONLY`]/[`O_RDWR`] with [`O_CREAT`],
-//!   [`O_EXCL`], [`O_TRUNC`]); never follows a link.
+//!   [`O_EXCL`], [`O_TRUNC`]); never follows a link. With [`O_CREAT`], the result
+//!   has [`CREATED`] set when this call made the file (so `open(O_CREAT)` of a
+//!   name the guest has not looked up is one exit, and the guest still knows
+//!   whether the name was new).
 //! - [`READ`] `(h, buf, len, offset)` / [`WRITE`] `(h, buf, len, offset)`: bytes
 //!   moved (`pread`/`pwrite` of at most [`MAX_IO`]).
 //! - [`READV`] `(h, iov, count, offset)`: `pread` into `count` (at most
@@ -49,6 +52,21 @@
 //!   0: what the guest revalidates its cache by, in the same exit).
 //!
 //! A read-only mount refuses every change with -EROFS.
+//!
+//! **Deferred operations.** The guest may let a [`CLOSE`], a [`LOCK`] that
+//! unlocks or read-locks (its `stat` 0; the guest defers a read lock only on a
+//! range its handle holds, which the host always grants), or a [`WRITE`] of at most [`MAX_DEFERRED_WRITE`] bytes
+//! from its own memory (kept until the call returns) wait for its next `Fs`
+//! hostcall instead of exiting for it: bits 32.. of `args[0]` then count the
+//! operations (at most [`MAX_DEFERRED`]) it left in its vCPU's per-CPU page at
+//! [`DEFERRED_OFFSET`], each [`DEFERRED_WORDS`] words (the operation and its four
+//! first arguments). The VMM does them in order before the operation of the call
+//! itself (so everything the guest asked for happens in the order it asked),
+//! their results dropped, but for a write that failed or came short: its error
+//! (ENOSPC for a short one) is what the next [`FSYNC`] of that handle returns, as
+//! Linux reports a failed write-back at `fsync`. Any other operation there, a
+//! longer write, or a count too large, makes the call -EINVAL with nothing done.
+//! Bits 0..32 of `args[0]` are the operation.
 
 pub const MOUNTS: u64 = 1;
 pub const LOOKUP: u64 = 2;
@@ -73,6 +91,23 @@ pub const STATFS: u64 = 20;
 pub const LOCK: u64 = 21;
 pub const READV: u64 = 22;
 pub const STATAT: u64 = 23;
+
+/// In OPEN's result: the call made the file (bit 32; handles are below it).
+pub const CREATED: i64 = 1 << 32;
+
+/// Deferred operations (see the module's note): where they lie in the per-CPU
+/// page, how many at most, and the words of each.
+pub const DEFERRED_OFFSET: u64 = 0x940;
+pub const MAX_DEFERRED: usize = 16;
+pub const DEFERRED_WORDS: usize = 5;
+pub const MAX_DEFERRED_WRITE: u64 = 64 << 10;
+const _: () =
+    assert!(DEFERRED_OFFSET as usize + MAX_DEFERRED * DEFERRED_WORDS * 8 <= crate::STEAL_TIME_OFFSET as usize);
+
+/// The operation and the count of deferred operations of an `Fs` call's `args[0]`.
+pub fn split_op(word: u64) -> (u64, usize) {
+    (word & 0xffff_ffff, (word >> 32) as usize)
+}
 
 pub const O_RDONLY: u64 = 0;
 pub const O_WRONLY: u64 = 1;

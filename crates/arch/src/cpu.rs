@@ -29,6 +29,7 @@ pub(crate) const KERNEL_SLOT: usize = 0x918;
 
 const _: () = assert!(FULL_REGS + core::mem::size_of::<crate::frame::UserRegs>() <= CURRENT_TASK);
 const _: () = assert!(KERNEL_SLOT + 8 <= onering_abi::STEAL_TIME_OFFSET as usize);
+const _: () = assert!(KERNEL_SLOT + 8 <= onering_abi::hostfs::DEFERRED_OFFSET as usize);
 const _: () = assert!(core::mem::size_of::<onering_abi::PerCpuHeader>() <= FULL_REGS);
 
 /// The counters of a CPU's header that the kernel (not a ring-0 stub) keeps.

@@ -9,6 +9,10 @@
 //! stat or ioctl buffer of atomics, during the call). The raw doorbell stays inside
 //! this crate.
 //!
+//! Host-file closes, unlocks and small writes wait in a small queue for the next
+//! `Fs` call, which carries them (`fs`: no exit of their own); the queue goes
+//! before the vCPU idles and before the VM ends.
+//!
 //! On the host (unit tests) a hostcall returns 0, or what a handler installed with
 //! `set_host_handler` says.
 
@@ -29,14 +33,17 @@ pub fn write_user(fd: u32, addr: u64, len: u64) -> i64 {
     hostcall(Hostcall::Write, &[u64::from(fd), addr, len]) as i64
 }
 
-/// Ends the VM with the program's exit status.
+/// Ends the VM with the program's exit status (the host-file operations still
+/// waiting go first: what the program wrote is on the host).
 pub fn exit(status: u64) -> ! {
+    fs::flush();
     hostcall(Hostcall::Exit, &[status & 0xff]);
     crate::panic::halt_forever()
 }
 
-/// Ends the VM as a fatal signal would.
+/// Ends the VM as a fatal signal would (what waits for the host goes first).
 pub fn killed(signal: u64, rip: u64, addr: u64) -> ! {
+    fs::flush();
     hostcall(Hostcall::Killed, &[signal, rip, addr]);
     crate::panic::halt_forever()
 }
@@ -221,6 +228,7 @@ pub fn host_complete_stdin(data: &[u8]) {
 /// the doorbell keeps the compiler from reading it before the call returned).
 pub mod fs {
     use super::{hostcall, Shared};
+    use alloc::vec::Vec;
     use onering_abi::hostfs as proto;
     use onering_abi::{HostStat, Hostcall, HOST_STAT_SIZE};
 
@@ -244,12 +252,140 @@ pub mod fs {
         }
     }
 
+    /// Closes, unlocks and small writes waiting for the next call: they ride on
+    /// it, in order, before its own operation, so they take no exit of their own
+    /// (`onering_abi::hostfs`, "Deferred operations"). The queue stays locked
+    /// across a call that carries them, so no other vCPU's call reaches the VMM
+    /// between them and what was asked after them; a write's bytes stay in the
+    /// queue until the call that carried them returned.
+    struct Deferred {
+        ops: [[u64; proto::DEFERRED_WORDS]; proto::MAX_DEFERRED],
+        bufs: [Option<Vec<u8>>; proto::MAX_DEFERRED],
+        len: usize,
+        /// Bytes of the writes queued.
+        bytes: usize,
+        /// The last host lock granted by a call, (handle, start, len), if no
+        /// other lock or unlock began since; and where its exact unlock waits in
+        /// the queue, if it does (not carried yet, nothing unlocked since): a
+        /// read lock on that range asked then is that queued unlock turned into
+        /// a read lock, no exit (see [`lock`]).
+        granted: Option<(u64, u64, u64)>,
+        held: Option<usize>,
+        /// Counts lock and unlock requests (a grant is only remembered if none
+        /// began while its call was out).
+        locks: u64,
+    }
+
+    /// Most bytes of writes queued at once.
+    const MAX_DEFERRED_BYTES: usize = 256 << 10;
+
+    static DEFERRED: spin::Mutex<Deferred> = spin::Mutex::new(Deferred {
+        ops: [[0; proto::DEFERRED_WORDS]; proto::MAX_DEFERRED],
+        bufs: [const { None }; proto::MAX_DEFERRED],
+        len: 0,
+        bytes: 0,
+        granted: None,
+        held: None,
+        locks: 0,
+    });
+
     fn call(op: u64, args: &[u64]) -> i64 {
         let mut a = [op, 0, 0, 0, 0, 0];
         a[1..1 + args.len().min(5)].copy_from_slice(&args[..args.len().min(5)]);
-        let r = hostcall(Hostcall::Fs, &a) as i64;
+        let mut q = DEFERRED.lock();
+        // (What waits is carried, or the queue is empty: no unlock waits in it.)
+        q.held = None;
+        let r = if q.len == 0 {
+            drop(q);
+            hostcall(Hostcall::Fs, &a) as i64
+        } else {
+            a[0] |= (q.len as u64) << 32;
+            put_deferred(&q.ops[..q.len]);
+            let r = hostcall(Hostcall::Fs, &a) as i64;
+            let n = q.len;
+            q.bufs[..n].iter_mut().for_each(|b| *b = None);
+            (q.len, q.bytes) = (0, 0);
+            r
+        };
         core::sync::atomic::compiler_fence(core::sync::atomic::Ordering::SeqCst);
         r
+    }
+
+    /// Writes `ops` where the VMM reads this vCPU's deferred operations (its
+    /// per-CPU page; only this vCPU writes there, under the queue's lock, right
+    /// before its doorbell). On the host (unit tests) they are dropped.
+    fn put_deferred(ops: &[[u64; proto::DEFERRED_WORDS]]) {
+        #[cfg(target_os = "none")]
+        {
+            let area = crate::cpu::page().wrapping_add(proto::DEFERRED_OFFSET as usize).cast::<u64>();
+            for (i, w) in ops.iter().flatten().enumerate() {
+                // SAFETY: the area lies in this vCPU's per-CPU page (mapped for the
+                // kernel's life), below the steal-time record and past the kernel's
+                // words (both checked at compile time); at most MAX_DEFERRED items
+                // of DEFERRED_WORDS words are written, and only this vCPU, under the
+                // queue's lock, writes it; volatile so the stores precede the doorbell.
+                unsafe { core::ptr::write_volatile(area.add(i), *w) };
+            }
+        }
+        #[cfg(not(target_os = "none"))]
+        let _ = ops;
+    }
+
+    /// Lets `item` (with a write's bytes `buf`) wait for the next call: None. When
+    /// the queue is full it is made now, carrying the others first: its result.
+    fn defer(item: [u64; proto::DEFERRED_WORDS], buf: Option<Vec<u8>>) -> Option<i64> {
+        let size = buf.as_ref().map_or(0, Vec::len);
+        {
+            let mut q = DEFERRED.lock();
+            if q.len < proto::MAX_DEFERRED && q.bytes + size <= MAX_DEFERRED_BYTES {
+                let n = q.len;
+                q.ops[n] = item;
+                q.bufs[n] = buf;
+                q.len += 1;
+                q.bytes += size;
+                return None;
+            }
+        }
+        let r = call(item[0], &item[1..]);
+        drop(buf);
+        Some(r)
+    }
+
+    /// Sends what waits in the queue now (before the vCPU idles and the VM ends:
+    /// nothing waits longer than the next exit of any kind).
+    pub fn flush() {
+        let (last, buf) = {
+            let mut q = DEFERRED.lock();
+            if q.len == 0 {
+                return;
+            }
+            q.len -= 1;
+            q.held = None;
+            let n = q.len;
+            q.bytes -= q.bufs[n].as_ref().map_or(0, Vec::len);
+            (q.ops[n], q.bufs[n].take())
+        };
+        let _ = call(last[0], &last[1..]);
+        drop(buf);
+    }
+
+    /// The operations waiting (host tests).
+    #[cfg(test)]
+    pub(super) fn queued() -> Vec<[u64; proto::DEFERRED_WORDS]> {
+        let q = DEFERRED.lock();
+        q.ops[..q.len].to_vec()
+    }
+
+    /// [`flush`] if a write waits (a file closed, a mapping written back: its
+    /// bytes are on the host when the call returns).
+    pub fn flush_writes() {
+        let waiting = {
+            let q = DEFERRED.lock();
+            q.ops[..q.len].iter().any(|o| o[0] == proto::WRITE)
+        };
+        if waiting {
+            flush();
+        }
     }
 
     fn ok(r: i64) -> Result<u64, i64> {
@@ -363,8 +499,10 @@ pub mod fs {
         Ok(out)
     }
 
+    /// CLOSE, deferred to the next call (a host descriptor's close is seen by
+    /// nobody but the host's lease and `inotify` holders).
     pub fn close(h: u64) {
-        let _ = call(proto::CLOSE, &[h]);
+        defer([proto::CLOSE, h, 0, 0, 0], None);
     }
 
     pub fn unlink(dir: u64, name: &[u8], rmdir: bool) -> Result<(), i64> {
@@ -380,17 +518,130 @@ pub mod fs {
     }
 
     /// LOCK of `kind` over `len` bytes from `start` on handle `h`: once granted,
-    /// the file's stat (read in the same exit).
-    pub fn lock(h: u64, kind: u64, start: u64, len: u64) -> Result<HostStat, i64> {
+    /// the file's stat (read in the same exit). Or, for a read lock on the range
+    /// whose lock was just granted and whose unlock still waits in the queue
+    /// (SQLite takes a WAL read mark that way: a write lock, an unlock, a read
+    /// lock), None at once: the queued unlock becomes a read lock, which the host
+    /// grants whatever others hold, as this handle holds that range until then.
+    pub fn lock(h: u64, kind: u64, start: u64, len: u64) -> Result<Option<HostStat>, i64> {
+        let mine = (h, start, len);
+        let began = {
+            let mut q = DEFERRED.lock();
+            let unlock = [proto::LOCK, h, proto::LOCK_UNLOCK, start, len];
+            if let Some(i) = q.held.filter(|i| kind == proto::LOCK_READ && *i < q.len && q.ops[*i] == unlock) {
+                q.ops[i][2] = proto::LOCK_READ;
+                q.held = None;
+                q.granted = Some(mine);
+                q.locks += 1;
+                return Ok(None);
+            }
+            q.granted = None;
+            q.locks += 1;
+            q.locks
+        };
         let st = Shared::<W>::new(&[]);
         ok(call(proto::LOCK, &[h, kind, start, len, st.addr()]))?;
+        let mut q = DEFERRED.lock();
+        if q.locks == began {
+            q.granted = Some(mine);
+        }
+        drop(q);
         let mut b = [0u8; HOST_STAT_SIZE];
         st.read(&mut b);
-        Ok(HostStat::from_bytes(&b))
+        Ok(Some(HostStat::from_bytes(&b)))
+    }
+
+    /// LOCK_UNLOCK of `len` bytes from `start` on handle `h`, deferred to the
+    /// next call: the host lock is held until then (whatever the guest asks next
+    /// comes after it); the guest's own lock table released it already.
+    pub fn unlock(h: u64, start: u64, len: u64) {
+        let item = [proto::LOCK, h, proto::LOCK_UNLOCK, start, len];
+        {
+            let mut q = DEFERRED.lock();
+            let exact = q.granted == Some((h, start, len));
+            (q.granted, q.held) = (None, None);
+            q.locks += 1;
+            if q.len < proto::MAX_DEFERRED {
+                let n = q.len;
+                q.ops[n] = item;
+                q.len += 1;
+                q.held = exact.then_some(n);
+                return;
+            }
+        }
+        let _ = call(item[0], &item[1..]);
+    }
+
+    /// `pwrite` of `data` (at most `MAX_DEFERRED_WRITE` bytes) at `offset`,
+    /// deferred to the next call: all of it, as far as the program can tell now
+    /// (a failure is what the next FSYNC of `h` returns), or made at once when
+    /// the queue is full: what that moved.
+    pub fn write_later(h: u64, data: Vec<u8>, offset: u64) -> Result<u64, i64> {
+        let n = data.len() as u64;
+        if n > proto::MAX_DEFERRED_WRITE {
+            return Err(EINVAL);
+        }
+        match defer([proto::WRITE, h, data.as_ptr() as u64, n, offset], Some(data)) {
+            None => Ok(n),
+            Some(r) => ok(r),
+        }
     }
 
     /// TRUNCATE, FSYNC, CHMOD, UTIMES, CHOWN, LOCK: integers only.
     pub fn simple(op: u64, args: &[u64]) -> Result<u64, i64> {
         ok(call(op, args))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::{AtomicUsize, Ordering};
+    use onering_abi::hostfs as proto;
+
+    static FS_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+    fn count(nr: Hostcall, _: &[u64]) -> u64 {
+        if nr == Hostcall::Fs {
+            FS_CALLS.fetch_add(1, Ordering::SeqCst);
+        }
+        0
+    }
+
+    #[test]
+    fn a_read_lock_on_a_range_just_unlocked_is_the_queued_unlock_made_a_read_lock() {
+        set_host_handler(Some(count));
+        let calls = || FS_CALLS.load(Ordering::SeqCst);
+        // SQLite's read mark: a write lock, its unlock, a read lock: one exit.
+        let before = calls();
+        assert!(fs::lock(5, proto::LOCK_WRITE, 124, 1).unwrap().is_some());
+        fs::unlock(5, 124, 1);
+        assert_eq!(fs::lock(5, proto::LOCK_READ, 124, 1), Ok(None), "no exit");
+        assert_eq!(calls() - before, 1);
+        {
+            let q = fs::queued();
+            assert_eq!(q.last(), Some(&[proto::LOCK, 5, proto::LOCK_READ, 124, 1]));
+        }
+        fs::flush();
+        // Anything else between the grant and the read lock: a call as always
+        // (another unlock may have let the range go on the host).
+        let before = calls();
+        fs::lock(5, proto::LOCK_WRITE, 124, 1).unwrap();
+        fs::unlock(5, 120, 1);
+        fs::unlock(5, 124, 1);
+        assert!(fs::lock(5, proto::LOCK_READ, 124, 1).unwrap().is_some());
+        // The unlock carried by a call first: the same.
+        fs::lock(5, proto::LOCK_WRITE, 124, 1).unwrap();
+        fs::unlock(5, 124, 1);
+        fs::flush();
+        assert!(fs::lock(5, proto::LOCK_READ, 124, 1).unwrap().is_some());
+        // Another range, or a write lock: a call.
+        fs::unlock(5, 124, 1);
+        assert!(fs::lock(5, proto::LOCK_READ, 120, 1).unwrap().is_some());
+        fs::unlock(5, 120, 1);
+        assert!(fs::lock(5, proto::LOCK_WRITE, 120, 1).unwrap().is_some());
+        assert_eq!(calls() - before, 7, "the flush one of them");
+        fs::flush();
+        set_host_handler(None);
     }
 }

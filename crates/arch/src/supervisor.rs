@@ -52,6 +52,9 @@ pub(crate) fn flush_tlb() {
 /// Halts this vCPU for at most `ns` nanoseconds or until [`kick`]ed (a kick sent
 /// since the last halt makes it return at once).
 pub fn halt(ns: u64) {
+    // (Host-file closes and unlocks waiting for a hostcall go first: the VM may
+    // idle for long.)
+    crate::hostcall::fs::flush();
     hostcall(Hostcall::Halt, &[ns]);
 }
 

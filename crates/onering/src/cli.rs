@@ -579,7 +579,8 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
     };
     say!(
         "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped; \
-         {} interrupts, {} APIC stores, {} thread switches; {} halts, {} kicks; {} hostcalls, {} output writes",
+         {} interrupts, {} APIC stores, {} thread switches; {} halts, {} kicks; {} hostcalls, {} output writes; \
+         {} host-file closes, unlocks and writes carried by a later hostcall",
         r.sites,
         r.rewritten,
         r.sites - r.rewritten,
@@ -590,7 +591,8 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
         exit::HALTS.load(Relaxed),
         exit::KICKS.load(Relaxed),
         exit::HOSTCALLS.load(Relaxed),
-        exit::WRITES.load(Relaxed)
+        exit::WRITES.load(Relaxed),
+        exit::DEFERRED.load(Relaxed)
     );
     say!("onering: stats: page cache: {} chunks given back under memory pressure", sum(pc::RECLAIMED));
     say!(

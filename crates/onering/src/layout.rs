@@ -49,6 +49,12 @@ pub fn hostcall_block(cpu: u64) -> u64 {
     layout::PERCPU_PHYS + cpu * layout::PERCPU_STRIDE + onering_abi::percpu_offsets::HOSTCALL as u64
 }
 
+/// Guest-physical address of vCPU `cpu`'s deferred host-file operations (in its
+/// per-CPU page, `onering_abi::hostfs::DEFERRED_OFFSET`).
+pub fn deferred_ops(cpu: u64) -> u64 {
+    layout::PERCPU_PHYS + cpu * layout::PERCPU_STRIDE + onering_abi::hostfs::DEFERRED_OFFSET
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

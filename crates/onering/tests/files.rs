@@ -2,13 +2,15 @@
 //! confined to their directory (links, `..`, a directory swapped for a link while
 //! in use), SQLite file databases on /tmp and on a volume (as the host runs them,
 //! and two VMs on one database), data on the host after a crash, the page cache
-//! giving its memory back under pressure, inotify on a volume.
+//! giving its memory back under pressure, inotify on a volume, `open(O_CREAT)`,
+//! deferred closes and unlocks on a volume as the host has them.
 
 mod common;
 
 use common::*;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// tests/guest/c/sqlite.c linked statically against Debian's libsqlite3 (glibc).
 fn sqlite() -> PathBuf {
@@ -202,6 +204,87 @@ fn inotify_on_a_volume_reports_the_programs_own_changes_as_the_host_does() {
     let o = onering(&["run", "-v", &vol(&in_vm, "/data"), bin.to_str().unwrap(), "/data", "quick"]);
     assert_eq!(stdout(&o), stdout(&host), "{}", stderr(&o));
     assert_eq!(status(&o), 0);
+    assert_eq!(std::fs::read_dir(&in_vm).unwrap().count(), 0, "everything it made is removed on the host");
+}
+
+/// The host's side of tests/guest/c/volmeta.c, run beside `child` (the program
+/// on the host, or onering) working in `dir`: once it made "ready", whether its
+/// unlock and its write are the host's (a write lock on "locked" is granted
+/// here, "pending" holds "abc") and its read lock on "rd" too (a write lock
+/// refused, a read lock granted); then "a"
+/// grows and "hostmade" appears, and "changed" says so; once "idle" exists,
+/// whether `child` lets its descriptor go within a second (the VMM's deferred
+/// close sent when the VM idles).
+fn volmeta_host_side(dir: &Path, child: std::process::Child) -> (Output, bool, bool) {
+    use std::os::fd::AsRawFd;
+    let wait_for = |name: &str| {
+        for _ in 0..2000 {
+            if dir.join(name).exists() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        false
+    };
+    assert!(wait_for("ready"), "the program never made ready");
+    assert_eq!(std::fs::read(dir.join("pending")).unwrap(), b"abc", "a write reached the host with the next call");
+    // An OFD lock of `kind` on `len` bytes of `name`, taken here: granted?
+    let try_lock = |name: &str, kind: i32, len: i64| {
+        let f = std::fs::OpenOptions::new().read(true).write(true).open(dir.join(name)).unwrap();
+        // SAFETY: `flock` is plain integers: all-zero bytes are a valid value.
+        let mut fl: libc::flock = unsafe { std::mem::zeroed() };
+        fl.l_type = kind as i16;
+        fl.l_len = len;
+        // SAFETY: F_OFD_SETLK reads `fl`, alive across the call, on an open descriptor.
+        let r = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
+        r == 0
+    };
+    // "locked" was unlocked; "rd"'s first byte is read-locked.
+    let unlocked =
+        try_lock("locked", libc::F_WRLCK, 10) && !try_lock("rd", libc::F_WRLCK, 1) && try_lock("rd", libc::F_RDLCK, 1);
+    std::fs::OpenOptions::new().append(true).open(dir.join("a")).unwrap().write_all(b"host").unwrap();
+    std::fs::write(dir.join("hostmade"), "host\n").unwrap();
+    std::fs::write(dir.join("changed"), "").unwrap();
+    assert!(wait_for("idle"), "the program never made idle");
+    let pid = child.id();
+    let holds = || {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|fds| fds.flatten().any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == dir.join("idle"))))
+            .unwrap_or(false)
+    };
+    let mut closed = false;
+    for _ in 0..100 {
+        // (The file is written and closed right after it is made.)
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        if !holds() && std::fs::metadata(dir.join("idle")).is_ok_and(|m| m.len() == 1) {
+            closed = true;
+            break;
+        }
+    }
+    (child.wait_with_output().unwrap(), unlocked, closed)
+}
+
+#[test]
+fn open_with_create_closes_and_unlocks_on_a_volume_behave_as_on_the_host() {
+    use std::process::Stdio;
+    let bin = musl("volmeta");
+    require_kvm();
+    let (on_host, in_vm) = (fresh_dir("volmeta-host"), fresh_dir("volmeta-vol"));
+    let child = Command::new(&bin).arg(&on_host).stdout(Stdio::piped()).spawn().unwrap();
+    let (host, host_unlocked, host_closed) = volmeta_host_side(&on_host, child);
+    assert!(host.status.success() && host_unlocked && host_closed, "on the host: {}", stdout(&host));
+    let child = cmd(&["run", "--stats", "-v", &vol(&in_vm, "/data"), bin.to_str().unwrap(), "/data"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (o, unlocked, closed) = volmeta_host_side(&in_vm, child);
+    assert_eq!(stdout(&o), stdout(&host), "{}", stderr(&o));
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert!(unlocked, "the unlock (and the read lock made of one) reached the host with the next file call");
+    assert!(closed, "the closed file was let go when the VM idled");
+    assert!(stderr(&o).contains("unlocks and writes carried by a later hostcall"), "{}", stderr(&o));
     assert_eq!(std::fs::read_dir(&in_vm).unwrap().count(), 0, "everything it made is removed on the host");
 }
 

@@ -1,6 +1,7 @@
 //! The tree's way to host files (`vfs::host::HostOps`) through the `Fs` hostcall
-//! (`onering_abi::hostfs`): each operation one exit; a directory's listing comes
-//! in buffers of 64 KiB, a readahead in one READV.
+//! (`onering_abi::hostfs`): each operation one exit, but closes and unlocks,
+//! which wait to ride on the next one (`onering_arch::hostcall::fs`); a
+//! directory's listing comes in buffers of 64 KiB, a readahead in one READV.
 
 use crate::errno::Errno;
 use crate::vfs::host::HostOps;
@@ -23,6 +24,14 @@ impl HostOps for Hostcalls {
 
     fn open(&self, dir: u64, name: &[u8], flags: u64, mode: u32) -> Result<(u64, HostStat), Errno> {
         fs::open(dir, name, flags, mode).map_err(Errno::from_host)
+    }
+
+    fn open_create(&self, dir: u64, name: &[u8], flags: u64, mode: u32) -> Result<(u64, HostStat, bool), Errno> {
+        let flags = flags & (proto::O_EXCL | proto::O_TRUNC) | proto::O_CREAT | proto::O_RDWR;
+        let (h, st) = fs::open(dir, name, flags, mode).map_err(Errno::from_host)?;
+        // (With O_EXCL a success made the file; without, the VMM says.)
+        let made = flags & proto::O_EXCL != 0 || h & proto::CREATED as u64 != 0;
+        Ok((h & !(proto::CREATED as u64), st, made))
     }
 
     fn readdir(&self, dir: u64, out: &mut dyn FnMut(&[u8], &HostStat)) -> Result<(), Errno> {
@@ -113,7 +122,13 @@ impl HostOps for Hostcalls {
     }
 }
 
-/// `fsync` of host handle `h`.
+/// Sends the host writes still waiting for a hostcall (a volume file closed, a
+/// shared mapping written back).
+pub fn flush_writes() {
+    fs::flush_writes();
+}
+
+/// `fsync` of host handle `h` (the writes waiting go first, with it).
 pub fn sync(h: u64) -> Result<(), Errno> {
     fs::simple(proto::FSYNC, &[h]).map(|_| ()).map_err(Errno::from_host)
 }

@@ -5,8 +5,10 @@
 //! its readahead in one hostcall without the tree's lock, then copied under it
 //! (with no memory for the cache, read straight into the program's buffer);
 //! a volume's file is written through to the host (one hostcall straight from the
-//! program's buffer, without the tree's lock). Opens, reads, writes and closes
-//! are reported to inotify (`vfs::notify`) only while something is watched.
+//! program's buffer, without the tree's lock; a small write is copied and waits
+//! for the next host-file call, at the latest the file's close). Opens, reads,
+//! writes and closes are reported to inotify (`vfs::notify`) only while something
+//! is watched.
 
 use super::NodeRef;
 use crate::errno::{Errno, SysResult};
@@ -87,7 +89,7 @@ impl File for NodeFile {
                         let append = off.is_none() && of.flags() & oflag::O_APPEND != 0;
                         let target = v.write_target(self.node.ino, off.unwrap_or(of.offset()), append)?;
                         drop(v);
-                        return self.write_host(of, buf, len, off, target, now);
+                        return self.write_host(of, user, (buf, len), off, target, now);
                     }
                     at = position(&v);
                 }
@@ -172,9 +174,17 @@ impl File for NodeFile {
         let writable = !v.node(self.node.ino).readonly;
         let h = v.io_handle(self.node.ino, writable)?;
         drop(v);
-        let st = onering_arch::hostcall::fs::lock(h, k, start as u64, len as u64).map_err(Errno::from_host)?;
-        if kind.is_some() {
-            self.node.vfs.lock().relock(self.node.ino, &st);
+        if k == proto::LOCK_UNLOCK {
+            // (No exit of its own: it rides on the next host-file call, which
+            // comes after it; an unlock has nothing to report.)
+            onering_arch::hostcall::fs::unlock(h, start as u64, len as u64);
+            return Ok(());
+        }
+        match onering_arch::hostcall::fs::lock(h, k, start as u64, len as u64).map_err(Errno::from_host)? {
+            Some(st) => self.node.vfs.lock().relock(self.node.ino, &st),
+            // (A read lock made of the queued unlock of the range this handle
+            // held: no stat, the cached chunks go all the same.)
+            None => self.node.vfs.lock().uncache(self.node.ino),
         }
         Ok(())
     }
@@ -213,14 +223,24 @@ impl NodeFile {
     fn write_host(
         &self,
         of: &OpenFile,
-        buf: u64,
-        len: u64,
+        user: &dyn UserMem,
+        (buf, len): (u64, u64),
         off: Option<u64>,
         target: (u64, u64),
         now: u64,
     ) -> SysResult {
         let (h, at) = target;
         let mut done = 0;
+        if len <= onering_abi::hostfs::MAX_DEFERRED_WRITE {
+            // A small write waits for the next host-file call (the WAL frames of
+            // a SQLite commit ride on its fsync): its bytes copied now.
+            let mut data = Vec::new();
+            if data.try_reserve_exact(len as usize).is_ok() {
+                data.extend(core::iter::repeat_n(0u8, len as usize));
+                user.read(buf, &mut data)?;
+                done = onering_arch::hostcall::fs::write_later(h, data, at).map_err(Errno::from_host)?;
+            }
+        }
         while done < len {
             match onering_arch::hostcall::fs::write_user(h, buf + done, len - done, at + done) {
                 Ok(0) => break,
@@ -314,6 +334,12 @@ impl Drop for NodeFile {
         }
         if v.node(self.node.ino).host.is_some() && v.open_count(self.node.ino) <= 1 {
             v.release_io(self.node.ino);
+        }
+        let volume = matches!(v.layer(self.node.ino), Some(crate::vfs::host::Layer::Volume { .. }));
+        drop(v);
+        if volume {
+            // What was written through it is on the host once it is closed.
+            super::host::flush_writes();
         }
     }
 }

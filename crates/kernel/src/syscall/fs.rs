@@ -319,6 +319,9 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
     let now = real_now();
     let mut v = ctx.k.vfs.lock();
     let base = dir(&v, start)?;
+    let writes = acc != oflag::O_RDONLY;
+    // (A volume's file opened with O_CREAT in one hostcall is truncated by it.)
+    let mut truncated = false;
     let ino = if flags & oflag::O_CREAT != 0 {
         // "name/" with O_CREAT names a directory, which open cannot create or open.
         if path.ends_with(b"/") {
@@ -327,9 +330,17 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
         let (parent, name) = v.parent_of(base, &path)?;
         let m = (mode_arg as u32) & !umask;
         let creatable = !name.is_empty() && name != b"." && name != b"..";
+        let trunc = flags & oflag::O_TRUNC != 0 && writes;
+        let fast = if flags & (oflag::O_PATH | oflag::O_DIRECTORY) == 0 {
+            v.open_volume_file(parent, name, m, flags & oflag::O_EXCL != 0, trunc, now)?
+        } else {
+            None
+        };
+        truncated = fast.is_some() && trunc;
         // The name itself first (one lookup: on a volume each is a hostcall), then
         // what a symbolic link there leads to.
-        match v.lookup(parent, name, false) {
+        match fast.map_or_else(|| v.lookup(parent, name, false), Ok) {
+            Ok(ino) if fast.is_some() => ino,
             Ok(_) if flags & oflag::O_EXCL != 0 => return Err(Errno::EEXIST),
             Ok(link) if flags & oflag::O_NOFOLLOW == 0 && matches!(v.node(link).data, Data::Symlink(_)) => {
                 match v.lookup(parent, name, true) {
@@ -377,7 +388,7 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
             // A rootfs file changes in the VM: copied up first.
             v.copy_up(ino)?;
         }
-        if flags & oflag::O_TRUNC != 0 && acc != oflag::O_RDONLY && regular {
+        if flags & oflag::O_TRUNC != 0 && writes && regular && !truncated {
             v.truncate(ino, 0, now)?;
         }
     }

@@ -36,7 +36,10 @@ fn with_space<R>(ctx: &Ctx, f: impl FnOnce(&mut UserSpace) -> R) -> R {
 fn write_back(ctx: &Ctx, start: u64, end: u64) -> Result<(), Errno> {
     let end = end.checked_add(PAGE_SIZE - 1).map_or(USER_END, |e| e & !(PAGE_SIZE - 1));
     let pieces = ctx.k.mm.lock().shared_in(start, end);
-    filemap::each(ctx.user, &pieces, filemap::write_back)
+    let r = filemap::each(ctx.user, &pieces, filemap::write_back);
+    // (Written back means on the host: the writes waiting go now.)
+    crate::fs::host::flush_writes();
+    r
 }
 
 /// /dev/zero: mapping it is mapping anonymous memory.

@@ -34,6 +34,10 @@ pub trait HostOps: Sync {
     fn lookup(&self, dir: u64, name: &[u8]) -> Result<(u64, HostStat), Errno>;
     /// Opens (or with `O_CREAT` makes) a regular file: an I/O handle.
     fn open(&self, dir: u64, name: &[u8], flags: u64, mode: u32) -> Result<(u64, HostStat), Errno>;
+    /// Opens `name` in `dir` for reading and writing, making it if missing
+    /// (`flags`: the protocol's `O_EXCL`, only making it, and `O_TRUNC`, emptied),
+    /// in one exit: the handle, its stat, and whether this call made it.
+    fn open_create(&self, dir: u64, name: &[u8], flags: u64, mode: u32) -> Result<(u64, HostStat, bool), Errno>;
     /// Every entry of directory `dir` with its stat, in order.
     fn readdir(&self, dir: u64, out: &mut dyn FnMut(&[u8], &HostStat)) -> Result<(), Errno>;
     fn readlink(&self, h: u64) -> Result<Vec<u8>, Errno>;
@@ -272,16 +276,19 @@ impl Vfs {
                     self.revalidate(ino, &st);
                 }
             }
-            (None, Some(st)) => self.add_listed(dir, name, &st),
+            (None, Some(st)) => {
+                self.add_listed(dir, name, &st);
+            }
         }
         Ok(())
     }
 
-    /// Adds host entry `name` of `dir` with stat `st` as listed.
-    fn add_listed(&mut self, dir: Ino, name: &[u8], st: &HostStat) {
-        let Some(layer) = self.layer(dir) else { return };
+    /// Adds host entry `name` of `dir` with stat `st` as listed (None: a kind the
+    /// VM does not share).
+    fn add_listed(&mut self, dir: Ino, name: &[u8], st: &HostStat) -> Option<Ino> {
+        let layer = self.layer(dir)?;
         let readonly = self.node(dir).readonly;
-        let Some((data, h, mode)) = node_of(layer, name, st) else { return };
+        let (data, h, mode) = node_of(layer, name, st)?;
         let child = self.add_host(dir, name, data, mode, readonly, h);
         let n = self.node_mut(child);
         n.mtime = ns(st.mtime_sec, st.mtime_nsec);
@@ -289,6 +296,87 @@ impl Vfs {
         n.uid = st.uid as u32;
         n.gid = st.gid as u32;
         n.nlink = st.nlink.max(1) as u32;
+        Some(child)
+    }
+
+    /// `open(O_CREAT)` of `name` in writable volume directory `dir` in one
+    /// hostcall, the name not looked up first: the file opened for reading and
+    /// writing, made if missing (`excl`: only made; `trunc`: emptied). The tree
+    /// follows what the host answered: a file made is a new node (IN_CREATE), one
+    /// there already joins the tree or, if the tree knew it, is revalidated by its
+    /// stat. None when this is not the case (no volume's directory; an entry the
+    /// tree knows as other than a host file) or the host's answer is for the path
+    /// walk to judge (a link, a directory, no permission...): the caller opens the
+    /// slow way, which finds the same error or follows the link.
+    pub fn open_volume_file(
+        &mut self,
+        dir: Ino,
+        name: &[u8],
+        mode: u32,
+        excl: bool,
+        trunc: bool,
+        now: u64,
+    ) -> Result<Option<Ino>, Errno> {
+        let Some(ops) = self.hostops else { return Ok(None) };
+        let n = self.node(dir);
+        if self.layer(dir) != Some(Layer::Volume { ro: false })
+            || n.readonly
+            || n.removed
+            || !n.is_dir()
+            || !onering_abi::hostfs::valid_name(name)
+        {
+            return Ok(None);
+        }
+        self.load(dir)?;
+        let known = self.entry_of(dir, name);
+        if known.is_some_and(|i| self.node(i).host.is_none() || !matches!(self.node(i).data, Data::HostFile(_))) {
+            return Ok(None);
+        }
+        let dh = self.handle_of(dir)?;
+        use onering_abi::hostfs::{O_EXCL, O_TRUNC};
+        let flags = if excl { O_EXCL } else { 0 } | if trunc { O_TRUNC } else { 0 };
+        let (h, st, created) = match ops.open_create(dh, name, flags, mode & 0o7777) {
+            Ok(r) => r,
+            Err(Errno::EEXIST) if excl => return Err(Errno::EEXIST),
+            Err(_) => return Ok(None),
+        };
+        let same = known.filter(|i| self.host_ids(*i) == Some((st.ino, st.dev)));
+        if let Some(ino) = same {
+            self.revalidate(ino, &st);
+            let old = self.node(ino).host.as_ref().and_then(|r| r.io);
+            match old {
+                // (Its writable handle stays: closing it would drop its host locks.)
+                Some((_, true)) => ops.close(h),
+                _ => {
+                    if let Some(r) = self.node_mut(ino).host.as_mut() {
+                        r.io = Some((h, true));
+                    }
+                    if let Some((o, _)) = old {
+                        ops.close(o);
+                    }
+                }
+            }
+            if trunc {
+                self.notify_node(ino, super::notify::IN_MODIFY);
+            }
+            return Ok(Some(ino));
+        }
+        if let Some(old) = known {
+            self.drop_entry(dir, name, old);
+        }
+        if created {
+            let ino = self.add_made(dir, name, h, &st, true, now);
+            self.notify_entry(dir, super::notify::IN_CREATE, 0, name, false);
+            return Ok(Some(ino));
+        }
+        let Some(ino) = self.add_listed(dir, name, &st) else {
+            ops.close(h);
+            return Ok(None);
+        };
+        if let Some(r) = self.node_mut(ino).host.as_mut() {
+            r.io = Some((h, true));
+        }
+        Ok(Some(ino))
     }
 
     /// Drops the `O_PATH` handle of a node that no longer needs one (a link whose
@@ -562,7 +650,8 @@ impl Vfs {
         self.cache_used = self.cache_used.saturating_sub(freed);
     }
 
-    pub(super) fn uncache(&mut self, ino: Ino) {
+    /// Forgets host file `ino`'s cached chunks.
+    pub fn uncache(&mut self, ino: Ino) {
         self.uncache_from(ino, 0);
     }
 
@@ -661,6 +750,7 @@ mod tests {
     use super::*;
     use crate::vfs::tree::ROOT;
     use alloc::string::String;
+    use onering_abi::hostfs::{O_EXCL, O_TRUNC};
     use std::sync::Mutex;
 
     /// A host in memory: paths to entries, handles to paths.
@@ -712,6 +802,28 @@ mod tests {
             }
             let st = self.stat_of(&p)?;
             Ok((self.handle(p), st))
+        }
+        fn open_create(&self, dir: u64, name: &[u8], flags: u64, mode: u32) -> Result<(u64, HostStat, bool), Errno> {
+            self.log("open_create");
+            let (excl, trunc) = (flags & O_EXCL != 0, flags & O_TRUNC != 0);
+            let p = join(&self.path(dir), name);
+            let existing = self.files.lock().unwrap().get(&p).map(|f| f.0);
+            let created = match existing {
+                Some(_) if excl => return Err(Errno::EEXIST),
+                Some(m) if m & 0o170000 != 0o100000 => return Err(Errno::ELOOP),
+                Some(_) => {
+                    if trunc {
+                        self.files.lock().unwrap().get_mut(&p).unwrap().1.clear();
+                    }
+                    false
+                }
+                None => {
+                    self.put(&p, 0o100000 | mode, b"");
+                    true
+                }
+            };
+            let st = self.stat_of(&p)?;
+            Ok((self.handle(p), st, created))
         }
         fn readdir(&self, dir: u64, out: &mut dyn FnMut(&[u8], &HostStat)) -> Result<(), Errno> {
             self.log("readdir");
@@ -894,6 +1006,43 @@ mod tests {
         // What went is read from the host again.
         assert_eq!(fetch(fake, &mut v, other, CHUNK as u64, 4), [3; 4]);
         assert!(calls(fake, "read") > before);
+    }
+
+    #[test]
+    fn open_with_create_on_a_volume_is_one_call_and_the_tree_follows_the_host() {
+        let (fake, mut v) = setup();
+        let data = v.lookup(ROOT, b"/data", true).unwrap();
+        v.load(data).unwrap();
+        let before = fake.calls.lock().unwrap().len();
+        // A new name: made on the host by the one call, a node of the tree.
+        let new = v.open_volume_file(data, b"new", 0o644, false, true, 5).unwrap().expect("a volume's file");
+        assert_eq!(fake.calls.lock().unwrap()[before..], ["open_create"], "no lookup first");
+        assert!(v.node(new).host.as_ref().is_some_and(|h| h.io.is_some_and(|(_, w)| w)), "opened for writing");
+        assert_eq!(v.lookup(ROOT, b"/data/new", true), Ok(new));
+        // O_EXCL on it: EEXIST from the host; without, it opens as it is.
+        assert_eq!(v.open_volume_file(data, b"new", 0o644, true, false, 5), Err(Errno::EEXIST));
+        assert_eq!(v.open_volume_file(data, b"new", 0o644, false, false, 5), Ok(Some(new)));
+        // A file the tree knows, changed on the host: revalidated by the call's stat;
+        // truncated by it when asked.
+        let a = v.lookup(ROOT, b"/data/a.txt", true).unwrap();
+        fake.put("vol/a.txt", 0o100644, b"longer now\n");
+        assert_eq!(v.open_volume_file(data, b"a.txt", 0o644, false, false, 5), Ok(Some(a)));
+        assert_eq!(v.node(a).size(), 11);
+        assert_eq!(v.open_volume_file(data, b"a.txt", 0o644, false, true, 5), Ok(Some(a)));
+        assert_eq!((v.node(a).size(), fake.files.lock().unwrap()["vol/a.txt"].1.len()), (0, 0));
+        // A file the host made behind the VM's back joins the tree as it is.
+        fake.put("vol/late", 0o100644, b"late");
+        let late = v.open_volume_file(data, b"late", 0o644, false, false, 5).unwrap().expect("joined");
+        assert_eq!(v.node(late).size(), 4);
+        // What the path walk must judge goes the slow way: a link on the host, a
+        // directory the tree knows, the rootfs.
+        fake.put("vol/link", 0o120777, b"a.txt");
+        assert_eq!(v.open_volume_file(data, b"link", 0o644, false, false, 5), Ok(None));
+        v.create(data, b"dir", 0o755, true, 5).unwrap();
+        assert_eq!(v.open_volume_file(data, b"dir", 0o644, false, false, 5), Ok(None));
+        let etc = v.lookup(ROOT, b"/etc", true).unwrap();
+        assert_eq!(v.open_volume_file(etc, b"x", 0o644, false, false, 5), Ok(None));
+        assert!(!fake.files.lock().unwrap().contains_key("root/etc/x"));
     }
 
     #[test]

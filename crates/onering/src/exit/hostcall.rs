@@ -22,6 +22,9 @@ pub static KICKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::n
 /// Hostcalls so far (each one exit), and of them output writes (for `--stats`).
 pub static HOSTCALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 pub static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+/// Host-file operations the guest deferred to ride on a later `Fs` hostcall
+/// (closes, unlocks and writes that took no exit of their own; for `--stats`).
+pub static DEFERRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Longest single `Halt` (the guest asks again if it needs more).
 const MAX_HALT_NS: u64 = 1_000_000_000;
@@ -60,7 +63,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         },
         Some(Hostcall::StdioSeek) => env.stdio_seek(args[0], args[1], args[2]),
         Some(Hostcall::StdioIoctl) => stdio_ioctl(args, env),
-        Some(Hostcall::Fs) => env.host_file(args),
+        Some(Hostcall::Fs) => host_file(args, env),
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
@@ -95,6 +98,39 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Ok(()) => Action::Resume,
         Err(_) => Action::Stop(Outcome::GuestError("hostcall block outside guest memory".into())),
     }
+}
+
+/// An `Fs` hostcall: first the operations the guest deferred to it (left in its
+/// per-CPU page, `onering_abi::hostfs` "Deferred operations": only closes,
+/// unlocks, read locks and bounded writes, each checked as any call is), in
+/// order, then its own.
+fn host_file(args: [u64; 6], env: &mut impl Env) -> i64 {
+    use onering_abi::hostfs::{self as proto, DEFERRED_WORDS};
+    let (op, n) = proto::split_op(args[0]);
+    if n > proto::MAX_DEFERRED {
+        return -EINVAL;
+    }
+    let base = layout::deferred_ops(env.cpu());
+    let mut ops = [[0u64; 6]; proto::MAX_DEFERRED];
+    for (i, item) in ops.iter_mut().take(n).enumerate() {
+        for (j, w) in item.iter_mut().take(DEFERRED_WORDS).enumerate() {
+            let at = base + 8 * (i * DEFERRED_WORDS + j) as u64;
+            match env.mem().read_obj::<u64>(GuestAddress(at)) {
+                Ok(v) => *w = v,
+                Err(_) => return -EFAULT,
+            }
+        }
+        let unlock = item[0] == proto::LOCK && matches!(item[2], proto::LOCK_UNLOCK | proto::LOCK_READ);
+        let write = item[0] == proto::WRITE && item[3] <= proto::MAX_DEFERRED_WRITE;
+        if item[0] != proto::CLOSE && !unlock && !write {
+            return -EINVAL;
+        }
+    }
+    for item in &ops[..n] {
+        env.host_file_later(*item);
+    }
+    DEFERRED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+    env.host_file([op, args[1], args[2], args[3], args[4], args[5]])
 }
 
 /// A kernel panic's backtrace, named with the kernel's symbols: `count` return
@@ -191,6 +227,7 @@ mod tests {
         halts: u32,
         kicks: Vec<u64>,
         stdin: Vec<(u64, u64)>,
+        fs: Vec<[u64; 6]>,
     }
 
     impl Env for TestEnv {
@@ -227,6 +264,10 @@ mod tests {
             self.kicks.push(cpu);
             Ok(())
         }
+        fn host_file(&mut self, args: [u64; 6]) -> i64 {
+            self.fs.push(args);
+            7
+        }
     }
 
     /// 8 MiB of guest memory with [0x40_0000, 0x60_0000) mapped to [0x40_0000, ...).
@@ -234,7 +275,7 @@ mod tests {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap();
         PageTables::new(&mem).map_2m(0x40_0000, 0x40_0000, 0).unwrap();
         let bus = crate::devices::standard_bus().unwrap();
-        TestEnv { mem, bus, out: vec![], fail: None, halts: 0, kicks: vec![], stdin: Vec::new() }
+        TestEnv { mem, bus, out: vec![], fail: None, halts: 0, kicks: vec![], stdin: Vec::new(), fs: Vec::new() }
     }
 
     fn call(e: &mut TestEnv, nr: Hostcall, args: &[u64]) -> Action {
@@ -286,6 +327,41 @@ mod tests {
         assert_eq!(call(&mut e, Hostcall::StdinRequest, &[0x40_1000, 100]), Action::Resume);
         assert_eq!(ret(&e), 0);
         assert_eq!(e.stdin, [(0x40_1000, 100)]);
+    }
+
+    #[test]
+    fn deferred_closes_and_unlocks_go_first_and_nothing_else_is_taken() {
+        use onering_abi::hostfs::{self as proto, DEFERRED_WORDS};
+        let mut e = env();
+        let put = |e: &mut TestEnv, items: &[[u64; DEFERRED_WORDS]]| {
+            for (i, w) in items.iter().flatten().enumerate() {
+                e.mem.write_obj(*w, GuestAddress(layout::deferred_ops(0) + 8 * i as u64)).unwrap();
+            }
+        };
+        let close = [proto::CLOSE, 9, 0, 0, 0];
+        let unlock = [proto::LOCK, 4, proto::LOCK_UNLOCK, 120, 1];
+        put(&mut e, &[close, unlock]);
+        call(&mut e, Hostcall::Fs, &[proto::STATAT | 2 << 32, 1, 2, 3]);
+        assert_eq!(ret(&e), 7);
+        assert_eq!(
+            e.fs,
+            [
+                [proto::CLOSE, 9, 0, 0, 0, 0],
+                [proto::LOCK, 4, proto::LOCK_UNLOCK, 120, 1, 0],
+                [proto::STATAT, 1, 2, 3, 0, 0]
+            ],
+            "in order, then the call's own (a deferred unlock reports no stat)"
+        );
+        // Too many, or anything but a close or an unlock: the call does nothing.
+        let long = [proto::WRITE, 4, 0x40_1000, proto::MAX_DEFERRED_WRITE + 1, 0];
+        for bad in [[proto::UNLINK, 0, 0, 0, 0], [proto::LOCK, 4, proto::LOCK_WRITE, 0, 0], long] {
+            e.fs.clear();
+            put(&mut e, &[close, bad]);
+            call(&mut e, Hostcall::Fs, &[proto::STATAT | 2 << 32]);
+            assert_eq!((ret(&e), e.fs.len()), (-EINVAL, 0));
+        }
+        call(&mut e, Hostcall::Fs, &[proto::STATAT | ((proto::MAX_DEFERRED as u64 + 1) << 32)]);
+        assert_eq!((ret(&e), e.fs.len()), (-EINVAL, 0));
     }
 
     #[test]

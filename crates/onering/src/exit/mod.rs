@@ -11,7 +11,7 @@ pub mod hostcall;
 use crate::devices::{MmioAction, MmioBus};
 use vm_memory::GuestMemoryMmap;
 
-pub use hostcall::{HALTS, HOSTCALLS, KICKS, WRITES};
+pub use hostcall::{DEFERRED, HALTS, HOSTCALLS, KICKS, WRITES};
 
 /// A vCPU exit, detached from KVM's borrowed run structure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,6 +137,11 @@ pub trait Env {
     fn host_file(&mut self, args: [u64; 6]) -> i64 {
         let _ = args;
         -38
+    }
+    /// Serves an `Fs` operation the guest deferred (`onering_abi::hostfs`): its
+    /// result goes nowhere, but a failed write's error waits for the next fsync.
+    fn host_file_later(&mut self, args: [u64; 6]) {
+        self.host_file(args);
     }
     /// A forwarded terminal ioctl on the host's standard stream `fd`, its argument
     /// in `arg` (sized for the request).

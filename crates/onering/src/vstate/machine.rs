@@ -378,6 +378,11 @@ impl Env for VcpuEnv<'_> {
             None => -38,
         }
     }
+    fn host_file_later(&mut self, args: [u64; 6]) {
+        if let Some(fs) = self.m.hostfs.get() {
+            fs.serve_later(args, &self.m.mem);
+        }
+    }
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
         if fd == 2 {
             std::io::stderr().lock().write_all(data)
