@@ -97,6 +97,17 @@ pub(super) fn by_slot(slot: usize) -> &'static Process {
     }
 }
 
+/// Resource limits: (soft, hard); RLIM_INFINITY is u64::MAX.
+pub fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
+    const INF: u64 = u64::MAX;
+    Some(match resource {
+        3 => (onering_abi::layout::STACK_SIZE, INF), // STACK
+        7 => crate::file::NOFILE_DEFAULT,            // NOFILE
+        0 | 1 | 2 | 4 | 5 | 6 | 8 | 9 | 10 | 11 | 12 | 13 | 14 | 15 => (INF, INF), // the rest
+        _ => return None,
+    })
+}
+
 /// The live process `pid`.
 pub fn find(pid: u64) -> Option<&'static Process> {
     let t = TABLE.lock();
