@@ -96,6 +96,18 @@ fn go_tight_loop_is_preempted() {
     same_as_host("preempt");
 }
 
+/// The runtime sizes itself to the VM: the CPUs and the cgroup's cpu.max (which
+/// follows --smp) agree.
+#[test]
+fn go_sizes_itself_to_the_vcpus() {
+    let bin = guest();
+    for smp in ["1", "2"] {
+        let o = onering(&["run", "--smp", smp, bin.to_str().unwrap(), "cpus"]);
+        assert_eq!(text(&o.stdout), format!("NumCPU {smp} GOMAXPROCS {smp}\n"), "--smp {smp}: {}", text(&o.stderr));
+        assert_eq!(o.status.code(), Some(0));
+    }
+}
+
 #[test]
 fn go_panic_and_recover() {
     same_as_host("panic");

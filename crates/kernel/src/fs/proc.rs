@@ -104,21 +104,13 @@ fn link_of(v: &Vfs, f: &FileRef) -> Vec<u8> {
 
 /// Whether node `ino` is in /proc or /sys (a generated file, or a directory or
 /// link under one of them).
-pub fn is_synthetic(v: &mut Vfs, ino: Ino) -> bool {
+pub fn is_synthetic(v: &Vfs, ino: Ino) -> bool {
     match v.node(ino).data {
         Data::Generated => return true,
         Data::Dir(_) | Data::Symlink(_) => {}
         _ => return false,
     }
-    let roots = [v.lookup(ROOT, b"/proc", false).ok(), v.lookup(ROOT, b"/sys", false).ok()];
-    let mut at = ino;
-    while at != ROOT {
-        if roots.contains(&Some(at)) {
-            return true;
-        }
-        at = v.node(at).parent;
-    }
-    false
+    v.in_synth(ino, &[b"proc", b"sys"])
 }
 
 /// Opens node `ino` of /proc or /sys (see [`is_synthetic`]); `v` is locked.
