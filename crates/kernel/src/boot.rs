@@ -53,9 +53,11 @@ fn setup(boot: Boot) {
     vfs.set_limit((ram / 4 * 3) as usize);
     crate::pipebuf::set_budget(bi.heap_size as usize / 4);
     crate::net::inet::configure_link(bi.net);
-    if bi.flags & onering_abi::flags::MOUNTS != 0 {
-        mount_host(&mut vfs, bi.flags, ram);
-    }
+    let volumes = if bi.flags & onering_abi::flags::MOUNTS != 0 {
+        mount_host(&mut vfs, bi.flags, ram)
+    } else {
+        alloc::vec::Vec::new()
+    };
     rootfs::load(&mut vfs, boot.rootfs);
     let cwd = if boot.workdir.is_empty() { ROOT } else { vfs.lookup(ROOT, boot.workdir, true).unwrap_or(ROOT) };
     let mut execfn = alloc::vec![0u8; bi.execfn_len.min(4096) as usize];
@@ -64,7 +66,7 @@ fn setup(boot: Boot) {
     let (cmdline, environ) = (start_strings(bi.user_sp, 0), start_strings(bi.user_sp, 1));
     let image = image_span(bi);
     let (flags, stdio, uid, gid, vdso) = (bi.flags, bi.stdio, bi.uid, bi.gid, bi.vdso_base);
-    let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso };
+    let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes };
     let k = kernel::install(Kernel::new(cfg, space, vfs, bi.seed));
     onering_arch::heap::set_chunk_source(|n| kernel().mm.lock().chunks().alloc_run(n));
     onering_arch::mm::set_reclaim(reclaim_cache);
@@ -432,17 +434,21 @@ fn panic_note(w: &mut dyn core::fmt::Write, panicking: &onering_arch::panic::Pan
 
 /// The host's directories the VMM serves (`--rootfs DIR` at `/`, `-v` volumes),
 /// mounted in the tree (read when first used); the page cache of their files may
-/// take a quarter of the VM's RAM.
-fn mount_host(vfs: &mut Vfs, flags: u64, ram: u64) {
+/// take a quarter of the VM's RAM. Returns the volumes: where, and whether read-only.
+fn mount_host(vfs: &mut Vfs, flags: u64, ram: u64) -> alloc::vec::Vec<(alloc::vec::Vec<u8>, bool)> {
     use crate::vfs::host::Layer;
     use onering_abi::hostfs::{MOUNT_RO, MOUNT_ROOTFS};
     vfs.set_host(&crate::fs::host::HOSTCALLS, (ram / 4) as usize);
+    let mut volumes = alloc::vec::Vec::new();
     for (handle, (f, path)) in crate::fs::host::mounts().into_iter().enumerate() {
         let (layer, readonly) = if f & MOUNT_ROOTFS != 0 {
             (Layer::Rootfs, flags & onering_abi::flags::READ_ONLY != 0)
         } else {
             (Layer::Volume { ro: f & MOUNT_RO != 0 }, f & MOUNT_RO != 0)
         };
-        let _ = vfs.mount(&path, handle as u64, layer, readonly);
+        if vfs.mount(&path, handle as u64, layer, readonly).is_ok() && f & MOUNT_ROOTFS == 0 {
+            volumes.push((path, readonly));
+        }
     }
+    volumes
 }

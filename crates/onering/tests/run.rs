@@ -981,4 +981,8 @@ fn cgroup_and_cpu_files_follow_smp_and_mem() {
     }
     let o = onering(&["run", "--mem", "512M", "/bin/busybox", "grep", "MemTotal", "/proc/meminfo"]);
     assert_eq!(stdout(&o), "MemTotal:         524288 kB\n", "{}", stderr(&o));
+    // A volume is a mount.
+    let vol = format!("{}:/data:ro", dir.display());
+    let o = onering(&["run", "-v", &vol, "/bin/busybox", "grep", "/data", "/proc/mounts"]);
+    assert_eq!(stdout(&o), "onering /data onering ro,relatime 0 0\n", "{}", stderr(&o));
 }

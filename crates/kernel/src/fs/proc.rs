@@ -20,6 +20,7 @@ use alloc::string::String;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::any::Any;
+use core::sync::atomic::Ordering::Relaxed;
 use spin::{Mutex, Once};
 
 /// Makes /proc (filled on first use) and /sys for `ncpus` CPUs: at boot, before
@@ -253,8 +254,8 @@ fn top(k: &Kernel, name: &[u8]) -> Result<Vec<u8>, Errno> {
     Ok(t.into_bytes())
 }
 
-fn mount_list(k: &Kernel) -> Vec<fmt::Mount<'static>> {
-    fmt::mount_list(k.cfg.flags & onering_abi::flags::READ_ONLY != 0, &[])
+fn mount_list(k: &Kernel) -> Vec<fmt::Mount<'_>> {
+    fmt::mount_list(k.cfg.flags & onering_abi::flags::READ_ONLY != 0, &k.cfg.volumes)
 }
 
 /// The boot's random id (made at the first read).
@@ -327,7 +328,7 @@ fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, 
     let t = sched::thread(tid).filter(|t| t.pid() == pid).ok_or(Errno::ESRCH)?;
     let me = thread::try_current().map(|t| t.tid());
     let mut sig = [0u64; 4];
-    sig[0] = t.sigmask.load(core::sync::atomic::Ordering::Relaxed);
+    sig[0] = t.sigmask.load(Relaxed);
     for (i, a) in p.actions.lock().iter().enumerate() {
         match a[0] {
             0 => {}
@@ -335,7 +336,7 @@ fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, 
             _ => sig[2] |= 1 << i,
         }
     }
-    sig[3] = t.pending.load(core::sync::atomic::Ordering::Relaxed);
+    sig[3] = t.pending.load(Relaxed);
     let (mut vsize, mut stack, mut data, mut text, mut start_stack) = (0, 0, 0, 0, 0);
     let rss = {
         let m = k.mm.lock();
@@ -358,13 +359,13 @@ fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, 
     Ok(ProcInfo {
         pid,
         tid,
-        ppid: p.ppid.load(core::sync::atomic::Ordering::Relaxed),
+        ppid: p.ppid.load(Relaxed),
         comm: {
             let c = *k.comm.lock();
             c.iter().take_while(|b| **b != 0).copied().collect()
         },
         state: if me.is_some_and(|m| sched::thread(m).is_some_and(|t| t.pid() == pid)) { b'R' } else { b'S' },
-        threads: p.threads.load(core::sync::atomic::Ordering::Relaxed) as u64,
+        threads: p.threads.load(Relaxed) as u64,
         uid: k.cfg.uid,
         gid: k.cfg.gid,
         umask: p.fs.lock().umask,
@@ -373,7 +374,7 @@ fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, 
         stack,
         data,
         text,
-        start: 0,
+        start: p.started.load(Relaxed) / (crate::time::NS_PER_SEC / fmt::HZ),
         fds: p.fds.lock().iter().count() as u64,
         sig,
         cpus: sched::ncpus(),

@@ -56,6 +56,8 @@ pub struct Config {
     /// vDSO (0: none): /proc/PID/maps names them.
     pub image: (u64, u64),
     pub vdso: u64,
+    /// The volumes (`-v`): where, and whether read-only (for /proc's mounts).
+    pub volumes: Vec<(Vec<u8>, bool)>,
 }
 
 pub struct Kernel {
