@@ -44,7 +44,9 @@ pub fn reaches_proc(path: &[u8], dir: Option<&FileRef>) -> bool {
 struct Taken {
     pid: u64,
     tids: Vec<u64>,
-    fds: Vec<(u64, FileRef)>,
+    /// Each descriptor: its node, or the name of what it is (`anon_name`); and
+    /// the file, kept alive (and so its node) until the tree is read.
+    fds: Vec<(u64, Result<Ino, Vec<u8>>, FileRef)>,
     cwd: Ino,
     /// Keeps the working directory alive until the tree is read.
     _hold: Option<crate::vfs::Hold>,
@@ -58,7 +60,9 @@ pub fn refresh(ctx: &Ctx) {
         .into_iter()
         .map(|p| {
             let pid = p.pid();
-            let fds = p.fds.lock().iter().map(|(n, f)| (n, f.clone())).collect();
+            let files: Vec<(u64, FileRef)> = p.fds.lock().iter().map(|(n, f)| (n, f.clone())).collect();
+            // (Named before the tree's lock: a socket's stat takes its stack's.)
+            let fds = files.into_iter().map(|(n, f)| (n, f.node().ok_or_else(|| anon_name(&f)), f)).collect();
             let (cwd, _hold) = {
                 let fs = p.fs.lock();
                 (fs.cwd, fs.cwd_hold.clone())
@@ -74,7 +78,17 @@ pub fn refresh(ctx: &Ctx) {
         .map(|t| TreeProc {
             pid: t.pid,
             tids: t.tids.clone(),
-            fds: t.fds.iter().map(|(n, f)| (*n, link_of(&v, f))).collect(),
+            fds: t
+                .fds
+                .iter()
+                .map(|(n, what, _)| {
+                    let link = match what {
+                        Ok(ino) => v.path_of(*ino).unwrap_or_else(|_| b"(deleted)".to_vec()),
+                        Err(name) => name.clone(),
+                    };
+                    (*n, link)
+                })
+                .collect(),
             cwd: v.path_of(t.cwd).unwrap_or_else(|_| b"/".to_vec()),
             exe: k.cfg.exe.clone(),
         })
@@ -85,12 +99,9 @@ pub fn refresh(ctx: &Ctx) {
     }
 }
 
-/// What /proc/PID/fd/N says descriptor `f` is: its path, or what Linux calls a
-/// pipe, a socket or an anonymous file.
-fn link_of(v: &Vfs, f: &FileRef) -> Vec<u8> {
-    if let Some(ino) = f.node() {
-        return v.path_of(ino).unwrap_or_else(|_| b"/ (deleted)".to_vec());
-    }
+/// What /proc/PID/fd/N says a descriptor without a tree node is: what Linux
+/// calls a pipe, a socket or an anonymous file.
+fn anon_name(f: &FileRef) -> Vec<u8> {
     let m = f.obj().stat();
     let name = match m.mode & fmode::S_IFMT {
         fmode::S_IFIFO => alloc::format!("pipe:[{}]", m.ino),
@@ -111,7 +122,7 @@ pub fn is_synthetic(v: &Vfs, ino: Ino) -> bool {
         Data::Dir(_) | Data::Symlink(_) => {}
         _ => return false,
     }
-    v.in_synth(ino, &[b"proc", b"sys"])
+    v.in_synth(ino, [b"proc", b"sys"])
 }
 
 /// Opens node `ino` of /proc or /sys (see [`is_synthetic`]); `v` is locked.

@@ -55,8 +55,8 @@ impl Vfs {
 
     /// Whether `ino` is, or is under, one of the root's synthetic directories
     /// `roots` (made by [`Vfs::synth_root`]).
-    pub fn in_synth(&self, mut ino: Ino, roots: &[&[u8]]) -> bool {
-        let roots: Vec<Option<Ino>> = roots.iter().map(|n| self.entry_of(ROOT, n)).collect();
+    pub fn in_synth<const N: usize>(&self, mut ino: Ino, roots: [&[u8]; N]) -> bool {
+        let roots = roots.map(|n| self.entry_of(ROOT, n));
         while ino != ROOT {
             if roots.contains(&Some(ino)) {
                 return true;
@@ -121,7 +121,7 @@ mod tests {
         let proc = v.synth_root(b"proc");
         assert_eq!(v.synth_root(b"proc"), proc, "made once");
         let tmp = v.lookup(ROOT, b"/tmp", true).unwrap();
-        assert!(v.in_synth(proc, &[b"sys", b"proc"]) && !v.in_synth(tmp, &[b"proc"]) && !v.in_synth(ROOT, &[b"proc"]));
+        assert!(v.in_synth(proc, [b"sys", b"proc"]) && !v.in_synth(tmp, [b"proc"]) && !v.in_synth(ROOT, [b"proc"]));
         let fd = |targets: &[(&str, &str)]| {
             Spec::Dir(targets.iter().map(|(n, t)| (n.as_bytes().to_vec(), Spec::Link(t.as_bytes().to_vec()))).collect())
         };
