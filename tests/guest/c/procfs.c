@@ -4,6 +4,7 @@
 #include "check.h"
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -64,6 +65,45 @@ static int writes_fail(const char *path) {
     int bad = write(fd, "1", 1) < 0;
     close(fd);
     return bad;
+}
+
+static int gate[2];
+static volatile pid_t waiter_tid;
+
+/* A thread that waits on a pipe until main writes to it. */
+static void *waiter(void *arg) {
+    char c;
+    waiter_tid = gettid();
+    (void)read(gate[0], &c, 1);
+    return arg;
+}
+
+/* Threads: task/ has one directory per thread; a blocked one is S. */
+static void threads(void) {
+    pthread_t t[2];
+    CHECK(pipe(gate) == 0, "gate pipe");
+    for (int i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, waiter, NULL);
+    usleep(100000);
+    DIR *d = opendir("/proc/self/task");
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d)))
+        n += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    CHECK(n == 3, "task/ has a directory per thread");
+    CHECK(slurp("/proc/self/status") > 0 && has_line("Threads:\t3\n"), "status: Threads 3");
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", waiter_tid);
+    CHECK(slurp(path) > 0 && atoi(buf) == waiter_tid && strstr(buf, ") S ") != NULL, "a waiting thread is S");
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", gettid());
+    CHECK(slurp(path) > 0 && strstr(buf, ") R ") != NULL, "the reading thread is R");
+    CHECK(write(gate[1], "xx", 2) == 2, "release");
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    close(gate[0]);
+    close(gate[1]);
 }
 
 int main(int argc, char **argv) {
@@ -254,5 +294,6 @@ int main(int argc, char **argv) {
               writes_fail("/sys/devices/system/cpu/online") && writes_fail("/proc/sys/kernel/ostype"),
           "writes fail");
     CHECK(mkdir("/proc/x", 0755) == -1 && unlink("/proc/self/stat") == -1, "mkdir, unlink fail");
+    threads();
     return failures;
 }

@@ -375,7 +375,7 @@ fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, 
             let c = *k.comm.lock();
             c.iter().take_while(|b| **b != 0).copied().collect()
         },
-        state: if me.is_some_and(|m| sched::thread(m).is_some_and(|t| t.pid() == pid)) { b'R' } else { b'S' },
+        state: if t.sleeping() && me != Some(tid) { b'S' } else { b'R' },
         threads: p.threads.load(Relaxed) as u64,
         uid: k.cfg.uid,
         gid: k.cfg.gid,
