@@ -217,10 +217,15 @@ int main(int argc, char **argv) {
     close(again);
     snprintf(path, sizeof path, "/proc/self/fd/%d", pp[0]);
     CHECK(link_is(path, "pipe:[", 1), "fd/N of a pipe: pipe:[ino]");
+    int pr = open(path, O_RDONLY);
+    CHECK(pr >= 0 && write(pp[1], "p", 1) == 1 && read(pr, want, 1) == 1 && want[0] == 'p',
+          "open fd/N of a pipe's read end: the pipe");
+    close(pr);
     snprintf(path, sizeof path, "/proc/self/fd/%d", ev);
     CHECK(link_is(path, "anon_inode:[eventfd]", 0), "fd/N of an eventfd");
     snprintf(path, sizeof path, "/proc/self/fd/%d", so);
     CHECK(link_is(path, "socket:[", 1), "fd/N of a socket: socket:[ino]");
+    CHECK_ERR(open(path, O_RDONLY), ENXIO, "open fd/N of a socket: ENXIO");
     snprintf(path, sizeof path, "/proc/self/fdinfo/%d", f);
     CHECK(slurp(path) > 0 && has_line("pos:\t5\n") && has_line("flags:\t"), "fdinfo: pos and flags");
     close(f);

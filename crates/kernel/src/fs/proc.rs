@@ -99,6 +99,31 @@ pub fn refresh(ctx: &Ctx) {
     }
 }
 
+/// Opening `/proc/PID/fd/N` or `/proc/self/fd/N` (absolute `path`; `me` the
+/// caller's pid) when descriptor N has no tree node (its link cannot be
+/// followed): a pipe end opened for what it does is opened again, as through
+/// Linux's magic link (here the same open file description: a pipe has no
+/// offset); anything else is ENXIO (Linux too refuses sockets; it would make the
+/// other end of a pipe). None when `path` is no such link.
+pub fn reopen(path: &[u8], flags: u32, me: u64) -> Option<Result<FileRef, Errno>> {
+    let rest = path.strip_prefix(b"/proc/")?;
+    let parts: Vec<&[u8]> = rest.split(|c| *c == b'/').collect();
+    let [pid, b"fd", fd] = parts.as_slice() else { return None };
+    let num = |p: &[u8]| core::str::from_utf8(p).ok()?.parse::<u64>().ok();
+    let pid = if *pid == b"self" { me } else { num(pid)? };
+    let f = process::find(pid)?.fds.lock().get(num(fd)?).ok().cloned()?;
+    if f.node().is_some() || flags & oflag::O_PATH != 0 {
+        return None;
+    }
+    let pipe = f.obj().stat().mode & fmode::S_IFMT == fmode::S_IFIFO;
+    let same = match flags & oflag::O_ACCMODE {
+        oflag::O_RDONLY => f.readable(),
+        oflag::O_WRONLY => f.writable(),
+        _ => false,
+    };
+    Some(if pipe && same { Ok(f) } else { Err(Errno::ENXIO) })
+}
+
 /// What /proc/PID/fd/N says a descriptor without a tree node is: what Linux
 /// calls a pipe, a socket or an anonymous file.
 fn anon_name(f: &FileRef) -> Vec<u8> {

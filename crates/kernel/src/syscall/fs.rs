@@ -322,6 +322,9 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
     if acc == 3 {
         return Err(Errno::EINVAL);
     }
+    if let Some(f) = crate::fs::proc::reopen(&path, flags, ctx.thread.pid()) {
+        return f.map(Opened::File);
+    }
     let umask = ctx.proc().fs.lock().umask;
     let now = real_now();
     let mut v = ctx.k.vfs.lock();
