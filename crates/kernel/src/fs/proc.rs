@@ -83,7 +83,7 @@ pub fn refresh(ctx: &Ctx) {
                 .iter()
                 .map(|(n, what, _)| {
                     let link = match what {
-                        Ok(ino) => v.path_of(*ino).unwrap_or_else(|_| b"(deleted)".to_vec()),
+                        Ok(ino) => v.live_path(*ino).unwrap_or_else(|| b"(deleted)".to_vec()),
                         Err(name) => name.clone(),
                     };
                     (*n, link)
@@ -361,10 +361,14 @@ fn per_process(k: &Kernel, p: &'static process::Process, tid: u64, file: &[u8]) 
 /// What stat and status say about process `p` (thread `tid`).
 fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, Errno> {
     let pid = p.pid();
-    let t = sched::thread(tid).filter(|t| t.pid() == pid).ok_or(Errno::ESRCH)?;
+    // (The process's view needs no live first thread: it may have ended first.)
+    let t = sched::thread(tid).filter(|t| t.pid() == pid);
+    if t.is_none() && tid != pid {
+        return Err(Errno::ESRCH);
+    }
     let me = thread::try_current().map(|t| t.tid());
     let mut sig = [0u64; 4];
-    sig[0] = t.sigmask.load(Relaxed);
+    sig[0] = t.map_or(0, |t| t.sigmask.load(Relaxed));
     for (i, a) in p.actions.lock().iter().enumerate() {
         match a[0] {
             0 => {}
@@ -372,7 +376,7 @@ fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, 
             _ => sig[2] |= 1 << i,
         }
     }
-    sig[3] = t.pending.load(Relaxed);
+    sig[3] = t.map_or(0, |t| t.pending.load(Relaxed));
     let (mut vsize, mut stack, mut data, mut text, mut start_stack) = (0, 0, 0, 0, 0);
     let rss = {
         let m = k.mm.lock();
@@ -400,7 +404,7 @@ fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, 
             let c = *k.comm.lock();
             c.iter().take_while(|b| **b != 0).copied().collect()
         },
-        state: if t.sleeping() && me != Some(tid) { b'S' } else { b'R' },
+        state: if t.is_some_and(|t| t.sleeping()) && me != Some(tid) { b'S' } else { b'R' },
         threads: p.threads.load(Relaxed) as u64,
         uid: k.cfg.uid,
         gid: k.cfg.gid,

@@ -66,6 +66,13 @@ impl Vfs {
         false
     }
 
+    /// The path of `ino` if it is a live node of this tree (a descriptor of a
+    /// kernel of another host test names a node of its own tree).
+    pub fn live_path(&mut self, ino: Ino) -> Option<Vec<u8>> {
+        self.nodes_get_mut(ino)?;
+        self.path_of(ino).ok()
+    }
+
     /// Makes directory `dir`'s entries what `want` says: entries not wanted (or of
     /// another kind) go with everything under them, missing ones are added (times
     /// `now`), links get their target; subdirectories are synced in turn.
