@@ -35,6 +35,22 @@ const AT_FDCWD: u64 = -100i64 as u64;
 /// A bad pointer: far outside the fake memory.
 const BAD: u64 = 0xdead_0000;
 
+/// The names one getdents64 of directory `dfd` gives.
+fn list(e: &TestEnv, dfd: u64) -> alloc::vec::Vec<alloc::string::String> {
+    let n = e.call(217, &[dfd, B + 0x1000, 4096]);
+    assert!(n > 0);
+    let buf = e.bytes(B + 0x1000, n as usize);
+    let mut names = alloc::vec::Vec::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let reclen = u16::from_le_bytes([buf[at + 16], buf[at + 17]]) as usize;
+        let name: alloc::vec::Vec<u8> = buf[at + 19..at + reclen].iter().copied().take_while(|b| *b != 0).collect();
+        names.push(alloc::string::String::from_utf8(name).unwrap());
+        at += reclen;
+    }
+    names
+}
+
 #[test]
 fn files_in_tmp_are_created_written_read_and_removed() {
     let e = TestEnv::new();
@@ -107,18 +123,7 @@ fn directories_names_and_the_working_directory() {
     assert_eq!(e.call(84, &[e.str(B, "/tmp/d")]), ENOTEMPTY);
     // getdents64 of /tmp/d: ".", "..", "g".
     let dfd = e.call(2, &[e.str(B, "/tmp/d"), O_DIRECTORY, 0]) as u64;
-    let n = e.call(217, &[dfd, B + 0x1000, 4096]);
-    assert!(n > 0);
-    let buf = e.bytes(B + 0x1000, n as usize);
-    let mut names = alloc::vec::Vec::new();
-    let mut at = 0;
-    while at < buf.len() {
-        let reclen = u16::from_le_bytes([buf[at + 16], buf[at + 17]]) as usize;
-        let name: alloc::vec::Vec<u8> = buf[at + 19..at + reclen].iter().copied().take_while(|b| *b != 0).collect();
-        names.push(name);
-        at += reclen;
-    }
-    assert_eq!(names, [b".".to_vec(), b"..".to_vec(), b"g".to_vec()]);
+    assert_eq!(list(&e, dfd), [".", "..", "g"]);
     assert_eq!(e.call(217, &[dfd, B + 0x1000, 4096]), 0, "at the end");
     assert_eq!(e.call(263, &[AT_FDCWD, e.str(B, "g"), 0]), 0, "unlinkat");
     assert_eq!(e.call(80, &[e.str(B, "/")]), 0);
@@ -337,18 +342,8 @@ fn proc_files_links_and_directories() {
     assert_eq!(e.call(89, &[e.str(B, "/proc/self"), B + 0x200, 64]), me.len() as i64);
     assert_eq!(e.bytes(B + 0x200, me.len()), me.as_bytes());
     // fd/ lists the descriptors, the directory's own among them.
-    let dfd = e.call(2, &[e.str(B, "/proc/self/fd"), 0o200000, 0]) as u64;
-    let n = e.call(217, &[dfd, B + 0x1000, 4096]);
-    assert!(n > 0);
-    let raw = e.bytes(B + 0x1000, n as usize);
-    let mut names = alloc::vec::Vec::new();
-    let mut at = 0;
-    while at < raw.len() {
-        let len = u16::from_le_bytes([raw[at + 16], raw[at + 17]]) as usize;
-        let name: alloc::vec::Vec<u8> = raw[at + 19..at + len].iter().copied().take_while(|b| *b != 0).collect();
-        names.push(alloc::string::String::from_utf8(name).unwrap());
-        at += len;
-    }
+    let dfd = e.call(2, &[e.str(B, "/proc/self/fd"), O_DIRECTORY, 0]) as u64;
+    let names = list(&e, dfd);
     let fdname = alloc::format!("{dfd}");
     assert_eq!(names[..5], [".", "..", "0", "1", "2"]);
     assert!(names.contains(&fdname), "{names:?}");
