@@ -44,6 +44,7 @@ fn setup(boot: Boot) {
     let space = address_space(boot.chunks, boot.page_tables, boot.user_blocks, bi);
     let mut vfs = Vfs::new();
     vfs.set_owner(bi.uid as u32, bi.gid as u32);
+    crate::fs::proc::mount(&mut vfs, bi.ncpus as usize);
     // The writable tree (/tmp, the rootfs' upper layer) lives in the kernel heap,
     // which grows from guest memory: it may take three quarters of the VM's RAM
     // (tmpfs takes half by default; a VM runs one program), then ENOSPC, never a
@@ -52,15 +53,20 @@ fn setup(boot: Boot) {
     vfs.set_limit((ram / 4 * 3) as usize);
     crate::pipebuf::set_budget(bi.heap_size as usize / 4);
     crate::net::inet::configure_link(bi.net);
-    if bi.flags & onering_abi::flags::MOUNTS != 0 {
-        mount_host(&mut vfs, bi.flags, ram);
-    }
+    let volumes = if bi.flags & onering_abi::flags::MOUNTS != 0 {
+        mount_host(&mut vfs, bi.flags, ram)
+    } else {
+        alloc::vec::Vec::new()
+    };
     rootfs::load(&mut vfs, boot.rootfs);
     let cwd = if boot.workdir.is_empty() { ROOT } else { vfs.lookup(ROOT, boot.workdir, true).unwrap_or(ROOT) };
     let mut execfn = alloc::vec![0u8; bi.execfn_len.min(4096) as usize];
     let _ = onering_arch::user::read(bi.execfn, &mut execfn);
     let exe = crate::vfs::absolute(&vfs.path_of(cwd).unwrap_or_else(|_| b"/".to_vec()), &execfn);
-    let cfg = Config { flags: bi.flags, stdio: bi.stdio, uid: bi.uid, gid: bi.gid, exe };
+    let (cmdline, environ) = (start_strings(bi.user_sp, 0), start_strings(bi.user_sp, 1));
+    let image = image_span(bi);
+    let (flags, stdio, uid, gid, vdso) = (bi.flags, bi.stdio, bi.uid, bi.gid, bi.vdso_base);
+    let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes };
     let k = kernel::install(Kernel::new(cfg, space, vfs, bi.seed));
     onering_arch::heap::set_chunk_source(|n| kernel().mm.lock().chunks().alloc_run(n));
     onering_arch::mm::set_reclaim(reclaim_cache);
@@ -180,17 +186,52 @@ fn address_space(
     space
 }
 
+/// The program's arguments (`which` 0) or environment (1) from its initial stack
+/// at `sp` (argc, the argument pointers, 0, the environment's, 0), each string
+/// NUL-ended, as /proc/PID/cmdline and environ show them.
+fn start_strings(sp: u64, which: usize) -> alloc::vec::Vec<u8> {
+    let word = |at: u64| {
+        let mut b = [0u8; 8];
+        onering_arch::user::read(at, &mut b).map(|_| u64::from_le_bytes(b)).unwrap_or(0)
+    };
+    let mut at = sp + 8;
+    for _ in 0..which {
+        while word(at) != 0 {
+            at += 8;
+        }
+        at += 8;
+    }
+    let mut out = alloc::vec::Vec::new();
+    while let p @ 1.. = word(at) {
+        let mut b = [0u8; 1];
+        let mut q = p;
+        while onering_arch::user::read(q, &mut b).is_ok() && b[0] != 0 && out.len() < 1 << 20 {
+            out.push(b[0]);
+            q += 1;
+        }
+        out.push(0);
+        at += 8;
+    }
+    out
+}
+
+/// The page-aligned span of the program's segments.
+fn image_span(bi: &BootInfo) -> (u64, u64) {
+    let segs = &bi.segments[..(bi.nsegments as usize).min(bi.segments.len())];
+    match (segs.first(), segs.last()) {
+        (Some(f), Some(l)) => (layout::align_down(f.start, PAGE_SIZE), layout::align_up(l.end, PAGE_SIZE)),
+        _ => (0, 0),
+    }
+}
+
 /// Gives the program's segments their protections (the image was adopted readable,
 /// writable and executable, so that the vDSO's clock page could be written): pages
 /// of a segment get its rights (a later segment's where two share a page, as Linux's
 /// mappings do), pages between segments none. The trampolines, the vDSO and its
 /// clock page after the last segment keep theirs.
 fn protect_image(space: &mut UserSpace, bi: &BootInfo) {
-    let n = (bi.nsegments as usize).min(bi.segments.len());
-    let segs = &bi.segments[..n];
-    let (Some(first), Some(last)) = (segs.first(), segs.last()) else { return };
-    let lo = layout::align_down(first.start, PAGE_SIZE);
-    let hi = layout::align_up(last.end, PAGE_SIZE);
+    let segs = &bi.segments[..(bi.nsegments as usize).min(bi.segments.len())];
+    let (lo, hi) = image_span(bi);
     if lo >= hi || space.mprotect(lo, hi - lo, 0).is_err() {
         return;
     }
@@ -393,17 +434,21 @@ fn panic_note(w: &mut dyn core::fmt::Write, panicking: &onering_arch::panic::Pan
 
 /// The host's directories the VMM serves (`--rootfs DIR` at `/`, `-v` volumes),
 /// mounted in the tree (read when first used); the page cache of their files may
-/// take a quarter of the VM's RAM.
-fn mount_host(vfs: &mut Vfs, flags: u64, ram: u64) {
+/// take a quarter of the VM's RAM. Returns the volumes: where, and whether read-only.
+fn mount_host(vfs: &mut Vfs, flags: u64, ram: u64) -> alloc::vec::Vec<(alloc::vec::Vec<u8>, bool)> {
     use crate::vfs::host::Layer;
     use onering_abi::hostfs::{MOUNT_RO, MOUNT_ROOTFS};
     vfs.set_host(&crate::fs::host::HOSTCALLS, (ram / 4) as usize);
+    let mut volumes = alloc::vec::Vec::new();
     for (handle, (f, path)) in crate::fs::host::mounts().into_iter().enumerate() {
         let (layer, readonly) = if f & MOUNT_ROOTFS != 0 {
             (Layer::Rootfs, flags & onering_abi::flags::READ_ONLY != 0)
         } else {
             (Layer::Volume { ro: f & MOUNT_RO != 0 }, f & MOUNT_RO != 0)
         };
-        let _ = vfs.mount(&path, handle as u64, layer, readonly);
+        if vfs.mount(&path, handle as u64, layer, readonly).is_ok() && f & MOUNT_ROOTFS == 0 {
+            volumes.push((path, readonly));
+        }
     }
+    volumes
 }

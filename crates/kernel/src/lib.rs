@@ -18,7 +18,7 @@
 //!    and a system call's context, signal delivery, futex waits, exits, the
 //!    console device.
 //! 4. File objects (`fs`): pipes, eventfd, epoll, devices, the standard streams,
-//!    tree nodes; sockets (`net`).
+//!    tree nodes, /proc and /sys; sockets (`net`).
 //! 5. System calls (`syscall`): the table and one file of handlers per family.
 //! 6. `boot` (guest only): setup and the entry hooks.
 #![cfg_attr(not(test), no_std)]

@@ -17,6 +17,11 @@ pub fn mono_now() -> u64 {
     CLOCK.get().map_or(0, |c| c.mono_ns(onering_arch::cpu::rdtsc()))
 }
 
+/// TSC ticks per second (0 before boot set the clock).
+pub fn tsc_hz() -> u64 {
+    CLOCK.get().map_or(0, |c| c.tsc_hz)
+}
+
 /// Nanoseconds since the epoch.
 pub fn real_now() -> u64 {
     CLOCK.get().map_or(0, |c| c.realtime_ns(onering_arch::cpu::rdtsc()))

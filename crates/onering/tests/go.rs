@@ -96,6 +96,26 @@ fn go_tight_loop_is_preempted() {
     same_as_host("preempt");
 }
 
+/// The runtime sizes itself to the VM: the CPUs and the cgroup's cpu.max (which
+/// follows --smp) agree. The guest's go.mod says 1.22, so the cgroup-aware
+/// GOMAXPROCS of Go 1.25 (the default for modules of 1.25 on) is asked for with
+/// GODEBUG too: it reads /proc/self/cgroup, /proc/self/mountinfo and
+/// /sys/fs/cgroup/cpu.max.
+#[test]
+fn go_sizes_itself_to_the_vcpus() {
+    let bin = guest();
+    for smp in ["1", "2"] {
+        for env in [&[][..], &["-e", "GODEBUG=containermaxprocs=1"]] {
+            let mut a = vec!["run", "--smp", smp];
+            a.extend(env);
+            a.extend([bin.to_str().unwrap(), "cpus"]);
+            let o = onering(&a);
+            assert_eq!(text(&o.stdout), format!("NumCPU {smp} GOMAXPROCS {smp}\n"), "{a:?}: {}", text(&o.stderr));
+            assert_eq!(o.status.code(), Some(0));
+        }
+    }
+}
+
 #[test]
 fn go_panic_and_recover() {
     same_as_host("panic");

@@ -929,3 +929,60 @@ fn tmp_holds_what_memory_holds_and_a_full_one_is_enospc() {
         "{out}"
     );
 }
+
+#[test]
+fn proc_and_sys_match_the_host() {
+    // /proc/self/{exe, maps, stat, status, fd/, fdinfo/, cmdline, ...}, the
+    // system-wide files, /sys's CPU lists: the properties programs rely on.
+    same_as_host_on_1_2_4_vcpus(&musl("procfs"));
+    let bin = musl("procfs");
+    let o = run(&bin, &["an argument", "", "another"]);
+    assert!(!stdout(&o).contains("FAIL"), "{}", stdout(&o));
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+}
+
+/// The VM's own values where the host's legitimately differ: the cgroup limits
+/// follow `--smp` and `--mem`, with and without a rootfs (whose empty /proc and
+/// /sys the VM's hide).
+#[test]
+fn cgroup_and_cpu_files_follow_smp_and_mem() {
+    assert!(Path::new("/bin/busybox").exists(), "this test needs /bin/busybox (apt-get install busybox-static)");
+    let files = [
+        "/sys/fs/cgroup/cpu.max",
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/cpuset.cpus.effective",
+        "/sys/devices/system/cpu/online",
+        "/proc/self/cgroup",
+        "/proc/sys/kernel/ostype",
+    ];
+    let dir = out_dir().join("proc-rootfs");
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in ["bin", "proc", "sys"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", dir.join("bin/busybox")).unwrap();
+    let tarball = out_dir().join("proc-rootfs.tar");
+    let t = Command::new("tar").arg("-C").arg(&dir).arg("-cf").arg(&tarball).arg(".").output().unwrap();
+    assert!(t.status.success(), "tar: {}", stderr(&t));
+    for (smp, mem, want) in [
+        ("1", "256M", "100000 100000\n268435456\n0\n0\n0::/\nLinux\n"),
+        ("2", "512M", "200000 100000\n536870912\n0-1\n0-1\n0::/\nLinux\n"),
+    ] {
+        for root in [None, Some(&dir), Some(&tarball)] {
+            let mut a = vec!["run", "--smp", smp, "--mem", mem];
+            if let Some(r) = root {
+                a.extend(["--rootfs", r.to_str().unwrap()]);
+            }
+            a.extend(["/bin/busybox", "cat"]);
+            a.extend(files);
+            let o = onering(&a);
+            assert_eq!((stdout(&o).as_str(), status(&o)), (want, 0), "{a:?}: {}", stderr(&o));
+        }
+    }
+    let o = onering(&["run", "--mem", "512M", "/bin/busybox", "grep", "MemTotal", "/proc/meminfo"]);
+    assert_eq!(stdout(&o), "MemTotal:         524288 kB\n", "{}", stderr(&o));
+    // A volume is a mount.
+    let vol = format!("{}:/data:ro", dir.display());
+    let o = onering(&["run", "-v", &vol, "/bin/busybox", "grep", "/data", "/proc/mounts"]);
+    assert_eq!(stdout(&o), "onering /data onering ro,relatime 0 0\n", "{}", stderr(&o));
+}

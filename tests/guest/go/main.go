@@ -37,6 +37,7 @@ func main() {
 		"conns":    manyConns,
 		"serve":    serveHTTP,
 		"fetch":    fetchURL,
+		"cpus":     cpus,
 	}
 	f, ok := modes[os.Args[1]]
 	if !ok {
@@ -44,6 +45,13 @@ func main() {
 		os.Exit(64)
 	}
 	f()
+}
+
+// What the runtime sized itself to: CPUs (sched_getaffinity) and GOMAXPROCS
+// (since Go 1.25 also the cgroup's cpu.max, read through /proc/self/cgroup,
+// /proc/self/mountinfo and /sys/fs/cgroup).
+func cpus() {
+	fmt.Println("NumCPU", runtime.NumCPU(), "GOMAXPROCS", runtime.GOMAXPROCS(0))
 }
 
 func hello() {

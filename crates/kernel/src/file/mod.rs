@@ -354,6 +354,10 @@ impl crate::mm::filemap::MappedFile for OpenFile {
     fn size(&self) -> u64 {
         self.obj.stat().size
     }
+
+    fn node(&self) -> Option<usize> {
+        self.obj.node()
+    }
 }
 
 /// The `poll`/`ppoll` events of an open file for the `asked` events, and its wait

@@ -1,8 +1,9 @@
 //! File objects: each kind of open file behind the `crate::file::File` interface.
 //! Pipes and named pipes (`pipe`), eventfd (`eventfd`), epoll (`epoll`), inotify
 //! (`inotify`), the device
-//! nodes of /dev (`dev`), the standard streams (`stdio`), and regular files,
-//! directories and links of the tree (`node`).
+//! nodes of /dev (`dev`), the standard streams (`stdio`), regular files,
+//! directories and links of the tree (`node`), and those of /proc and /sys
+//! (`proc`, their text `procfmt`).
 //!
 //! Objects copy user memory through the `UserMem` they are given and wake the
 //! threads waiting on them through the scheduler's wait queues; they never block
@@ -15,6 +16,8 @@ pub mod host;
 pub mod inotify;
 pub mod node;
 pub mod pipe;
+pub mod proc;
+pub mod procfmt;
 pub mod stdio;
 
 use crate::file::{oflag, FileRef, Meta, OpenFile};
@@ -86,6 +89,7 @@ pub fn open_node(k: &'static Kernel, v: &mut Vfs, ino: Ino, flags: u32) -> FileR
             OpenFile::new(stdio::StdoutFile { node, console: &k.console, host: host(fd) }, flags)
         }
         Some(kind) => OpenFile::new(dev::DevFile { node: NodeRef::new(&k.vfs, v, ino), kind, rng: &k.rng }, flags),
+        None if proc::is_synthetic(v, ino) => proc::open(k, v, ino, flags),
         None => {
             // (inotify: an O_PATH open is no open, and its close no close.)
             use crate::vfs::notify::{IN_CLOSE_NOWRITE, IN_CLOSE_WRITE, IN_OPEN};

@@ -36,6 +36,10 @@ pub trait MappedFile: Send + Sync {
     fn write_at(&self, user: &dyn UserMem, buf: u64, len: u64, off: u64) -> Result<u64, Errno>;
     /// The file's size now.
     fn size(&self) -> u64;
+    /// The node of the file tree it is, if any (/proc/PID/maps names it).
+    fn node(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// One file mapping (all the VMAs of kind `File(n)` for its number `n`).

@@ -97,11 +97,18 @@ pub(super) fn fd_node(ctx: &Ctx, fd: u64, not_node: Errno) -> Result<(Ino, Keep)
 /// Where a relative path starts for `*at` calls: the working directory, or the
 /// node of descriptor `dirfd` (checked to be a directory under the tree's lock by
 /// [`dir`]). Read before the tree is locked; kept alive by the `Keep`.
+/// A path into /proc brings it up to date first (`fs::proc::refresh`).
 pub(super) fn start_dir(ctx: &Ctx, dirfd: u64, path: &[u8]) -> Result<(Ino, Keep), Errno> {
-    if path.first() == Some(&b'/') || is_cwd(dirfd) {
-        return Ok(cwd(ctx));
+    let start =
+        if path.first() == Some(&b'/') || is_cwd(dirfd) { cwd(ctx) } else { fd_node(ctx, dirfd, Errno::ENOTDIR)? };
+    let dir = match &start.1 {
+        Keep::File(f) => Some(f),
+        Keep::Hold(_) => None,
+    };
+    if crate::fs::proc::reaches_proc(path, dir) {
+        crate::fs::proc::refresh(ctx);
     }
-    fd_node(ctx, dirfd, Errno::ENOTDIR)
+    Ok(start)
 }
 
 /// `ino` if it is a directory.
@@ -315,6 +322,9 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
     if acc == 3 {
         return Err(Errno::EINVAL);
     }
+    if let Some(f) = crate::fs::proc::reopen(&path, flags, ctx.thread.pid()) {
+        return f.map(Opened::File);
+    }
     let umask = ctx.proc().fs.lock().umask;
     let now = real_now();
     let mut v = ctx.k.vfs.lock();
@@ -379,6 +389,9 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
         }
         if matches!(node.data, Data::Socket(_)) {
             return Err(Errno::ENXIO); // as Linux: a socket is reached by connect
+        }
+        if crate::fs::proc::write_refused(&v, ino, flags) {
+            return Err(Errno::EACCES);
         }
         let regular = matches!(node.data, Data::File(_) | Data::Static(_) | Data::HostFile(_));
         if acc != oflag::O_RDONLY && regular && node.readonly {
@@ -889,6 +902,9 @@ pub fn getcwd(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 pub fn chdir(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let path = path_arg(ctx, f.rdi)?;
+    if crate::fs::proc::reaches_proc(&path, None) {
+        crate::fs::proc::refresh(ctx);
+    }
     let cwd = ctx.proc().fs.lock().cwd;
     let (ino, hold) = {
         let mut v = ctx.k.vfs.lock();
@@ -925,6 +941,9 @@ pub fn getdents64(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let dir_ino = of.node().ok_or(Errno::ENOTDIR)?;
     if !of.readable() {
         return Err(Errno::EBADF);
+    }
+    if of.downcast::<crate::fs::proc::ProcFile>().is_some() {
+        crate::fs::proc::refresh(ctx);
     }
     let count = count.min(u64::from(u32::MAX));
     let mut out: Vec<u8> = Vec::new();
@@ -971,9 +990,7 @@ fn read_link(ctx: &Ctx, dirfd: u64, path_addr: u64, buf: u64, size: u64) -> SysR
         return Err(Errno::EINVAL);
     }
     let path = path_arg(ctx, path_addr)?;
-    let target: Vec<u8> = if path == b"/proc/self/exe" {
-        ctx.k.cfg.exe.clone()
-    } else {
+    let target: Vec<u8> = {
         let (start, _keep) = start_dir(ctx, dirfd, &path)?;
         let mut v = ctx.k.vfs.lock();
         let d = dir(&v, start)?;

@@ -361,22 +361,11 @@ pub fn sched_setaffinity(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     Ok(0)
 }
 
-/// Resource limits: (soft, hard); RLIM_INFINITY is u64::MAX.
-fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
-    const INF: u64 = u64::MAX;
-    Some(match resource {
-        3 => (onering_abi::layout::STACK_SIZE, INF), // STACK
-        7 => crate::file::NOFILE_DEFAULT,            // NOFILE
-        0 | 1 | 2 | 4 | 5 | 6 | 8 | 9 | 10 | 11 | 12 | 13 | 14 | 15 => (INF, INF), // the rest
-        _ => return None,
-    })
-}
-
 fn rlimit(ctx: &Ctx, resource: u64, new: u64, old: u64) -> SysResult {
     let resource = u32::try_from(resource).map_err(|_| Errno::EINVAL)?;
     let cur = match ctx.proc().rlimits.lock().get(&resource) {
         Some(l) => *l,
-        None => default_rlimit(resource).ok_or(Errno::EINVAL)?,
+        None => crate::task::process::default_rlimit(resource).ok_or(Errno::EINVAL)?,
     };
     let set = if new != 0 {
         let b = ctx.user.read_array::<16>(new)?;

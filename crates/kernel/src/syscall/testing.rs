@@ -37,9 +37,17 @@ impl TestEnv {
         let stack_chunk = chunks.alloc();
         let space =
             AddressSpace::new(chunks, onering_arch::mm::host_page_tables(), 0x40_0000, 0x1000_0000, 0x7000_0000_0000);
-        let cfg = Config { flags: 0, stdio: 0, uid: 1000, gid: 1000, exe: b"/test".to_vec() };
+        let cfg = Config {
+            uid: 1000,
+            gid: 1000,
+            exe: b"/test".to_vec(),
+            cmdline: b"/test\0a b\0".to_vec(),
+            mem: 64 << 20,
+            ..Config::default()
+        };
         let mut vfs = Vfs::new();
         vfs.set_owner(1000, 1000);
+        crate::fs::proc::mount(&mut vfs, 1);
         let k: &'static Kernel = alloc::boxed::Box::leak(alloc::boxed::Box::new(Kernel::new(cfg, space, vfs, [1, 2])));
         let mut fds = FdTable::new();
         {

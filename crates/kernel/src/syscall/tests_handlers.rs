@@ -35,6 +35,22 @@ const AT_FDCWD: u64 = -100i64 as u64;
 /// A bad pointer: far outside the fake memory.
 const BAD: u64 = 0xdead_0000;
 
+/// The names one getdents64 of directory `dfd` gives.
+fn list(e: &TestEnv, dfd: u64) -> alloc::vec::Vec<alloc::string::String> {
+    let n = e.call(217, &[dfd, B + 0x1000, 4096]);
+    assert!(n > 0);
+    let buf = e.bytes(B + 0x1000, n as usize);
+    let mut names = alloc::vec::Vec::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let reclen = u16::from_le_bytes([buf[at + 16], buf[at + 17]]) as usize;
+        let name: alloc::vec::Vec<u8> = buf[at + 19..at + reclen].iter().copied().take_while(|b| *b != 0).collect();
+        names.push(alloc::string::String::from_utf8(name).unwrap());
+        at += reclen;
+    }
+    names
+}
+
 #[test]
 fn files_in_tmp_are_created_written_read_and_removed() {
     let e = TestEnv::new();
@@ -107,18 +123,7 @@ fn directories_names_and_the_working_directory() {
     assert_eq!(e.call(84, &[e.str(B, "/tmp/d")]), ENOTEMPTY);
     // getdents64 of /tmp/d: ".", "..", "g".
     let dfd = e.call(2, &[e.str(B, "/tmp/d"), O_DIRECTORY, 0]) as u64;
-    let n = e.call(217, &[dfd, B + 0x1000, 4096]);
-    assert!(n > 0);
-    let buf = e.bytes(B + 0x1000, n as usize);
-    let mut names = alloc::vec::Vec::new();
-    let mut at = 0;
-    while at < buf.len() {
-        let reclen = u16::from_le_bytes([buf[at + 16], buf[at + 17]]) as usize;
-        let name: alloc::vec::Vec<u8> = buf[at + 19..at + reclen].iter().copied().take_while(|b| *b != 0).collect();
-        names.push(name);
-        at += reclen;
-    }
-    assert_eq!(names, [b".".to_vec(), b"..".to_vec(), b"g".to_vec()]);
+    assert_eq!(list(&e, dfd), [".", "..", "g"]);
     assert_eq!(e.call(217, &[dfd, B + 0x1000, 4096]), 0, "at the end");
     assert_eq!(e.call(263, &[AT_FDCWD, e.str(B, "g"), 0]), 0, "unlinkat");
     assert_eq!(e.call(80, &[e.str(B, "/")]), 0);
@@ -311,4 +316,43 @@ fn futex_words() {
     let op = (1u32 << 28) | (3 << 12); // ADD 3 ... (op ADD=1, arg 3, cmp EQ 0)
     assert_eq!(e.call(202, &[B, 0x85, 1, 1, B + 4, u64::from(op)]), 0);
     assert_eq!(e.user.read_u32(B + 4), Ok(3));
+}
+
+#[test]
+fn proc_files_links_and_directories() {
+    let e = TestEnv::new();
+    let pid = e.ctx().thread.pid();
+    let fd = e.call(2, &[e.str(B, "/proc/self/status"), 0, 0]);
+    assert!(fd >= 0);
+    let n = e.call(0, &[fd as u64, B + 0x1000, 4096]);
+    let text = alloc::string::String::from_utf8(e.bytes(B + 0x1000, n as usize)).unwrap();
+    assert!(text.contains(&alloc::format!("\nPid:\t{pid}\n")), "{text}");
+    assert!(text.contains("\nUid:\t1000\t1000\t1000\t1000\n"), "{text}");
+    // One snapshot per open: pread anywhere in it; lseek from the end is refused.
+    assert_eq!(e.call(17, &[fd as u64, B + 0x300, 5, 1]), 5);
+    assert_eq!(e.bytes(B + 0x300, 5), b"ame:\t");
+    assert_eq!(e.call(8, &[fd as u64, 0, 2]), EINVAL, "SEEK_END");
+    assert_eq!(e.call(1, &[fd as u64, B, 1]), EBADF, "opened for reading");
+    assert_eq!(e.call(2, &[e.str(B, "/proc/self/stat"), O_WRONLY, 0]), -13, "opened for writing: EACCES");
+    // The links: the program, descriptors, the working directory.
+    assert_eq!(e.call(89, &[e.str(B, "/proc/self/fd/0"), B + 0x200, 64]), 9);
+    assert_eq!(e.bytes(B + 0x200, 9), b"/dev/null");
+    assert_eq!(e.call(89, &[e.str(B, "/proc/self/cwd"), B + 0x200, 64]), 1);
+    let me = alloc::format!("{pid}");
+    assert_eq!(e.call(89, &[e.str(B, "/proc/self"), B + 0x200, 64]), me.len() as i64);
+    assert_eq!(e.bytes(B + 0x200, me.len()), me.as_bytes());
+    // fd/ lists the descriptors, the directory's own among them.
+    let dfd = e.call(2, &[e.str(B, "/proc/self/fd"), O_DIRECTORY, 0]) as u64;
+    let names = list(&e, dfd);
+    let fdname = alloc::format!("{dfd}");
+    assert_eq!(names[..5], [".", "..", "0", "1", "2"]);
+    assert!(names.contains(&fdname), "{names:?}");
+    // Relative to it: fstatat, readlinkat.
+    assert_eq!(e.call(262, &[dfd, e.str(B, "1"), B + 0x300, 0x100]), 0, "fstatat");
+    assert_eq!(u32::from_le_bytes(e.bytes(B + 0x318, 4).try_into().unwrap()) & 0o170000, 0o120000);
+    // Nothing is made or removed there; /sys follows the CPUs.
+    assert_eq!(e.call(83, &[e.str(B, "/proc/x"), 0o755]), EROFS);
+    let fd = e.call(2, &[e.str(B, "/sys/devices/system/cpu/online"), 0, 0]);
+    assert_eq!(e.call(0, &[fd as u64, B + 0x1000, 64]), 2);
+    assert_eq!(e.bytes(B + 0x1000, 2), b"0\n");
 }

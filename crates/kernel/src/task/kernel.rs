@@ -46,6 +46,18 @@ pub struct Config {
     pub gid: u64,
     /// The program's path made absolute (for /proc/self/exe).
     pub exe: Vec<u8>,
+    /// Its arguments and environment as it started, each string NUL-ended (for
+    /// /proc/PID/cmdline and environ).
+    pub cmdline: Vec<u8>,
+    pub environ: Vec<u8>,
+    /// The VM's memory in bytes (`--mem`).
+    pub mem: u64,
+    /// Where the program's segments are (page-aligned, end exclusive), and its
+    /// vDSO (0: none): /proc/PID/maps names them.
+    pub image: (u64, u64),
+    pub vdso: u64,
+    /// The volumes (`-v`): where, and whether read-only (for /proc's mounts).
+    pub volumes: Vec<(Vec<u8>, bool)>,
 }
 
 pub struct Kernel {

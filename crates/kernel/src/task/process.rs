@@ -53,6 +53,8 @@ pub struct Process {
     pub rlimits: Mutex<BTreeMap<u32, (u64, u64)>>,
     /// Live threads.
     pub threads: AtomicUsize,
+    /// When it was made, monotonic ns (/proc/PID/stat's start time).
+    pub started: AtomicU64,
     pub family: Mutex<Family>,
     /// Interval timers (`setitimer`): ITIMER_REAL, _VIRTUAL, _PROF.
     pub itimers: Mutex<[super::itimer::Itimer; 3]>,
@@ -97,6 +99,17 @@ pub(super) fn by_slot(slot: usize) -> &'static Process {
     }
 }
 
+/// Resource limits: (soft, hard); RLIM_INFINITY is u64::MAX.
+pub fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
+    const INF: u64 = u64::MAX;
+    Some(match resource {
+        3 => (onering_abi::layout::STACK_SIZE, INF), // STACK
+        7 => crate::file::NOFILE_DEFAULT,            // NOFILE
+        0 | 1 | 2 | 4 | 5 | 6 | 8 | 9 | 10 | 11 | 12 | 13 | 14 | 15 => (INF, INF), // the rest
+        _ => return None,
+    })
+}
+
 /// The live process `pid`.
 pub fn find(pid: u64) -> Option<&'static Process> {
     let t = TABLE.lock();
@@ -134,6 +147,7 @@ impl Process {
                     actions: Mutex::new([[0; 4]; 64]),
                     rlimits: Mutex::new(BTreeMap::new()),
                     threads: AtomicUsize::new(0),
+                    started: AtomicU64::new(0),
                     family: Mutex::new(Family::default()),
                     itimers: Mutex::new(Default::default()),
                     members: AtomicUsize::new(0),
@@ -151,6 +165,7 @@ impl Process {
         *p.actions.lock() = start.actions;
         *p.rlimits.lock() = start.rlimits;
         p.threads.store(0, Relaxed);
+        p.started.store(crate::time::mono_now(), Relaxed);
         *p.family.lock() = Family::default();
         *p.itimers.lock() = Default::default();
         p.ended.store(false, Release);

@@ -181,6 +181,11 @@ impl Thread {
         self.pid.load(Relaxed)
     }
 
+    /// Whether it waits (blocked, not running or runnable): /proc's `S`.
+    pub fn sleeping(&self) -> bool {
+        self.state.load(Relaxed) == SLEEPING
+    }
+
     /// Its process. A process is not reused while a thread structure refers to it
     /// (see `process`), so this never names another process.
     #[inline]

@@ -48,6 +48,8 @@ pub enum Data {
     /// A socket's name (`bind` of an AF_UNIX path): leads to the socket while it
     /// is open (`net::unix`); opening it is ENXIO.
     Socket(alloc::sync::Weak<dyn core::any::Any + Send + Sync>),
+    /// A file of /proc or /sys (`synth`): its bytes are made when it is read.
+    Generated,
 }
 
 #[derive(Debug)]
@@ -110,7 +112,7 @@ impl Node {
     pub fn st_mode(&self) -> u32 {
         let t = match self.data {
             Data::Dir(_) => mode::S_IFDIR,
-            Data::File(_) | Data::Static(_) | Data::HostFile(_) => mode::S_IFREG,
+            Data::File(_) | Data::Static(_) | Data::HostFile(_) | Data::Generated => mode::S_IFREG,
             Data::Symlink(_) => mode::S_IFLNK,
             Data::Device(_) => mode::S_IFCHR,
             Data::Fifo(_) => mode::S_IFIFO,
@@ -124,7 +126,7 @@ impl Node {
             Data::File(p) | Data::HostFile(p) => p.len(),
             Data::Static(s) => s.len() as u64,
             Data::Symlink(t) => t.len() as u64,
-            Data::Dir(_) | Data::Device(_) | Data::Fifo(_) | Data::Socket(_) => 0,
+            Data::Dir(_) | Data::Device(_) | Data::Fifo(_) | Data::Socket(_) | Data::Generated => 0,
         }
     }
 
