@@ -113,6 +113,41 @@ impl Default for SpinBudget {
     }
 }
 
+/// How long an idle CPU polls before it halts while the host is contended
+/// (`Contention`): nothing at first, as a spinning vCPU takes the host CPU that
+/// the vCPU (or the device thread, or the process) that is to make the work may
+/// need. But a CPU whose halts keep ending with work within `SOON_NS` (a ping-pong
+/// with the network device or a process on the host: each such halt cost an exit
+/// and a kick, tens of microseconds here, and the host's work came anyway) learns
+/// to spin that long (doubling, as `SpinBudget`); a spin that runs out shrinks it
+/// by an eighth, and below a step to nothing. (Halving it instead was tried: a
+/// halt that follows a spin too short for the work also ends with the work, so
+/// halving and doubling took turns and the spin never grew: 8,745 halts for
+/// 20,000 datagrams of a TAP echo.)
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ContendedSpin {
+    pub ns: u64,
+}
+
+impl ContendedSpin {
+    pub const STEP_NS: u64 = 10_000;
+    pub const MAX_NS: u64 = 100_000;
+    pub const SOON_NS: u64 = 100_000;
+
+    /// The CPU spun its whole budget without work (and halts now).
+    pub fn spun_out(&mut self) {
+        let ns = self.ns - self.ns / 8;
+        self.ns = if ns < Self::STEP_NS { 0 } else { ns };
+    }
+
+    /// A halt of `halted_ns` ended because work arrived (not at its deadline).
+    pub fn woken_after(&mut self, halted_ns: u64) {
+        if halted_ns < Self::SOON_NS.max(4 * self.ns) {
+            self.ns = (2 * self.ns).clamp(Self::STEP_NS, Self::MAX_NS);
+        }
+    }
+}
+
 /// Whether the host keeps our vCPUs waiting for its CPUs (issue 20), judged from
 /// the vCPUs' total steal time (`supervisor::steal_ns`) over windows of at least
 /// `WINDOW_NS`: a window in which the vCPUs waited `SHARE_PERCENT` of their time
@@ -242,5 +277,30 @@ mod tests {
             b.spun_out();
         }
         assert_eq!(b.ns, SpinBudget::MIN_NS);
+    }
+
+    #[test]
+    fn contended_spin_grows_on_quick_wakes_and_falls_to_nothing() {
+        let mut c = ContendedSpin::default();
+        assert_eq!(c.ns, 0);
+        c.woken_after(ContendedSpin::SOON_NS * 2);
+        assert_eq!(c.ns, 0, "a long halt says nothing");
+        c.woken_after(30_000);
+        assert_eq!(c.ns, ContendedSpin::STEP_NS);
+        for _ in 0..10 {
+            c.woken_after(30_000);
+        }
+        assert_eq!(c.ns, ContendedSpin::MAX_NS);
+        c.spun_out();
+        assert_eq!(c.ns, ContendedSpin::MAX_NS * 7 / 8, "an eighth less");
+        // A spin too short, then a halt that ends with work: it still grows.
+        let before = c.ns;
+        c.spun_out();
+        c.woken_after(30_000);
+        assert!(c.ns > before);
+        for _ in 0..40 {
+            c.spun_out();
+        }
+        assert_eq!(c.ns, 0, "below a step: nothing");
     }
 }

@@ -18,7 +18,7 @@
 use super::process::Process;
 use super::thread::{current, set_current, Thread, DEAD, RUNNABLE, RUNNING, SLEEPING};
 use crate::errno::Errno;
-use crate::placement::{self, Contention, CpuState, CpuView, SpinBudget};
+use crate::placement::{self, ContendedSpin, Contention, CpuState, CpuView, SpinBudget};
 use crate::sigframe;
 use crate::time::mono_now;
 use alloc::collections::{BTreeMap, VecDeque};
@@ -726,17 +726,23 @@ fn contended(now: u64) -> bool {
 pub fn idle_loop() -> ! {
     let cpu = this_cpu();
     let mut budget = SpinBudget::new();
+    let mut cbudget = ContendedSpin::default();
     let mut idle_since = mono_now();
-    // How long the last halt lasted, until the devices are looked at after it.
-    let mut halted: Option<u64> = None;
+    // How long the last halt lasted, and whether the host was contended then,
+    // until the devices are looked at after it.
+    let mut halted: Option<(u64, bool)> = None;
     set_state(cpu, CpuState::Polling);
     loop {
         poll_devices(true);
         // A halt that ended because work came (a kick for network frames makes
         // work only once the device poll above has looked) grows the spin budget.
-        if let Some(ns) = halted.take() {
+        if let Some((ns, contended)) = halted.take() {
             if QUEUED[cpu].load(SeqCst) > 0 {
-                budget.woken_after(ns);
+                if contended {
+                    cbudget.woken_after(ns);
+                } else {
+                    budget.woken_after(ns);
+                }
             }
         }
         let now = mono_now();
@@ -758,7 +764,7 @@ pub fn idle_loop() -> ! {
         let left = deadline.saturating_sub(now);
         let contended = contended(now);
         let (spin, early) = if contended {
-            (left <= CONTENDED_SPIN_NS, 0)
+            (now - idle_since < cbudget.ns || left <= CONTENDED_SPIN_NS, 0)
         } else {
             (now - idle_since < budget.ns || left <= 2 * HALT_EARLY_NS, HALT_EARLY_NS)
         };
@@ -780,14 +786,16 @@ pub fn idle_loop() -> ! {
         // before seeing the state kicks; one that queued it before this look is
         // seen here), then halt until shortly before the deadline (contended: until
         // the deadline, as the host would wake us too late for a poll to help).
-        if !contended {
+        if contended {
+            cbudget.spun_out();
+        } else {
             budget.spun_out();
         }
         set_state(cpu, CpuState::Halted);
         if !has_work(cpu, now) {
             let start = mono_now();
             supervisor::halt((left - early).min(MAX_HALT_NS));
-            halted = Some(mono_now() - start);
+            halted = Some((mono_now() - start, contended));
         }
         set_state(cpu, CpuState::Polling);
         idle_since = mono_now();
