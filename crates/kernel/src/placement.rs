@@ -79,30 +79,56 @@ pub fn choose(last: Option<usize>, allowed: u64, me: usize, cpus: &[CpuView], pa
 /// How long an idle CPU polls before it halts: adapted to how soon work comes.
 /// Work that arrives shortly after a halt means the halt cost an exit and a kick
 /// for nothing, so the budget doubles; a spin that runs out with no work shrinks
-/// it a little. Bounded so that an idle program costs next to nothing.
+/// it by an eighth. Bounded so that an idle program costs next to nothing.
+///
+/// Two kinds. [`SpinBudget::new`], for a quiet host: 20-500 µs, 50 at first.
+/// [`SpinBudget::contended`], while the host is contended (`Contention`): nothing
+/// at first, as a spinning vCPU takes the host CPU that the vCPU (or the device
+/// thread, or the process) that is to make the work may need; but a CPU whose
+/// halts keep ending with work within `SOON_NS` (a ping-pong with the network
+/// device or a process on the host: each such halt cost an exit and a kick, tens of
+/// microseconds here, and the host's work came anyway) learns to spin, 10-100 µs,
+/// and falls back to nothing below a step. (Halving it on a spin that ran out was
+/// tried: a halt that follows a spin too short for the work also ends with the
+/// work, so halving and doubling took turns and the spin never grew: 8,745 halts
+/// for 20,000 datagrams of a TAP echo.)
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SpinBudget {
     pub ns: u64,
+    /// The smallest budget but nothing, and what one below it becomes.
+    step: u64,
+    floor: u64,
+    max: u64,
+    /// A halt this short that ended with work grows the budget whatever it is.
+    soon: u64,
 }
 
 impl SpinBudget {
     pub const MIN_NS: u64 = 20_000;
     pub const START_NS: u64 = 50_000;
     pub const MAX_NS: u64 = 500_000;
+    pub const CONTENDED_STEP_NS: u64 = 10_000;
+    pub const CONTENDED_MAX_NS: u64 = 100_000;
+    pub const SOON_NS: u64 = 100_000;
 
     pub const fn new() -> SpinBudget {
-        SpinBudget { ns: Self::START_NS }
+        SpinBudget { ns: Self::START_NS, step: Self::MIN_NS, floor: Self::MIN_NS, max: Self::MAX_NS, soon: 0 }
+    }
+
+    pub const fn contended() -> SpinBudget {
+        SpinBudget { ns: 0, step: Self::CONTENDED_STEP_NS, floor: 0, max: Self::CONTENDED_MAX_NS, soon: Self::SOON_NS }
     }
 
     /// The CPU spun its whole budget without work (and halts now).
     pub fn spun_out(&mut self) {
-        self.ns = (self.ns - self.ns / 8).max(Self::MIN_NS);
+        let ns = self.ns - self.ns / 8;
+        self.ns = if ns < self.step { self.floor } else { ns };
     }
 
     /// A halt of `halted_ns` ended because work arrived (not at its deadline).
     pub fn woken_after(&mut self, halted_ns: u64) {
-        if halted_ns < 4 * self.ns {
-            self.ns = (2 * self.ns).min(Self::MAX_NS);
+        if halted_ns < self.soon.max(4 * self.ns) {
+            self.ns = (2 * self.ns).clamp(self.step, self.max);
         }
     }
 }
@@ -110,41 +136,6 @@ impl SpinBudget {
 impl Default for SpinBudget {
     fn default() -> Self {
         Self::new()
-    }
-}
-
-/// How long an idle CPU polls before it halts while the host is contended
-/// (`Contention`): nothing at first, as a spinning vCPU takes the host CPU that
-/// the vCPU (or the device thread, or the process) that is to make the work may
-/// need. But a CPU whose halts keep ending with work within `SOON_NS` (a ping-pong
-/// with the network device or a process on the host: each such halt cost an exit
-/// and a kick, tens of microseconds here, and the host's work came anyway) learns
-/// to spin that long (doubling, as `SpinBudget`); a spin that runs out shrinks it
-/// by an eighth, and below a step to nothing. (Halving it instead was tried: a
-/// halt that follows a spin too short for the work also ends with the work, so
-/// halving and doubling took turns and the spin never grew: 8,745 halts for
-/// 20,000 datagrams of a TAP echo.)
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ContendedSpin {
-    pub ns: u64,
-}
-
-impl ContendedSpin {
-    pub const STEP_NS: u64 = 10_000;
-    pub const MAX_NS: u64 = 100_000;
-    pub const SOON_NS: u64 = 100_000;
-
-    /// The CPU spun its whole budget without work (and halts now).
-    pub fn spun_out(&mut self) {
-        let ns = self.ns - self.ns / 8;
-        self.ns = if ns < Self::STEP_NS { 0 } else { ns };
-    }
-
-    /// A halt of `halted_ns` ended because work arrived (not at its deadline).
-    pub fn woken_after(&mut self, halted_ns: u64) {
-        if halted_ns < Self::SOON_NS.max(4 * self.ns) {
-            self.ns = (2 * self.ns).clamp(Self::STEP_NS, Self::MAX_NS);
-        }
     }
 }
 
@@ -281,18 +272,18 @@ mod tests {
 
     #[test]
     fn contended_spin_grows_on_quick_wakes_and_falls_to_nothing() {
-        let mut c = ContendedSpin::default();
+        let mut c = SpinBudget::contended();
         assert_eq!(c.ns, 0);
-        c.woken_after(ContendedSpin::SOON_NS * 2);
+        c.woken_after(SpinBudget::SOON_NS * 2);
         assert_eq!(c.ns, 0, "a long halt says nothing");
         c.woken_after(30_000);
-        assert_eq!(c.ns, ContendedSpin::STEP_NS);
+        assert_eq!(c.ns, SpinBudget::CONTENDED_STEP_NS);
         for _ in 0..10 {
             c.woken_after(30_000);
         }
-        assert_eq!(c.ns, ContendedSpin::MAX_NS);
+        assert_eq!(c.ns, SpinBudget::CONTENDED_MAX_NS);
         c.spun_out();
-        assert_eq!(c.ns, ContendedSpin::MAX_NS * 7 / 8, "an eighth less");
+        assert_eq!(c.ns, SpinBudget::CONTENDED_MAX_NS * 7 / 8, "an eighth less");
         // A spin too short, then a halt that ends with work: it still grows.
         let before = c.ns;
         c.spun_out();

@@ -18,7 +18,7 @@
 use super::process::Process;
 use super::thread::{current, set_current, Thread, DEAD, RUNNABLE, RUNNING, SLEEPING};
 use crate::errno::Errno;
-use crate::placement::{self, ContendedSpin, Contention, CpuState, CpuView, SpinBudget};
+use crate::placement::{self, Contention, CpuState, CpuView, SpinBudget};
 use crate::sigframe;
 use crate::time::mono_now;
 use alloc::collections::{BTreeMap, VecDeque};
@@ -726,7 +726,7 @@ fn contended(now: u64) -> bool {
 pub fn idle_loop() -> ! {
     let cpu = this_cpu();
     let mut budget = SpinBudget::new();
-    let mut cbudget = ContendedSpin::default();
+    let mut cbudget = SpinBudget::contended();
     let mut idle_since = mono_now();
     // How long the last halt lasted, and whether the host was contended then,
     // until the devices are looked at after it.
