@@ -319,11 +319,12 @@ pub mod fs {
         {
             let area = crate::cpu::page().wrapping_add(proto::DEFERRED_OFFSET as usize).cast::<u64>();
             for (i, w) in ops.iter().flatten().enumerate() {
-                // SAFETY: the area lies in this vCPU's per-CPU page (mapped for the
-                // kernel's life), below the steal-time record and past the kernel's
-                // words (both checked at compile time); at most MAX_DEFERRED items
-                // of DEFERRED_WORDS words are written, and only this vCPU, under the
-                // queue's lock, writes it; volatile so the stores precede the doorbell.
+                // The area lies in this vCPU's per-CPU page (mapped for the kernel's
+                // life), below the steal-time record and past the kernel's words
+                // (both checked at compile time); at most MAX_DEFERRED items of
+                // DEFERRED_WORDS words are written; volatile so the stores precede
+                // the doorbell.
+                // SAFETY: within a page mapped for the kernel's life; only this vCPU writes it (queue lock).
                 unsafe { core::ptr::write_volatile(area.add(i), *w) };
             }
         }
