@@ -72,7 +72,19 @@ pub enum Hostcall {
     /// operation ([`crate::hostfs`] says each one's arguments), the rest its
     /// arguments. Returns a result or a negative errno.
     Fs = 13,
+    /// Plans the rewriting of the `syscall` instructions of an ELF file the kernel
+    /// maps executable (`execve`, the dynamic loader, a library): `args[0]`/`args[1]`
+    /// the whole file (guest-virtual, length at most [`MAX_REWRITE_FILE`]),
+    /// `args[5]` the load bias to plan at and `args[2]` where the trampolines go
+    /// (the plan holds at any other bias too, everything moved by the difference:
+    /// its jumps are relative), `args[3]`/`args[4]` the output buffer. The VMM writes a [`crate::rewrite`] plan there
+    /// and returns its length; -ENOSPC if it does not fit (the guest retries with
+    /// more), -ENOEXEC if the file is not an x86-64 executable or shared object.
+    Rewrite = 20,
 }
+
+/// The largest file the VMM plans a rewrite for (larger ones run trapping).
+pub const MAX_REWRITE_FILE: u64 = 64 << 20;
 
 impl Hostcall {
     pub const fn from_u64(n: u64) -> Option<Self> {
@@ -90,6 +102,7 @@ impl Hostcall {
             11 => Self::StdioSeek,
             12 => Self::StdioIoctl,
             13 => Self::Fs,
+            20 => Self::Rewrite,
             _ => return None,
         })
     }
@@ -124,6 +137,7 @@ mod tests {
             Hostcall::StdinRequest,
             Hostcall::Halt,
             Hostcall::Kick,
+            Hostcall::Rewrite,
         ] {
             assert_eq!(Hostcall::from_u64(h as u64), Some(h));
         }

@@ -16,11 +16,12 @@ pub mod hostcall;
 pub mod hostfs;
 pub mod layout;
 pub mod path;
+pub mod rewrite;
 
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 17;
+pub const ABI_VERSION: u64 = 18;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -124,6 +125,9 @@ pub mod flags {
     pub const READ_ONLY: u64 = 1 << 6;
     /// The VM has host mounts: the kernel asks for them (`hostfs::MOUNTS`).
     pub const MOUNTS: u64 = 1 << 7;
+    /// `--no-rewrite`: programs the kernel loads (`execve`, shared libraries) are
+    /// not rewritten either; every system call traps.
+    pub const NO_REWRITE: u64 = 1 << 8;
 }
 
 /// A system-call number Linux does not have: with [`flags::TEST_PANIC`] it panics
@@ -189,6 +193,9 @@ pub struct BootInfo {
     pub nsegments: u64,
     /// The network device and the VM's address on it (`--net`, `-p`).
     pub net: NetInfo,
+    /// Length of the vDSO at `vdso_base` (the kernel keeps a copy, with its clock
+    /// page, for the programs `execve` starts).
+    pub vdso_len: u64,
 }
 
 /// The VM's network device: a virtio-net device at `layout::VIRTIO_NET_PHYS`

@@ -170,6 +170,15 @@ pub fn stdio_ioctl(fd: u32, request: u64, arg: &mut [u8]) -> i64 {
     r
 }
 
+/// Asks the VMM to plan the rewriting of the `syscall` instructions of the ELF
+/// file `file` as if loaded at `bias`, trampolines at `base`: the length of the
+/// plan (`onering_abi::rewrite`) it wrote into `out`, or -errno (-ENOSPC: `out`
+/// is too small). The VMM reads and writes the buffers this function holds.
+pub fn rewrite_plan(file: &[u8], base: u64, bias: u64, out: &mut [u8]) -> i64 {
+    let (f, o) = (file.as_ptr() as u64, out.as_mut_ptr() as u64);
+    hostcall(Hostcall::Rewrite, &[f, file.len() as u64, base, o, out.len() as u64, bias]) as i64
+}
+
 #[cfg(target_os = "none")]
 pub(crate) fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
     use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};

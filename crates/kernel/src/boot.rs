@@ -104,12 +104,25 @@ fn setup(boot: Boot) {
         fs: FsCtx { cwd, cwd_hold, umask: 0o022 },
         actions: [[0; 4]; 64],
         rlimits: alloc::collections::BTreeMap::new(),
+        image: None,
     };
     let Ok(proc) = Process::create(start) else { panic!("cannot create the program's process") };
     proc.threads.store(1, Relaxed);
     // Its first thread "returns" to the entry point with the initial stack and every
     // other register zero (rdx = 0: no function for atexit).
-    let frame = SyscallFrame { rip: bi.entry, rflags: 0x202, rsp: bi.user_sp, ..SyscallFrame::default() };
+    // A dynamically linked program starts in its interpreter, which the kernel
+    // loads from the VM's tree (the VMM loaded the program itself).
+    let user = k.user();
+    crate::syscall::exec::remember_boot(&user, bi.user_sp, bi.vdso_base, bi.vdso_len);
+    let entry = match crate::syscall::exec::boot_interp(k, &user, bi.user_sp) {
+        Ok(e) => e.unwrap_or(bi.entry),
+        Err(why) => {
+            let shown = onering_rewrite::bytes::printable(&k.cfg.exe, 256);
+            k.message(&alloc::format!("onering: {shown}: {why}\n"));
+            k.exit(126)
+        }
+    };
+    let frame = SyscallFrame { rip: entry, rflags: 0x202, rsp: bi.user_sp, ..SyscallFrame::default() };
     let spawn = sched::Spawn { tid, proc, ppid: 0, frame, fs_base: 0, sigmask: 0, affinity: u64::MAX };
     match sched::spawn(spawn, true, || k.mm.lock().chunks().alloc()) {
         Ok(t) if t.tid() == 1 => {}

@@ -43,6 +43,8 @@ pub enum Errno {
     ENOTEMPTY = 39,
     ELOOP = 40,
     EOVERFLOW = 75,
+    /// A shared library (an ELF interpreter) that cannot be used.
+    ELIBBAD = 80,
     ENOTSOCK = 88,
     EDESTADDRREQ = 89,
     EMSGSIZE = 90,
@@ -114,6 +116,7 @@ const ALL: &[Errno] = &[
     Errno::ENOTEMPTY,
     Errno::ELOOP,
     Errno::EOVERFLOW,
+    Errno::ELIBBAD,
     Errno::ENOTSOCK,
     Errno::EDESTADDRREQ,
     Errno::EMSGSIZE,

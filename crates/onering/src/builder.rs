@@ -161,6 +161,9 @@ pub fn run(
     if config.quiet {
         flags |= onering_abi::flags::QUIET;
     }
+    if !config.rewrite {
+        flags |= onering_abi::flags::NO_REWRITE;
+    }
     if config.interactive {
         flags |= onering_abi::flags::STDIN;
     }

@@ -437,14 +437,37 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         )));
     }
     let (net, net_option) = network(&args)?;
-    let path = &args.program;
-    let shown = path.to_string_lossy().into_owned();
-    let file = match program_in_archive(&args)? {
+    let mut args = args;
+    let mut file = match program_in_archive(&args)? {
         Some(bytes) => bytes,
         None => read_program(&program_file(&args))?,
     };
+    // A script runs its `#!` interpreter (one level, as the kernel's execve does
+    // for what the program runs later): argv becomes the interpreter, its
+    // argument, the script's path, then the arguments.
+    if let Some(line) = elf::shebang(&file[..file.len().min(256)]) {
+        let shown = args.program.to_string_lossy().into_owned();
+        let (interp, arg) = line.map_err(|_| Failure::NotRunnable(format!("{shown}: a #! line without a program")))?;
+        let script = std::mem::replace(&mut args.program, OsString::from_vec(interp));
+        let rest = std::mem::take(&mut args.args);
+        args.args = arg.map(OsString::from_vec).into_iter().chain(std::iter::once(script)).chain(rest).collect();
+        file = match program_in_archive(&args)? {
+            Some(bytes) => bytes,
+            None => read_program(&program_file(&args))?,
+        };
+    }
+    let path = &args.program;
+    let shown = path.to_string_lossy().into_owned();
     let prog = elf::Program::parse(&file).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))?;
     trace.mark("program read and validated");
+    // A dynamically linked program without --rootfs finds its loader and libraries
+    // in the host's own tree, read-only to it (changes stay in the VM), from the
+    // host's working directory (docs/design.md, "Programs the kernel loads").
+    let host_root = prog.interp.is_some() && args.rootfs.is_none();
+    let host_cwd = match (host_root, &args.workdir) {
+        (true, None) => std::env::current_dir().ok().map(std::path::PathBuf::into_os_string),
+        _ => None,
+    };
 
     let config = VmConfig {
         mem: args.mem,
@@ -452,10 +475,10 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         argv: std::iter::once(&args.program).chain(&args.args).map(|a| a.as_bytes().to_vec()).collect(),
         envp: environment(&args),
         execfn: path.as_bytes(),
-        rootfs: args.rootfs.as_deref(),
+        rootfs: if host_root { Some(std::path::Path::new("/")) } else { args.rootfs.as_deref() },
         volumes: volumes(&args)?,
         read_only: args.read_only,
-        workdir: args.workdir.as_deref(),
+        workdir: args.workdir.as_deref().or(host_cwd.as_deref()),
         interactive: args.interactive,
         quiet: args.quiet,
         rewrite: !args.no_rewrite,

@@ -254,14 +254,19 @@ fn missing_program_is_127() {
 
 #[test]
 fn unrunnable_files_are_126() {
-    let text = temp_file("script.sh", b"#!/bin/sh\necho hi\n", 0o755);
+    let text = temp_file("text", b"echo hi\n", 0o755);
     expect_failure(&run(&text, &[]), 126, "not an ELF executable");
+    let empty = temp_file("empty-shebang.sh", b"#!\necho hi\n", 0o755);
+    expect_failure(&run(&empty, &[]), 126, "a #! line without a program");
     let noexec = temp_file("noexec", &std::fs::read(musl("hello")).unwrap(), 0o644);
     expect_failure(&run(&noexec, &[]), 126, "permission denied");
     expect_failure(&run(&out_dir(), &[]), 126, "is a directory");
 
+    // A dynamically linked program runs (its loader from the host's tree).
     let dynamic = build("hello", "musl-gcc", &[], "-dynamic");
-    expect_failure(&run(&dynamic, &[]), 126, "dynamically linked (interpreter /lib/ld-musl-x86_64.so.1)");
+    let o = run(&dynamic, &[]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("hello from onering\n"), "{}", stdout(&o));
 
     let mut elf = std::fs::read(musl("hello")).unwrap();
     elf[4] = 1; // ELFCLASS32
@@ -993,4 +998,61 @@ fn cgroup_and_cpu_files_follow_smp_and_mem() {
     let vol = format!("{}:/data:ro", dir.display());
     let o = onering(&["run", "-v", &vol, "/bin/busybox", "grep", "/data", "/proc/mounts"]);
     assert_eq!(stdout(&o), "onering /data onering ro,relatime 0 0\n", "{}", stderr(&o));
+}
+
+/// execve and execveat (issue 17): descriptors, signals, argv, AT_EXECFN, /proc
+/// after an exec, `#!` scripts, AT_EMPTY_PATH and the errors of a bad exec, the
+/// same as on the host: a static program (its directory shared at the same path,
+/// so it finds itself) and a dynamically linked one (glibc, from the host's own
+/// tree), rewritten and trapping, on 1 and 2 vCPUs.
+#[test]
+fn execve_matches_the_host() {
+    let musl_bin = musl("exec");
+    let glibc_bin = build("exec", "gcc", &[], "-glibc");
+    for bin in [&musl_bin, &glibc_bin] {
+        let host = Command::new(bin).output().unwrap();
+        assert!(host.status.success(), "{}", stdout(&host));
+        assert!(stdout(&host).ends_with("stage 4: done\n"), "{}", stdout(&host));
+        let dir = bin.parent().unwrap().to_str().unwrap();
+        let vol = format!("{dir}:{dir}");
+        for smp in ["1", "2"] {
+            for rewrite in [true, false] {
+                let mut a = vec!["run", "--smp", smp, "-v", &vol];
+                if !rewrite {
+                    a.push("--no-rewrite");
+                }
+                a.push(bin.to_str().unwrap());
+                let o = onering(&a);
+                assert_eq!(stdout(&o), stdout(&host), "{bin:?} --smp {smp}, rewrite {rewrite}: {}", stderr(&o));
+                assert_eq!(status(&o), 0, "{bin:?} --smp {smp}, rewrite {rewrite}");
+            }
+        }
+    }
+}
+
+/// Dynamically linked programs of the host run as they are: their loader and
+/// libraries come from the host's tree (read-only to them) when there is no
+/// --rootfs, and their library code is rewritten as it is mapped (no system call
+/// traps). A `#!` script runs its interpreter.
+#[test]
+fn dynamic_programs_and_scripts_run() {
+    let o = onering(&["run", "--stats", "/bin/dash", "-c", "echo $((6*7)); exec /bin/echo exec done"]);
+    assert_eq!(stdout(&o), "42\nexec done\n", "{}", stderr(&o));
+    assert_eq!(status(&o), 0);
+    assert!(stderr(&o).contains(" 0 system calls trapped"), "{}", stderr(&o));
+    let o = onering(&["run", "/usr/bin/python3", "-c", "import os, sys; print(sum(range(10)), os.getpid())"]);
+    assert_eq!(stdout(&o), "45 1\n", "{}", stderr(&o));
+    let script = out_dir().join("hello-script.sh");
+    std::fs::write(&script, "#!/bin/dash -e\necho script \"$0\" \"$@\"\n").unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let s = script.to_str().unwrap();
+    let o = onering(&["run", s, "a b", "c"]);
+    assert_eq!(stdout(&o), format!("script {s} a b c\n"), "{}", stderr(&o));
+    // A dynamic program whose interpreter is not in the VM's tree: 126, and why.
+    let dir = out_dir().join("no-interp-root");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy("/bin/true", dir.join("true")).unwrap();
+    let o = onering(&["run", "--rootfs", dir.to_str().unwrap(), "/true"]);
+    assert_eq!(status(&o), 126, "{}", stderr(&o));
+    assert!(stderr(&o).contains("interpreter /lib64/ld-linux-x86-64.so.2"), "{}", stderr(&o));
 }

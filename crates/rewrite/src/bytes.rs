@@ -68,7 +68,8 @@ mod tests {
 /// to print on the user's terminal: invalid UTF-8 replaced, control characters other
 /// than newline escaped (`\u{1b}`, so no escape sequence reaches the terminal), and
 /// at most `max` characters kept (`...` marks the cut).
-pub fn printable(b: &[u8], max: usize) -> String {
+pub fn printable(b: &[u8], max: usize) -> alloc::string::String {
+    use alloc::string::String;
     let text = String::from_utf8_lossy(b);
     let mut out = String::new();
     for (i, c) in text.chars().enumerate() {

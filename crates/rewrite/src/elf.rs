@@ -1,6 +1,7 @@
-//! Parsing and validating the program's ELF file: enough to load a static x86-64
-//! executable (ET_EXEC, or ET_DYN without an interpreter: static-pie), and a clear
-//! reason for everything else. Pure: works on a byte slice, and total: every field is
+//! Parsing and validating the program's ELF file: enough to load an x86-64
+//! executable (ET_EXEC, or ET_DYN: static-pie, or a dynamically linked program,
+//! whose interpreter is named, or the interpreter itself), and a clear reason for
+//! everything else. Pure: works on a byte slice, and total: every field is
 //! read through [`crate::bytes`], so no file, however crafted, makes it panic.
 //!
 //! It lives in this crate rather than in the VMM because it is the first parser of
@@ -10,12 +11,16 @@
 //! memory: copying the segments into place.
 
 use crate::bytes::{slice, u16_at, u32_at, u64_at, u8_at};
+use alloc::vec::Vec;
 use thiserror::Error;
 
 pub const PT_LOAD: u32 = 1;
 pub const PT_INTERP: u32 = 3;
 pub const PT_PHDR: u32 = 6;
 pub const PT_GNU_EH_FRAME: u32 = 0x6474_e550;
+pub const PT_GNU_STACK: u32 = 0x6474_e551;
+/// The longest interpreter name accepted (Linux: one page).
+const PATH_MAX: usize = 4096;
 const ET_REL: u16 = 1;
 const ET_EXEC: u16 = 2;
 const ET_DYN: u16 = 3;
@@ -37,8 +42,6 @@ pub enum ElfError {
     Machine(&'static str),
     #[error("not an executable but {0}")]
     NotExecutable(&'static str),
-    #[error("dynamically linked (interpreter {0}); onering runs statically linked programs")]
-    Dynamic(String),
     #[error("truncated or malformed ELF file: {0}")]
     Malformed(&'static str),
     #[error("has no loadable segments")]
@@ -68,6 +71,11 @@ pub struct Program {
     /// The `.eh_frame_hdr` (PT_GNU_EH_FRAME): (file offset, size, virtual address).
     pub eh_frame_hdr: Option<(u64, u64, u64)>,
     pub segments: Vec<Segment>,
+    /// PT_INTERP: the dynamic loader's path (up to its NUL), for a dynamically
+    /// linked program. Untrusted bytes: [`crate::bytes::printable`] before showing.
+    pub interp: Option<Vec<u8>>,
+    /// PT_GNU_STACK asked for an executable stack.
+    pub exec_stack: bool,
 }
 
 fn machine_name(m: u16) -> &'static str {
@@ -147,6 +155,8 @@ impl Program {
         let mut segments = Vec::new();
         let mut phdr_vaddr = None;
         let mut eh_frame_hdr = None;
+        let mut interp = None;
+        let mut exec_stack = false;
         for i in 0..phnum {
             // In the file: checked above (and again here, without a panic path).
             let p = slice(file, phoff + i * PHDR_SIZE as u64, PHDR_SIZE as u64).ok_or(PAST_END)?;
@@ -155,16 +165,16 @@ impl Program {
             let (offset, vaddr, filesz, memsz) = (field(8), field(16), field(32), field(40));
             match kind {
                 PT_INTERP => {
-                    // Printed to the user's terminal: escaped and capped.
-                    let name = match slice(file, offset, filesz) {
-                        Some(bytes) => {
-                            let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-                            crate::bytes::printable(&bytes[..end], 256)
-                        }
-                        None => "unreadable".to_string(),
-                    };
-                    return Err(ElfError::Dynamic(name));
+                    let bytes = slice(file, offset, filesz)
+                        .filter(|b| b.len() <= PATH_MAX)
+                        .ok_or(ElfError::Malformed("unreadable interpreter name"))?;
+                    let end = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+                    if end == 0 {
+                        return Err(ElfError::Malformed("empty interpreter name"));
+                    }
+                    interp = Some(bytes[..end].to_vec());
                 }
+                PT_GNU_STACK => exec_stack = u32_at(p, 4).unwrap_or(0) & PF_X != 0,
                 PT_PHDR => phdr_vaddr = Some(vaddr),
                 PT_GNU_EH_FRAME => eh_frame_hdr = Some((offset, filesz, vaddr)),
                 PT_LOAD => {
@@ -192,7 +202,7 @@ impl Program {
         if segments.windows(2).any(|w| matches!(w, [a, b] if a.end() > b.vaddr)) {
             return Err(ElfError::Malformed("overlapping segments"));
         }
-        Ok(Program { pie, entry, phoff, phnum, phdr_vaddr, eh_frame_hdr, segments })
+        Ok(Program { pie, entry, phoff, phnum, phdr_vaddr, eh_frame_hdr, segments, interp, exec_stack })
     }
 
     /// Lowest and highest (exclusive) virtual address of the loaded image, unbiased.
@@ -217,6 +227,30 @@ impl Program {
     }
 }
 
+/// A `#!` line's interpreter and its optional argument.
+pub type Shebang = (Vec<u8>, Option<Vec<u8>>);
+
+/// A `#!` line: the interpreter and its one optional argument, as Linux splits it
+/// (blanks around them dropped; the rest of the line, inner blanks included, is
+/// the argument). None if `head` does not start with `#!`; an error if it
+/// names no interpreter. (The kernel's `execve` and the VMM's first program.)
+pub fn shebang(head: &[u8]) -> Option<Result<Shebang, ElfError>> {
+    let rest = head.strip_prefix(b"#!")?;
+    let line = &rest[..rest.iter().position(|b| *b == b'\n').unwrap_or(rest.len())];
+    let blank = |b: &u8| *b == b' ' || *b == b'\t';
+    let line = match line.iter().position(|b| !blank(b)) {
+        Some(i) => &line[i..],
+        None => return Some(Err(ElfError::NotElf)),
+    };
+    let end = line.iter().position(blank).unwrap_or(line.len());
+    let (interp, tail) = line.split_at(end);
+    let tail = match (tail.iter().position(|b| !blank(b)), tail.iter().rposition(|b| !blank(b))) {
+        (Some(a), Some(b)) => Some(tail[a..=b].to_vec()),
+        _ => None,
+    };
+    Some(Ok((interp.to_vec(), tail)))
+}
+
 /// Executable segments have this flag.
 pub const PF_X: u32 = 1;
 
@@ -230,6 +264,20 @@ mod tests {
         f[p..p + 4].copy_from_slice(&kind.to_le_bytes());
         f[p + 8..p + 16].copy_from_slice(&offset.to_le_bytes());
         f[p + 32..p + 40].copy_from_slice(&filesz.to_le_bytes());
+    }
+
+    #[test]
+    fn shebang_lines_split_as_linux_splits_them() {
+        assert!(shebang(b"\x7fELF").is_none());
+        assert_eq!(shebang(b"#!/bin/sh\necho hi"), Some(Ok((b"/bin/sh".to_vec(), None))));
+        assert_eq!(
+            shebang(b"#! /usr/bin/env  python3 -u \n"),
+            Some(Ok((b"/usr/bin/env".to_vec(), Some(b"python3 -u".to_vec()))))
+        );
+        assert_eq!(shebang(b"#!/bin/awk\t-f\n"), Some(Ok((b"/bin/awk".to_vec(), Some(b"-f".to_vec())))));
+        assert_eq!(shebang(b"#!/bin/sh"), Some(Ok((b"/bin/sh".to_vec(), None))), "no newline");
+        assert_eq!(shebang(b"#!   \n/bin/sh"), Some(Err(ElfError::NotElf)));
+        assert_eq!(shebang(b"#!"), Some(Err(ElfError::NotElf)));
     }
 
     #[test]
@@ -263,12 +311,15 @@ mod tests {
         f.extend_from_slice(b"/lib/ld-musl-x86_64.so.1\0");
         let off = f.len() as u64 - 25;
         set_phdr(&mut f, 0, PT_INTERP, off, 25);
-        assert_eq!(Program::parse(&f), Err(ElfError::Dynamic("/lib/ld-musl-x86_64.so.1".into())));
+        assert_eq!(Program::parse(&f), Err(ElfError::NoLoad), "its only header was made the PT_INTERP");
         let mut f = good.clone();
-        f.extend_from_slice(b"\x1b]0;owned\x07\x1b[2J\0");
-        let off = f.len() as u64 - 15;
-        set_phdr(&mut f, 0, PT_INTERP, off, 15);
-        assert_eq!(Program::parse(&f), Err(ElfError::Dynamic("\\u{1b}]0;owned\\u{7}\\u{1b}[2J".into())));
+        f.extend_from_slice(b"/lib/ld-musl-x86_64.so.1\0");
+        let off = f.len() as u64 - 25;
+        f[56] = 2; // a second program header (in the zeroed padding): the PT_INTERP
+        set_phdr(&mut f, 1, PT_INTERP, off, 25);
+        assert_eq!(Program::parse(&f).unwrap().interp.as_deref(), Some(&b"/lib/ld-musl-x86_64.so.1"[..]));
+        set_phdr(&mut f, 1, PT_INTERP, off, 0);
+        assert!(matches!(Program::parse(&f), Err(ElfError::Malformed(_))), "an empty name");
         let mut f = good.clone();
         set_phdr(&mut f, 0, 4, 0, 0); // PT_NOTE only
         assert_eq!(Program::parse(&f), Err(ElfError::NoLoad));

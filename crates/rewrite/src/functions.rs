@@ -496,6 +496,8 @@ mod tests {
             phdr_vaddr: None,
             eh_frame_hdr: Some((0, hdr.len() as u64, 0x40_0000)),
             segments,
+            interp: None,
+            exec_stack: false,
         };
         let t = std::time::Instant::now();
         let r = ranges(&prog, &hdr, 0);

@@ -132,6 +132,19 @@ impl FdTable {
         self.slots.drain(..).flatten().map(|s| s.file).collect()
     }
 
+    /// `execve`: closes the close-on-exec descriptors, handing their files back
+    /// (to be dropped outside locks).
+    pub fn take_cloexec(&mut self) -> Vec<FileRef> {
+        let mut out = Vec::new();
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if s.as_ref().is_some_and(|s| s.cloexec) {
+                out.extend(s.take().map(|s| s.file));
+                self.free_from = self.free_from.min(i);
+            }
+        }
+        out
+    }
+
     pub fn cloexec(&self, fd: u64) -> Result<bool, Errno> {
         self.slots.get(fd as u32 as usize).and_then(|s| s.as_ref()).map(|s| s.cloexec).ok_or(Errno::EBADF)
     }

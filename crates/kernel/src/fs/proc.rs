@@ -14,6 +14,7 @@ use crate::errno::{Errno, SysResult};
 use crate::file::{mode as fmode, oflag, File, FileRef, Meta, OpenFile};
 use crate::mm::user::UserMem;
 use crate::mm::vma::{VmaKind, PROT_EXEC, PROT_WRITE};
+use crate::task::process::ExecImage;
 use crate::task::{process, sched, thread, Ctx, Kernel};
 use crate::vfs::{Data, Ino, Vfs, ROOT};
 use alloc::string::String;
@@ -50,6 +51,8 @@ struct Taken {
     cwd: Ino,
     /// Keeps the working directory alive until the tree is read.
     _hold: Option<crate::vfs::Hold>,
+    /// What /proc/PID/exe names.
+    exe: Vec<u8>,
 }
 
 /// Brings /proc up to what the processes are now, for the calling thread of `ctx`
@@ -68,7 +71,8 @@ pub fn refresh(ctx: &Ctx) {
                 (fs.cwd, fs.cwd_hold.clone())
             };
             let tids = sched::threads_of(pid).iter().map(|t| t.tid()).collect();
-            Taken { pid, tids, fds, cwd, _hold }
+            let exe = image_of(k, p).exe.clone();
+            Taken { pid, tids, fds, cwd, _hold, exe }
         })
         .collect();
     // (Files are dropped after the tree's lock: a last close may take it.)
@@ -90,7 +94,7 @@ pub fn refresh(ctx: &Ctx) {
                 })
                 .collect(),
             cwd: v.path_of(t.cwd).unwrap_or_else(|_| b"/".to_vec()),
-            exe: k.cfg.exe.clone(),
+            exe: t.exe.clone(),
         })
         .collect();
     let tree = fmt::proc_tree(&procs, (ctx.thread.pid(), ctx.thread.tid()));
@@ -339,9 +343,9 @@ fn per_process(k: &Kernel, p: &'static process::Process, tid: u64, file: &[u8]) 
             v.push(b'\n');
             return Ok(v);
         }
-        b"cmdline" => return Ok(k.cfg.cmdline.clone()),
-        b"environ" => return Ok(k.cfg.environ.clone()),
-        b"maps" => return Ok(fmt::maps(&maps(k))),
+        b"cmdline" => return Ok(image_of(k, p).cmdline.clone()),
+        b"environ" => return Ok(image_of(k, p).environ.clone()),
+        b"maps" => return Ok(fmt::maps(&maps(k, &image_of(k, p)))),
         b"mounts" => return Ok(fmt::mounts(&mount_list(k))),
         b"mountinfo" => return Ok(fmt::mountinfo(&mount_list(k))),
         b"limits" => {
@@ -422,10 +426,23 @@ fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, 
     })
 }
 
+/// What process `p` runs: what `execve` loaded, or the first program.
+fn image_of(k: &Kernel, p: &process::Process) -> Arc<ExecImage> {
+    p.image.lock().clone().unwrap_or_else(|| {
+        Arc::new(ExecImage {
+            exe: k.cfg.exe.clone(),
+            cmdline: k.cfg.cmdline.clone(),
+            environ: k.cfg.environ.clone(),
+            span: k.cfg.image,
+            vdso: k.cfg.vdso,
+        })
+    })
+}
+
 /// The lines of /proc/PID/maps: the address space's VMAs, named.
-fn maps(k: &Kernel) -> Vec<MapLine> {
-    let (lo, hi) = k.cfg.image;
-    let vdso = k.cfg.vdso;
+fn maps(k: &Kernel, image: &ExecImage) -> Vec<MapLine> {
+    let (lo, hi) = image.span;
+    let vdso = image.vdso;
     let vvar = vdso.saturating_sub(onering_abi::vvar::BELOW_VDSO);
     // Under the memory lock: the VMAs, and the file mappings' records (kept alive
     // until their paths are read under the tree's lock, which comes first).
@@ -436,7 +453,7 @@ fn maps(k: &Kernel) -> Vec<MapLine> {
             let line = MapLine { start: v.start, end: v.end, prot: v.prot, ..MapLine::default() };
             match v.kind {
                 VmaKind::Image if v.start >= lo && v.end <= hi => {
-                    let l = MapLine { offset: v.start - lo, name: k.cfg.exe.clone(), ..line };
+                    let l = MapLine { offset: v.start - lo, name: image.exe.clone(), ..line };
                     lines.push((l, None));
                 }
                 VmaKind::Image => {

@@ -431,6 +431,26 @@ impl<M: Mmu> AddressSpace<M> {
         self.brk
     }
 
+    /// `execve`: everything the program had mapped goes (file mappings' records to
+    /// the orphans) and the break starts again at `brk_start`.
+    pub fn clear(&mut self, brk_start: u64) {
+        self.remove(0, USER_END);
+        self.set_brk_start(brk_start);
+    }
+
+    /// Where the program break starts (and now is): after the image `execve` loaded.
+    pub fn set_brk_start(&mut self, brk_start: u64) {
+        self.brk_start = align_up(brk_start, PAGE_SIZE);
+        self.brk = self.brk_start;
+    }
+
+    /// The main thread's stack, `[start, end)`, made by `execve` (backed on touch,
+    /// as a large anonymous mapping).
+    pub fn map_stack(&mut self, start: u64, end: u64, prot: u32) -> Result<(), Errno> {
+        let (start, end) = self.place(start, end - start, prot, map_flags::PRIVATE | map_flags::FIXED)?;
+        self.add(start, end, prot, VmaKind::Stack)
+    }
+
     /// `mmap(2)` of anonymous memory; returns the address.
     pub fn mmap_anon(&mut self, addr: u64, len: u64, prot: u32, flags: u32) -> Result<u64, Errno> {
         let (start, end) = self.place(addr, len, prot, flags)?;

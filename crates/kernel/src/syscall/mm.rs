@@ -103,6 +103,7 @@ fn mmap_file(ctx: &Ctx, addr: u64, len: u64, prot: u32, flags: u32, file: FileRe
     }
     replace(ctx, addr, len, flags);
     let may_write = !shared || file.writable();
+    let code = (prot & crate::mm::vma::PROT_EXEC != 0 && !shared).then(|| file.clone());
     let as_mapped: Arc<dyn MappedFile> = file;
     let (start, map) = with_space(ctx, |s| {
         s.mmap_file(addr, len, prot, flags, |at| FileMap::new(as_mapped, at, offset, shared, may_write))
@@ -110,6 +111,10 @@ fn mmap_file(ctx: &Ctx, addr: u64, len: u64, prot: u32, flags: u32, file: FileRe
     if let Err(e) = filemap::each(ctx.user, &[(map, start, start + pages)], filemap::fill) {
         let _ = with_space(ctx, |s| s.munmap(start, pages));
         return Err(e);
+    }
+    if let Some(file) = code {
+        // Code the dynamic loader (or dlopen) maps: its system calls rewritten.
+        super::exec::rewrite_mapping(ctx, &file, start, pages, offset);
     }
     Ok(start)
 }

@@ -13,6 +13,7 @@
 //! rewritten call site): both arrive with the same frame.
 
 pub mod clone3;
+pub mod exec;
 pub mod fs;
 pub mod fsmeta;
 pub mod futex;
@@ -107,7 +108,7 @@ syscall_table! {
     56 clone => proc::clone,
     57 fork => proc::fork,
     58 vfork => proc::vfork,
-    59 execve => proc::execve,
+    59 execve => exec::execve,
     60 exit => proc::exit,
     61 wait4 => proc::wait4,
     62 kill => signal::kill,
@@ -212,6 +213,7 @@ syscall_table! {
     307 sendmmsg => net::sendmmsg,
     316 renameat2 => fs::renameat2,
     318 getrandom => proc::getrandom,
+    322 execveat => exec::execveat,
     325 mlock2 => mm::mlock2,
     326 copy_file_range => fsmeta::copy_file_range,
     332 statx => fs::statx,

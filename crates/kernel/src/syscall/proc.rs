@@ -237,25 +237,6 @@ fn vfork_wait(me: &'static crate::task::thread::Thread) {
     me.sigmask.store(mask, Relaxed);
 }
 
-/// execve: one program per VM. The path is checked as Linux would (so a missing
-/// program is ENOENT, as a shell expects); running another program is not offered.
-pub fn execve(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
-    let path = ctx.user.read_cstr(f.rdi, crate::vfs::PATH_MAX - 1)?;
-    if path.is_empty() {
-        return Err(Errno::ENOENT);
-    }
-    let cwd = ctx.proc().fs.lock().cwd;
-    {
-        let mut v = ctx.k.vfs.lock();
-        let ino = v.lookup(cwd, &path, true)?;
-        if v.node(ino).is_dir() {
-            return Err(Errno::EACCES);
-        }
-    }
-    ctx.k.report_once("onering: execve is not supported (one program per VM)\n");
-    Err(Errno::ENOSYS)
-}
-
 /// Ends the running thread; the last thread's exit ends its process with `status`.
 pub fn exit(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     exit_thread(ctx.k, ctx.user, f.rdi & 0xff, false)

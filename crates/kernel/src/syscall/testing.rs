@@ -69,6 +69,7 @@ impl TestEnv {
             fs: FsCtx { cwd: ROOT, cwd_hold: None, umask: 0o022 },
             actions: [[0; 4]; 64],
             rlimits: alloc::collections::BTreeMap::new(),
+            image: None,
         };
         let proc = Process::create(start).expect("process");
         let task = onering_arch::task::Task::new(|| stack_chunk).expect("task");

@@ -15,6 +15,7 @@ use crate::errno::Errno;
 use crate::file::FdTable;
 use crate::vfs::{Hold, Ino};
 use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use spin::{Mutex, Once};
@@ -62,6 +63,21 @@ pub struct Process {
     members: AtomicUsize,
     /// It ended (its slot is reusable once `members` is 0).
     ended: AtomicBool,
+    /// The program `execve` loaded (None: the one the VMM started, `Config`'s).
+    pub image: Mutex<Option<Arc<ExecImage>>>,
+}
+
+/// What /proc shows of a program `execve` loaded.
+#[derive(Debug, Default)]
+pub struct ExecImage {
+    /// Its path made absolute (/proc/PID/exe).
+    pub exe: Vec<u8>,
+    /// Arguments and environment, each string NUL-ended.
+    pub cmdline: Vec<u8>,
+    pub environ: Vec<u8>,
+    /// Its segments' page-aligned span, and its vDSO (0: none).
+    pub span: (u64, u64),
+    pub vdso: u64,
 }
 
 impl core::fmt::Debug for Process {
@@ -78,6 +94,7 @@ pub struct Start {
     pub fs: FsCtx,
     pub actions: [[u64; 4]; 64],
     pub rlimits: BTreeMap<u32, (u64, u64)>,
+    pub image: Option<Arc<ExecImage>>,
 }
 
 static ARENA: [Once<&'static Process>; MAX_PROCS] = [const { Once::new() }; MAX_PROCS];
@@ -152,6 +169,7 @@ impl Process {
                     itimers: Mutex::new(Default::default()),
                     members: AtomicUsize::new(0),
                     ended: AtomicBool::new(false),
+                    image: Mutex::new(None),
                 }));
                 ARENA[slot].call_once(|| p);
                 t.used += 1;
@@ -164,6 +182,7 @@ impl Process {
         *p.fs.lock() = start.fs;
         *p.actions.lock() = start.actions;
         *p.rlimits.lock() = start.rlimits;
+        *p.image.lock() = start.image;
         p.threads.store(0, Relaxed);
         p.started.store(crate::time::mono_now(), Relaxed);
         *p.family.lock() = Family::default();
@@ -188,6 +207,7 @@ impl Process {
             fs: FsCtx { cwd: fs.cwd, cwd_hold: fs.cwd_hold.clone(), umask: fs.umask },
             actions: *self.actions.lock(),
             rlimits: self.rlimits.lock().clone(),
+            image: self.image.lock().clone(),
         }
     }
 

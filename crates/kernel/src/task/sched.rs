@@ -615,10 +615,9 @@ fn give_way(now_anyway: bool) {
     }
 }
 
-/// Ends the running thread (never returns). The caller handled the process side.
-pub fn exit_current() -> ! {
-    let me = current();
-    // A vfork parent waits for this thread (Linux: until the child execs or ends).
+/// Resumes the vfork parent of `me`, if it has one waiting (the child called
+/// `execve`, or is ending).
+pub fn release_vfork_parent(me: &Thread) {
     let parent = me.vfork_parent.lock().take();
     if let Some((p, tid)) = parent {
         if p.tid() == tid {
@@ -626,6 +625,13 @@ pub fn exit_current() -> ! {
             wake(p);
         }
     }
+}
+
+/// Ends the running thread (never returns). The caller handled the process side.
+pub fn exit_current() -> ! {
+    let me = current();
+    // A vfork parent waits for this thread (Linux: until the child execs or ends).
+    release_vfork_parent(me);
     let cpu = this_cpu();
     let next = {
         let mut s = SCHED.lock();

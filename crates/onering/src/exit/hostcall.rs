@@ -64,6 +64,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::StdioSeek) => env.stdio_seek(args[0], args[1], args[2]),
         Some(Hostcall::StdioIoctl) => stdio_ioctl(args, env),
         Some(Hostcall::Fs) => host_file(args, env),
+        Some(Hostcall::Rewrite) => rewrite(args, env.mem()),
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
@@ -97,6 +98,37 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
     match env.mem().write_obj(ret as u64, GuestAddress(block + RET_OFFSET)) {
         Ok(()) => Action::Resume,
         Err(_) => Action::Stop(Outcome::GuestError("hostcall block outside guest memory".into())),
+    }
+}
+
+/// A `Rewrite` hostcall: plans the rewriting of the ELF file the guest holds at
+/// `args[0]` (`args[1]` bytes), trampolines at `args[2]` (bias 0), and writes the
+/// plan (`onering_abi::rewrite`) to `args[3]` (at most `args[4]` bytes). The file is
+/// as untrusted as the first program's: the same total parser and planner read it.
+fn rewrite(args: [u64; 6], mem: &GuestMemoryMmap) -> i64 {
+    use onering_abi::rewrite::{WirePatch, WirePlan};
+    const ENOEXEC: i64 = 8;
+    const ENOSPC: i64 = 28;
+    const EFBIG: i64 = 27;
+    if args[1] > onering_abi::hostcall::MAX_REWRITE_FILE {
+        return -EFBIG;
+    }
+    let Some(file) = read_guest(mem, args[0], args[1]) else { return -EFAULT };
+    let Ok(prog) = onering_rewrite::elf::Program::parse(&file) else { return -ENOEXEC };
+    let plan = crate::embedded::plan_at(&prog, &file, args[5], args[2]);
+    let wire = WirePlan {
+        sites: plan.sites as u64,
+        rewritten: plan.rewritten as u64,
+        patches: plan.patches.into_iter().map(|p| WirePatch { addr: p.addr, bytes: p.bytes }).collect(),
+        trampolines: plan.trampolines,
+    }
+    .encode();
+    if wire.len() as u64 > args[4] {
+        return -ENOSPC;
+    }
+    match write_guest(mem, args[3], &wire) {
+        Some(()) => wire.len() as i64,
+        None => -EFAULT,
     }
 }
 

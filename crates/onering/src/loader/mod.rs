@@ -12,7 +12,7 @@
 //! planned, by `onering_rewrite`: this module only places the result.
 
 pub mod rootfs;
-pub mod stack;
+pub use onering_rewrite::stack;
 
 use crate::arch::paging::{PTE_GLOBAL, PTE_PCD, PTE_PWT};
 use crate::arch::{tables, ArchError, PageTables};
@@ -128,17 +128,10 @@ pub fn placement(prog: &Program) -> (u64, u64) {
 /// Independent of guest memory, so it can run while the VM is being created.
 pub fn plan_rewrite(prog: &Program, file: &[u8]) -> rewrite::Plan {
     let (bias, vhi) = placement(prog);
-    let code = rewrite::program_code(prog, file, bias);
-    let functions = functions::ranges(prog, file, bias);
-    let target = rewrite::Target {
-        entry: kernel_image::SYSCALL_ENTRY,
-        user_rsp: onering_abi::percpu_offsets::USER_RSP as u32,
-        kstack_top: onering_abi::percpu_offsets::KSTACK_TOP as u32,
-    };
     // An image that ends at the top of the address space gets no rewrite: `load`
     // refuses it anyway (it does not lie in user space).
-    match vhi.checked_next_multiple_of(64) {
-        Some(base) => rewrite::plan(&code, &functions, base, &target),
+    match vhi.checked_next_multiple_of(layout::PAGE_SIZE) {
+        Some(base) => crate::embedded::plan_at(prog, file, bias, base),
         None => rewrite::Plan::default(),
     }
 }
@@ -177,11 +170,12 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     if vlo < 0x1_0000 || vhi > layout::MMAP_TOP || vhi < vlo {
         return Err(LoadError::BadAddress(if vlo < 0x1_0000 { vlo } else { vhi }));
     }
-    // Rewrite the system-call sites; the trampolines go right after the image, inside
+    // Rewrite the system-call sites; the trampolines go on the page after the image
+    // (the rest of its last page is the program's: glibc's loader allocates there), inside
     // its mapping, and the program break starts after them.
     let none = rewrite::Plan::default();
     let rewrite = spec.rewrite.unwrap_or(&none);
-    let tramp_base = align_up(vhi, 64);
+    let tramp_base = align_up(vhi, layout::PAGE_SIZE);
     let tramp_end = if rewrite.trampolines.is_empty() { vhi } else { tramp_base + rewrite.trampolines.len() as u64 };
     // Then the vDSO, if any, with its clock page below it; the break after that.
     let vdso_base = spec.vdso.map_or(0, |_| align_up(tramp_end, layout::PAGE_SIZE) + vvar::BELOW_VDSO);
@@ -331,6 +325,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         workdir_phys,
         workdir_len: spec.workdir.len() as u64,
         vdso_base,
+        vdso_len: spec.vdso.map_or(0, |v| v.len() as u64),
         segments,
         nsegments,
         net: spec.net,
@@ -400,6 +395,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     w.push(bi.nsegments);
     let n = &bi.net;
     w.extend([n.present, n.mac, n.ipv4, n.prefix4, n.gateway4, n.dns4, n.mtu]);
+    w.push(bi.vdso_len);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }

@@ -3,6 +3,7 @@
 //! AT_NULL; above them the strings, the 16 AT_RANDOM bytes and the platform name.
 //! Pure: builds the bytes and the stack pointer for a given stack top.
 
+use alloc::{vec, vec::Vec};
 use thiserror::Error;
 
 pub const AT_NULL: u64 = 0;
@@ -58,7 +59,7 @@ pub struct InitialStack {
 }
 
 pub fn build(top: u64, spec: &StackSpec) -> Result<InitialStack, StackError> {
-    let strings = spec.argv.iter().chain(spec.envp).map(|s| s.as_slice()).chain(std::iter::once(spec.execfn));
+    let strings = spec.argv.iter().chain(spec.envp).map(|s| s.as_slice()).chain(core::iter::once(spec.execfn));
     let mut str_bytes = 0usize;
     for s in strings {
         if s.contains(&0) {

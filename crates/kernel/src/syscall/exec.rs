@@ -1,0 +1,720 @@
+//! `execve` and `execveat`, and the kernel's ELF loader behind them; also the
+//! dynamic loader of the first program and the rewriting of code the program maps
+//! executable itself (shared libraries, `dlopen`).
+//!
+//! The VMM loads the first program before boot (fast, no guest work). Everything
+//! loaded later is loaded here, from the VM's own file tree: the program file is
+//! read whole into kernel memory, checked by the same total parser the VMM uses
+//! (`onering_rewrite::elf`), its segments copied into fresh anonymous memory, and
+//! its `syscall` instructions rewritten with a plan the VMM's rewriter makes
+//! (`Hostcall::Rewrite`: the decoder is a std crate and large, so it stays in the
+//! VMM, behind one exit). Plans are cached by file (device, inode, size, mtime) and
+//! by where the trampolines go relative to the code, so a program or library that
+//! is loaded again (every `fork`+`exec` of a shell command, libc each time) is
+//! patched with no exit at all.
+//!
+//! A program with an interpreter (`PT_INTERP`) gets it loaded beside it, anywhere
+//! `mmap` finds room; the interpreter then maps the libraries with `mmap`, and
+//! [`rewrite_mapping`] rewrites each executable file mapping as it is made, with
+//! its trampolines in a mapping of their own just below the library (where
+//! top-down placement keeps the next library from landing). Code that cannot be
+//! rewritten (no room within ±2 GiB, a file too large, `--no-rewrite`) still runs:
+//! its system calls trap, which is slower, never wrong.
+//!
+//! `execve` checks everything it can before the point of no return (the file,
+//! its interpreter, the arguments); past it, a failure kills the process with
+//! SIGSEGV, as Linux does.
+
+use super::fs::{blocking, dir, path_arg, start_dir};
+use super::SyscallFrame;
+use crate::errno::{Errno, SysResult};
+use crate::file::{mode, oflag, FileRef};
+use crate::mm::space::map_flags;
+use crate::mm::user::{BufferMem, UserMem, UserMemExt};
+use crate::mm::vma::{PROT_EXEC, PROT_READ, PROT_WRITE};
+use crate::sigframe::{Regs, SIG_DFL, SIG_IGN};
+use crate::task::kernel::Kernel;
+use crate::task::process::ExecImage;
+use crate::task::{sched, Ctx};
+use alloc::collections::BTreeMap;
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::sync::atomic::Ordering::Relaxed;
+use onering_abi::layout::{align_down, align_up, HUGE_PAGE_SIZE, PAGE_SIZE, PIE_BASE, STACK_SIZE, STACK_TOP, USER_END};
+use onering_abi::rewrite::WirePlan;
+use onering_rewrite::elf::{shebang, Program, PF_X};
+use onering_rewrite::stack::{self, StackSpec};
+use spin::{Mutex, Once};
+
+/// Largest program file `execve` reads (Linux has no such limit; 1 GiB of code is
+/// far beyond any real one).
+const MAX_EXEC_FILE: u64 = 1 << 30;
+/// `#!` lines are read up to this length (Linux's BINPRM_BUF_SIZE).
+const SHEBANG_MAX: usize = 256;
+/// Interpreters of interpreters followed (Linux: 4 levels of binfmt).
+const MAX_SCRIPT_DEPTH: usize = 4;
+/// Room for the trampolines of one `syscall` site, to size a library's
+/// trampoline mapping before the plan is known (the longest seen is ~90 bytes).
+const TRAMPOLINE_ROOM: u64 = 128;
+/// Plans kept (a program and its libraries take a few each).
+const MAX_PLANS: usize = 128;
+/// Where the plan a library's trampolines get is made: any bias does, one far
+/// from zero keeps the trampolines below the code from wrapping.
+const PLAN_BIAS: u64 = 1 << 40;
+
+/// What the first program started with that every later one gets too: the
+/// hardware capabilities for AT_HWCAP, and the vDSO with its clock page.
+struct BootImage {
+    hwcap: u64,
+    /// The clock page and then the vDSO, as mapped below and at AT_SYSINFO_EHDR.
+    vdso: Vec<u8>,
+}
+
+static BOOT: Once<BootImage> = Once::new();
+
+/// Boot: remembers the first program's AT_HWCAP and a copy of its vDSO (`vdso_len`
+/// bytes at `vdso`, 0: none) with the clock page below it.
+pub fn remember_boot(user: &dyn UserMem, sp: u64, vdso: u64, vdso_len: u64) {
+    let hwcap = auxv(user, sp).iter().find(|(k, _)| *k == stack::AT_HWCAP).map_or(0, |(_, v)| *v);
+    let below = onering_abi::vvar::BELOW_VDSO;
+    let copy = (vdso != 0 && vdso_len > 0 && vdso_len < 1 << 20)
+        .then(|| user.read_vec(vdso - below, (below + vdso_len) as usize).ok())
+        .flatten()
+        .unwrap_or_default();
+    BOOT.call_once(|| BootImage { hwcap, vdso: copy });
+}
+
+/// The auxiliary vector of the initial stack at `sp` (argc, argv..., 0, envp...,
+/// 0, then the pairs), and where each pair's value lies.
+fn auxv(user: &dyn UserMem, sp: u64) -> Vec<(u64, u64)> {
+    auxv_slots(user, sp).into_iter().map(|(k, v, _)| (k, v)).collect()
+}
+
+fn auxv_slots(user: &dyn UserMem, sp: u64) -> Vec<(u64, u64, u64)> {
+    let mut out = Vec::new();
+    let Ok(argc) = user.read_u64(sp) else { return out };
+    let mut at = sp.saturating_add(8).saturating_add(argc.saturating_add(1).saturating_mul(8));
+    while user.read_u64(at).is_ok_and(|p| p != 0) {
+        at += 8;
+    }
+    at += 8;
+    for _ in 0..64 {
+        let (Ok(k), Ok(v)) = (user.read_u64(at), user.read_u64(at + 8)) else { break };
+        if k == stack::AT_NULL {
+            break;
+        }
+        out.push((k, v, at + 8));
+        at += 16;
+    }
+    out
+}
+
+/// Boot, for a dynamically linked first program (the VMM loaded it, not its
+/// interpreter): loads the interpreter its `PT_INTERP` names from the VM's tree,
+/// sets AT_BASE on the initial stack at `sp`; the entry point to start at. Err: a
+/// message for the user (the VM ends with 126).
+pub fn boot_interp(k: &'static Kernel, user: &dyn UserMem, sp: u64) -> Result<Option<u64>, alloc::string::String> {
+    use alloc::format;
+    let aux = auxv_slots(user, sp);
+    let get = |key: u64| aux.iter().find(|a| a.0 == key).map(|a| a.1);
+    let (Some(phdr), Some(phnum)) = (get(stack::AT_PHDR), get(stack::AT_PHNUM)) else { return Ok(None) };
+    let mut interp = None;
+    let mut self_at = None;
+    for i in 0..phnum.min(256) {
+        let Ok(h) = user.read_array::<56>(phdr + i * 56) else { break };
+        let word = |o: usize| u64::from_le_bytes(h[o..o + 8].try_into().unwrap_or_default());
+        match u32::from_le_bytes(h[..4].try_into().unwrap_or_default()) {
+            onering_rewrite::elf::PT_INTERP => interp = Some((word(16), word(32))),
+            onering_rewrite::elf::PT_PHDR => self_at = Some(word(16)),
+            _ => {}
+        }
+    }
+    let Some((vaddr, len)) = interp else { return Ok(None) };
+    let bias = self_at.map_or(0, |v| phdr.wrapping_sub(v));
+    let path = user
+        .read_vec(vaddr.wrapping_add(bias), len.min(4096) as usize)
+        .map_err(|_| "its interpreter's name is unreadable")?;
+    let path = &path[..path.iter().position(|b| *b == 0).unwrap_or(path.len())];
+    let shown = onering_rewrite::bytes::printable(path, 256);
+    let fail = |e: Errno| format!("cannot load its interpreter {shown}: {e:?}");
+    let file = open_in(k, crate::vfs::ROOT, path, true).map_err(fail)?;
+    let exe = read_exe(&file).map_err(fail)?;
+    let prog = Program::parse(&exe.bytes).map_err(|e| format!("its interpreter {shown}: {e}"))?;
+    if prog.interp.is_some() {
+        return Err(format!("its interpreter {shown} has an interpreter itself"));
+    }
+    let loaded = load(k, user, &exe, &prog, Place::Anywhere).map_err(fail)?;
+    if let Some(slot) = aux.iter().find(|a| a.0 == stack::AT_BASE).map(|a| a.2) {
+        user.write_u64(slot, loaded.start).map_err(fail)?;
+    }
+    Ok(Some(loaded.entry))
+}
+
+// ---------------------------------------------------------------------------
+// Pure parts.
+
+/// The span an image takes at bias 0: its segments, then `tramp` bytes of
+/// trampolines at [`tramp_base`] (page-aligned; start, end).
+fn image_span(prog: &Program, tramp: u64) -> Option<(u64, u64)> {
+    let (lo, hi) = prog.span();
+    let end = if tramp == 0 { hi } else { tramp_base(prog).checked_add(tramp)? };
+    Some((align_down(lo, PAGE_SIZE), end.checked_add(PAGE_SIZE - 1)? & !(PAGE_SIZE - 1)))
+}
+
+/// Where an image's trampolines go at bias 0: on the page after its segments (the
+/// rest of the last page is the program's: glibc's loader puts its first
+/// allocations past `_end` up to the page's end).
+fn tramp_base(prog: &Program) -> u64 {
+    align_up(prog.span().1, PAGE_SIZE)
+}
+
+/// The `PROT_*` bits of ELF segment flags (`PF_X` 1, `PF_W` 2, `PF_R` 4).
+fn prot_of(flags: u32) -> u32 {
+    (if flags & 4 != 0 { PROT_READ } else { 0 })
+        | (if flags & 2 != 0 { PROT_WRITE } else { 0 })
+        | (if flags & PF_X != 0 { PROT_EXEC } else { 0 })
+}
+
+/// Bytes `0f 05` in the executable segments: an upper bound on the sites.
+fn site_bound(prog: &Program, file: &[u8]) -> u64 {
+    let segs = prog.segments.iter().filter(|s| s.flags & PF_X != 0);
+    segs.map(|s| s.bytes(file).windows(2).filter(|w| *w == [0x0f, 0x05]).count() as u64).sum()
+}
+
+// ---------------------------------------------------------------------------
+// Plans.
+
+/// A file as the plan cache knows it: device, inode, size, modification time.
+type FileKey = (u64, u64, u64, u64);
+
+/// A plan at bias 0, for trampolines at `tramp` (bias 0 too).
+struct Cached {
+    plan: WirePlan,
+}
+
+static PLANS: Mutex<BTreeMap<(FileKey, u64), Arc<Cached>>> = Mutex::new(BTreeMap::new());
+/// Rewrites that found no plan (for `--stats`-like diagnosis in tests).
+pub static UNREWRITTEN: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+
+fn rewriting(k: &Kernel) -> bool {
+    k.cfg.flags & onering_abi::flags::NO_REWRITE == 0
+}
+
+/// The plan for `file` with trampolines at `tramp` (both at bias 0): from the
+/// cache, else from the VMM (one exit). None: nothing to rewrite or no plan.
+fn plan_for(key: Option<FileKey>, file: &[u8], tramp: u64) -> Option<Arc<Cached>> {
+    if let Some(c) = key.and_then(|k| PLANS.lock().get(&(k, tramp)).cloned()) {
+        return Some(c);
+    }
+    let mut out = Vec::new();
+    let mut cap = 64 * 1024 + file.len() / 4;
+    let len = loop {
+        out.try_reserve_exact(cap).ok()?;
+        out.resize(cap, 0);
+        let r = onering_arch::hostcall::rewrite_plan(file, tramp.wrapping_add(PLAN_BIAS), PLAN_BIAS, &mut out);
+        match r {
+            n if n >= 0 => break n as usize,
+            n if n == -(Errno::ENOSPC as i64) && cap < 64 << 20 => cap *= 4,
+            _ => return None,
+        }
+    };
+    let mut plan = WirePlan::decode(out.get(..len)?)?;
+    for p in &mut plan.patches {
+        p.addr = p.addr.wrapping_sub(PLAN_BIAS);
+    }
+    let c = Arc::new(Cached { plan });
+    if let Some(k) = key {
+        let mut plans = PLANS.lock();
+        if plans.len() >= MAX_PLANS {
+            plans.clear();
+        }
+        plans.insert((k, tramp), c.clone());
+    }
+    Some(c)
+}
+
+/// Writes `plan` over code loaded at `bias` (only patches inside `[lo, hi)`, the
+/// executable mapping), trampolines at `bias + tramp`. Through the kernel's view
+/// of memory: the code is not writable to the program.
+fn apply(user: &dyn UserMem, plan: &WirePlan, bias: u64, tramp: u64, lo: u64, hi: u64) -> Result<(), Errno> {
+    let mut r = Ok(());
+    user.unprotected(&mut |u| {
+        r = (|| {
+            u.write(bias.wrapping_add(tramp), &plan.trampolines)?;
+            for p in &plan.patches {
+                let at = bias.wrapping_add(p.addr);
+                if at >= lo && at.saturating_add(p.bytes.len() as u64) <= hi {
+                    u.write(at, &p.bytes)?;
+                }
+            }
+            Ok(())
+        })();
+    });
+    r
+}
+
+// ---------------------------------------------------------------------------
+// Files.
+
+/// A program file read for `execve`.
+struct Exe {
+    key: FileKey,
+    bytes: Vec<u8>,
+}
+
+/// Opens `path` (from `dirfd`) to run it: a regular file with an execute bit
+/// (EACCES otherwise, as for a directory).
+fn open_exe(ctx: &Ctx, dirfd: u64, path: &[u8], follow: bool) -> Result<FileRef, Errno> {
+    let (start, _keep) = start_dir(ctx, dirfd, path)?;
+    open_in(ctx.k, start, path, follow)
+}
+
+/// [`open_exe`] from directory `start`.
+fn open_in(k: &'static Kernel, start: crate::vfs::Ino, path: &[u8], follow: bool) -> Result<FileRef, Errno> {
+    let file = {
+        let mut v = k.vfs.lock();
+        let base = dir(&v, start)?;
+        let ino = v.lookup(base, path, follow)?;
+        if v.node(ino).is_dir() {
+            return Err(Errno::EACCES);
+        }
+        crate::fs::open_node(k, &mut v, ino, oflag::O_RDONLY)
+    };
+    let meta = file.obj().stat();
+    if meta.mode & mode::S_IFMT != mode::S_IFREG {
+        return Err(Errno::EACCES);
+    }
+    if meta.mode & 0o111 == 0 {
+        return Err(Errno::EACCES);
+    }
+    Ok(file)
+}
+
+/// Up to `len` bytes of `file` from its start.
+fn read_head(file: &FileRef, len: u64) -> Result<Vec<u8>, Errno> {
+    const BASE: u64 = 0x1000;
+    let buf = BufferMem::new(BASE, len as usize);
+    let mut done = 0;
+    while done < len {
+        let n = blocking(file, || file.read(&buf, BASE + done, len - done, Some(done)))?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    let mut bytes = buf.mem.into_inner();
+    bytes.truncate(done as usize);
+    Ok(bytes)
+}
+
+fn read_exe(file: &FileRef) -> Result<Exe, Errno> {
+    let meta = file.obj().stat();
+    if meta.size > MAX_EXEC_FILE {
+        return Err(Errno::ENOMEM);
+    }
+    let bytes = read_head(file, meta.size)?;
+    Ok(Exe { key: (meta.dev.unwrap_or(0), meta.ino, meta.size, meta.mtime), bytes })
+}
+
+// ---------------------------------------------------------------------------
+// Loading.
+
+/// Where an image goes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// At its link addresses (ET_EXEC).
+    Fixed,
+    /// Its lowest address at `PIE_BASE` (a position-independent program).
+    Pie,
+    /// Wherever `mmap` finds room (the interpreter).
+    Anywhere,
+}
+
+/// An image in memory.
+#[derive(Clone, Copy, Debug, Default)]
+struct Loaded {
+    entry: u64,
+    phdr: u64,
+    phnum: u64,
+    /// Page-aligned end, trampolines included.
+    end: u64,
+    start: u64,
+}
+
+/// Loads `exe` into the current address space: its segments copied into a fresh
+/// anonymous mapping, rewritten, then each given its protection.
+fn load(k: &Kernel, user: &dyn UserMem, exe: &Exe, prog: &Program, place: Place) -> Result<Loaded, Errno> {
+    let plan = if rewriting(k) { plan_for(Some(exe.key), &exe.bytes, tramp_base(prog)) } else { None };
+    let tramp_len = plan.as_ref().map_or(0, |c| c.plan.trampolines.len() as u64);
+    let (lo, hi) = image_span(prog, tramp_len).ok_or(Errno::ENOEXEC)?;
+    let len = hi - lo;
+    let rw = PROT_READ | PROT_WRITE;
+    let private = map_flags::PRIVATE | map_flags::ANONYMOUS;
+    let start = {
+        let space = &mut *k.mm.lock();
+        match place {
+            Place::Fixed => space.mmap_anon(lo, len, rw, private | map_flags::FIXED)?,
+            Place::Pie => space.mmap_anon(PIE_BASE + (lo % HUGE_PAGE_SIZE), len, rw, private | map_flags::FIXED)?,
+            Place::Anywhere => space.mmap_anon(0, len, rw, private)?,
+        }
+    };
+    let bias = start.wrapping_sub(lo);
+    if start.checked_add(len).is_none_or(|e| e > USER_END) || prog.entry.wrapping_add(bias) >= USER_END {
+        return Err(Errno::ENOEXEC);
+    }
+    for s in &prog.segments {
+        user.write(s.vaddr.wrapping_add(bias), s.bytes(&exe.bytes))?;
+    }
+    if let Some(c) = &plan {
+        apply(user, &c.plan, bias, tramp_base(prog), start, start + len)?;
+    } else if rewriting(k) {
+        UNREWRITTEN.fetch_add(1, Relaxed);
+    }
+    // Protections: the whole span inaccessible, then each segment's (a page two
+    // segments share gets both), the trampolines readable and executable.
+    let mut prots: Vec<(u64, u64, u32)> = Vec::new();
+    for s in &prog.segments {
+        let a = align_down(s.vaddr.wrapping_add(bias), PAGE_SIZE);
+        let b = align_up(s.end().wrapping_add(bias), PAGE_SIZE);
+        prots.push((a, b, prot_of(s.flags)));
+    }
+    if tramp_len > 0 {
+        let t = align_down(tramp_base(prog).wrapping_add(bias), PAGE_SIZE);
+        prots.push((t, start + len, PROT_READ | PROT_EXEC));
+    }
+    {
+        let space = &mut *k.mm.lock();
+        space.mprotect(start, len, 0)?;
+        for (i, &(a, b, p)) in prots.iter().enumerate() {
+            let shared: u32 = prots.iter().take(i).filter(|o| o.0 < b && a < o.1).fold(0, |m, o| m | o.2);
+            space.mprotect(a, b - a, p | shared)?;
+        }
+    }
+    let phdr = prog.phdr_addr().map_or(0, |a| a.wrapping_add(bias));
+    Ok(Loaded { entry: prog.entry.wrapping_add(bias), phdr, phnum: prog.phnum, end: start + len, start })
+}
+
+/// Maps a copy of the boot vDSO (clock page below it): AT_SYSINFO_EHDR, or 0.
+fn map_vdso(ctx: &Ctx) -> Result<u64, Errno> {
+    let Some(b) = BOOT.get().filter(|b| !b.vdso.is_empty()) else { return Ok(0) };
+    let below = onering_abi::vvar::BELOW_VDSO;
+    let len = align_up(b.vdso.len() as u64, PAGE_SIZE);
+    let flags = map_flags::PRIVATE | map_flags::ANONYMOUS;
+    let at = ctx.k.mm.lock().mmap_anon(0, len, PROT_READ | PROT_WRITE, flags)?;
+    ctx.user.write(at, &b.vdso)?;
+    let space = &mut *ctx.k.mm.lock();
+    space.mprotect(at, below, PROT_READ)?;
+    space.mprotect(at + below, len - below, PROT_READ | PROT_EXEC)?;
+    Ok(at + below)
+}
+
+/// What the new program starts with.
+struct Start {
+    regs: Regs,
+    image: ExecImage,
+    brk: u64,
+}
+
+/// Builds the new program in the (emptied) address space: the program, its
+/// interpreter, the vDSO, the stack.
+fn build(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Program)>, args: &Args) -> Result<Start, Errno> {
+    let place = if prog.pie { Place::Pie } else { Place::Fixed };
+    let main = load(ctx.k, ctx.user, exe, prog, place)?;
+    let base = match interp {
+        Some((e, p)) => Some(load(ctx.k, ctx.user, e, p, Place::Anywhere)?),
+        None => None,
+    };
+    let vdso = map_vdso(ctx)?;
+    let stack_prot = PROT_READ | PROT_WRITE | if prog.exec_stack { PROT_EXEC } else { 0 };
+    ctx.k.mm.lock().map_stack(STACK_TOP - STACK_SIZE, STACK_TOP, stack_prot)?;
+    let (uid, gid) = (ctx.k.cfg.uid, ctx.k.cfg.gid);
+    let mut auxv = alloc::vec![
+        (stack::AT_PHDR, main.phdr),
+        (stack::AT_PHENT, 56),
+        (stack::AT_PHNUM, main.phnum),
+        (stack::AT_PAGESZ, PAGE_SIZE),
+        (stack::AT_BASE, base.map_or(0, |b| b.start)),
+        (stack::AT_FLAGS, 0),
+        (stack::AT_ENTRY, main.entry),
+        (stack::AT_UID, uid),
+        (stack::AT_EUID, uid),
+        (stack::AT_GID, gid),
+        (stack::AT_EGID, gid),
+        (stack::AT_HWCAP, BOOT.get().map_or(0, |b| b.hwcap)),
+        (stack::AT_HWCAP2, 0),
+        (stack::AT_CLKTCK, 100),
+        (stack::AT_SECURE, 0),
+    ];
+    if vdso != 0 {
+        auxv.push((stack::AT_SYSINFO_EHDR, vdso));
+    }
+    let mut random = [0u8; 16];
+    ctx.k.rng.lock().fill(&mut random);
+    let spec = StackSpec { argv: &args.argv, envp: &args.envp, execfn: &args.execfn, random, auxv: &auxv };
+    let st = stack::build(STACK_TOP, &spec).map_err(|_| Errno::E2BIG)?;
+    ctx.user.write(st.sp, &st.bytes)?;
+    let entry = base.map_or(main.entry, |b| b.entry);
+    let regs = Regs { rip: entry, rsp: st.sp, rflags: 0x202, ..Regs::default() };
+    let image = ExecImage {
+        exe: args.exe.clone(),
+        cmdline: nul_joined(&args.argv),
+        environ: nul_joined(&args.envp),
+        span: (main.start, main.end),
+        vdso,
+    };
+    Ok(Start { regs, image, brk: main.end })
+}
+
+fn nul_joined(list: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for s in list {
+        out.extend_from_slice(s);
+        out.push(0);
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------
+// The system calls.
+
+/// The new program's arguments, environment and names.
+struct Args {
+    argv: Vec<Vec<u8>>,
+    envp: Vec<Vec<u8>>,
+    /// AT_EXECFN: the path as given.
+    execfn: Vec<u8>,
+    /// /proc/PID/exe: the program file's absolute path.
+    exe: Vec<u8>,
+}
+
+/// A NULL-ended array of string pointers at `addr` (NULL: none), within Linux's
+/// limit on arguments and environment together (`used` so far).
+fn strings(user: &dyn UserMem, addr: u64, used: &mut usize) -> Result<Vec<Vec<u8>>, Errno> {
+    let mut out = Vec::new();
+    if addr == 0 {
+        return Ok(out);
+    }
+    for i in 0.. {
+        let p = user.read_u64(addr.checked_add(i * 8).ok_or(Errno::EFAULT)?)?;
+        if p == 0 {
+            break;
+        }
+        let s =
+            user.read_cstr(p, stack::MAX_ARG_BYTES)
+                .map_err(|e| if e == Errno::ENAMETOOLONG { Errno::E2BIG } else { e })?;
+        *used += s.len() + 1 + 8;
+        if *used > stack::MAX_ARG_BYTES {
+            return Err(Errno::E2BIG);
+        }
+        out.push(s);
+    }
+    Ok(out)
+}
+
+pub fn execve(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [path, argv, envp, ..] = f.args();
+    exec_at(ctx, super::fs::AT_FDCWD, path, argv, envp, 0)
+}
+
+const AT_EMPTY_PATH: u64 = 0x1000;
+const AT_SYMLINK_NOFOLLOW: u64 = 0x100;
+
+pub fn execveat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [dirfd, path, argv, envp, flags, ..] = f.args();
+    if flags & !(AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    exec_at(ctx, dirfd, path, argv, envp, flags)
+}
+
+fn exec_at(ctx: &Ctx, dirfd: u64, path_addr: u64, argv: u64, envp: u64, flags: u64) -> SysResult {
+    let path = match path_arg(ctx, path_addr) {
+        Err(Errno::ENOENT) if flags & AT_EMPTY_PATH != 0 => Vec::new(),
+        r => r?,
+    };
+    let mut used = 0;
+    let mut args = Args {
+        argv: strings(ctx.user, argv, &mut used)?,
+        envp: strings(ctx.user, envp, &mut used)?,
+        execfn: path.clone(),
+        exe: Vec::new(),
+    };
+    // The file, following `#!` interpreters.
+    let mut name = path;
+    let mut file =
+        if name.is_empty() { ctx.file(dirfd)? } else { open_exe(ctx, dirfd, &name, flags & AT_SYMLINK_NOFOLLOW == 0)? };
+    let mut depth = 0;
+    let exe = loop {
+        let head = read_head(&file, SHEBANG_MAX as u64)?;
+        let Some(line) = shebang(&head) else { break read_exe(&file)? };
+        let (interp, arg) = line.map_err(|_| Errno::ENOEXEC)?;
+        depth += 1;
+        if depth > MAX_SCRIPT_DEPTH {
+            return Err(Errno::ELOOP);
+        }
+        // argv[0] gives way to: the interpreter, its argument, the script's path.
+        let mut new = alloc::vec![interp.clone()];
+        new.extend(arg);
+        new.push(name.clone());
+        new.extend(args.argv.iter().skip(1).cloned());
+        args.argv = new;
+        file = open_exe(ctx, super::fs::AT_FDCWD, &interp, true)?;
+        name = interp;
+    };
+    args.exe = absolute(ctx, &name);
+    let prog = Program::parse(&exe.bytes).map_err(|_| Errno::ENOEXEC)?;
+    let interp = match &prog.interp {
+        Some(p) => {
+            let f = open_exe(ctx, super::fs::AT_FDCWD, p, true).map_err(|e| {
+                if e == Errno::EACCES {
+                    e
+                } else {
+                    Errno::ENOENT
+                }
+            })?;
+            let e = read_exe(&f)?;
+            let ip = Program::parse(&e.bytes).map_err(|_| Errno::ELIBBAD)?;
+            if ip.interp.is_some() {
+                return Err(Errno::ELIBBAD);
+            }
+            Some((e, ip))
+        }
+        None => None,
+    };
+    drop(file);
+    if ctx.proc().pid() != 1 {
+        // A vfork child shares its parent's memory: it needs an address space of
+        // its own, which only the program itself has yet.
+        ctx.k.report_once("onering: execve from a child process is not supported yet\n");
+        return Err(Errno::ENOSYS);
+    }
+    // The point of no return.
+    let regs = replace_image(ctx, &exe, &prog, interp.as_ref().map(|(e, p)| (e, p)), &args);
+    drop((exe, prog, interp, args));
+    finish(regs)
+}
+
+/// The absolute form of `path` from the working directory (for /proc/PID/exe).
+fn absolute(ctx: &Ctx, path: &[u8]) -> Vec<u8> {
+    let cwd = ctx.proc().fs.lock().cwd;
+    let base = ctx.k.vfs.lock().path_of(cwd).unwrap_or_else(|_| b"/".to_vec());
+    crate::vfs::absolute(&base, path)
+}
+
+/// Replaces the calling process's program: its other threads end, its memory goes,
+/// the new image is built; descriptors marked close-on-exec close, caught signals
+/// go back to their default action. The registers the new program starts with.
+fn replace_image(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Program)>, args: &Args) -> Regs {
+    let me = ctx.thread;
+    let p = ctx.proc();
+    let others: Vec<_> = sched::threads_of(p.pid()).into_iter().filter(|t| !core::ptr::eq(*t, me)).collect();
+    for t in &others {
+        sched::kill_thread(t);
+    }
+    while sched::threads_of(p.pid()).len() > 1 {
+        sched::yield_now();
+    }
+    p.threads.store(1, Relaxed);
+    let orphans = {
+        let space = &mut *ctx.k.mm.lock();
+        space.clear(0);
+        space.take_orphans()
+    };
+    drop(orphans);
+    let start = match build(ctx, exe, prog, interp, args) {
+        Ok(s) => s,
+        Err(_) => crate::task::signal::terminate(ctx.k, me, crate::sigframe::sig::SIGSEGV, 0, 0),
+    };
+    ctx.k.mm.lock().set_brk_start(start.brk);
+    let closing = p.fds.lock().take_cloexec();
+    drop(closing);
+    for a in p.actions.lock().iter_mut() {
+        if a[0] != SIG_IGN {
+            *a = [SIG_DFL, 0, 0, 0];
+        }
+    }
+    *me.altstack.lock() = (0, crate::sigframe::SS_DISABLE, 0);
+    me.robust_list.store(0, Relaxed);
+    onering_arch::cpu::set_fs_base(0);
+    let mut comm = [0u8; 16];
+    let base = args.exe.rsplit(|b| *b == b'/').next().unwrap_or(&[]);
+    let n = base.len().min(15);
+    comm[..n].copy_from_slice(&base[..n]);
+    *ctx.k.comm.lock() = comm;
+    *p.image.lock() = Some(Arc::new(start.image));
+    sched::release_vfork_parent(me);
+    start.regs
+}
+
+#[cfg(target_os = "none")]
+fn finish(regs: Regs) -> ! {
+    onering_arch::entry::full_return(&regs)
+}
+
+#[cfg(not(target_os = "none"))]
+fn finish(regs: Regs) -> SysResult {
+    panic!("no return to a program on the host: {regs:?}")
+}
+
+// ---------------------------------------------------------------------------
+// Libraries.
+
+/// A file mapping was just made executable at `[start, start + len)`, mapping
+/// `file` from `offset`: if it is the code segment of an ELF file, rewrite it,
+/// trampolines in a mapping of their own just below the file's image. Best effort:
+/// whatever fails leaves the code trapping.
+pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: u64) {
+    if !rewriting(ctx.k) {
+        return;
+    }
+    let meta = file.obj().stat();
+    if meta.size > onering_abi::hostcall::MAX_REWRITE_FILE || meta.size < 64 {
+        return;
+    }
+    let Ok(exe) = read_exe(file) else { return };
+    let Ok(prog) = Program::parse(&exe.bytes) else { return };
+    // The executable segment this mapping holds, and so the load bias.
+    let Some(seg) = prog.segments.iter().find(|s| s.flags & PF_X != 0 && align_down(s.offset, PAGE_SIZE) == offset)
+    else {
+        UNREWRITTEN.fetch_add(1, Relaxed);
+        return;
+    };
+    let bias = start.wrapping_sub(align_down(seg.vaddr, PAGE_SIZE));
+    let (lo, _) = prog.span();
+    let room = align_up(site_bound(&prog, &exe.bytes) * TRAMPOLINE_ROOM + 64, PAGE_SIZE);
+    if site_bound(&prog, &exe.bytes) == 0 {
+        return;
+    }
+    // Just below the image (bias-relative, so the plan is the same each time).
+    let tramp = align_down(lo, PAGE_SIZE).wrapping_sub(room);
+    let at = bias.wrapping_add(tramp);
+    let flags = map_flags::PRIVATE | map_flags::ANONYMOUS | map_flags::FIXED_NOREPLACE;
+    if ctx.k.mm.lock().mmap_anon(at, room, PROT_READ | PROT_WRITE, flags) != Ok(at) {
+        UNREWRITTEN.fetch_add(1, Relaxed);
+        return;
+    }
+    let plan = plan_for(Some(exe.key), &exe.bytes, tramp);
+    let ok = plan.as_ref().is_some_and(|c| {
+        c.plan.trampolines.len() as u64 <= room && apply(ctx.user, &c.plan, bias, tramp, start, start + len).is_ok()
+    });
+    let space = &mut *ctx.k.mm.lock();
+    if ok {
+        let _ = space.mprotect(at, room, PROT_READ | PROT_EXEC);
+    } else {
+        let _ = space.munmap(at, room);
+        UNREWRITTEN.fetch_add(1, Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn segment_flags_become_protections() {
+        assert_eq!(prot_of(5), PROT_READ | PROT_EXEC);
+        assert_eq!(prot_of(6), PROT_READ | PROT_WRITE);
+        assert_eq!(prot_of(4), PROT_READ);
+        assert_eq!(prot_of(0), 0);
+    }
+}
