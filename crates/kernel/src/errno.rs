@@ -42,6 +42,8 @@ pub enum Errno {
     ENOSYS = 38,
     ENOTEMPTY = 39,
     ELOOP = 40,
+    /// No such attribute (an extended attribute).
+    ENODATA = 61,
     EOVERFLOW = 75,
     /// A shared library (an ELF interpreter) that cannot be used.
     ELIBBAD = 80,
@@ -115,6 +117,7 @@ const ALL: &[Errno] = &[
     Errno::ENOSYS,
     Errno::ENOTEMPTY,
     Errno::ELOOP,
+    Errno::ENODATA,
     Errno::EOVERFLOW,
     Errno::ELIBBAD,
     Errno::ENOTSOCK,

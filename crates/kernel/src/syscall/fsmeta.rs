@@ -484,6 +484,77 @@ pub fn fstatfs(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     put_statfs(ctx, buf, n)
 }
 
+/// Extended attributes: no file here has any (the tree keeps none; a host file's
+/// are not passed through). Getting or removing one is ENODATA once the file is
+/// found, listing gives an empty list, setting one EOPNOTSUPP, as on a file
+/// system without xattr support (`ls -l`, `cp -a` and `tar` carry on quietly).
+fn xattr_path(ctx: &Ctx, f: &SyscallFrame, follow: bool, found: Errno) -> SysResult {
+    let t = Target::new(ctx, AT_FDCWD, f.rdi, 0, follow)?;
+    t.resolve(&mut ctx.k.vfs.lock())?;
+    Err(found)
+}
+
+fn xattr_fd(ctx: &Ctx, f: &SyscallFrame, found: Errno) -> SysResult {
+    ctx.file(f.rdi)?;
+    Err(found)
+}
+
+pub fn getxattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    xattr_path(ctx, f, true, Errno::ENODATA)
+}
+
+pub fn lgetxattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    xattr_path(ctx, f, false, Errno::ENODATA)
+}
+
+pub fn fgetxattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    xattr_fd(ctx, f, Errno::ENODATA)
+}
+
+/// Listing finds the file and no attribute: an empty list.
+fn none_listed(r: SysResult) -> SysResult {
+    match r {
+        Err(Errno::ENODATA) => Ok(0),
+        r => r,
+    }
+}
+
+pub fn listxattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    none_listed(xattr_path(ctx, f, true, Errno::ENODATA))
+}
+
+pub fn llistxattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    none_listed(xattr_path(ctx, f, false, Errno::ENODATA))
+}
+
+pub fn flistxattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    none_listed(xattr_fd(ctx, f, Errno::ENODATA))
+}
+
+pub fn setxattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    xattr_path(ctx, f, true, Errno::ENOTSUP)
+}
+
+pub fn lsetxattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    xattr_path(ctx, f, false, Errno::ENOTSUP)
+}
+
+pub fn fsetxattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    xattr_fd(ctx, f, Errno::ENOTSUP)
+}
+
+pub fn removexattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    xattr_path(ctx, f, true, Errno::ENODATA)
+}
+
+pub fn lremovexattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    xattr_path(ctx, f, false, Errno::ENODATA)
+}
+
+pub fn fremovexattr(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    xattr_fd(ctx, f, Errno::ENODATA)
+}
+
 /// fallocate: mode 0 makes the file at least `offset + len` long (the bytes a
 /// hole until written: onering's files take memory as they are written);
 /// FALLOC_FL_KEEP_SIZE alone changes nothing; other modes are EOPNOTSUPP.
