@@ -20,11 +20,7 @@ use std::path::Path;
 use vm_memory::GuestMemoryMmap;
 
 #[derive(Parser)]
-#[command(
-    name = "onering",
-    version,
-    about = "Run one unmodified static Linux program in its own thin KVM virtual machine"
-)]
+#[command(name = "onering", version, about = "Run one unmodified Linux program in its own thin KVM virtual machine")]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -22,6 +22,8 @@
 //!   embedded kernel and vDSO, boot-phase timing, and the only unsafe code (host
 //!   calls the standard library and rust-vmm crates do not wrap).
 //!
+//! - `plancache`: rewrite plans kept on disk, named by content.
+//!
 //! The program file is parsed, and its `syscall` instructions rewritten, by the pure
 //! crate `onering_rewrite`. See docs/design.md (The VMM).
 #![deny(unsafe_code)]
@@ -52,6 +54,7 @@ pub mod exit;
 pub mod hostfs;
 pub mod layout;
 pub mod loader;
+pub mod plancache;
 pub mod profile;
 pub mod sys;
 pub mod trace;

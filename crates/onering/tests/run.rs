@@ -1056,3 +1056,54 @@ fn dynamic_programs_and_scripts_run() {
     assert_eq!(status(&o), 126, "{}", stderr(&o));
     assert!(stderr(&o).contains("interpreter /lib64/ld-linux-x86-64.so.2"), "{}", stderr(&o));
 }
+
+/// Rewrite plans on disk (issue 18): a run from a cached plan is the run from a
+/// fresh one, and a damaged entry is ignored and replaced. Busybox (1.5 MiB of
+/// code) as the first program, glibc's libc.so.6 as a library `dash` maps.
+#[test]
+fn cached_rewrite_plans_give_the_same_runs() {
+    assert!(Path::new("/bin/busybox").exists(), "this test needs /bin/busybox (apt-get install busybox-static)");
+    let dir = out_dir().join("plan-cache");
+    let _ = std::fs::remove_dir_all(&dir);
+    let run_cached = |args: &[&str]| {
+        let mut c = cmd(args);
+        c.env("ONERING_CACHE_DIR", &dir).stdin(Stdio::null()).output().unwrap()
+    };
+    let busybox = ["run", "--stats", "/bin/busybox", "sh", "-c", "echo $((1+2))"];
+    let dash = ["run", "--stats", "/bin/dash", "-c", "echo dash"];
+    let first = (run_cached(&busybox), run_cached(&dash));
+    let entries = || std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
+    assert!(entries() >= 2, "busybox's and libc's plans are stored");
+    let sites = |o: &Output| {
+        let line = stderr(o).lines().find(|l| l.contains("syscall sites")).unwrap_or("").to_string();
+        line.split(';').next().unwrap_or("").to_string()
+    };
+    let contents = || {
+        let mut v: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.clone(), std::fs::read(p).unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    let stored = contents();
+    for round in ["cached", "damaged"] {
+        if round == "damaged" {
+            for e in std::fs::read_dir(&dir).unwrap() {
+                let p = e.unwrap().path();
+                let mut b = std::fs::read(&p).unwrap();
+                let n = b.len();
+                b[n - 3] ^= 0x55;
+                std::fs::write(&p, &b).unwrap();
+            }
+        }
+        let again = (run_cached(&busybox), run_cached(&dash));
+        assert_eq!(stdout(&again.0), "3\n", "{round}: {}", stderr(&again.0));
+        assert_eq!(status(&again.0), 0);
+        assert_eq!(stdout(&again.1), "dash\n", "{round}: {}", stderr(&again.1));
+        assert_eq!(sites(&again.0), sites(&first.0), "{round}");
+        assert!(stderr(&again.1).contains(" 0 system calls trapped"), "{round}: {}", stderr(&again.1));
+    }
+    assert!(contents() == stored, "the damaged entries were planned again and replaced");
+}

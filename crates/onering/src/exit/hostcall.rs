@@ -115,7 +115,7 @@ fn rewrite(args: [u64; 6], mem: &GuestMemoryMmap) -> i64 {
     }
     let Some(file) = read_guest(mem, args[0], args[1]) else { return -EFAULT };
     let Ok(prog) = onering_rewrite::elf::Program::parse(&file) else { return -ENOEXEC };
-    let plan = crate::embedded::plan_at(&prog, &file, args[5], args[2]);
+    let plan = crate::plancache::plan(&prog, &file, args[5], args[2]);
     let wire = WirePlan {
         sites: plan.sites as u64,
         rewritten: plan.rewritten as u64,

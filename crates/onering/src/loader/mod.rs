@@ -131,7 +131,7 @@ pub fn plan_rewrite(prog: &Program, file: &[u8]) -> rewrite::Plan {
     // An image that ends at the top of the address space gets no rewrite: `load`
     // refuses it anyway (it does not lie in user space).
     match vhi.checked_next_multiple_of(layout::PAGE_SIZE) {
-        Some(base) => crate::embedded::plan_at(prog, file, bias, base),
+        Some(base) => crate::plancache::plan(prog, file, bias, base),
         None => rewrite::Plan::default(),
     }
 }
