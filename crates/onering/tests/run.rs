@@ -1107,3 +1107,30 @@ fn cached_rewrite_plans_give_the_same_runs() {
     }
     assert!(contents() == stored, "the damaged entries were planned again and replaced");
 }
+
+/// A dynamically linked program from a `--rootfs` made of the host's files: its
+/// loader and libc come from the rootfs, not the host; one missing library is
+/// the loader's own error, exit 127, as on Linux.
+#[test]
+fn dynamic_programs_run_from_a_rootfs() {
+    let root = out_dir().join("dyn-rootfs");
+    let _ = std::fs::remove_dir_all(&root);
+    let put = |host: &str, guest: &str| {
+        let to = root.join(guest.trim_start_matches('/'));
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(std::fs::canonicalize(host).unwrap(), &to).unwrap();
+    };
+    put("/lib64/ld-linux-x86-64.so.2", "/lib64/ld-linux-x86-64.so.2");
+    put("/lib/x86_64-linux-gnu/libc.so.6", "/lib/x86_64-linux-gnu/libc.so.6");
+    put("/bin/dash", "/bin/sh");
+    let hello = build("hello", "gcc", &[], "-glibc");
+    put(hello.to_str().unwrap(), "/hello");
+    let r = root.to_str().unwrap();
+    let o = onering(&["run", "--rootfs", r, "/bin/sh", "-c", "echo from the rootfs; exec /hello x"]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("from the rootfs\nhello from onering\nargv[0]=/hello\n"), "{}", stdout(&o));
+    std::fs::remove_file(root.join("lib/x86_64-linux-gnu/libc.so.6")).unwrap();
+    let o = onering(&["run", "--rootfs", r, "/hello"]);
+    assert_eq!(status(&o), 127, "{}", stderr(&o));
+    assert!(stderr(&o).contains("libc.so.6: cannot open shared object file"), "{}", stderr(&o));
+}
