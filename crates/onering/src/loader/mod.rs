@@ -432,10 +432,13 @@ mod tests {
         assert_eq!(std::mem::size_of::<BootInfo>() % 8, 0);
         let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
         let net = NetInfo { present: 1, mac: 0x5634_1200_5452, mtu: 1500, ..Default::default() };
-        write_boot_info(&m, &BootInfo { magic: BOOT_MAGIC, nsegments: 77, net, ..Default::default() }).unwrap();
+        let bi = BootInfo { magic: BOOT_MAGIC, nsegments: 77, net, vdso_len: 8192, ..Default::default() };
+        write_boot_info(&m, &bi).unwrap();
         let end = layout::BOOT_INFO_PHYS + std::mem::size_of::<BootInfo>() as u64;
         let last: u64 = m.read_obj(GuestAddress(end - 8)).unwrap();
-        assert_eq!(last, 1500, "the MTU last");
+        assert_eq!(last, 8192, "the vDSO's length last");
+        let mtu: u64 = m.read_obj(GuestAddress(end - 16)).unwrap();
+        assert_eq!(mtu, 1500, "the MTU before it");
         let at = |off: usize| m.read_obj::<u64>(GuestAddress(layout::BOOT_INFO_PHYS + off as u64)).unwrap();
         assert_eq!(at(std::mem::offset_of!(BootInfo, nsegments)), 77);
         assert_eq!(at(std::mem::offset_of!(BootInfo, net)), 1);
