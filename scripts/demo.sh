@@ -13,4 +13,4 @@ set -x
 ./target/release/onering run -e GREETING=hello -e EXIT_CODE=3 target/demo/hello a b || echo "exit status $?"
 ./target/release/onering run target/demo/segv || echo "exit status $?"
 { set +x; } 2>/dev/null
-./bench/startup.sh 100
+./bench/startup.sh 30
