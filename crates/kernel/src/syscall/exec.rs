@@ -203,13 +203,13 @@ fn rewriting(k: &Kernel) -> bool {
 /// The plan for `file` with trampolines at `tramp` (both at bias 0): from the
 /// cache, else from the VMM (one exit). None: nothing to rewrite or no plan.
 fn plan_for(key: Option<FileKey>, file: &[u8], tramp: u64) -> Option<Arc<Cached>> {
-    if let Some(c) = key.and_then(|k| PLANS.lock().get(&(k, tramp)).cloned()) {
+    if let Some(c) = cached_plan(key, tramp) {
         return Some(c);
     }
-    let mut out = Vec::new();
+    let mut out = core::mem::take(&mut *PLAN_OUT.lock());
     let mut cap = 64 * 1024 + file.len() / 4;
     let len = loop {
-        out.try_reserve_exact(cap).ok()?;
+        out.try_reserve_exact(cap.saturating_sub(out.len())).ok()?;
         out.resize(cap, 0);
         let r = onering_arch::hostcall::rewrite_plan(file, tramp.wrapping_add(PLAN_BIAS), PLAN_BIAS, &mut out);
         match r {
@@ -218,7 +218,14 @@ fn plan_for(key: Option<FileKey>, file: &[u8], tramp: u64) -> Option<Arc<Cached>
             _ => return None,
         }
     };
-    let mut plan = WirePlan::decode(out.get(..len)?)?;
+    let plan = WirePlan::decode(out.get(..len)?);
+    {
+        let mut kept = PLAN_OUT.lock();
+        if out.capacity() > kept.capacity() && out.capacity() <= MAX_SCRATCH {
+            *kept = out;
+        }
+    }
+    let mut plan = plan?;
     for p in &mut plan.patches {
         p.addr = p.addr.wrapping_sub(PLAN_BIAS);
     }
@@ -231,6 +238,45 @@ fn plan_for(key: Option<FileKey>, file: &[u8], tramp: u64) -> Option<Arc<Cached>
         plans.insert((k, tramp), c.clone());
     }
     Some(c)
+}
+
+fn cached_plan(key: Option<FileKey>, tramp: u64) -> Option<Arc<Cached>> {
+    key.and_then(|k| PLANS.lock().get(&(k, tramp)).cloned())
+}
+
+/// What a library's mapping needs to know of its file, kept per file so that a
+/// library mapped again (every process maps libc) is not read again.
+struct Library {
+    /// Page-aligned file offset and address (bias 0) of each executable segment.
+    code: Vec<(u64, u64)>,
+    /// Lowest address of the image (bias 0), and room for its trampolines.
+    lo: u64,
+    room: u64,
+}
+
+static LIBRARIES: Mutex<BTreeMap<FileKey, Arc<Library>>> = Mutex::new(BTreeMap::new());
+
+/// The [`Library`] facts of `exe`.
+fn library(exe: &Exe) -> Option<Arc<Library>> {
+    if let Some(l) = LIBRARIES.lock().get(&exe.key).cloned() {
+        return Some(l);
+    }
+    let prog = Program::parse(&exe.bytes).ok()?;
+    let code = prog
+        .segments
+        .iter()
+        .filter(|s| s.flags & PF_X != 0)
+        .map(|s| (align_down(s.offset, PAGE_SIZE), align_down(s.vaddr, PAGE_SIZE)))
+        .collect();
+    let sites = site_bound(&prog, &exe.bytes);
+    let room = if sites == 0 { 0 } else { align_up(sites * TRAMPOLINE_ROOM + 64, PAGE_SIZE) };
+    let l = Arc::new(Library { code, lo: align_down(prog.span().0, PAGE_SIZE), room });
+    let mut libs = LIBRARIES.lock();
+    if libs.len() >= MAX_PLANS {
+        libs.clear();
+    }
+    libs.insert(exe.key, l.clone());
+    Some(l)
 }
 
 /// Writes `plan` over code loaded at `bias` (only patches inside `[lo, hi)`, the
@@ -290,10 +336,48 @@ fn open_in(k: &'static Kernel, start: crate::vfs::Ino, path: &[u8], follow: bool
     Ok(file)
 }
 
+/// The buffer the last program file was read into, kept for the next one: on this
+/// hypervisor the first touch of each fresh page of kernel memory costs 4-20 µs, so
+/// reading every library into new memory cost milliseconds (perf.md).
+static SCRATCH: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+/// The same for the plans the VMM writes.
+static PLAN_OUT: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+/// Largest buffer kept.
+const MAX_SCRATCH: usize = 16 << 20;
+
+/// A buffer of `len` zero bytes, the kept one if there is one.
+fn scratch(len: usize) -> Vec<u8> {
+    let mut v = core::mem::take(&mut *SCRATCH.lock());
+    v.clear();
+    v.resize(len, 0);
+    v
+}
+
+/// Gives a buffer back to be kept (if it is larger than the one kept).
+fn keep(v: Vec<u8>) {
+    let mut s = SCRATCH.lock();
+    if v.capacity() > s.capacity() && v.capacity() <= MAX_SCRATCH {
+        *s = v;
+    }
+}
+
+impl Drop for Exe {
+    fn drop(&mut self) {
+        keep(core::mem::take(&mut self.bytes));
+    }
+}
+
 /// Up to `len` bytes of `file` from its start.
 fn read_head(file: &FileRef, len: u64) -> Result<Vec<u8>, Errno> {
+    read_into(file, alloc::vec![0; len as usize])
+}
+
+/// As much of `file` from its start as fits in `buf` (zeroed), truncated to what
+/// was read.
+fn read_into(file: &FileRef, buf: Vec<u8>) -> Result<Vec<u8>, Errno> {
     const BASE: u64 = 0x1000;
-    let buf = BufferMem::new(BASE, len as usize);
+    let len = buf.len() as u64;
+    let buf = BufferMem { base: BASE, mem: Mutex::new(buf) };
     let mut done = 0;
     while done < len {
         let n = blocking(file, || file.read(&buf, BASE + done, len - done, Some(done)))?;
@@ -307,13 +391,17 @@ fn read_head(file: &FileRef, len: u64) -> Result<Vec<u8>, Errno> {
     Ok(bytes)
 }
 
+fn file_key(meta: &crate::file::Meta) -> FileKey {
+    (meta.dev.unwrap_or(0), meta.ino, meta.size, meta.mtime)
+}
+
 fn read_exe(file: &FileRef) -> Result<Exe, Errno> {
     let meta = file.obj().stat();
     if meta.size > MAX_EXEC_FILE {
         return Err(Errno::ENOMEM);
     }
-    let bytes = read_head(file, meta.size)?;
-    Ok(Exe { key: (meta.dev.unwrap_or(0), meta.ino, meta.size, meta.mtime), bytes })
+    let bytes = read_into(file, scratch(meta.size as usize))?;
+    Ok(Exe { key: file_key(&meta), bytes })
 }
 
 // ---------------------------------------------------------------------------
@@ -671,37 +759,48 @@ pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: 
     if meta.size > onering_abi::hostcall::MAX_REWRITE_FILE || meta.size < 64 {
         return;
     }
-    let Ok(exe) = read_exe(file) else { return };
-    let Ok(prog) = Program::parse(&exe.bytes) else { return };
+    // Read the file only the first time it is mapped in this VM.
+    let key = file_key(&meta);
+    let known = LIBRARIES.lock().get(&key).cloned();
+    let mut exe = None;
+    let lib = match known {
+        Some(l) => l,
+        None => {
+            let Ok(e) = read_exe(file) else { return };
+            let Some(l) = library(&e) else { return };
+            exe = Some(e);
+            l
+        }
+    };
     // The executable segment this mapping holds, and so the load bias.
-    let Some(seg) = prog.segments.iter().find(|s| s.flags & PF_X != 0 && align_down(s.offset, PAGE_SIZE) == offset)
-    else {
+    let Some(&(_, vaddr)) = lib.code.iter().find(|c| c.0 == offset) else {
         UNREWRITTEN.fetch_add(1, Relaxed);
         return;
     };
-    let bias = start.wrapping_sub(align_down(seg.vaddr, PAGE_SIZE));
-    let (lo, _) = prog.span();
-    let room = align_up(site_bound(&prog, &exe.bytes) * TRAMPOLINE_ROOM + 64, PAGE_SIZE);
-    if site_bound(&prog, &exe.bytes) == 0 {
+    if lib.room == 0 {
         return;
     }
+    let bias = start.wrapping_sub(vaddr);
     // Just below the image (bias-relative, so the plan is the same each time).
-    let tramp = align_down(lo, PAGE_SIZE).wrapping_sub(room);
+    let tramp = lib.lo.wrapping_sub(lib.room);
     let at = bias.wrapping_add(tramp);
     let flags = map_flags::PRIVATE | map_flags::ANONYMOUS | map_flags::FIXED_NOREPLACE;
-    if ctx.k.mm.lock().mmap_anon(at, room, PROT_READ | PROT_WRITE, flags) != Ok(at) {
+    if ctx.k.mm.lock().mmap_anon(at, lib.room, PROT_READ | PROT_WRITE, flags) != Ok(at) {
         UNREWRITTEN.fetch_add(1, Relaxed);
         return;
     }
-    let plan = plan_for(Some(exe.key), &exe.bytes, tramp);
+    let plan = cached_plan(Some(key), tramp).or_else(|| {
+        let e = exe.take().or_else(|| read_exe(file).ok())?;
+        plan_for(Some(key), &e.bytes, tramp)
+    });
     let ok = plan.as_ref().is_some_and(|c| {
-        c.plan.trampolines.len() as u64 <= room && apply(ctx.user, &c.plan, bias, tramp, start, start + len).is_ok()
+        c.plan.trampolines.len() as u64 <= lib.room && apply(ctx.user, &c.plan, bias, tramp, start, start + len).is_ok()
     });
     let space = &mut *ctx.k.mm.lock();
     if ok {
-        let _ = space.mprotect(at, room, PROT_READ | PROT_EXEC);
+        let _ = space.mprotect(at, lib.room, PROT_READ | PROT_EXEC);
     } else {
-        let _ = space.munmap(at, room);
+        let _ = space.munmap(at, lib.room);
         UNREWRITTEN.fetch_add(1, Relaxed);
     }
 }
