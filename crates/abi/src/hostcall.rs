@@ -72,6 +72,12 @@ pub enum Hostcall {
     /// operation ([`crate::hostfs`] says each one's arguments), the rest its
     /// arguments. Returns a result or a negative errno.
     Fs = 13,
+    /// Switches this vCPU to the page tables rooted at guest-physical `args[0]`
+    /// (an address space's PML4: fork gives each process its own): the VMM sets
+    /// the vCPU's CR3 and translates this vCPU's guest-virtual arguments through
+    /// it from then on. Returns 0, or -EINVAL (the VM continues on its old root)
+    /// if the root is not a page-aligned page of guest RAM.
+    SetRoot = 14,
 }
 
 impl Hostcall {
@@ -90,6 +96,7 @@ impl Hostcall {
             11 => Self::StdioSeek,
             12 => Self::StdioIoctl,
             13 => Self::Fs,
+            14 => Self::SetRoot,
             _ => return None,
         })
     }
@@ -124,6 +131,11 @@ mod tests {
             Hostcall::StdinRequest,
             Hostcall::Halt,
             Hostcall::Kick,
+            Hostcall::StdioStat,
+            Hostcall::StdioSeek,
+            Hostcall::StdioIoctl,
+            Hostcall::Fs,
+            Hostcall::SetRoot,
         ] {
             assert_eq!(Hostcall::from_u64(h as u64), Some(h));
         }
