@@ -47,6 +47,8 @@ int main(int argc, char **argv) {
         pthread_t t;
         if (!strcmp(argv[1], "pingpong")) {
             if (fork() == 0) {
+                close(a[1]); // (end of file once the parent is gone)
+                close(b[0]);
                 echo(NULL);
                 _exit(0);
             }
