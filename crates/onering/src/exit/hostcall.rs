@@ -411,9 +411,7 @@ mod tests {
         assert_eq!(e.roots, Vec::<u64>::new());
         // A second root mapping the same user block to other memory.
         let root = 0x20_0000;
-        let mut pt = PageTables::new(&e.mem);
-        pt.map_2m(0x40_0000, 0x40_0000, 0).unwrap();
-        e.mem.write_obj(0x60_0000u64 | 0x87, GuestAddress(0x20_3000)).unwrap(); // PD entry
+        e.mem.write_obj(0x60_0000u64 | 0x87, GuestAddress(0x20_3000 + 2 * 8)).unwrap(); // PD entry of 0x40_0000
         e.mem.write_obj(0x20_3000u64 | 7, GuestAddress(0x20_2000)).unwrap(); // PDPT entry
         e.mem.write_obj(0x20_2000u64 | 7, GuestAddress(root)).unwrap(); // PML4 entry
         e.mem.write_slice(b"other", GuestAddress(0x60_0000 + 0x1000)).unwrap();
