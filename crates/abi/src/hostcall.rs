@@ -81,6 +81,12 @@ pub enum Hostcall {
     /// and returns its length; -ENOSPC if it does not fit (the guest retries with
     /// more), -ENOEXEC if the file is not an x86-64 executable or shared object.
     Rewrite = 20,
+    /// Switches this vCPU to the page tables rooted at guest-physical `args[0]`
+    /// (an address space's PML4: fork gives each process its own): the VMM sets
+    /// the vCPU's CR3 and translates this vCPU's guest-virtual arguments through
+    /// it from then on. Returns 0, or -EINVAL (the VM continues on its old root)
+    /// if the root is not a page-aligned page of guest RAM.
+    SetRoot = 14,
 }
 
 /// The largest file the VMM plans a rewrite for (larger ones run trapping).
@@ -102,6 +108,7 @@ impl Hostcall {
             11 => Self::StdioSeek,
             12 => Self::StdioIoctl,
             13 => Self::Fs,
+            14 => Self::SetRoot,
             20 => Self::Rewrite,
             _ => return None,
         })
@@ -137,6 +144,11 @@ mod tests {
             Hostcall::StdinRequest,
             Hostcall::Halt,
             Hostcall::Kick,
+            Hostcall::StdioStat,
+            Hostcall::StdioSeek,
+            Hostcall::StdioIoctl,
+            Hostcall::Fs,
+            Hostcall::SetRoot,
             Hostcall::Rewrite,
         ] {
             assert_eq!(Hostcall::from_u64(h as u64), Some(h));

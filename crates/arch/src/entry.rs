@@ -200,14 +200,16 @@ exception_stubs:
     .endr
 
     // Ring 0, reached by `int $0x81` from ring 3 on hardware KVM only (see
-    // supervisor.rs): drop all non-global translations. PVM would raise #GP here.
+    // supervisor.rs): rax 0 drops all non-global translations (CR3 reloaded);
+    // any other rax is a root to load (an address-space switch). Clobbers rax.
+    // PVM would raise #GP here.
     .balign 16
     .global tlb_flush_stub
 tlb_flush_stub:
-    push %rax
+    test %rax, %rax
+    jnz 1f
     mov %cr3, %rax
-    mov %rax, %cr3
-    pop %rax
+1:  mov %rax, %cr3
     iretq
 
     // Interrupts nobody asked for: ignore.

@@ -10,12 +10,21 @@
 //! whoever holds it may write it through the direct map. Invariant: a free chunk is
 //! all zeros (guest RAM starts zeroed; whoever frees a chunk zeroes what it used).
 //!
-//! [`PageTables`] edits the live tables the VMM built (root at `BOOT_PT_PHYS`),
-//! only ever entries of the lower (user) half, and only to map chunks; the kernel's
-//! own mappings (image, direct map, MMIO) are the VMM's and never change. There is
-//! one instance (`boot` claims it). A chunk mapped into the program's half is
-//! memory the program writes at will: until it is unmapped it cannot be freed
-//! (and so handed out again) or kept as kernel memory; both check (`MAPPED`).
+//! [`PageTables`] edits one address space's tables: the boot space's is the root
+//! the VMM built (`BOOT_PT_PHYS`, `boot` claims it), each further space (fork) gets
+//! a root page of its own ([`PageTables::new_space`]) whose upper half (PML4 slots
+//! 256..511: the kernel image, the direct map, MMIO, and PVM's slot 256 as the VMM
+//! left it) is a copy of the boot root's, so the kernel is mapped alike in every
+//! space. Only entries of the lower (user) half are ever edited, and only to map
+//! chunks; the kernel's own mappings are the VMM's and never change. Table pages
+//! come from one pool for all spaces (4 KiB pages cut from chunks kept for the
+//! kernel's life); a space's pages go back to it when the space is released
+//! ([`PageTables::release`]), its root only ever to be a root again (a vCPU may
+//! still have it loaded; its user half is cleared first, its upper half is
+//! always the kernel's). A chunk mapped into a user half is memory the program
+//! writes at will: until every mapping of it is gone (a shared chunk is mapped in
+//! several spaces: `MAPPED` counts them) it cannot be freed (and so handed out
+//! again) or kept as kernel memory; both check.
 //!
 //! Warm chunks (seed B-5): guest RAM the VM never touched costs a host fault per
 //! 4 KiB page at its first touch (~9 µs here, 5 ms a chunk: measured, design.md),
@@ -105,6 +114,24 @@ impl Chunk {
         }
         #[cfg(not(target_os = "none"))]
         let _ = (to_off, from_off, len, from);
+    }
+
+    /// Writes `data` at `offset` of the chunk (clamped to it): a store into another
+    /// address space's memory, which is not the one loaded (fork's child tid).
+    pub fn write(&mut self, offset: u64, data: &[u8]) {
+        let (offset, len) = clamp(offset, data.len() as u64);
+        #[cfg(target_os = "none")]
+        if len > 0 {
+            let dst = onering_abi::layout::direct(self.phys + offset);
+            // SAFETY: the range lies inside the chunk the caller owns mutably
+            // (clamped), reached through the direct map; `data` is kernel memory,
+            // never part of a chunk, so the ranges do not overlap.
+            unsafe {
+                core::arch::asm!("rep movsb", inout("rdi") dst => _, inout("rsi") data.as_ptr() => _, inout("rcx") len => _, options(nostack, preserves_flags))
+            }
+        }
+        #[cfg(not(target_os = "none"))]
+        let _ = (offset, len);
     }
 
     /// Copies `len` bytes at `from_off` to `to_off` within the chunk (both clamped;
@@ -375,28 +402,56 @@ pub enum MapError {
     BadAddress,
 }
 
-/// The live page tables' user half. One instance exists (`claim`, by `boot`).
+/// One address space's page tables: its root and the user-half entries under it.
+/// The boot space's is claimed once (`claim`, by `boot`); others come from
+/// [`PageTables::new_space`].
 #[derive(Debug)]
 pub struct PageTables {
-    /// Page-table pages not used yet: the rest of the last chunk taken for them.
-    pool_next: u64,
-    pool_end: u64,
-    /// Chunks holding page-table pages (kept for the kernel's life).
-    held: Vec<Chunk>,
+    /// Guest-physical address of the PML4 (0 once released).
+    root: u64,
+    /// Table pages below the root this instance took from the pool (freed with it).
+    pages: Vec<u64>,
     /// What each mapped block maps: virtual block address -> chunk address.
     mapped: alloc::collections::BTreeMap<u64, u64>,
 }
 
+/// The table-page pool, shared by every space: the rest of the last chunk cut up,
+/// pages given back, and roots given back (only ever reused as roots).
+#[cfg(target_os = "none")]
+struct Pool {
+    next: u64,
+    end: u64,
+    /// Chunks holding table pages (kept for the kernel's life).
+    held: Vec<Chunk>,
+    free: Vec<u64>,
+    roots: Vec<u64>,
+}
+
+#[cfg(target_os = "none")]
+static POOL: spin::Mutex<Pool> =
+    spin::Mutex::new(Pool { next: 0, end: 0, held: Vec::new(), free: Vec::new(), roots: Vec::new() });
+
 impl PageTables {
-    const fn new() -> Self {
-        PageTables { pool_next: 0, pool_end: 0, held: Vec::new(), mapped: alloc::collections::BTreeMap::new() }
+    const fn with_root(root: u64) -> Self {
+        PageTables { root, pages: Vec::new(), mapped: alloc::collections::BTreeMap::new() }
     }
 
-    /// The one editor of the live tables (None the second time).
+    /// The boot space's tables, the VMM's root (None the second time).
     #[cfg(target_os = "none")]
     pub(crate) fn claim() -> Option<PageTables> {
         static CLAIMED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
-        (!CLAIMED.swap(true, core::sync::atomic::Ordering::AcqRel)).then(PageTables::new)
+        (!CLAIMED.swap(true, core::sync::atomic::Ordering::AcqRel))
+            .then(|| PageTables::with_root(onering_abi::layout::BOOT_PT_PHYS))
+    }
+
+    /// The guest-physical address of the root (what CR3 holds while it runs).
+    pub fn root(&self) -> u64 {
+        self.root
+    }
+
+    /// How many blocks it maps.
+    pub fn mapped_blocks(&self) -> usize {
+        self.mapped.len()
     }
 }
 
@@ -411,48 +466,88 @@ mod tables {
     const PTE_USER: u64 = 4;
     const PTE_HUGE: u64 = 0x80;
     const PTE_ADDR: u64 = 0x000f_ffff_ffff_f000;
+    /// The first PML4 slot of the upper half (the kernel's).
+    const KERNEL_SLOT: u64 = 256;
 
     /// Entry `index` of the table page at `table_phys`, through the direct map.
     fn entry(table_phys: u64, index: u64) -> *mut u64 {
         (direct(table_phys) + (index & 511) * 8) as *mut u64
     }
 
-    impl PageTables {
-        /// A zeroed page for a new table.
-        fn alloc_table(&mut self, chunks: &mut ChunkAllocator) -> Result<u64, MapError> {
-            if self.pool_next == self.pool_end {
-                let c = chunks.alloc().ok_or(MapError::NoMemory)?;
-                self.pool_next = c.phys();
-                self.pool_end = c.phys() + HUGE_PAGE_SIZE;
-                self.held.push(c);
-            }
-            let t = self.pool_next;
-            self.pool_next += PAGE_SIZE;
-            // SAFETY: `t` is a page of a chunk this structure owns (`held`), reached
-            // through the direct map, not yet part of any table. Free chunks should
-            // be zero, but a stray byte here would become a mapping: clear it.
+    /// Reads entry `index` of table page `table`.
+    fn read(table: u64, index: u64) -> u64 {
+        // SAFETY: `table` is a page-table page in RAM (a root, the VMM's or one of
+        // the pool's, or a page named by a present entry the VMM or this module
+        // wrote); its entries are aligned u64s in the direct map; a read.
+        unsafe { read_volatile(entry(table, index)) }
+    }
+
+    impl Pool {
+        /// A zeroed page from the pool (cutting a new chunk when it is empty).
+        fn page(&mut self, chunks: &mut ChunkAllocator) -> Result<u64, MapError> {
+            let t = match self.free.pop() {
+                Some(t) => t,
+                None => {
+                    if self.next == self.end {
+                        let c = chunks.alloc().ok_or(MapError::NoMemory)?;
+                        self.held.try_reserve(1).map_err(|_| MapError::NoMemory)?;
+                        self.next = c.phys();
+                        self.end = c.phys() + HUGE_PAGE_SIZE;
+                        self.held.push(c);
+                    }
+                    let t = self.next;
+                    self.next += PAGE_SIZE;
+                    t
+                }
+            };
+            // SAFETY: `t` is a page of a chunk the pool owns (`held`), reached through
+            // the direct map, part of no table now (a page given back was unlinked
+            // from its space's tables first). A stray byte would become a mapping:
+            // clear it.
             unsafe { core::ptr::write_bytes(direct(t) as *mut u8, 0, PAGE_SIZE as usize) };
             Ok(t)
+        }
+    }
+
+    impl PageTables {
+        /// Empty tables for a new address space: a root whose upper half is the
+        /// boot root's (the kernel's mappings), whose lower half maps nothing.
+        pub fn new_space(chunks: &mut ChunkAllocator) -> Result<PageTables, MapError> {
+            let mut pool = POOL.lock();
+            if let Some(root) = pool.roots.pop() {
+                // Its user half was cleared when it was given back; its upper half
+                // is the kernel's still.
+                return Ok(PageTables::with_root(root));
+            }
+            pool.roots.try_reserve(1).map_err(|_| MapError::NoMemory)?;
+            let root = pool.page(chunks)?;
+            for i in KERNEL_SLOT..512 {
+                let v = read(layout::BOOT_PT_PHYS, i);
+                if v != 0 {
+                    // SAFETY: `root` is a zeroed pool page no vCPU has loaded yet;
+                    // its upper-half entry becomes the boot root's, which names the
+                    // VMM's kernel tables (never edited), so the kernel is mapped
+                    // here as in every space.
+                    unsafe { write_volatile(entry(root, i), v) };
+                }
+            }
+            Ok(PageTables::with_root(root))
         }
 
         /// The table entry `index` of `table` points at, created when absent.
         fn next_level(&mut self, table: u64, index: u64, chunks: &mut ChunkAllocator) -> Result<u64, MapError> {
-            let e = entry(table, index);
-            // SAFETY: `table` is a page-table page in RAM (the VMM's root, or one read
-            // from a present entry written by the VMM or by `alloc_table`); its
-            // entries are aligned u64s in the direct map. Only this structure (one
-            // instance, `claim`, used through `&mut`) edits user-half entries, so the
-            // entry cannot change under us.
-            let v = unsafe { read_volatile(e) };
+            let v = read(table, index);
             if v & PTE_PRESENT != 0 {
                 return Ok(v & PTE_ADDR);
             }
-            let t = self.alloc_table(chunks)?;
-            // SAFETY: `e` is an aligned entry, in the direct map, of a page-table page
-            // in RAM that only this one instance edits (as for the read above); the
-            // new entry points at a zeroed table page we own (`held`), so the
-            // translation it adds maps nothing yet.
-            unsafe { write_volatile(e, t | PTE_PRESENT | PTE_WRITE | PTE_USER) };
+            self.pages.try_reserve(1).map_err(|_| MapError::NoMemory)?;
+            let t = POOL.lock().page(chunks)?;
+            self.pages.push(t);
+            // SAFETY: `table` is this space's root or one of its user-half table
+            // pages, edited only through this instance (`&mut`); the entry is an
+            // aligned u64 in the direct map; the new entry points at a zeroed table
+            // page this instance owns (`pages`), so it maps nothing yet.
+            unsafe { write_volatile(entry(table, index), t | PTE_PRESENT | PTE_WRITE | PTE_USER) };
             Ok(t)
         }
 
@@ -462,17 +557,14 @@ mod tables {
             let idx = |shift: u64| (virt >> shift) & 511;
             match chunks {
                 Some(c) => {
-                    let pdpt = self.next_level(layout::BOOT_PT_PHYS, idx(39), c).ok()?;
+                    let pdpt = self.next_level(self.root, idx(39), c).ok()?;
                     let pd = self.next_level(pdpt, idx(30), c).ok()?;
                     Some(entry(pd, idx(21)))
                 }
                 None => {
-                    let mut table = layout::BOOT_PT_PHYS;
+                    let mut table = self.root;
                     for shift in [39, 30] {
-                        // SAFETY: `table` is the VMM's root or a table page named by a
-                        // present entry (the VMM's or `alloc_table`'s), a page of RAM
-                        // whose aligned entries the direct map reaches; a read.
-                        let v = unsafe { read_volatile(entry(table, idx(shift))) };
+                        let v = read(table, idx(shift));
                         if v & PTE_PRESENT == 0 {
                             return None;
                         }
@@ -503,6 +595,32 @@ mod tables {
                 crate::supervisor::flush_tlb();
             }
         }
+
+        /// Unlinks the whole user half from the root (a store per present slot,
+        /// not per block) and gives the table pages back to the pool.
+        pub(super) fn unlink(&mut self) {
+            if self.root == 0 {
+                return;
+            }
+            for i in 0..KERNEL_SLOT {
+                if read(self.root, i) != 0 {
+                    // SAFETY: an aligned user-half entry of this space's root, which
+                    // only this instance edits; clearing it unmaps the space's user
+                    // half (its blocks' counts are dropped by the caller).
+                    unsafe { write_volatile(entry(self.root, i), 0) };
+                }
+            }
+            crate::supervisor::flush_tlb();
+            let mut pool = POOL.lock();
+            // (Reserved before: giving pages back must not fail.)
+            if pool.free.try_reserve(self.pages.len()).is_ok() {
+                pool.free.append(&mut self.pages);
+            }
+            if pool.roots.try_reserve(1).is_ok() {
+                pool.roots.push(self.root);
+            }
+            self.root = 0;
+        }
     }
 }
 
@@ -510,7 +628,7 @@ impl PageTables {
     /// Maps the 2 MiB block of the program's half at `virt` to `chunk`, taking
     /// chunks for page-table pages from `chunks` as needed.
     pub fn map_block(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator) -> Result<(), MapError> {
-        if !virt.is_multiple_of(HUGE_PAGE_SIZE) || virt >= onering_abi::layout::USER_END {
+        if !virt.is_multiple_of(HUGE_PAGE_SIZE) || virt >= onering_abi::layout::USER_END || self.root == 0 {
             return Err(MapError::BadAddress);
         }
         // (A block mapped again: the old chunk is released first.)
@@ -519,7 +637,7 @@ impl PageTables {
         {
             *MAPPED.lock().entry(chunk.phys).or_insert(0) += 1;
             if let Err(e) = self.set(virt, chunk, chunks) {
-                self.forget(chunk.phys);
+                forget(chunk.phys);
                 return Err(e);
             }
         }
@@ -535,29 +653,56 @@ impl PageTables {
         #[cfg(target_os = "none")]
         {
             self.clear(virt);
-            self.forget(phys);
+            forget(phys);
         }
         #[cfg(not(target_os = "none"))]
         let _ = phys;
     }
 
-    /// One mapping of chunk `phys` fewer.
-    #[cfg(target_os = "none")]
-    fn forget(&self, phys: u64) {
-        let mut m = MAPPED.lock();
-        if let Some(n) = m.get_mut(&phys) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&phys);
+    /// The space ends: every block is unmapped (its chunk's count dropped), the
+    /// user half unlinked from the root, and the table pages and the root go back
+    /// to the pool. Nothing is mapped afterwards, and nothing can be.
+    pub fn release(&mut self) {
+        let mapped = core::mem::take(&mut self.mapped);
+        #[cfg(target_os = "none")]
+        {
+            self.unlink();
+            for phys in mapped.values() {
+                forget(*phys);
             }
+        }
+        #[cfg(not(target_os = "none"))]
+        {
+            drop(mapped);
+            self.root = 0;
         }
     }
 }
 
-/// Host tests: a page-table editor that changes nothing.
+/// One mapping of chunk `phys` fewer.
+#[cfg(target_os = "none")]
+fn forget(phys: u64) {
+    let mut m = MAPPED.lock();
+    if let Some(n) = m.get_mut(&phys) {
+        *n -= 1;
+        if *n == 0 {
+            m.remove(&phys);
+        }
+    }
+}
+
+/// Host tests: a page-table editor that changes nothing (its root is made up).
 #[cfg(not(target_os = "none"))]
 pub fn host_page_tables() -> PageTables {
-    PageTables::new()
+    PageTables::with_root(onering_abi::layout::BOOT_PT_PHYS)
+}
+
+#[cfg(not(target_os = "none"))]
+impl PageTables {
+    /// Host tests: another editor that changes nothing.
+    pub fn new_space(_: &mut ChunkAllocator) -> Result<PageTables, MapError> {
+        Ok(host_page_tables())
+    }
 }
 
 /// The boot-time chunks the VMM placed (program image, stack), by virtual block
@@ -695,7 +840,7 @@ mod tests {
         let mut a = ChunkAllocator::new();
         a.add_range(0, 4 * M);
         let c = a.alloc().unwrap();
-        let mut pt = PageTables::new();
+        let mut pt = host_page_tables();
         assert_eq!(pt.map_block(0x1000, &c, &mut a), Err(MapError::BadAddress));
         assert_eq!(pt.map_block(onering_abi::layout::USER_END, &c, &mut a), Err(MapError::BadAddress));
         assert_eq!(pt.map_block(0x4000_0000, &c, &mut a), Ok(()));

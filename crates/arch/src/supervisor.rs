@@ -20,9 +20,13 @@
 //!   cannot tell that another vCPU is off its core right now, only that vCPUs
 //!   have been kept waiting recently.
 //!
+//! - Address-space switch (fork's processes each have page tables of their own):
+//!   the `SetRoot` hostcall, in which the VMM sets the vCPU's CR3 ([`set_root`]).
+//!
 //! On hardware KVM (`flags::PRIVILEGED_RING0`, set by the VMM when the host CPU has
 //! VMX or SVM) the TLB is the guest's own: a flush traps into ring 0 through
-//! `int $0x81`, whose stub reloads CR3. Halting there could use `hlt` and the APIC
+//! `int $0x81`, whose stub reloads CR3 (rax 0) or loads a new root (rax non-zero:
+//! the address-space switch, no exit). Halting there could use `hlt` and the APIC
 //! (no exit to the VMM); it uses the hostcalls, which work on both, until we can
 //! measure that variant on such a machine.
 
@@ -42,11 +46,35 @@ pub(crate) fn init(flags: u64) {
 pub(crate) fn flush_tlb() {
     #[cfg(target_os = "none")]
     if PRIVILEGED.load(Ordering::Relaxed) {
-        // SAFETY: vector 0x81 is the TLB-flush stub, a DPL-3 gate the VMM installs
-        // only on hardware KVM; it reloads CR3, changes no register and returns
-        // with iretq.
-        unsafe { core::arch::asm!("int 0x81", options(nostack)) };
+        // SAFETY: vector 0x81 is the supervisor stub, a DPL-3 gate the VMM installs
+        // only on hardware KVM; with rax 0 it reloads CR3 (the same root), changes
+        // no other register and returns with iretq.
+        unsafe { core::arch::asm!("int 0x81", inout("rax") 0u64 => _, options(nostack)) };
     }
+}
+
+/// Makes this vCPU translate through the page tables rooted at `root` (an
+/// address space's `mm::PageTables::root`, whose upper half is the kernel's):
+/// a context switch to a thread of another address space. On PVM a hostcall
+/// (`SetRoot`: the VMM sets the vCPU's CR3, ~one exit); on hardware KVM the
+/// `int $0x81` stub loads CR3 itself. The caller skips it when the vCPU runs that
+/// root already, so a program that never forks never calls it.
+pub fn set_root(root: &crate::mm::PageTables) {
+    let root = root.root();
+    if root == 0 {
+        return;
+    }
+    #[cfg(target_os = "none")]
+    if PRIVILEGED.load(Ordering::Relaxed) {
+        // SAFETY: vector 0x81 is the supervisor stub (a DPL-3 gate, hardware KVM
+        // only); with rax non-zero it loads it into CR3 and returns with iretq.
+        // `root` is a live space's root page (`PageTables` holds it until
+        // released), whose upper half maps the kernel as every root does, so the
+        // code and stack in use stay mapped across the switch.
+        unsafe { core::arch::asm!("int 0x81", inout("rax") root => _, options(nostack)) };
+        return;
+    }
+    hostcall(Hostcall::SetRoot, &[root]);
 }
 
 /// Halts this vCPU for at most `ns` nanoseconds or until [`kick`]ed (a kick sent

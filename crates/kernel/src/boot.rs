@@ -41,7 +41,9 @@ fn setup(boot: Boot) {
         boot_realtime_ns: bi.boot_realtime_ns,
     });
     onering_arch::panic::set_note(panic_note);
-    let space = address_space(boot.chunks, boot.page_tables, boot.user_blocks, bi);
+    let chunks = alloc::sync::Arc::new(spin::Mutex::new(boot.chunks));
+    let space = address_space(chunks.clone(), boot.page_tables, boot.user_blocks, bi);
+    let Ok(space) = crate::mm::spaces::install(space) else { panic!("cannot install the first address space") };
     let mut vfs = Vfs::new();
     vfs.set_owner(bi.uid as u32, bi.gid as u32);
     crate::fs::proc::mount(&mut vfs, bi.ncpus as usize);
@@ -67,13 +69,13 @@ fn setup(boot: Boot) {
     let image = image_span(bi);
     let (flags, stdio, uid, gid, vdso) = (bi.flags, bi.stdio, bi.uid, bi.gid, bi.vdso_base);
     let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes };
-    let k = kernel::install(Kernel::new(cfg, space, vfs, bi.seed));
-    onering_arch::heap::set_chunk_source(|n| kernel().mm.lock().chunks().alloc_run(n));
+    let k = kernel::install(Kernel::new(cfg, chunks, vfs, bi.seed));
+    onering_arch::heap::set_chunk_source(|n| kernel().chunks.lock().alloc_run(n));
     onering_arch::mm::set_reclaim(reclaim_cache);
     write_vvar(k, bi);
-    protect_image(&mut k.mm.lock(), bi);
+    protect_image(&mut space.mm.lock(), bi);
     sched::set_ncpus(bi.ncpus as usize);
-    crate::fs::epoll::set_max_watches(k.mm.lock().total_bytes());
+    crate::fs::epoll::set_max_watches(space.mm.lock().total_bytes());
     // The program: pid 1, with the standard streams on descriptors 0, 1 and 2.
     let mut fds = FdTable::new();
     {
@@ -98,6 +100,7 @@ fn setup(boot: Boot) {
     let cwd_hold = Some(k.vfs.lock().hold(cwd));
     let tid = sched::alloc_tid();
     let start = Start {
+        space,
         pid: tid,
         ppid: 0,
         fds,
@@ -124,7 +127,7 @@ fn setup(boot: Boot) {
     };
     let frame = SyscallFrame { rip: entry, rflags: 0x202, rsp: bi.user_sp, ..SyscallFrame::default() };
     let spawn = sched::Spawn { tid, proc, ppid: 0, frame, fs_base: 0, sigmask: 0, affinity: u64::MAX };
-    match sched::spawn(spawn, true, || k.mm.lock().chunks().alloc()) {
+    match sched::spawn(spawn, true, || k.chunk()) {
         Ok(t) if t.tid() == 1 => {}
         _ => panic!("cannot create the first thread"),
     }
@@ -173,7 +176,7 @@ fn write_vvar(k: &Kernel, bi: &BootInfo) {
 }
 
 fn address_space(
-    chunks: onering_arch::mm::ChunkAllocator,
+    chunks: crate::mm::space::Chunks,
     tables: onering_arch::mm::PageTables,
     blocks: onering_arch::mm::BootBlocks,
     bi: &BootInfo,
@@ -397,7 +400,10 @@ fn out_of_memory_later(k: &Kernel) {
 /// there was no memory left to back it (true).
 fn first_touch(k: &Kernel, frame: &FaultFrame, addr: u64) -> bool {
     let t = thread::try_current();
-    let outcome = k.mm.lock().fault_in(addr);
+    // (The idle loop runs only the kernel: a fault there is no first touch.)
+    let Some(space) = t.map(|t| t.process().space()) else { return false };
+    let _ = k;
+    let outcome = space.mm.lock().fault_in(addr);
     match outcome {
         Fault::Retry => {
             if let Some(t) = t {

@@ -19,7 +19,9 @@ use onering_rewrite::elf::{Program, PF_X};
 use onering_rewrite::rewrite::{Patch, Plan};
 use std::path::PathBuf;
 
-const MAGIC: &[u8; 8] = b"ORPLAN01";
+/// The entry format and planner generation: bump it whenever the planner changes
+/// what it plans (old entries are then never found).
+const MAGIC: &[u8; 8] = b"ORPLAN02";
 /// Smaller files are planned faster than an entry is found.
 const MIN_FILE: usize = 256 * 1024;
 

@@ -640,6 +640,17 @@ fn vfork_and_posix_spawn_match_the_host() {
 }
 
 #[test]
+fn fork_matches_the_host() {
+    // 200 children with copies of the parent's globals, heap and stack, fork from
+    // a threaded parent, a pipe to a child (on another vCPU), MAP_SHARED memory,
+    // a crashing child (WIFSIGNALED, SIGCHLD), an orphan given to pid 1: musl's
+    // fork (57) and glibc's (clone with CLONE_CHILD_SETTID|CLONE_CHILD_CLEARTID),
+    // on 1, 2 and 4 vCPUs, rewritten and trapped.
+    same_as_host_on_1_2_4_vcpus(&musl("fork"));
+    same_as_host_on_1_2_4_vcpus(&glibc("fork"));
+}
+
+#[test]
 fn rootfs_and_workdir() {
     let dir = out_dir().join("rootfs-tree");
     let _ = std::fs::remove_dir_all(&dir);

@@ -385,14 +385,30 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
         let Some(unit) = units.get(n) else { continue };
         // In the unit: `restart <= site`, and `done_until` counts only if it is above
         // `restart` (so inside the unit) and not above the site.
-        let from = restart.max(done_until).min(site);
+        let mut from = restart.max(done_until).min(site);
+        // A signal restorer's unwind entry starts a byte before it (glibc: for
+        // unwinders, which subtract one from return addresses), so decoding from
+        // the unit's start can be out of step there: start at its `mov` itself.
+        if let Some(n) = sigreturn_mov_before(unit, site) {
+            if site - n >= done_until {
+                from = site - n;
+            }
+        }
         let bytes = unit.bytes.get((from - unit.addr) as usize..).unwrap_or(&[]);
         let local = decode_n(from, bytes, 2 * REACH + 2);
         let Some(idx) = local.iter().position(|i| i.ip == site) else {
             continue; // decoding from `done_until` lost the instruction boundaries
         };
         let local = &local[..(idx + REACH + 1).min(local.len())];
-        let Some((lo, hi)) = window(local, idx, &targets) else {
+        // A signal restorer (`mov $15, %eax/%rax; syscall`: rt_sigreturn) is entered
+        // by a handler's return, not by a branch, so no table shows its start (a
+        // library's unwind entry for it even starts a byte early, for unwinders):
+        // its `mov` must begin the window.
+        let floor = match idx.checked_sub(1) {
+            Some(m) if is_sigreturn_mov(unit, &local[m]) => m,
+            _ => 0,
+        };
+        let Some((lo, hi)) = window(local, idx, &targets, floor) else {
             continue;
         };
         let (ws, we) = (local[lo].ip, local[hi].next_ip());
@@ -416,11 +432,29 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
     plan
 }
 
-/// The smallest window of instructions `[lo, hi]` around the site `idx` that is at
-/// least 5 bytes long, movable, and holds no branch target except at its start.
-fn window(unit: &[Ins], idx: usize, targets: &[u64]) -> Option<(usize, usize)> {
+/// rt_sigreturn's number loaded as a signal restorer loads it.
+const SIGRETURN_MOVS: [&[u8]; 2] = [&[0x48, 0xc7, 0xc0, 15, 0, 0, 0], &[0xb8, 15, 0, 0, 0]];
+
+/// Whether `i` (in `unit`) is `mov $15, %eax` or `mov $15, %rax`.
+fn is_sigreturn_mov(unit: &Code, i: &Ins) -> bool {
+    let at = i.ip.wrapping_sub(unit.addr) as usize;
+    let b = unit.bytes.get(at..at.saturating_add(i.len)).unwrap_or(&[]);
+    SIGRETURN_MOVS.contains(&b)
+}
+
+/// The length of such a `mov` right before the site at `site`, if the bytes there
+/// are one (whatever the decoding in step says).
+fn sigreturn_mov_before(unit: &Code, site: u64) -> Option<u64> {
+    let at = site.checked_sub(unit.addr)? as usize;
+    SIGRETURN_MOVS.iter().find(|m| at >= m.len() && unit.bytes.get(at - m.len()..at) == Some(m)).map(|m| m.len() as u64)
+}
+
+/// The smallest window of instructions `[lo, hi]` around the site `idx`, starting
+/// at `floor` or after, that is at least 5 bytes long, movable, and holds no branch
+/// target except at its start.
+fn window(unit: &[Ins], idx: usize, targets: &[u64], floor: usize) -> Option<(usize, usize)> {
     let mut best: Option<(usize, usize)> = None;
-    for back in 0..=REACH.min(idx) {
+    for back in 0..=REACH.min(idx - floor.min(idx)) {
         for fwd in 0..=REACH {
             let (lo, hi) = (idx - back, idx + fwd);
             if hi >= unit.len() {
@@ -453,6 +487,28 @@ mod tests {
 
     fn run(code: &[u8]) -> Plan {
         plan(&[Code { addr: 0x401000, bytes: code }], &[], 0x500000, &T)
+    }
+
+    #[test]
+    fn a_signal_restorer_starts_its_window_at_its_mov() {
+        // nopl 0(%rax) ; mov $15, %rax ; syscall ; nopl: the handler returns to the
+        // mov, so the jump must start there, not in the padding before it.
+        let code = [0x0f, 0x1f, 0x40, 0x00, 0x48, 0xc7, 0xc0, 15, 0, 0, 0, 0x0f, 0x05, 0x0f, 0x1f, 0x40, 0x00];
+        let p = run(&code);
+        assert_eq!((p.sites, p.rewritten), (1, 1));
+        assert_eq!(p.patches[0].addr, 0x401004, "the window starts at the mov");
+    }
+
+    #[test]
+    fn a_restorer_whose_unit_starts_a_byte_early_is_patched_in_step() {
+        // glibc's unwind entry for __restore_rt starts one byte early, inside the
+        // padding (`nopl 0(%rax)` ends with 00): decoded from there, `00 48 c7` and
+        // `c0 0f 00` swallow the mov. The patch must still start at the mov.
+        let code = [0x0f, 0x1f, 0x40, 0x00, 0x48, 0xc7, 0xc0, 15, 0, 0, 0, 0x0f, 0x05, 0x0f, 0x1f, 0x40, 0x00];
+        let p = plan(&[Code { addr: 0x401000, bytes: &code }], &[(0x401003, 0x401011)], 0x500000, &T);
+        assert_eq!((p.sites, p.rewritten), (1, 1));
+        assert_eq!(p.patches[0].addr, 0x401004);
+        assert_eq!(p.patches[0].bytes.len(), 9);
     }
 
     #[test]

@@ -242,7 +242,7 @@ fn generate(k: &Kernel, path: &[u8]) -> Result<Vec<u8>, Errno> {
     if let Some(rest) = path.strip_prefix(b"/sys/") {
         let pids: Vec<u64> = process::all().iter().map(|p| p.pid()).collect();
         let used = {
-            let m = k.mm.lock();
+            let m = crate::mm::spaces::current().mm.lock();
             m.total_bytes() - m.free_bytes()
         };
         let t = fmt::sys_file(rest, sched::ncpus(), k.cfg.mem, used, &pids).ok_or(Errno::ENOENT)?;
@@ -278,7 +278,7 @@ fn top(k: &Kernel, name: &[u8]) -> Result<Vec<u8>, Errno> {
     let up = crate::time::mono_now();
     let nprocs = process::all().len() as u64;
     let t = match name {
-        b"meminfo" => fmt::meminfo(k.cfg.mem, k.mm.lock().free_bytes()),
+        b"meminfo" => fmt::meminfo(k.cfg.mem, crate::mm::spaces::current().mm.lock().free_bytes()),
         b"cpuinfo" => fmt::cpuinfo(ncpus, &cpuid()),
         b"stat" => {
             let btime = (crate::time::real_now() - up) / crate::time::NS_PER_SEC;
@@ -345,7 +345,7 @@ fn per_process(k: &Kernel, p: &'static process::Process, tid: u64, file: &[u8]) 
         }
         b"cmdline" => return Ok(image_of(k, p).cmdline.clone()),
         b"environ" => return Ok(image_of(k, p).environ.clone()),
-        b"maps" => return Ok(fmt::maps(&maps(k, &image_of(k, p)))),
+        b"maps" => return Ok(fmt::maps(&maps(k, p.try_space().ok_or(Errno::ESRCH)?, &image_of(k, p)))),
         b"mounts" => return Ok(fmt::mounts(&mount_list(k))),
         b"mountinfo" => return Ok(fmt::mountinfo(&mount_list(k))),
         b"limits" => {
@@ -382,8 +382,9 @@ fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, 
     }
     sig[3] = t.map_or(0, |t| t.pending.load(Relaxed));
     let (mut vsize, mut stack, mut data, mut text, mut start_stack) = (0, 0, 0, 0, 0);
+    let space = p.try_space().ok_or(Errno::ESRCH)?;
     let rss = {
-        let m = k.mm.lock();
+        let m = space.mm.lock();
         for v in m.vmas.iter() {
             let len = v.end - v.start;
             vsize += len;
@@ -439,8 +440,9 @@ fn image_of(k: &Kernel, p: &process::Process) -> Arc<ExecImage> {
     })
 }
 
-/// The lines of /proc/PID/maps: the address space's VMAs, named.
-fn maps(k: &Kernel, image: &ExecImage) -> Vec<MapLine> {
+/// The lines of /proc/PID/maps: the VMAs of the process's address space, named
+/// after what it runs.
+fn maps(k: &Kernel, space: &crate::mm::spaces::Space, image: &ExecImage) -> Vec<MapLine> {
     let (lo, hi) = image.span;
     let vdso = image.vdso;
     let vvar = vdso.saturating_sub(onering_abi::vvar::BELOW_VDSO);
@@ -448,7 +450,7 @@ fn maps(k: &Kernel, image: &ExecImage) -> Vec<MapLine> {
     // until their paths are read under the tree's lock, which comes first).
     let mut lines: Vec<(MapLine, Option<Arc<crate::mm::filemap::FileMap>>)> = Vec::new();
     {
-        let m = k.mm.lock();
+        let m = space.mm.lock();
         for v in m.vmas.iter() {
             let line = MapLine { start: v.start, end: v.end, prot: v.prot, ..MapLine::default() };
             match v.kind {
@@ -472,6 +474,9 @@ fn maps(k: &Kernel, image: &ExecImage) -> Vec<MapLine> {
                 VmaKind::Brk => lines.push((MapLine { name: b"[heap]".to_vec(), ..line }, None)),
                 VmaKind::Stack => lines.push((MapLine { name: b"[stack]".to_vec(), ..line }, None)),
                 VmaKind::Anon => lines.push((line, None)),
+                VmaKind::Shared => {
+                    lines.push((MapLine { name: b"/dev/zero (deleted)".to_vec(), shared: true, ..line }, None))
+                }
                 VmaKind::File(_) => {
                     let f = m.file_at(v.start);
                     let l = match &f {

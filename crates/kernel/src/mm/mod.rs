@@ -9,13 +9,14 @@
 
 pub mod filemap;
 pub mod space;
+pub mod spaces;
 pub mod user;
 pub mod vma;
 
 use crate::errno::Errno;
 use onering_arch::mm::{Chunk, ChunkAllocator, MapError, PageTables};
 
-/// The program's address space, with the live page tables.
+/// An address space, with its page tables.
 pub type UserSpace = space::AddressSpace<PageTables>;
 
 impl space::Mmu for PageTables {
@@ -28,6 +29,18 @@ impl space::Mmu for PageTables {
 
     fn unmap_block(&mut self, virt: u64) {
         PageTables::unmap_block(self, virt)
+    }
+
+    fn new_space(&mut self, chunks: &mut ChunkAllocator) -> Result<Self, Errno> {
+        PageTables::new_space(chunks).map_err(|_| Errno::ENOMEM)
+    }
+
+    fn release(&mut self) {
+        PageTables::release(self)
+    }
+
+    fn write(&mut self, _virt: u64, chunk: &mut Chunk, offset: u64, data: &[u8]) {
+        chunk.write(offset, data)
     }
 
     fn zero(&mut self, _virt: u64, len: u64, chunk: &mut Chunk, offset: u64) {

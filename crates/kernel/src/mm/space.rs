@@ -43,6 +43,7 @@ use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 use onering_abi::layout::{align_down, align_up, HUGE_PAGE_SIZE, PAGE_SIZE, USER_END};
 use onering_arch::mm::{Chunk, ChunkAllocator};
+use spin::Mutex;
 
 /// Page-table operations on the live address space, and the contents of the
 /// chunks behind it.
@@ -52,6 +53,15 @@ pub trait Mmu {
     fn map_block(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator) -> Result<(), Errno>;
     /// Removes the mapping of the 2 MiB block at `virt`.
     fn unmap_block(&mut self, virt: u64);
+    /// Empty tables for another address space (fork's child).
+    fn new_space(&mut self, chunks: &mut ChunkAllocator) -> Result<Self, Errno>
+    where
+        Self: Sized;
+    /// Unmaps everything and gives the tables back: the space ends.
+    fn release(&mut self);
+    /// Writes `data` at `offset` of `chunk`, the block at user address `virt`
+    /// (of a space that may not be the one loaded).
+    fn write(&mut self, virt: u64, chunk: &mut Chunk, offset: u64, data: &[u8]);
     /// Zeroes the user range `[virt, virt + len)`, which is `chunk` from `offset`.
     fn zero(&mut self, virt: u64, len: u64, chunk: &mut Chunk, offset: u64);
     /// Copies the user range `[from, from + len)` (in `src` at `src_off`) to `to`
@@ -114,12 +124,63 @@ pub mod map_flags {
 /// heap, which stores them).
 pub const MAX_MAP_COUNT: usize = 16384;
 
+/// The chunk allocator every address space (and the kernel's heap and stacks)
+/// draws from. Lock order: after the memory lock of any space.
+pub type Chunks = Arc<Mutex<ChunkAllocator>>;
+
+/// A chunk mapped in several address spaces (MAP_SHARED memory after fork): the
+/// last space to let it go zeroes it and gives it back.
+#[derive(Debug)]
+pub struct SharedChunk {
+    chunk: Mutex<Option<Chunk>>,
+    chunks: Chunks,
+}
+
+impl Drop for SharedChunk {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.chunk.get_mut().take() {
+            c.zero(0, HUGE_PAGE_SIZE);
+            self.chunks.lock().free(c);
+        }
+    }
+}
+
+/// A backed block's memory: the space's own chunk, or one shared with other
+/// spaces (not zeroed when a mapping in it goes: the others may use it).
+#[derive(Debug)]
+enum Block {
+    Own(Chunk),
+    Shared(Arc<SharedChunk>),
+}
+
+impl Block {
+    /// Runs `f` on the chunk.
+    fn with<R>(&mut self, f: impl FnOnce(&mut Chunk) -> R) -> R {
+        match self {
+            Block::Own(c) => f(c),
+            Block::Shared(s) => match s.chunk.lock().as_mut() {
+                Some(c) => f(c),
+                None => unreachable!("a shared chunk is only taken when dropped"),
+            },
+        }
+    }
+
+    /// Gives the block's memory back (an own chunk must be unmapped already and
+    /// zero where it was used; a shared one goes when its last space lets go).
+    fn free(self, chunks: &Chunks) {
+        match self {
+            Block::Own(c) => chunks.lock().free(c),
+            Block::Shared(s) => drop(s),
+        }
+    }
+}
+
 /// Which blocks are backed, by which chunks, and the page tables that say so.
 #[derive(Debug)]
 struct Backing<M> {
     /// Backed 2 MiB blocks: virtual block address -> chunk.
-    blocks: BTreeMap<u64, Chunk>,
-    chunks: ChunkAllocator,
+    blocks: BTreeMap<u64, Block>,
+    chunks: Chunks,
     mmu: M,
 }
 
@@ -134,9 +195,13 @@ impl<M: Mmu> Backing<M> {
             Err(Errno::ENOMEM) => {
                 // (One more chunk, for page-table pages; tried again only if
                 // chunks came back.)
-                let before = self.chunks.free_chunks();
-                self.chunks.reclaim(self.unbacked(start, end) as usize + 1);
-                if self.chunks.free_chunks() > before {
+                let want = self.unbacked(start, end) as usize + 1;
+                let mut chunks = self.chunks.lock();
+                let before = chunks.free_chunks();
+                chunks.reclaim(want);
+                let more = chunks.free_chunks() > before;
+                drop(chunks);
+                if more {
                     self.back_once(start, end)
                 } else {
                     Err(Errno::ENOMEM)
@@ -152,7 +217,7 @@ impl<M: Mmu> Backing<M> {
     fn back_once(&mut self, start: u64, end: u64) -> Result<(), Errno> {
         let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
         let have = self.blocks.range(lo..hi).count() as u64;
-        if (hi - lo) / HUGE_PAGE_SIZE - have > self.chunks.free_chunks() as u64 {
+        if (hi - lo) / HUGE_PAGE_SIZE - have > self.chunks.lock().free_chunks() as u64 {
             return Err(Errno::ENOMEM);
         }
         let mut added = Vec::new();
@@ -160,19 +225,9 @@ impl<M: Mmu> Backing<M> {
             if self.blocks.contains_key(&b) {
                 continue;
             }
-            let mapped = match self.chunks.alloc() {
-                Some(c) => match self.mmu.map_block(b, &c, &mut self.chunks) {
-                    Ok(()) => Ok(c),
-                    Err(e) => {
-                        self.chunks.free(c);
-                        Err(e)
-                    }
-                },
-                None => Err(Errno::ENOMEM),
-            };
-            match mapped {
+            match self.map_new(b) {
                 Ok(c) => {
-                    self.blocks.insert(b, c);
+                    self.blocks.insert(b, Block::Own(c));
                     added.push(b);
                 }
                 Err(e) => {
@@ -180,7 +235,7 @@ impl<M: Mmu> Backing<M> {
                     for b in added {
                         if let Some(c) = self.blocks.remove(&b) {
                             self.mmu.unmap_block(b);
-                            self.chunks.free(c); // untouched: still zero
+                            c.free(&self.chunks); // untouched: still zero
                         }
                     }
                     return Err(e);
@@ -188,6 +243,19 @@ impl<M: Mmu> Backing<M> {
             }
         }
         Ok(())
+    }
+
+    /// A new chunk, mapped at block `b` (not recorded yet).
+    fn map_new(&mut self, b: u64) -> Result<Chunk, Errno> {
+        let mut chunks = self.chunks.lock();
+        let c = chunks.alloc().ok_or(Errno::ENOMEM)?;
+        match self.mmu.map_block(b, &c, &mut chunks) {
+            Ok(()) => Ok(c),
+            Err(e) => {
+                chunks.free(c);
+                Err(e)
+            }
+        }
     }
 
     /// Releases the backed blocks of `[start, end)` that no VMA uses any more.
@@ -200,18 +268,21 @@ impl<M: Mmu> Backing<M> {
             }
             if let Some(c) = self.blocks.remove(&b) {
                 self.mmu.unmap_block(b);
-                self.chunks.free(c);
+                c.free(&self.chunks);
             }
         }
     }
 
-    /// Zeroes the backed parts of `[start, end)`.
+    /// Zeroes the backed parts of `[start, end)` the space owns (a shared block's
+    /// memory is zeroed when its last space lets it go).
     fn zero_backed(&mut self, start: u64, end: u64) {
         let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
-        for (b, c) in self.blocks.range_mut(lo..hi) {
-            let s = start.max(*b);
-            let e = end.min(b + HUGE_PAGE_SIZE);
-            self.mmu.zero(s, e - s, c, s - b);
+        for (b, blk) in self.blocks.range_mut(lo..hi) {
+            if let Block::Own(c) = blk {
+                let s = start.max(*b);
+                let e = end.min(b + HUGE_PAGE_SIZE);
+                self.mmu.zero(s, e - s, c, s - b);
+            }
         }
     }
 
@@ -224,13 +295,14 @@ impl<M: Mmu> Backing<M> {
             let (s, t) = (from + done, to + done);
             let tb = align_down(t, HUGE_PAGE_SIZE);
             let n = (len - done).min(tb + HUGE_PAGE_SIZE - t);
+            let mmu = &mut self.mmu;
             if tb == fb {
                 if let Some(c) = self.blocks.get_mut(&fb) {
-                    self.mmu.copy(s, t, n, c, s - fb, None, t - tb);
+                    c.with(|c| mmu.copy(s, t, n, c, s - fb, None, t - tb));
                 }
             } else if let Some(mut dst) = self.blocks.remove(&tb) {
                 if let Some(src) = self.blocks.get_mut(&fb) {
-                    self.mmu.copy(s, t, n, src, s - fb, Some(&mut dst), t - tb);
+                    src.with(|src| dst.with(|d| mmu.copy(s, t, n, src, s - fb, Some(d), t - tb)));
                 }
                 self.blocks.insert(tb, dst);
             }
@@ -264,6 +336,8 @@ pub enum Fault {
 pub struct AddressSpace<M> {
     pub vmas: VmaSet,
     backing: RefCell<Backing<M>>,
+    /// The allocator (the same as the backing's, reachable without borrowing it).
+    chunks: Chunks,
     /// A block of a lazy mapping `check` found backed last time (u64::MAX: none):
     /// system calls keep using the same stack and buffers, and this saves them the
     /// block lookup. Forgotten whenever blocks are released.
@@ -280,11 +354,12 @@ pub struct AddressSpace<M> {
 }
 
 impl<M: Mmu> AddressSpace<M> {
-    pub fn new(chunks: ChunkAllocator, mmu: M, brk_start: u64, mmap_bottom: u64, mmap_top: u64) -> Self {
+    pub fn new(chunks: Chunks, mmu: M, brk_start: u64, mmap_bottom: u64, mmap_top: u64) -> Self {
         let brk_start = align_up(brk_start, PAGE_SIZE);
         Self {
             vmas: VmaSet::new(),
-            backing: RefCell::new(Backing { blocks: BTreeMap::new(), chunks, mmu }),
+            backing: RefCell::new(Backing { blocks: BTreeMap::new(), chunks: chunks.clone(), mmu }),
+            chunks,
             hot: Cell::new(u64::MAX),
             brk_start,
             brk: brk_start,
@@ -300,9 +375,10 @@ impl<M: Mmu> AddressSpace<M> {
         self.backing.get_mut()
     }
 
-    /// The chunk allocator (thread kernel stacks come from it too).
-    pub fn chunks(&mut self) -> &mut ChunkAllocator {
-        &mut self.backing().chunks
+    /// The chunk allocator (shared by every space; thread kernel stacks come
+    /// from it too), locked.
+    pub fn chunks(&self) -> spin::MutexGuard<'_, ChunkAllocator> {
+        self.chunks.lock()
     }
 
     /// The page-table editor.
@@ -312,14 +388,14 @@ impl<M: Mmu> AddressSpace<M> {
 
     /// Bytes of guest memory not in use.
     pub fn free_bytes(&self) -> u64 {
-        self.backing.borrow().chunks.free_chunks() as u64 * HUGE_PAGE_SIZE
+        self.chunks.lock().free_chunks() as u64 * HUGE_PAGE_SIZE
     }
 
     /// Records blocks the VMM mapped before boot (virtual block address, chunk),
     /// and the VMAs they hold.
     pub fn adopt(&mut self, blocks: Vec<(u64, Chunk)>, vmas: &[Vma]) {
         for (virt, c) in blocks {
-            self.backing().blocks.insert(virt, c);
+            self.backing().blocks.insert(virt, Block::Own(c));
         }
         for v in vmas {
             self.vmas.insert(*v);
@@ -336,7 +412,7 @@ impl<M: Mmu> AddressSpace<M> {
             return Ok(false);
         }
         let b = self.backing();
-        if b.unbacked(start, end) > (b.blocks.len() + b.chunks.total_chunks()) as u64 {
+        if b.unbacked(start, end) > (b.blocks.len() + b.chunks.lock().total_chunks()) as u64 {
             return Err(Errno::ENOMEM);
         }
         Ok(true)
@@ -391,7 +467,7 @@ impl<M: Mmu> AddressSpace<M> {
 
     /// Fails with ENOMEM when `more` further VMAs would exceed [`MAX_MAP_COUNT`].
     fn room_for(&self, more: usize) -> Result<(), Errno> {
-        let chunk = || self.backing.borrow_mut().chunks.alloc();
+        let chunk = || self.chunks.lock().alloc();
         if self.vmas.len() + more > MAX_MAP_COUNT || !onering_arch::heap::room(4096, chunk) {
             Err(Errno::ENOMEM)
         } else {
@@ -431,13 +507,6 @@ impl<M: Mmu> AddressSpace<M> {
         self.brk
     }
 
-    /// `execve`: everything the program had mapped goes (file mappings' records to
-    /// the orphans) and the break starts again at `brk_start`.
-    pub fn clear(&mut self, brk_start: u64) {
-        self.remove(0, USER_END);
-        self.set_brk_start(brk_start);
-    }
-
     /// Where the program break starts (and now is): after the image `execve` loaded.
     pub fn set_brk_start(&mut self, brk_start: u64) {
         self.brk_start = align_up(brk_start, PAGE_SIZE);
@@ -451,10 +520,19 @@ impl<M: Mmu> AddressSpace<M> {
         self.add(start, end, prot, VmaKind::Stack)
     }
 
-    /// `mmap(2)` of anonymous memory; returns the address.
+    /// `mmap(2)` of anonymous memory; returns the address. A shared one (which
+    /// a forked child shares) placed by the kernel takes whole 2 MiB blocks, so
+    /// that no private mapping lands in its blocks (fork shares whole blocks).
     pub fn mmap_anon(&mut self, addr: u64, len: u64, prot: u32, flags: u32) -> Result<u64, Errno> {
+        use map_flags::*;
+        let shared = matches!(flags & TYPE, SHARED | SHARED_VALIDATE);
+        let len = if shared && flags & (FIXED | FIXED_NOREPLACE) == 0 {
+            len.checked_add(HUGE_PAGE_SIZE - 1).ok_or(Errno::ENOMEM)? & !(HUGE_PAGE_SIZE - 1)
+        } else {
+            len
+        };
         let (start, end) = self.place(addr, len, prot, flags)?;
-        self.add(start, end, prot, VmaKind::Anon)?;
+        self.add(start, end, prot, if shared { VmaKind::Shared } else { VmaKind::Anon })?;
         Ok(start)
     }
 
@@ -590,8 +668,9 @@ impl<M: Mmu> AddressSpace<M> {
 
     /// Bytes of guest memory the address space can draw on (used and free chunks).
     pub fn total_bytes(&self) -> u64 {
-        let b = self.backing.borrow();
-        (b.blocks.len() + b.chunks.free_chunks()) as u64 * HUGE_PAGE_SIZE
+        let blocks = self.backing.borrow().blocks.len();
+        let free = self.chunks.lock().free_chunks();
+        (blocks + free) as u64 * HUGE_PAGE_SIZE
     }
 
     /// The page-rounded end of `[addr, addr + len)` if every page of it is mapped
@@ -747,6 +826,125 @@ impl<M: Mmu> AddressSpace<M> {
         Err(Errno::EFAULT)
     }
 
+    /// Whether VMA `v` is memory a forked child shares (MAP_SHARED, anonymous or
+    /// of a file).
+    fn is_shared(&self, v: &Vma) -> bool {
+        v.kind == VmaKind::Shared || self.file_of(v).is_some_and(|m| m.shared)
+    }
+
+    /// `fork`: a copy of this address space for a child. Blocks of shared
+    /// mappings (MAP_SHARED) become the same memory in both (the parent's own
+    /// chunk turns into a shared one); every other backed block is copied into a
+    /// new chunk of the child's (eagerly: 2 MiB each). The VMAs, the break and the
+    /// file-mapping records are copied (a record is shared: it is the same file
+    /// at the same place, and a shared one's page hashes are the same memory's).
+    /// ENOMEM, with nothing left behind, when memory runs short.
+    pub fn fork(&mut self) -> Result<Self, Errno> {
+        let backed: Vec<u64> = self.backing.get_mut().blocks.keys().copied().collect();
+        let shared: Vec<u64> = backed
+            .into_iter()
+            .filter(|blk| self.vmas.overlapping(*blk, blk + HUGE_PAGE_SIZE).any(|v| self.is_shared(v)))
+            .collect();
+        let chunks = self.chunks.clone();
+        let b = self.backing.get_mut();
+        // Enough chunks for the copies (and some table pages), or none are taken.
+        let copies = b.blocks.len() - shared.len();
+        let need = copies + 2;
+        {
+            let mut c = chunks.lock();
+            if c.free_chunks() < need && !c.reclaim(need) {
+                return Err(Errno::ENOMEM);
+            }
+        }
+        let mmu = b.mmu.new_space(&mut chunks.lock())?;
+        let mut child = AddressSpace {
+            vmas: self.vmas.clone(),
+            backing: RefCell::new(Backing { blocks: BTreeMap::new(), chunks: chunks.clone(), mmu }),
+            chunks: chunks.clone(),
+            hot: Cell::new(u64::MAX),
+            brk_start: self.brk_start,
+            brk: self.brk,
+            mmap_bottom: self.mmap_bottom,
+            mmap_top: self.mmap_top,
+            files: self.files.clone(),
+            next_file: self.next_file,
+            orphans: Vec::new(),
+        };
+        let b = self.backing.get_mut();
+        let cb = child.backing.get_mut();
+        for blk in shared {
+            let Some(mine) = b.blocks.remove(&blk) else { continue };
+            let arc = match mine {
+                Block::Shared(a) => a,
+                Block::Own(c) => Arc::new(SharedChunk { chunk: Mutex::new(Some(c)), chunks: chunks.clone() }),
+            };
+            b.blocks.insert(blk, Block::Shared(arc.clone()));
+            let mut theirs = Block::Shared(arc);
+            let mapped = theirs.with(|c| cb.mmu.map_block(blk, c, &mut chunks.lock()));
+            if let Err(e) = mapped {
+                child.teardown();
+                return Err(e);
+            }
+            cb.blocks.insert(blk, theirs);
+        }
+        let own: Vec<u64> = b.blocks.iter().filter(|(_, k)| matches!(k, Block::Own(_))).map(|(a, _)| *a).collect();
+        for blk in own {
+            let mut copy = match cb.map_new(blk) {
+                Ok(c) => c,
+                Err(e) => {
+                    child.teardown();
+                    return Err(e);
+                }
+            };
+            if let Some(src) = b.blocks.get_mut(&blk) {
+                let mmu = &mut b.mmu;
+                src.with(|src| mmu.copy(blk, blk, HUGE_PAGE_SIZE, src, 0, Some(&mut copy), 0));
+            }
+            cb.blocks.insert(blk, Block::Own(copy));
+        }
+        Ok(child)
+    }
+
+    /// The space ends (its last process is gone): everything is unmapped, the
+    /// page tables given back, the memory freed (what the program used zeroed
+    /// first, a shared block when its last space lets go). Returns the file
+    /// mapping records, for the caller to drop outside the memory lock. The space
+    /// is empty afterwards and maps nothing.
+    pub fn teardown(&mut self) -> Vec<Arc<FileMap>> {
+        let vmas = core::mem::take(&mut self.vmas);
+        let b = self.backing.get_mut();
+        b.mmu.release();
+        for v in vmas.iter() {
+            b.zero_backed(v.start, v.end);
+        }
+        for (_, blk) in core::mem::take(&mut b.blocks) {
+            blk.free(&b.chunks);
+        }
+        self.hot.set(u64::MAX);
+        let mut out = core::mem::take(&mut self.orphans);
+        out.extend(core::mem::take(&mut self.files).into_values());
+        out
+    }
+
+    /// Writes `data` at `addr` of this space, which need not be the one loaded
+    /// (fork's CLONE_CHILD_SETTID goes to the child's memory): EFAULT unless
+    /// the range is mapped writable.
+    pub fn poke(&mut self, addr: u64, data: &[u8]) -> Result<(), Errno> {
+        self.check(addr, data.len() as u64, true)?;
+        let b = self.backing.get_mut();
+        let mut at = 0usize;
+        while at < data.len() {
+            let va = addr + at as u64;
+            let blk = align_down(va, HUGE_PAGE_SIZE);
+            let n = ((blk + HUGE_PAGE_SIZE - va) as usize).min(data.len() - at);
+            let mmu = &mut b.mmu;
+            let chunk = b.blocks.get_mut(&blk).ok_or(Errno::EFAULT)?;
+            chunk.with(|c| mmu.write(va, c, va - blk, &data[at..at + n]));
+            at += n;
+        }
+        Ok(())
+    }
+
     /// The program touched `addr` and faulted: backs its block if a mapping allows
     /// access there and the block is not backed yet.
     pub fn fault_in(&self, addr: u64) -> Fault {
@@ -778,6 +976,7 @@ mod tests {
         mapped: BTreeMap<u64, u64>,
         zeroed: Vec<(u64, u64)>,
         copied: Vec<(u64, u64, u64)>,
+        written: Vec<(u64, Vec<u8>)>,
     }
 
     impl Mmu for FakeMmu {
@@ -787,6 +986,15 @@ mod tests {
         }
         fn unmap_block(&mut self, virt: u64) {
             assert!(self.mapped.remove(&virt).is_some(), "unmapping an unmapped block");
+        }
+        fn new_space(&mut self, _: &mut ChunkAllocator) -> Result<Self, Errno> {
+            Ok(FakeMmu::default())
+        }
+        fn release(&mut self) {
+            self.mapped.clear();
+        }
+        fn write(&mut self, virt: u64, _: &mut Chunk, _: u64, data: &[u8]) {
+            self.written.push((virt, data.to_vec()));
         }
         fn zero(&mut self, virt: u64, len: u64, chunk: &mut Chunk, offset: u64) {
             if let Some(phys) = self.mapped.get(&(virt - offset)) {
@@ -801,10 +1009,14 @@ mod tests {
 
     type Space = AddressSpace<FakeMmu>;
 
-    fn space(chunks: u64) -> Space {
+    fn allocator(chunks: u64) -> Chunks {
         let mut c = ChunkAllocator::new();
         c.add_range(0x4000_0000, 0x4000_0000 + chunks * M);
-        AddressSpace::new(c, FakeMmu::default(), 0x60_1234, 0x1000_0000, 0x2000_0000)
+        Arc::new(Mutex::new(c))
+    }
+
+    fn space(chunks: u64) -> Space {
+        AddressSpace::new(allocator(chunks), FakeMmu::default(), 0x60_1234, 0x1000_0000, 0x2000_0000)
     }
 
     const RW: u32 = PROT_READ | PROT_WRITE;
@@ -963,6 +1175,15 @@ mod tests {
             fn unmap_block(&mut self, v: u64) {
                 self.0.unmap_block(v)
             }
+            fn new_space(&mut self, c: &mut ChunkAllocator) -> Result<Self, Errno> {
+                Ok(Failing(self.0.new_space(c)?, 0))
+            }
+            fn release(&mut self) {
+                self.0.release()
+            }
+            fn write(&mut self, v: u64, c: &mut Chunk, o: u64, d: &[u8]) {
+                self.0.write(v, c, o, d)
+            }
             fn zero(&mut self, v: u64, l: u64, c: &mut Chunk, o: u64) {
                 self.0.zero(v, l, c, o)
             }
@@ -970,9 +1191,8 @@ mod tests {
                 self.0.copy(f, t, l, s, so, d, dof)
             }
         }
-        let mut c = ChunkAllocator::new();
-        c.add_range(0x4000_0000, 0x4000_0000 + 8 * M);
-        let mut s = AddressSpace::new(c, Failing(FakeMmu::default(), 0), 0x60_1234, 0x1000_0000, 0x2000_0000);
+        let mut s =
+            AddressSpace::new(allocator(8), Failing(FakeMmu::default(), 0), 0x60_1234, 0x1000_0000, 0x2000_0000);
         // Under LAZY_MIN but over three blocks: backed at once, and the third fails.
         let at = 0x3010_0000;
         assert_eq!(s.mmap_anon(at, 7 * M / 4, RW, ANON | map_flags::FIXED), Err(Errno::ENOMEM));
@@ -1078,7 +1298,8 @@ mod tests {
     fn brk_grows_shrinks_and_stops_at_mappings() {
         let mut s = space(8);
         // The image ends at 0x601234; its block [6M, 8M) was mapped by the VMM.
-        let (a, b) = (s.chunks().alloc().unwrap(), s.chunks().alloc().unwrap());
+        let a = s.chunks().alloc().unwrap();
+        let b = s.chunks().alloc().unwrap();
         s.adopt(
             alloc::vec![(0x40_0000, a), (0x60_0000, b)],
             &[Vma { start: 0x40_0000, end: 0x60_2000, prot: RW, kind: VmaKind::Image, lazy: false }],
@@ -1095,5 +1316,80 @@ mod tests {
         s.mmap_anon(0xa0_0000, 0x1000, RW, ANON | map_flags::FIXED).unwrap();
         assert_eq!(s.brk(0xb0_0000), 0x60_4000, "blocked by a mapping");
         assert_eq!(s.brk(0x10), 0x60_4000, "below the start");
+    }
+
+    #[test]
+    fn fork_copies_private_blocks_and_shares_shared_ones() {
+        let mut s = space(16);
+        // A private small mapping, a shared anonymous one (whole blocks), a
+        // private lazy one with one block touched, and the break.
+        let p = s.mmap_anon(0, 0x3000, RW, ANON).unwrap();
+        let sh = s.mmap_anon(0, 0x1000, RW, map_flags::SHARED | map_flags::ANONYMOUS).unwrap();
+        assert_eq!((sh % M, s.vmas.find(sh).map(|v| v.end - v.start)), (0, Some(M)), "a whole block");
+        let big = s.mmap_anon(0, 8 * M, RW, ANON).unwrap();
+        assert_eq!(s.fault_in(big + 3 * M), Fault::Retry);
+        assert_eq!(s.brk(0x90_0000), 0x90_0000);
+        let parent_blocks: BTreeMap<u64, u64> = s.mmu().mapped.clone();
+        let free = s.chunks().free_chunks();
+        let mut c = s.fork().unwrap();
+        // Same VMAs, same break.
+        assert_eq!(c.vmas.iter().collect::<Vec<_>>(), s.vmas.iter().collect::<Vec<_>>());
+        assert_eq!(c.brk(0), 0x90_0000);
+        // Every backed block is mapped in the child: the shared one to the same
+        // chunk, the others to new chunks holding a copy.
+        let child_blocks = c.mmu().mapped.clone();
+        assert_eq!(child_blocks.keys().collect::<Vec<_>>(), parent_blocks.keys().collect::<Vec<_>>());
+        for (b, phys) in &child_blocks {
+            let same = parent_blocks[b] == *phys;
+            assert_eq!(same, *b == sh, "block {b:#x}");
+        }
+        let copied: Vec<u64> = s.mmu().copied.iter().map(|(f, t, l)| (assert_eq!((f, l), (t, &M)), *f).1).collect();
+        assert_eq!(copied.len(), parent_blocks.len() - 1);
+        assert!(!copied.contains(&sh));
+        assert_eq!(s.chunks().free_chunks(), free - copied.len());
+        // The child's own changes stay its own; a shared block outlives either
+        // space's unmapping, and is zeroed and freed when the last one goes.
+        c.munmap(p, 0x3000).unwrap();
+        assert!(s.check(p, 0x3000, true).is_ok());
+        c.munmap(sh, M).unwrap();
+        assert!(c.mmu().zeroed.iter().all(|(v, _)| *v != sh), "shared memory is not zeroed under the parent");
+        assert!(s.resident(sh));
+        let before = s.chunks().free_chunks();
+        s.munmap(sh, M).unwrap();
+        assert_eq!(s.chunks().free_chunks(), before + 1, "the last user gave it back");
+        // Teardown gives everything back.
+        let free_before = s.chunks().free_chunks();
+        let child_own = c.mmu().mapped.len();
+        assert!(c.teardown().is_empty());
+        assert!(c.mmu().mapped.is_empty() && c.vmas.is_empty());
+        assert_eq!(s.chunks().free_chunks(), free_before + child_own);
+    }
+
+    #[test]
+    fn fork_without_memory_fails_cleanly() {
+        let mut s = space(5);
+        s.mmap_anon(0, 0x1000, RW, ANON).unwrap();
+        s.mmap_anon(0x3000_0000, M, RW, ANON | map_flags::FIXED).unwrap();
+        assert_eq!(s.chunks().free_chunks(), 3);
+        assert_eq!(s.fork().err(), Some(Errno::ENOMEM), "two copies and table pages: four");
+        assert_eq!(s.chunks().free_chunks(), 3, "nothing taken");
+        s.munmap(0x3000_0000, M).unwrap();
+        let mut c = s.fork().unwrap();
+        assert_eq!(s.chunks().free_chunks(), 3);
+        drop(c.teardown());
+        assert_eq!(s.chunks().free_chunks(), 4);
+    }
+
+    #[test]
+    fn a_child_tid_goes_to_the_childs_memory() {
+        let mut s = space(8);
+        let a = s.mmap_anon(0, 0x2000, RW, ANON).unwrap();
+        let mut c = s.fork().unwrap();
+        c.poke(a + 0x10, &7u32.to_le_bytes()).unwrap();
+        assert_eq!(c.mmu().written, [(a + 0x10, 7u32.to_le_bytes().to_vec())]);
+        assert!(s.mmu().written.is_empty());
+        assert_eq!(c.poke(a + 0x2000, &[1]), Err(Errno::EFAULT));
+        s.mprotect(a, 0x1000, PROT_READ).unwrap();
+        assert!(s.poke(a, &[1]).is_err(), "read-only");
     }
 }

@@ -20,6 +20,9 @@ pub enum VmaKind {
     Stack,
     /// An anonymous `mmap`.
     Anon,
+    /// A shared anonymous `mmap` (MAP_SHARED|MAP_ANONYMOUS): its blocks stay the
+    /// same memory in a forked child.
+    Shared,
     /// A file `mmap`: the address space's record number `n` (`space::FileMap`) says
     /// which file, where in it, and whether shared. Pieces of one mapping keep the
     /// number (and merge back when they touch again).
@@ -36,7 +39,7 @@ pub struct Vma {
     pub lazy: bool,
 }
 
-#[derive(Default, Debug)]
+#[derive(Default, Debug, Clone)]
 pub struct VmaSet {
     /// Keyed by start address.
     map: BTreeMap<u64, Vma>,

@@ -31,6 +31,9 @@ use crate::errno::{Errno, SysResult};
 use crate::file::{mode, oflag, FileRef};
 use crate::mm::space::map_flags;
 use crate::mm::user::{BufferMem, UserMem, UserMemExt};
+
+/// An address space under its lock.
+type Mm = Mutex<crate::mm::UserSpace>;
 use crate::mm::vma::{PROT_EXEC, PROT_READ, PROT_WRITE};
 use crate::sigframe::{Regs, SIG_DFL, SIG_IGN};
 use crate::task::kernel::Kernel;
@@ -143,7 +146,7 @@ pub fn boot_interp(k: &'static Kernel, user: &dyn UserMem, sp: u64) -> Result<Op
     if prog.interp.is_some() {
         return Err(format!("its interpreter {shown} has an interpreter itself"));
     }
-    let loaded = load(k, user, &exe, &prog, Place::Anywhere).map_err(fail)?;
+    let loaded = load(k, &crate::mm::spaces::boot().mm, user, &exe, &prog, Place::Anywhere).map_err(fail)?;
     if let Some(slot) = aux.iter().find(|a| a.0 == stack::AT_BASE).map(|a| a.2) {
         user.write_u64(slot, loaded.start).map_err(fail)?;
     }
@@ -431,7 +434,7 @@ struct Loaded {
 
 /// Loads `exe` into the current address space: its segments copied into a fresh
 /// anonymous mapping, rewritten, then each given its protection.
-fn load(k: &Kernel, user: &dyn UserMem, exe: &Exe, prog: &Program, place: Place) -> Result<Loaded, Errno> {
+fn load(k: &Kernel, mm: &Mm, user: &dyn UserMem, exe: &Exe, prog: &Program, place: Place) -> Result<Loaded, Errno> {
     let plan = if rewriting(k) { plan_for(Some(exe.key), &exe.bytes, tramp_base(prog)) } else { None };
     let tramp_len = plan.as_ref().map_or(0, |c| c.plan.trampolines.len() as u64);
     let (lo, hi) = image_span(prog, tramp_len).ok_or(Errno::ENOEXEC)?;
@@ -439,7 +442,7 @@ fn load(k: &Kernel, user: &dyn UserMem, exe: &Exe, prog: &Program, place: Place)
     let rw = PROT_READ | PROT_WRITE;
     let private = map_flags::PRIVATE | map_flags::ANONYMOUS;
     let start = {
-        let space = &mut *k.mm.lock();
+        let space = &mut *mm.lock();
         match place {
             Place::Fixed => space.mmap_anon(lo, len, rw, private | map_flags::FIXED)?,
             Place::Pie => space.mmap_anon(PIE_BASE + (lo % HUGE_PAGE_SIZE), len, rw, private | map_flags::FIXED)?,
@@ -471,7 +474,7 @@ fn load(k: &Kernel, user: &dyn UserMem, exe: &Exe, prog: &Program, place: Place)
         prots.push((t, start + len, PROT_READ | PROT_EXEC));
     }
     {
-        let space = &mut *k.mm.lock();
+        let space = &mut *mm.lock();
         space.mprotect(start, len, 0)?;
         for (i, &(a, b, p)) in prots.iter().enumerate() {
             let shared: u32 = prots.iter().take(i).filter(|o| o.0 < b && a < o.1).fold(0, |m, o| m | o.2);
@@ -483,14 +486,14 @@ fn load(k: &Kernel, user: &dyn UserMem, exe: &Exe, prog: &Program, place: Place)
 }
 
 /// Maps a copy of the boot vDSO (clock page below it): AT_SYSINFO_EHDR, or 0.
-fn map_vdso(ctx: &Ctx) -> Result<u64, Errno> {
+fn map_vdso(mm: &Mm, user: &dyn UserMem) -> Result<u64, Errno> {
     let Some(b) = BOOT.get().filter(|b| !b.vdso.is_empty()) else { return Ok(0) };
     let below = onering_abi::vvar::BELOW_VDSO;
     let len = align_up(b.vdso.len() as u64, PAGE_SIZE);
     let flags = map_flags::PRIVATE | map_flags::ANONYMOUS;
-    let at = ctx.k.mm.lock().mmap_anon(0, len, PROT_READ | PROT_WRITE, flags)?;
-    ctx.user.write(at, &b.vdso)?;
-    let space = &mut *ctx.k.mm.lock();
+    let at = mm.lock().mmap_anon(0, len, PROT_READ | PROT_WRITE, flags)?;
+    user.write(at, &b.vdso)?;
+    let space = &mut *mm.lock();
     space.mprotect(at, below, PROT_READ)?;
     space.mprotect(at + below, len - below, PROT_READ | PROT_EXEC)?;
     Ok(at + below)
@@ -505,16 +508,24 @@ struct Start {
 
 /// Builds the new program in the (emptied) address space: the program, its
 /// interpreter, the vDSO, the stack.
-fn build(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Program)>, args: &Args) -> Result<Start, Errno> {
+fn build(
+    ctx: &Ctx,
+    mm: &Mm,
+    user: &dyn UserMem,
+    exe: &Exe,
+    prog: &Program,
+    interp: Option<(&Exe, &Program)>,
+    args: &Args,
+) -> Result<Start, Errno> {
     let place = if prog.pie { Place::Pie } else { Place::Fixed };
-    let main = load(ctx.k, ctx.user, exe, prog, place)?;
+    let main = load(ctx.k, mm, user, exe, prog, place)?;
     let base = match interp {
-        Some((e, p)) => Some(load(ctx.k, ctx.user, e, p, Place::Anywhere)?),
+        Some((e, p)) => Some(load(ctx.k, mm, user, e, p, Place::Anywhere)?),
         None => None,
     };
-    let vdso = map_vdso(ctx)?;
+    let vdso = map_vdso(mm, user)?;
     let stack_prot = PROT_READ | PROT_WRITE | if prog.exec_stack { PROT_EXEC } else { 0 };
-    ctx.k.mm.lock().map_stack(STACK_TOP - STACK_SIZE, STACK_TOP, stack_prot)?;
+    mm.lock().map_stack(STACK_TOP - STACK_SIZE, STACK_TOP, stack_prot)?;
     let (uid, gid) = (ctx.k.cfg.uid, ctx.k.cfg.gid);
     let mut auxv = alloc::vec![
         (stack::AT_PHDR, main.phdr),
@@ -540,7 +551,7 @@ fn build(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Program)>,
     ctx.k.rng.lock().fill(&mut random);
     let spec = StackSpec { argv: &args.argv, envp: &args.envp, execfn: &args.execfn, random, auxv: &auxv };
     let st = stack::build(STACK_TOP, &spec).map_err(|_| Errno::E2BIG)?;
-    ctx.user.write(st.sp, &st.bytes)?;
+    user.write(st.sp, &st.bytes)?;
     let entry = base.map_or(main.entry, |b| b.entry);
     let regs = Regs { rip: entry, rsp: st.sp, rflags: 0x202, ..Regs::default() };
     let image = ExecImage {
@@ -670,17 +681,21 @@ fn exec_at(ctx: &Ctx, dirfd: u64, path_addr: u64, argv: u64, envp: u64, flags: u
         None => None,
     };
     drop(file);
-    if ctx.proc().pid() != 1 {
-        // A vfork child shares its parent's memory: it needs an address space of
-        // its own, which only the program itself has yet.
-        ctx.k.report_once("onering: execve from a child process is not supported yet\n");
-        return Err(Errno::ENOSYS);
-    }
     // The point of no return.
     let regs = replace_image(ctx, &exe, &prog, interp.as_ref().map(|(e, p)| (e, p)), &args);
     drop((exe, prog, interp, args));
     finish(regs)
 }
+
+/// An empty address space with page tables of its own.
+fn fresh_space(k: &Kernel) -> Result<&'static crate::mm::spaces::Space, Errno> {
+    let tables = onering_arch::mm::PageTables::new_space(&mut k.chunks.lock()).map_err(|_| Errno::ENOMEM)?;
+    let space = crate::mm::UserSpace::new(k.chunks.clone(), tables, 0, MMAP_BOTTOM, onering_abi::layout::MMAP_TOP);
+    crate::mm::spaces::install(space)
+}
+
+/// The lowest address `mmap` hands out (as at boot).
+const MMAP_BOTTOM: u64 = 0x1_0000;
 
 /// The absolute form of `path` from the working directory (for /proc/PID/exe).
 fn absolute(ctx: &Ctx, path: &[u8]) -> Vec<u8> {
@@ -703,17 +718,16 @@ fn replace_image(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Pr
         sched::yield_now();
     }
     p.threads.store(1, Relaxed);
-    let orphans = {
-        let space = &mut *ctx.k.mm.lock();
-        space.clear(0);
-        space.take_orphans()
-    };
-    drop(orphans);
-    let start = match build(ctx, exe, prog, interp, args) {
+    // A fresh address space; the old one goes (unless a vfork parent shares it).
+    let kill = || -> ! { crate::task::signal::terminate(ctx.k, me, crate::sigframe::sig::SIGSEGV, 0, 0) };
+    let Ok(space) = fresh_space(ctx.k) else { kill() };
+    p.replace_space(space);
+    let user = space.user();
+    let start = match build(ctx, &space.mm, &user, exe, prog, interp, args) {
         Ok(s) => s,
-        Err(_) => crate::task::signal::terminate(ctx.k, me, crate::sigframe::sig::SIGSEGV, 0, 0),
+        Err(_) => kill(),
     };
-    ctx.k.mm.lock().set_brk_start(start.brk);
+    space.mm.lock().set_brk_start(start.brk);
     let closing = p.fds.lock().take_cloexec();
     drop(closing);
     for a in p.actions.lock().iter_mut() {
@@ -785,7 +799,7 @@ pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: 
     let tramp = lib.lo.wrapping_sub(lib.room);
     let at = bias.wrapping_add(tramp);
     let flags = map_flags::PRIVATE | map_flags::ANONYMOUS | map_flags::FIXED_NOREPLACE;
-    if ctx.k.mm.lock().mmap_anon(at, lib.room, PROT_READ | PROT_WRITE, flags) != Ok(at) {
+    if ctx.mm().lock().mmap_anon(at, lib.room, PROT_READ | PROT_WRITE, flags) != Ok(at) {
         UNREWRITTEN.fetch_add(1, Relaxed);
         return;
     }
@@ -796,7 +810,7 @@ pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: 
     let ok = plan.as_ref().is_some_and(|c| {
         c.plan.trampolines.len() as u64 <= lib.room && apply(ctx.user, &c.plan, bias, tramp, start, start + len).is_ok()
     });
-    let space = &mut *ctx.k.mm.lock();
+    let space = &mut *ctx.mm().lock();
     if ok {
         let _ = space.mprotect(at, lib.room, PROT_READ | PROT_EXEC);
     } else {

@@ -484,6 +484,20 @@ pub fn fstatfs(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     put_statfs(ctx, buf, n)
 }
 
+/// `posix_fadvise`: advice only (files are read through the page cache as they
+/// are); the descriptor is checked, a pipe or socket is ESPIPE, as on Linux.
+pub fn fadvise64(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [fd, _, _, advice, ..] = f.args();
+    let of = ctx.file(fd)?;
+    if of.node().is_none() {
+        return Err(Errno::ESPIPE);
+    }
+    if advice > 5 {
+        return Err(Errno::EINVAL);
+    }
+    Ok(0)
+}
+
 /// Extended attributes: no file here has any (the tree keeps none; a host file's
 /// are not passed through). Getting or removing one is ENODATA once the file is
 /// found, listing gives an empty list, setting one EOPNOTSUPP, as on a file

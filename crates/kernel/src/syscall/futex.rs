@@ -6,7 +6,7 @@ use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
 use crate::futex::{wake_op_cmp, wake_op_new};
 use crate::mm::user::{UserMem, UserMemExt};
-use crate::task::futex::{wait, wake, wake_threads};
+use crate::task::futex::{key, wait, wake, wake_threads};
 use crate::task::Ctx;
 use crate::time::{mono_now, real_now};
 
@@ -62,7 +62,7 @@ fn requeue(ctx: &Ctx, addr: u64, nwake: u64, nmove: u64, addr2: u64, cmp: Option
                 return Err(Errno::EAGAIN);
             }
         }
-        table.requeue(addr, addr2, nwake as usize, nmove as usize)
+        table.requeue(key(addr), key(addr2), nwake as usize, nmove as usize)
     };
     let n = wake_threads(&woken);
     // CMP_REQUEUE counts woken and requeued threads.
@@ -82,9 +82,9 @@ fn wake_op(ctx: &Ctx, addr: u64, n: u64, n2: u64, addr2: u64, op: u32) -> SysRes
                 Errno::EFAULT
             }
         })?;
-        let mut w = table.wake(addr, n as u32 as usize, u32::MAX);
+        let mut w = table.wake(key(addr), n as u32 as usize, u32::MAX);
         if wake_op_cmp(op, old) == Some(true) {
-            w.extend(table.wake(addr2, n2 as u32 as usize, u32::MAX));
+            w.extend(table.wake(key(addr2), n2 as u32 as usize, u32::MAX));
         }
         w
     };

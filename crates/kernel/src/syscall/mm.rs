@@ -17,7 +17,7 @@ use alloc::sync::Arc;
 use onering_abi::layout::{align_up, PAGE_SIZE, USER_END};
 
 pub fn brk(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
-    let space = &mut *ctx.k.mm.lock();
+    let space = &mut *ctx.mm().lock();
     Ok(space.brk(f.rdi))
 }
 
@@ -25,7 +25,7 @@ pub fn brk(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 /// it let go of are dropped after the lock (closing a file may take other locks).
 fn with_space<R>(ctx: &Ctx, f: impl FnOnce(&mut UserSpace) -> R) -> R {
     let (r, orphans) = {
-        let space = &mut *ctx.k.mm.lock();
+        let space = &mut *ctx.mm().lock();
         (f(space), space.take_orphans())
     };
     drop(orphans);
@@ -35,7 +35,7 @@ fn with_space<R>(ctx: &Ctx, f: impl FnOnce(&mut UserSpace) -> R) -> R {
 /// Writes back what shared file mappings hold in `[start, end)` (page-rounded).
 fn write_back(ctx: &Ctx, start: u64, end: u64) -> Result<(), Errno> {
     let end = end.checked_add(PAGE_SIZE - 1).map_or(USER_END, |e| e & !(PAGE_SIZE - 1));
-    let pieces = ctx.k.mm.lock().shared_in(start, end);
+    let pieces = ctx.mm().lock().shared_in(start, end);
     let r = filemap::each(ctx.user, &pieces, filemap::write_back);
     // (Written back means on the host: the writes waiting go now.)
     crate::fs::host::flush_writes();
@@ -150,7 +150,7 @@ pub fn mremap(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let at = with_space(ctx, |s| s.mremap(old, old_len, new_len, flags & MREMAP_MAYMOVE != 0))?;
     // A file mapping that grew maps more of the file.
     if new_pages > old_pages {
-        let map = ctx.k.mm.lock().file_at(at); // not held while filling
+        let map = ctx.mm().lock().file_at(at); // not held while filling
         if let Some(map) = map {
             filemap::each(ctx.user, &[(map, at + old_pages, at + new_pages)], filemap::fill)?;
         }
@@ -172,7 +172,7 @@ pub fn madvise(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         let refill = with_space(ctx, |s| s.discard(addr, len))?;
         return filemap::each(ctx.user, &refill, filemap::fill).map(|_| 0);
     }
-    let space = &mut *ctx.k.mm.lock();
+    let space = &mut *ctx.mm().lock();
     match advice {
         // NORMAL, RANDOM, SEQUENTIAL, WILLNEED, FREE, MERGEABLE, UNMERGEABLE,
         // HUGEPAGE, NOHUGEPAGE, DONTDUMP, DODUMP, COLD, PAGEOUT, POPULATE_*, COLLAPSE:
@@ -210,7 +210,7 @@ pub fn msync(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     {
         return Err(Errno::EINVAL);
     }
-    let end = ctx.k.mm.lock().mapped_end(addr, len).map_err(|e| if e == Errno::EINVAL { Errno::ENOMEM } else { e })?;
+    let end = ctx.mm().lock().mapped_end(addr, len).map_err(|e| if e == Errno::EINVAL { Errno::ENOMEM } else { e })?;
     write_back(ctx, addr, end).map(|_| 0)
 }
 
@@ -220,7 +220,7 @@ pub fn mincore(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if !addr.is_multiple_of(PAGE_SIZE) {
         return Err(Errno::EINVAL);
     }
-    let end = ctx.k.mm.lock().mapped_end(addr, len).map_err(|_| Errno::ENOMEM)?;
+    let end = ctx.mm().lock().mapped_end(addr, len).map_err(|_| Errno::ENOMEM)?;
     let pages = (end - addr) / PAGE_SIZE;
     ctx.user.check(vec, pages, true)?;
     // A page of answers at a time, the memory lock not held across the copy.
@@ -229,7 +229,7 @@ pub fn mincore(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         let n = (pages - at).min(4096);
         let mut buf = alloc::vec![0u8; n as usize];
         {
-            let space = ctx.k.mm.lock();
+            let space = ctx.mm().lock();
             for (i, b) in buf.iter_mut().enumerate() {
                 *b = u8::from(space.resident(addr + (at + i as u64) * PAGE_SIZE));
             }
@@ -246,7 +246,7 @@ pub fn mlock(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [addr, len, ..] = f.args();
     let start = addr & !(PAGE_SIZE - 1);
     let len = len.checked_add(addr - start).ok_or(Errno::EINVAL)?;
-    ctx.k.mm.lock().mapped_end(start, len).map(|_| 0)
+    ctx.mm().lock().mapped_end(start, len).map(|_| 0)
 }
 
 /// `mlock2(2)`: its only flag is MLOCK_ONFAULT.

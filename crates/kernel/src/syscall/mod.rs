@@ -180,6 +180,7 @@ syscall_table! {
     213 epoll_create => poll::epoll_create,
     217 getdents64 => fs::getdents64,
     218 set_tid_address => proc::set_tid_address,
+    221 fadvise64 => fsmeta::fadvise64,
     228 clock_gettime => time::clock_gettime,
     229 clock_getres => time::clock_getres,
     230 clock_nanosleep => time::clock_nanosleep,

@@ -1,12 +1,15 @@
 //! Process and thread system calls. The program is pid 1 of its VM, as in a
 //! container; its threads share everything (clone with CLONE_THREAD); vfork (or clone
-//! with CLONE_VFORK) makes a child process that shares the memory but has its own
-//! descriptors until it exits, while the parent waits. There is no fork (the address
-//! space is never copied) and no execve (one program per VM).
+//! with CLONE_VM | CLONE_VFORK) makes a child process that shares the memory but has
+//! its own descriptors until it exits, while the parent waits; fork (or clone
+//! without CLONE_VM) makes a child process with a copy of the address space
+//! (`AddressSpace::fork`: MAP_SHARED memory stays shared) and of the descriptors.
+//! There is no execve (one program per VM).
 
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
 use crate::futex::robust;
+use crate::mm::spaces::{self, Space};
 use crate::mm::user::UserMemExt;
 use crate::task::exit::{exit_thread, wait_key};
 use crate::task::process::Process;
@@ -131,10 +134,19 @@ pub fn vfork(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     do_clone(ctx, f, CLONE_VM | CLONE_VFORK | 17, 0, 0, 0, 0)
 }
 
-pub fn fork(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
-    // Copying the address space is not offered: threads and vfork are.
-    ctx.k.report_unsupported(57);
-    Err(Errno::ENOSYS)
+pub fn fork(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    do_clone(ctx, f, crate::sigframe::sig::SIGCHLD, 0, 0, 0, 0)
+}
+
+/// A copy of the caller's address space for a fork child `tid` (with `tid`
+/// stored at `ctid` in the child's memory, for CLONE_CHILD_SETTID: best effort,
+/// as on Linux).
+fn copy_space(ctx: &Ctx, settid: Option<u64>, tid: u64) -> Result<&'static Space, Errno> {
+    let mut child = ctx.proc().space().mm.lock().fork()?;
+    if let Some(ctid) = settid {
+        let _ = child.poke(ctid, &(tid as u32).to_le_bytes());
+    }
+    spaces::install(child)
 }
 
 fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls: u64) -> SysResult {
@@ -145,18 +157,33 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
     if flags & CLONE_THREAD != 0 && flags & CLONE_SIGHAND == 0 || flags & CLONE_SIGHAND != 0 && flags & CLONE_VM == 0 {
         return Err(Errno::EINVAL);
     }
-    if flags & CLONE_VM == 0 {
-        ctx.k.report_unsupported(57);
-        return Err(Errno::ENOSYS);
-    }
     if flags & CLONE_SETTLS != 0 && tls >= USER_END {
         return Err(Errno::EPERM);
     }
     let me = ctx.thread;
     let thread = flags & CLONE_THREAD != 0;
+    let shares_memory = flags & CLONE_VM != 0;
     let tid = sched::alloc_tid();
-    // A new process: its pid is its first thread's tid.
-    let proc = if thread { ctx.proc() } else { Process::create(ctx.proc().child_start(tid))? };
+    // A new process: its pid is its first thread's tid; its memory is the
+    // caller's (CLONE_VM) or a copy.
+    let proc = if thread {
+        ctx.proc()
+    } else {
+        let space = if shares_memory {
+            let s = ctx.proc().space();
+            s.hold();
+            s
+        } else {
+            copy_space(ctx, (flags & CLONE_CHILD_SETTID != 0).then_some(ctid), tid)?
+        };
+        match Process::create(ctx.proc().child_start(tid, space)) {
+            Ok(p) => p,
+            Err(e) => {
+                space.release();
+                return Err(e);
+            }
+        }
+    };
     let spawn = Spawn {
         tid,
         proc,
@@ -167,13 +194,7 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
         affinity: me.affinity(),
     };
     proc.threads.fetch_add(1, Relaxed);
-    // (A chunk for kernel stacks: the page cache gives memory back if none is free.)
-    let more = || {
-        let mut mm = ctx.k.mm.lock();
-        let chunks = mm.chunks();
-        chunks.alloc().or_else(|| if chunks.reclaim(1) { chunks.alloc() } else { None })
-    };
-    let child = match sched::spawn(spawn, false, more) {
+    let child = match sched::spawn(spawn, false, || ctx.k.chunk()) {
         Ok(t) => t,
         Err(e) => {
             proc.threads.fetch_sub(1, Relaxed);
@@ -194,7 +215,7 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
     if flags & CLONE_PARENT_SETTID != 0 {
         let _ = ctx.user.write_u32(ptid, tid as u32);
     }
-    if flags & CLONE_CHILD_SETTID != 0 {
+    if flags & CLONE_CHILD_SETTID != 0 && shares_memory {
         let _ = ctx.user.write_u32(ctid, tid as u32);
     }
     if flags & CLONE_CHILD_CLEARTID != 0 {
@@ -251,7 +272,8 @@ pub fn wait4(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if options & !(WNOHANG | 0x2 | 0x8 | 0x4000_0000 | 0x8000_0000 | 0x2000_0000) != 0 {
         return Err(Errno::EINVAL);
     }
-    let want = pid as i64;
+    // (A pid_t: glibc leaves the register's upper half zero for -1.)
+    let want = i64::from(pid as i32);
     let key = wait_key(ctx.proc().pid());
     if status != 0 {
         ctx.user.check(status, 4, true)?;
@@ -405,7 +427,7 @@ pub fn sysinfo(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let put = |b: &mut [u8], at: usize, v: u64| b[at..at + 8].copy_from_slice(&v.to_le_bytes());
     put(&mut b, 0, crate::time::mono_now() / crate::time::NS_PER_SEC);
     let (total, free) = {
-        let m = ctx.k.mm.lock();
+        let m = ctx.proc().space().mm.lock();
         (m.total_bytes(), m.free_bytes())
     };
     put(&mut b, 32, total);

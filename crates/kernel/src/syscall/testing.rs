@@ -35,8 +35,15 @@ impl TestEnv {
         let mut chunks = ChunkAllocator::new();
         chunks.add_range(0x4000_0000, 0x4000_0000 + (64 << 20));
         let stack_chunk = chunks.alloc();
-        let space =
-            AddressSpace::new(chunks, onering_arch::mm::host_page_tables(), 0x40_0000, 0x1000_0000, 0x7000_0000_0000);
+        let chunks = alloc::sync::Arc::new(spin::Mutex::new(chunks));
+        let space = AddressSpace::new(
+            chunks.clone(),
+            onering_arch::mm::host_page_tables(),
+            0x40_0000,
+            0x1000_0000,
+            0x7000_0000_0000,
+        );
+        let space = crate::mm::spaces::install(space).expect("address space");
         let cfg = Config {
             uid: 1000,
             gid: 1000,
@@ -48,7 +55,7 @@ impl TestEnv {
         let mut vfs = Vfs::new();
         vfs.set_owner(1000, 1000);
         crate::fs::proc::mount(&mut vfs, 1);
-        let k: &'static Kernel = alloc::boxed::Box::leak(alloc::boxed::Box::new(Kernel::new(cfg, space, vfs, [1, 2])));
+        let k: &'static Kernel = alloc::boxed::Box::leak(alloc::boxed::Box::new(Kernel::new(cfg, chunks, vfs, [1, 2])));
         let mut fds = FdTable::new();
         {
             let mut v = k.vfs.lock();
@@ -63,6 +70,7 @@ impl TestEnv {
         }
         let pid = sched::alloc_tid() + 1_000_000;
         let start = Start {
+            space,
             pid,
             ppid: 0,
             fds,

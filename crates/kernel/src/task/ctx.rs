@@ -23,6 +23,12 @@ impl Ctx<'_> {
         self.thread.process()
     }
 
+    /// The calling process's address space.
+    #[inline]
+    pub fn mm(&self) -> &'static spin::Mutex<crate::mm::UserSpace> {
+        &self.proc().space().mm
+    }
+
     /// The open file of descriptor `fd`.
     pub fn file(&self, fd: u64) -> Result<FileRef, Errno> {
         self.proc().fds.lock().get(fd).cloned()

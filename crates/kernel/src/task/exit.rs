@@ -10,6 +10,7 @@ use super::sched;
 use super::thread::{current, Thread};
 use crate::futex::robust;
 use crate::mm::user::{UserMem, UserMemExt};
+use crate::sigframe::sig;
 use core::sync::atomic::Ordering::Relaxed;
 
 /// Wait status of a normal exit with `code`.
@@ -66,6 +67,12 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
         f.zombies.push((pid, status));
         f.children = f.children.saturating_sub(1);
     }
+    adopt_orphans(p);
+    // SIGCHLD for the parent (dropped unless it handles it, its default being
+    // to ignore).
+    let code = if status & 0x7f != 0 { CLD_KILLED } else { CLD_EXITED };
+    let info = crate::sigframe::Info { signo: sig::SIGCHLD, code, pid: pid as u32, ..Default::default() };
+    let _ = super::signal::send_to_process(ppid, sig::SIGCHLD, info);
     // Other threads of the process end with it (they never run again).
     let threads = sched::threads_of(pid);
     for other in &threads {
@@ -80,6 +87,38 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
     // Its descriptors close last, outside every lock (closing a pipe end wakes
     // the other end's threads).
     drop(files);
+}
+
+/// `si_code`s of SIGCHLD.
+const CLD_EXITED: i32 = 1;
+const CLD_KILLED: i32 = 2;
+
+/// The children of ended process `p` (still running, or zombies no one reaped)
+/// become the program's (pid 1), as Linux gives orphans to init.
+fn adopt_orphans(p: &process::Process) {
+    let (zombies, running) = {
+        let mut f = p.family.lock();
+        (core::mem::take(&mut f.zombies), core::mem::take(&mut f.children))
+    };
+    if running > 0 {
+        for c in process::all() {
+            if c.ppid.load(Relaxed) == p.pid() {
+                c.ppid.store(1, Relaxed);
+                for t in sched::threads_of(c.pid()) {
+                    t.ppid.store(1, Relaxed);
+                }
+            }
+        }
+    }
+    if zombies.is_empty() && running == 0 {
+        return;
+    }
+    if let Some(init) = process::find(1) {
+        let mut f = init.family.lock();
+        f.zombies.extend(zombies);
+        f.children += running;
+    }
+    sched::wake_all(wait_key(1));
 }
 
 /// A thread ends: each robust mutex it still holds becomes OWNER_DIED and one

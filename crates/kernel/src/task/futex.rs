@@ -9,6 +9,13 @@ use super::thread::Thread;
 use crate::errno::{Errno, SysResult};
 use crate::mm::user::UserMem;
 
+/// The futex-table key of user address `addr` for the running thread: the
+/// address within its address space (so processes with separate memory never
+/// share a key; see `mm::spaces::Space::futex_key`).
+pub fn key(addr: u64) -> u64 {
+    super::thread::try_current().map_or(addr, |t| t.process().space().futex_key(addr))
+}
+
 /// Wakes the threads the table dequeued (after its lock is released); returns how many.
 pub fn wake_threads(tids: &[u64]) -> usize {
     for tid in tids {
@@ -21,7 +28,7 @@ pub fn wake_threads(tids: &[u64]) -> usize {
 
 /// Wakes up to `n` waiters of `addr` whose bitset meets `bitset`; returns how many.
 pub fn wake(k: &Kernel, addr: u64, n: usize, bitset: u32) -> usize {
-    let woken = k.futexes.lock().wake(addr, n, bitset);
+    let woken = k.futexes.lock().wake(key(addr), n, bitset);
     wake_threads(&woken)
 }
 
@@ -45,7 +52,7 @@ pub fn wait(
         if cur != val {
             return Err(Errno::EAGAIN);
         }
-        table.enqueue(addr, me.tid(), bitset);
+        table.enqueue(key(addr), me.tid(), bitset);
     }
     let w = sched::block(until);
     // Still queued means nobody woke us: a timeout or a signal.

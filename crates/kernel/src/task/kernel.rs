@@ -1,5 +1,6 @@
 //! The kernel's state, one instance per VM, split by subsystem, each behind its own
-//! lock: memory (`mm`), the file tree (`vfs`), the console, the random generator,
+//! lock: memory (`chunks`, the allocator all address spaces draw from; the spaces
+//! themselves are the processes', `mm::spaces`), the file tree (`vfs`), the console, the random generator,
 //! the futex table, and the settings fixed at boot (`cfg`). Processes and threads
 //! have their own tables (`process`, `sched`). System calls reach it through their
 //! context (`task::Ctx`), which host tests build around a kernel of their own;
@@ -14,9 +15,12 @@
 //! 4. the console;
 //! 5. the futex table, or the file-lock table (`task::filelock`: an open file
 //!    description that owned locks takes it in its drop);
-//! 6. `mm` (taken to check a user range; released before the copy, since a copy
-//!    that faults takes it again to back the page);
-//! 7. the scheduler (wait queues, run queues, timers).
+//! 6. an address space's `mm` (taken to check a user range; released before the
+//!    copy, since a copy that faults takes it again to back the page); fork holds
+//!    the parent's while it builds the child's, which no one else can reach yet;
+//! 7. `chunks` (the chunk allocator), then arch's table-page pool and mapping
+//!    counts;
+//! 8. the scheduler (wait queues, run queues, timers).
 //!
 //! No lock is held across a hostcall that can block: the console sends its bytes
 //! after releasing its lock; stdin is read by the VMM's own thread (`task::stdin`).
@@ -24,8 +28,8 @@
 use super::console::Console;
 use super::stdin::Stdin;
 use crate::futex::FutexTable;
+use crate::mm::space::Chunks;
 use crate::mm::user::GuestUser;
-use crate::mm::UserSpace;
 use crate::rng::Rng;
 use crate::vfs::Vfs;
 use alloc::collections::BTreeSet;
@@ -62,7 +66,9 @@ pub struct Config {
 
 pub struct Kernel {
     pub cfg: Config,
-    pub mm: Mutex<UserSpace>,
+    /// Guest memory in 2 MiB chunks, for every address space, the heap and the
+    /// kernel stacks.
+    pub chunks: Chunks,
     pub vfs: Mutex<Vfs>,
     pub console: Console,
     pub stdin: Stdin,
@@ -155,7 +161,7 @@ fn line_streams(stdio: u64) -> u32 {
 const MAX_WARNED: usize = 1024;
 
 impl Kernel {
-    pub fn new(cfg: Config, space: UserSpace, vfs: Vfs, seed: [u64; 2]) -> Kernel {
+    pub fn new(cfg: Config, chunks: Chunks, vfs: Vfs, seed: [u64; 2]) -> Kernel {
         let mut comm = [0u8; 16];
         let name = cfg.exe.rsplit(|b| *b == b'/').next().unwrap_or(&[]);
         let n = name.len().min(15);
@@ -164,7 +170,7 @@ impl Kernel {
         let lines = line_streams(cfg.stdio);
         Kernel {
             cfg,
-            mm: Mutex::new(space),
+            chunks,
             vfs: Mutex::new(vfs),
             stdin,
             console: Console::new(lines),
@@ -178,15 +184,23 @@ impl Kernel {
         }
     }
 
-    /// The program's memory.
-    pub fn user(&self) -> GuestUser<'_> {
-        GuestUser::new(&self.mm)
+    /// The memory of the running thread's process (the boot space before the
+    /// first thread runs).
+    pub fn user(&self) -> GuestUser<'static> {
+        crate::mm::spaces::current().user()
+    }
+
+    /// A chunk (the page cache gives memory back if none is free): for kernel
+    /// stacks.
+    pub fn chunk(&self) -> Option<onering_arch::mm::Chunk> {
+        let mut chunks = self.chunks.lock();
+        chunks.alloc().or_else(|| if chunks.reclaim(1) { chunks.alloc() } else { None })
     }
 
     /// The program ends: what its shared file mappings hold goes to their files
     /// (Linux's page cache outlives the program, whatever ended it).
     fn write_back_mappings(&self) {
-        let pieces = self.mm.lock().shared_in(0, onering_abi::layout::USER_END);
+        let pieces = crate::mm::spaces::current().mm.lock().shared_in(0, onering_abi::layout::USER_END);
         let _ = crate::mm::filemap::each(&self.user(), &pieces, crate::mm::filemap::write_back);
     }
 

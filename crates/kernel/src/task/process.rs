@@ -1,6 +1,7 @@
-//! Processes: what a process owns besides its threads and the (shared) memory:
-//! descriptors, working directory and umask, signal dispositions, resource limits,
-//! and its children (zombies to reap, a vfork parent to release).
+//! Processes: what a process owns besides its threads: its address space (shared
+//! with CLONE_VM children, `mm::spaces`), descriptors, working directory and
+//! umask, signal dispositions, resource limits, and its children (zombies to
+//! reap, a vfork parent to release).
 //!
 //! The program is pid 1, as in a container. Process structures live in an arena
 //! of `&'static Process` slots that are reused, like threads: a thread reaches its
@@ -10,14 +11,19 @@
 //! to it any more (`members`), so a thread's process is never another process,
 //! even after that thread was killed with its process (it may still be on its way
 //! out). Each part has its own lock; see `task::kernel` for the lock order.
+//! Its address space is let go when the process has ended and its last thread
+//! structure left (no thread can touch the memory any more), and the slot is
+//! reusable only after that.
 
 use crate::errno::Errno;
 use crate::file::FdTable;
+use crate::mm::spaces::Space;
 use crate::vfs::{Hold, Ino};
 use alloc::collections::BTreeMap;
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
+use onering_arch::sref::StaticRef;
 use spin::{Mutex, Once};
 
 /// Most processes alive (or not yet reusable) at once.
@@ -43,6 +49,8 @@ pub struct Family {
 
 pub struct Process {
     slot: usize,
+    /// Its address space (None once let go).
+    space: StaticRef<Space>,
     pid: AtomicU64,
     /// Parent's pid (0 for the program itself, as for a container's pid 1).
     pub ppid: AtomicU64,
@@ -88,6 +96,8 @@ impl core::fmt::Debug for Process {
 
 /// What a new process starts with.
 pub struct Start {
+    /// Its address space (the caller's hold on it passes to the process).
+    pub space: &'static Space,
     pub pid: u64,
     pub ppid: u64,
     pub fds: FdTable,
@@ -147,7 +157,9 @@ impl Process {
             return Err(Errno::EAGAIN);
         }
         // A slot whose process ended and which no thread names any more.
-        let reusable = (0..t.used).map(by_slot).find(|p| p.ended.load(Acquire) && p.members.load(Acquire) == 0);
+        let reusable = (0..t.used)
+            .map(by_slot)
+            .find(|p| p.ended.load(Acquire) && p.members.load(Acquire) == 0 && p.space.get().is_none());
         let p = match reusable {
             Some(p) => p,
             None => {
@@ -157,6 +169,7 @@ impl Process {
                 let slot = t.used;
                 let p: &'static Process = alloc::boxed::Box::leak(alloc::boxed::Box::new(Process {
                     slot,
+                    space: StaticRef::empty(),
                     pid: AtomicU64::new(0),
                     ppid: AtomicU64::new(0),
                     fds: Mutex::new(FdTable::new()),
@@ -176,6 +189,7 @@ impl Process {
                 p
             }
         };
+        p.space.set(Some(start.space));
         p.pid.store(start.pid, Relaxed);
         p.ppid.store(start.ppid, Relaxed);
         *p.fds.lock() = start.fds;
@@ -196,11 +210,41 @@ impl Process {
         self.pid.load(Relaxed)
     }
 
-    /// What a child made by vfork (or clone without CLONE_VM... not offered) starts
-    /// with: copies of the descriptors, working directory, dispositions and limits.
-    pub fn child_start(&self, pid: u64) -> Start {
+    /// Its address space. Only for a process that has not let it go: one a
+    /// thread of it asks about (its threads keep it), or `try_space`.
+    pub fn space(&self) -> &'static Space {
+        match self.space.get() {
+            Some(s) => s,
+            None => panic!("process {} has no address space", self.pid()),
+        }
+    }
+
+    /// Its address space, unless it ended and let it go.
+    pub fn try_space(&self) -> Option<&'static Space> {
+        self.space.get()
+    }
+
+    /// Gives the process another address space (execve: a fresh one from
+    /// `mm::spaces::install`, whose hold passes to the process) and makes this vCPU
+    /// run it; the old one is let go (torn down if no other process uses it).
+    /// Only for a thread of this process, on its way back to the program with
+    /// the new image (other threads of the process have ended).
+    pub fn replace_space(&self, new: &'static Space) {
+        let old = self.space.get();
+        self.space.set(Some(new));
+        crate::mm::spaces::switch_to(new);
+        if let Some(old) = old {
+            old.release();
+        }
+    }
+
+    /// What a child made by vfork or fork (`space`: the parent's, held once more,
+    /// or a copy) starts with: copies of the descriptors, working directory,
+    /// dispositions and limits.
+    pub fn child_start(&self, pid: u64, space: &'static Space) -> Start {
         let fs = self.fs.lock();
         Start {
+            space,
             pid,
             ppid: self.pid(),
             fds: self.fds.lock().clone(),
@@ -219,6 +263,25 @@ impl Process {
     /// A thread structure no longer names it (the thread ended).
     pub(super) fn leave(&self) {
         self.members.fetch_sub(1, AcqRel);
+        self.let_go_of_space();
+    }
+
+    /// Lets its address space go once it has ended and no thread names it.
+    fn let_go_of_space(&self) {
+        let space = {
+            // (Under the table's lock: `create` reuses the slot only once the
+            // space is gone, and this takes it only once.)
+            let _t = TABLE.lock();
+            if !self.ended.load(Acquire) || self.members.load(Acquire) != 0 {
+                return;
+            }
+            let s = self.space.get();
+            self.space.set(None);
+            s
+        };
+        if let Some(s) = space {
+            s.release();
+        }
     }
 
     /// The process ends: it leaves the table; what it owns is released now (its
@@ -231,6 +294,8 @@ impl Process {
         TABLE.lock().by_pid.remove(&self.pid());
         let files = self.fds.lock().clear();
         self.fs.lock().cwd_hold = None;
+        // (A process whose first thread never started lets its space go now.)
+        self.let_go_of_space();
         Some(files)
     }
 

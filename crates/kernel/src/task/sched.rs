@@ -423,6 +423,10 @@ fn switch(me: Option<&'static Thread>, next: Option<&'static Thread>) {
             set_state(cpu, CpuState::Polling);
         }
     }
+    if let Some(n) = next {
+        // Its address space, if this vCPU runs another one (after fork).
+        crate::mm::spaces::switch_to(n.process().space());
+    }
     let task = next.map(|n| n.task);
     match me {
         Some(m) if m.state.load(Relaxed) == DEAD => arch_task::exit_to(task),
@@ -684,8 +688,7 @@ fn warm_step() -> bool {
     let Some(mut w) = WARMING.try_lock() else { return false };
     let k = super::kernel::kernel();
     if w.is_none() {
-        let mut mm = k.mm.lock();
-        let chunks = mm.chunks();
+        let mut chunks = k.chunks.lock();
         if !chunks.wants_warming() {
             if !chunks.any_cold() {
                 ALL_WARM.store(true, Relaxed);
@@ -699,7 +702,7 @@ fn warm_step() -> bool {
     *next += WARM_SLICE;
     if *next >= onering_abi::layout::HUGE_PAGE_SIZE / 4096 {
         if let Some((c, _)) = w.take() {
-            k.mm.lock().chunks().free(c);
+            k.chunks.lock().free(c);
         }
     }
     true

@@ -7,6 +7,7 @@
 
 use super::{read_u64, write_u64, ArchError, Result};
 use onering_abi::layout::{self, HUGE_PAGE_SIZE, PAGE_SIZE};
+use std::cell::Cell;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
 pub const PTE_PRESENT: u64 = 1;
@@ -61,6 +62,33 @@ impl<'a> PageTables<'a> {
     }
 }
 
+thread_local! {
+    /// The root (CR3) of the vCPU this thread runs: the boot root until the guest
+    /// switches the vCPU to another address space (`SetRoot`, served on the vCPU's
+    /// own thread). Guest-virtual arguments of its hostcalls translate through it;
+    /// the kernel's half is the same in every root.
+    static ROOT: Cell<u64> = const { Cell::new(layout::BOOT_PT_PHYS) };
+}
+
+/// The root this vCPU thread translates through.
+pub fn current_root() -> u64 {
+    ROOT.with(Cell::get)
+}
+
+/// Records that this thread's vCPU now runs on `root` (already checked).
+pub fn set_current_root(root: u64) {
+    ROOT.with(|r| r.set(root));
+}
+
+/// Whether `root` can be a root: a page-aligned page of guest RAM.
+pub fn valid_root(mem: &GuestMemoryMmap, root: u64) -> bool {
+    use vm_memory::GuestMemoryBackend;
+    root.is_multiple_of(PAGE_SIZE)
+        && root
+            .checked_add(PAGE_SIZE - 1)
+            .is_some_and(|last| mem.address_in_range(GuestAddress(root)) && mem.address_in_range(GuestAddress(last)))
+}
+
 /// Translates a guest-virtual address through the page tables rooted at `cr3`.
 /// Returns the guest-physical address and how many bytes of the page follow it.
 /// Every entry is checked to point into guest memory: a guest that scribbled on its
@@ -88,13 +116,14 @@ pub fn translate(mem: &GuestMemoryMmap, cr3: u64, virt: u64) -> Option<(u64, u64
     None
 }
 
-/// Copies `len` bytes at guest-virtual `virt` out of the guest, through its page
-/// tables; `None` if any byte has no translation.
+/// Copies `len` bytes at guest-virtual `virt` out of the guest, through the
+/// calling vCPU's page tables ([`current_root`]); `None` if any byte has no
+/// translation.
 pub fn read_guest(mem: &GuestMemoryMmap, virt: u64, len: u64) -> Option<Vec<u8>> {
     let mut out = vec![0u8; len as usize];
     let mut done = 0u64;
     while done < len {
-        let (pa, avail) = translate(mem, layout::BOOT_PT_PHYS, virt.checked_add(done)?)?;
+        let (pa, avail) = translate(mem, current_root(), virt.checked_add(done)?)?;
         let n = avail.min(len - done);
         mem.read_slice(&mut out[done as usize..(done + n) as usize], GuestAddress(pa)).ok()?;
         done += n;
@@ -102,14 +131,14 @@ pub fn read_guest(mem: &GuestMemoryMmap, virt: u64, len: u64) -> Option<Vec<u8>>
     Some(out)
 }
 
-/// Copies `data` into the guest at guest-virtual `virt`, through its page tables;
-/// `None` (nothing written) if any byte has no translation.
+/// Copies `data` into the guest at guest-virtual `virt`, through the calling
+/// vCPU's page tables; `None` (nothing written) if any byte has no translation.
 pub fn write_guest(mem: &GuestMemoryMmap, virt: u64, data: &[u8]) -> Option<()> {
     let len = data.len() as u64;
     let mut pieces = Vec::new();
     let mut done = 0u64;
     while done < len {
-        let (pa, avail) = translate(mem, layout::BOOT_PT_PHYS, virt.checked_add(done)?)?;
+        let (pa, avail) = translate(mem, current_root(), virt.checked_add(done)?)?;
         let n = avail.min(len - done);
         pieces.push((pa, done as usize, n as usize));
         done += n;

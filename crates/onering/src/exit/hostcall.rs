@@ -26,6 +26,9 @@ pub static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::
 /// (closes, unlocks and writes that took no exit of their own; for `--stats`).
 pub static DEFERRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Address-space switches (`SetRoot`) so far, all vCPUs together (for `--stats`).
+pub static ROOT_SWITCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// Longest single `Halt` (the guest asks again if it needs more).
 const MAX_HALT_NS: u64 = 1_000_000_000;
 /// Bytes copied out of the guest at a time by `Write`.
@@ -65,6 +68,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::StdioIoctl) => stdio_ioctl(args, env),
         Some(Hostcall::Fs) => host_file(args, env),
         Some(Hostcall::Rewrite) => rewrite(args, env.mem()),
+        Some(Hostcall::SetRoot) => set_root(args[0], env),
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
@@ -190,6 +194,24 @@ fn fatal(env: &impl Env) -> Outcome {
     Outcome::Fatal { vector: word(0), error: word(1), rip: word(2) }
 }
 
+/// `SetRoot`: the vCPU runs on the page tables at `root` from now on (its CR3,
+/// and the root its hostcalls' guest-virtual arguments translate through). The
+/// root must be a page of guest RAM; what the guest keeps in it is its own
+/// business (a bad table faults in the guest, and `translate` checks every entry).
+fn set_root(root: u64, env: &mut impl Env) -> i64 {
+    if !crate::arch::paging::valid_root(env.mem(), root) {
+        return -EINVAL;
+    }
+    match env.set_root(root) {
+        Ok(()) => {
+            crate::arch::paging::set_current_root(root);
+            ROOT_SWITCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            0
+        }
+        Err(e) => e,
+    }
+}
+
 /// `StdioIoctl`: the argument (of the request's fixed size) is read from the guest
 /// for a request that takes one, and written back for one that gives one.
 fn stdio_ioctl(args: [u64; 6], env: &mut impl Env) -> i64 {
@@ -222,7 +244,7 @@ fn write(args: [u64; 6], env: &mut impl Env) -> i64 {
     let mut done = 0u64;
     while done < len {
         let Some((pa, avail)) =
-            virt.checked_add(done).and_then(|va| translate(env.mem(), onering_abi::layout::BOOT_PT_PHYS, va))
+            virt.checked_add(done).and_then(|va| translate(env.mem(), crate::arch::paging::current_root(), va))
         else {
             break;
         };
@@ -260,6 +282,7 @@ mod tests {
         kicks: Vec<u64>,
         stdin: Vec<(u64, u64)>,
         fs: Vec<[u64; 6]>,
+        roots: Vec<u64>,
     }
 
     impl Env for TestEnv {
@@ -300,6 +323,10 @@ mod tests {
             self.fs.push(args);
             7
         }
+        fn set_root(&mut self, root: u64) -> Result<(), i64> {
+            self.roots.push(root);
+            Ok(())
+        }
     }
 
     /// 8 MiB of guest memory with [0x40_0000, 0x60_0000) mapped to [0x40_0000, ...).
@@ -307,7 +334,17 @@ mod tests {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap();
         PageTables::new(&mem).map_2m(0x40_0000, 0x40_0000, 0).unwrap();
         let bus = crate::devices::standard_bus().unwrap();
-        TestEnv { mem, bus, out: vec![], fail: None, halts: 0, kicks: vec![], stdin: Vec::new(), fs: Vec::new() }
+        TestEnv {
+            mem,
+            bus,
+            out: vec![],
+            fail: None,
+            halts: 0,
+            kicks: vec![],
+            stdin: Vec::new(),
+            fs: Vec::new(),
+            roots: Vec::new(),
+        }
     }
 
     fn call(e: &mut TestEnv, nr: Hostcall, args: &[u64]) -> Action {
@@ -394,6 +431,26 @@ mod tests {
         }
         call(&mut e, Hostcall::Fs, &[proto::STATAT | ((proto::MAX_DEFERRED as u64 + 1) << 32)]);
         assert_eq!((ret(&e), e.fs.len()), (-EINVAL, 0));
+    }
+
+    #[test]
+    fn set_root_checks_the_root_and_translates_through_it() {
+        let mut e = env();
+        for bad in [0x1234, 8 << 20, !0xfff, 1 << 52] {
+            assert_eq!(call(&mut e, Hostcall::SetRoot, &[bad]), Action::Resume);
+            assert_eq!(ret(&e), -EINVAL, "{bad:#x}");
+        }
+        assert_eq!(e.roots, Vec::<u64>::new());
+        // A second root mapping the same user block to other memory.
+        let root = 0x20_0000;
+        e.mem.write_obj(0x60_0000u64 | 0x87, GuestAddress(0x20_3000 + 2 * 8)).unwrap(); // PD entry of 0x40_0000
+        e.mem.write_obj(0x20_3000u64 | 7, GuestAddress(0x20_2000)).unwrap(); // PDPT entry
+        e.mem.write_obj(0x20_2000u64 | 7, GuestAddress(root)).unwrap(); // PML4 entry
+        e.mem.write_slice(b"other", GuestAddress(0x60_0000 + 0x1000)).unwrap();
+        assert_eq!(call(&mut e, Hostcall::SetRoot, &[root]), Action::Resume);
+        assert_eq!((ret(&e), e.roots.clone()), (0, vec![root]));
+        call(&mut e, Hostcall::Write, &[1, 0x40_1000, 5]);
+        assert_eq!(e.out, [(1, b"other".to_vec())]);
     }
 
     #[test]

@@ -11,7 +11,7 @@ pub mod hostcall;
 use crate::devices::{MmioAction, MmioBus};
 use vm_memory::GuestMemoryMmap;
 
-pub use hostcall::{DEFERRED, HALTS, HOSTCALLS, KICKS, WRITES};
+pub use hostcall::{DEFERRED, HALTS, HOSTCALLS, KICKS, ROOT_SWITCHES, WRITES};
 
 /// A vCPU exit, detached from KVM's borrowed run structure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -142,6 +142,12 @@ pub trait Env {
     /// result goes nowhere, but a failed write's error waits for the next fsync.
     fn host_file_later(&mut self, args: [u64; 6]) {
         self.host_file(args);
+    }
+    /// Sets the exiting vCPU's CR3 to `root` (checked to be a page of guest RAM):
+    /// Ok, or -errno.
+    fn set_root(&mut self, root: u64) -> Result<(), i64> {
+        let _ = root;
+        Err(-38)
     }
     /// A forwarded terminal ioctl on the host's standard stream `fd`, its argument
     /// in `arg` (sized for the request).
