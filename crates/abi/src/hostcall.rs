@@ -81,6 +81,10 @@ pub enum Hostcall {
     /// and returns its length; -ENOSPC if it does not fit (the guest retries with
     /// more), -ENOEXEC if the file is not an x86-64 executable or shared object.
     Rewrite = 20,
+    /// `--trace` lines or the `--stats` table: `args[0]` the kind
+    /// ([`crate::trace`]), `args[1]`/`args[2]` the data (guest-virtual address and
+    /// length). Returns 0 or a negative errno. Untrusted as any output.
+    Trace = 30,
 }
 
 /// The largest file the VMM plans a rewrite for (larger ones run trapping).
@@ -103,6 +107,7 @@ impl Hostcall {
             12 => Self::StdioIoctl,
             13 => Self::Fs,
             20 => Self::Rewrite,
+            30 => Self::Trace,
             _ => return None,
         })
     }
@@ -138,6 +143,7 @@ mod tests {
             Hostcall::Halt,
             Hostcall::Kick,
             Hostcall::Rewrite,
+            Hostcall::Trace,
         ] {
             assert_eq!(Hostcall::from_u64(h as u64), Some(h));
         }

@@ -33,11 +33,13 @@ pub mod file;
 pub mod filelock;
 pub mod futex;
 pub mod mm;
+pub mod observe;
 pub mod pipebuf;
 pub mod placement;
 pub mod rng;
 pub mod sigframe;
-pub mod sysnames;
+pub mod strace;
+pub use onering_abi::sysnames;
 pub mod time;
 pub mod vfs;
 

@@ -110,6 +110,9 @@ pub fn service_events(idle: bool) -> u64 {
     let Some(k) = KERNEL.get() else { return u64::MAX };
     if idle {
         k.console.flush_pending();
+        if let Some(o) = crate::observe::get() {
+            o.flush();
+        }
     } else {
         k.console.flush_due();
     }
@@ -200,6 +203,7 @@ impl Kernel {
     pub fn exit(&self, status: u64) -> ! {
         self.write_back_mappings();
         self.console.flush();
+        crate::observe::finish();
         onering_arch::hostcall::exit(status)
     }
 
@@ -207,6 +211,7 @@ impl Kernel {
     pub fn killed(&self, signal: u64, rip: u64, addr: u64) -> ! {
         self.write_back_mappings();
         self.console.flush();
+        crate::observe::finish();
         onering_arch::hostcall::killed(signal, rip, addr)
     }
 

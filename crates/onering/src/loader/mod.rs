@@ -93,6 +93,8 @@ pub struct LoadSpec<'a> {
     pub vdso: Option<&'a [u8]>,
     /// The network device and the VM's addresses (`present` 0: none).
     pub net: NetInfo,
+    /// The system calls `--trace` shows (a bit each; with `flags::TRACE`).
+    pub trace_set: [u64; onering_abi::trace::SET_WORDS],
 }
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
@@ -329,6 +331,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         segments,
         nsegments,
         net: spec.net,
+        trace_set: spec.trace_set,
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
@@ -396,6 +399,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     let n = &bi.net;
     w.extend([n.present, n.mac, n.ipv4, n.prefix4, n.gateway4, n.dns4, n.mtu]);
     w.push(bi.vdso_len);
+    w.extend(bi.trace_set);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }
@@ -424,6 +428,7 @@ mod tests {
             rewrite: None,
             vdso: None,
             net: NetInfo::default(),
+            trace_set: [0; onering_abi::trace::SET_WORDS],
         }
     }
 
