@@ -320,7 +320,7 @@ pub fn perf_open(cpu: u64) {
             .unwrap_or_else(|e| e.into_inner())
             .push((cpu, PerfCounters { cycles: cycles.into(), instructions: instructions.into() })),
         Err(e) => {
-            PERF_ERROR.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e.to_string());
+            PERF_ERROR.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(format!("perf_event_open: {e}"));
         }
     }
 }

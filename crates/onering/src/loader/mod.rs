@@ -437,11 +437,16 @@ mod tests {
         assert_eq!(std::mem::size_of::<BootInfo>() % 8, 0);
         let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
         let net = NetInfo { present: 1, mac: 0x5634_1200_5452, mtu: 1500, ..Default::default() };
-        write_boot_info(&m, &BootInfo { magic: BOOT_MAGIC, nsegments: 77, net, ..Default::default() }).unwrap();
+        let mut trace_set = [0; onering_abi::trace::SET_WORDS];
+        trace_set[onering_abi::trace::SET_WORDS - 1] = 0x55;
+        let bi = BootInfo { magic: BOOT_MAGIC, nsegments: 77, net, vdso_len: 9, trace_set, ..Default::default() };
+        write_boot_info(&m, &bi).unwrap();
         let end = layout::BOOT_INFO_PHYS + std::mem::size_of::<BootInfo>() as u64;
         let last: u64 = m.read_obj(GuestAddress(end - 8)).unwrap();
-        assert_eq!(last, 1500, "the MTU last");
+        assert_eq!(last, 0x55, "the trace set last");
         let at = |off: usize| m.read_obj::<u64>(GuestAddress(layout::BOOT_INFO_PHYS + off as u64)).unwrap();
+        assert_eq!(at(std::mem::offset_of!(BootInfo, vdso_len)), 9);
+        assert_eq!(at(std::mem::offset_of!(BootInfo, net) + std::mem::offset_of!(NetInfo, mtu)), 1500);
         assert_eq!(at(std::mem::offset_of!(BootInfo, nsegments)), 77);
         assert_eq!(at(std::mem::offset_of!(BootInfo, net)), 1);
         assert_eq!(at(std::mem::offset_of!(BootInfo, net) + 8), 0x5634_1200_5452);
