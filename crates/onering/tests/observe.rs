@@ -132,7 +132,8 @@ mod json {
     #[derive(Debug)]
     pub enum Value {
         Null,
-        Bool(bool),
+        /// true or false (the summary has none).
+        Bool,
         Num(f64),
         Str(String),
         Arr(Vec<Value>),
@@ -277,11 +278,11 @@ mod json {
             b'"' => string(b, i).map(Value::Str),
             b't' if b[*i..].starts_with(b"true") => {
                 *i += 4;
-                Ok(Value::Bool(true))
+                Ok(Value::Bool)
             }
             b'f' if b[*i..].starts_with(b"false") => {
                 *i += 5;
-                Ok(Value::Bool(false))
+                Ok(Value::Bool)
             }
             b'n' if b[*i..].starts_with(b"null") => {
                 *i += 4;
