@@ -279,7 +279,7 @@ pub fn syscall_hook_observed(frame: &mut SyscallFrame) {
     let t = thread::current();
     let user = k.user();
     let ctx = Ctx { k, thread: t, user: &user };
-    let Some(o) = crate::observe::get() else {
+    let Some(o) = crate::observe::get().filter(|o| o.observes(frame.rax)) else {
         call(&ctx, frame);
         return way_out(&ctx, frame);
     };

@@ -73,6 +73,11 @@ impl Observer {
         self.trace && sysnames::in_set(&self.set, nr)
     }
 
+    /// Whether call `nr` is counted or traced (else it runs untimed).
+    pub fn observes(&self, nr: u64) -> bool {
+        self.stats || self.traces(nr)
+    }
+
     /// Counts and traces a call.
     pub fn record(&self, c: &Call) {
         if self.stats {
