@@ -71,15 +71,46 @@ pub fn add_time(cpu: u64, ns: u64, halted: bool) {
     }
 }
 
-/// Starts timing when `--stats` is on: pass the result to [`stop_timer`].
-pub fn start_timer() -> Option<Instant> {
-    STATS_ON.load(Relaxed).then(Instant::now)
+/// When each vCPU's KVM_RUN (`[0]`) or halt (`[1]`) in progress began (ns since
+/// [`epoch`] + 1; 0: none), so that one the end of the VM interrupts still counts.
+static SINCE: [[AtomicU64; onering_abi::MAX_CPUS]; 2] =
+    [const { [const { AtomicU64::new(0) }; onering_abi::MAX_CPUS] }; 2];
+
+fn epoch() -> Instant {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Starts timing vCPU `cpu` when `--stats` is on (`halted`: a halt, else KVM_RUN):
+/// pass the result to [`stop_timer`].
+pub fn start_timer(cpu: u64, halted: bool) -> Option<Instant> {
+    let now = STATS_ON.load(Relaxed).then(Instant::now)?;
+    if let Some(s) = SINCE[usize::from(halted)].get(cpu as usize) {
+        s.store(now.duration_since(epoch()).as_nanos() as u64 + 1, Relaxed);
+    }
+    Some(now)
 }
 
 pub fn stop_timer(started: Option<Instant>, cpu: u64, halted: bool) {
     if let Some(t) = started {
+        if let Some(s) = SINCE[usize::from(halted)].get(cpu as usize) {
+            s.store(0, Relaxed);
+        }
         add_time(cpu, t.elapsed().as_nanos() as u64, halted);
     }
+}
+
+/// ns vCPU `cpu` has been in the guest (`halted`: halted): finished spans and the
+/// one in progress.
+fn time_ns(cpu: usize, halted: bool) -> u64 {
+    let done = if halted { &HALTED_NS } else { &IN_GUEST_NS };
+    let since = SINCE[usize::from(halted)][cpu].load(Relaxed);
+    let now = epoch().elapsed().as_nanos() as u64 + 1;
+    done[cpu].load(Relaxed) + if since == 0 { 0 } else { now.saturating_sub(since) }
+}
+
+fn in_guest_ns(cpu: usize) -> u64 {
+    time_ns(cpu, false)
 }
 
 /// Where trace lines go: stderr, or the `--trace-out` file.
@@ -174,7 +205,7 @@ impl Summary {
             exits: REASONS.iter().zip(&EXITS).map(|((_, n), c)| (*n, c.load(Relaxed))).collect(),
             hostcalls,
             vcpus: (0..ncpus.min(onering_abi::MAX_CPUS as u64) as usize)
-                .map(|i| (IN_GUEST_NS[i].load(Relaxed), HALTED_NS[i].load(Relaxed)))
+                .map(|i| (time_ns(i, false), time_ns(i, true)))
                 .collect(),
             counters,
             wall_ns,
@@ -335,7 +366,7 @@ pub fn perf_report(wall_ns: u64) -> Vec<String> {
     };
     let counters = PERF.lock().unwrap_or_else(|e| e.into_inner());
     let error = PERF_ERROR.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let times = |cpu: usize| (IN_GUEST_NS[cpu].load(Relaxed), HALTED_NS[cpu].load(Relaxed));
+    let times = |cpu: usize| (time_ns(cpu, false), time_ns(cpu, true));
     let wall = wall_ns as f64 / 1e9;
     if error.is_some() || counters.is_empty() {
         let per_cpu = (0..counters.len().max(1).max(active_cpus()))
@@ -368,7 +399,7 @@ pub fn perf_report(wall_ns: u64) -> Vec<String> {
 
 /// vCPUs that ran (any time in the guest).
 fn active_cpus() -> usize {
-    IN_GUEST_NS.iter().take_while(|c| c.load(Relaxed) != 0).count()
+    (0..onering_abi::MAX_CPUS).take_while(|c| in_guest_ns(*c) != 0).count()
 }
 
 #[cfg(test)]

@@ -206,7 +206,7 @@ impl Machine {
             if let Some(s) = sampler {
                 s.enter(cpu);
             }
-            let timer = crate::observe::start_timer();
+            let timer = crate::observe::start_timer(cpu, false);
             let run = vcpu.run().map(VmExit::from_kvm);
             crate::observe::stop_timer(timer, cpu, false);
             if let Some(s) = sampler {
@@ -252,7 +252,7 @@ impl Machine {
             return;
         };
         if c.kicked.swap(0, Ordering::AcqRel) == 0 {
-            let timer = crate::observe::start_timer();
+            let timer = crate::observe::start_timer(cpu, true);
             crate::sys::signals::futex_wait(&c.kicked, 0, d);
             crate::observe::stop_timer(timer, cpu, true);
             c.kicked.store(0, Ordering::Release);
