@@ -87,6 +87,10 @@ pub enum Hostcall {
     /// it from then on. Returns 0, or -EINVAL (the VM continues on its old root)
     /// if the root is not a page-aligned page of guest RAM.
     SetRoot = 14,
+    /// `--trace` lines or the `--stats` table: `args[0]` the kind
+    /// ([`crate::trace`]), `args[1]`/`args[2]` the data (guest-virtual address and
+    /// length). Returns 0 or a negative errno. Untrusted as any output.
+    Trace = 30,
 }
 
 /// The largest file the VMM plans a rewrite for (larger ones run trapping).
@@ -110,6 +114,7 @@ impl Hostcall {
             13 => Self::Fs,
             14 => Self::SetRoot,
             20 => Self::Rewrite,
+            30 => Self::Trace,
             _ => return None,
         })
     }
@@ -150,6 +155,7 @@ mod tests {
             Hostcall::Fs,
             Hostcall::SetRoot,
             Hostcall::Rewrite,
+            Hostcall::Trace,
         ] {
             assert_eq!(Hostcall::from_u64(h as u64), Some(h));
         }

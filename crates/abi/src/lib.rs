@@ -17,11 +17,12 @@ pub mod hostfs;
 pub mod layout;
 pub mod path;
 pub mod rewrite;
+pub mod sysnames;
 
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 18;
+pub const ABI_VERSION: u64 = 20;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -128,6 +129,26 @@ pub mod flags {
     /// `--no-rewrite`: programs the kernel loads (`execve`, shared libraries) are
     /// not rewritten either; every system call traps.
     pub const NO_REWRITE: u64 = 1 << 8;
+    /// `--trace`: the kernel writes a line per system call of the set in
+    /// [`super::BootInfo::trace_set`] (`Hostcall::Trace`, kind `trace::LINES`).
+    pub const TRACE: u64 = 1 << 9;
+    /// `--stats`: the kernel counts calls, errors and time per system call and
+    /// sends the table at exit (`Hostcall::Trace`, kind `trace::STATS`).
+    pub const STATS: u64 = 1 << 10;
+}
+
+/// What `Hostcall::Trace` carries (`args[0]`), and the shapes of its data.
+pub mod trace {
+    /// `args[1]`/`args[2]`: text, whole lines (`--trace`), to be escaped by the VMM.
+    pub const LINES: u64 = 0;
+    /// `args[1]`/`args[2]`: the per-system-call table (`--stats`): records of
+    /// [`STATS_WORDS`] u64s: number, calls, errors, TSC ticks spent.
+    pub const STATS: u64 = 1;
+    pub const STATS_WORDS: usize = 4;
+    /// Most bytes one `LINES` call carries (the kernel's buffer).
+    pub const MAX_LINES: u64 = 64 * 1024;
+    /// Words of the trace set's bitmap: one bit per system-call number.
+    pub const SET_WORDS: usize = crate::sysnames::SET_WORDS;
 }
 
 /// A system-call number Linux does not have: with [`flags::TEST_PANIC`] it panics
@@ -196,6 +217,9 @@ pub struct BootInfo {
     /// Length of the vDSO at `vdso_base` (the kernel keeps a copy, with its clock
     /// page, for the programs `execve` starts).
     pub vdso_len: u64,
+    /// `--trace=SET`: bit n of word n/64 set: system call n is traced (with
+    /// [`flags::TRACE`]).
+    pub trace_set: [u64; trace::SET_WORDS],
 }
 
 /// The VM's network device: a virtio-net device at `layout::VIRTIO_NET_PHYS`
@@ -410,6 +434,8 @@ pub struct PerCpuHeader {
     pub switches: u64,
     /// Page-cache chunks the kernel gave back under memory pressure.
     pub reclaimed: u64,
+    /// Exceptions the fault hook took in ring 3 (page faults and others; `--stats`).
+    pub faults: u64,
 }
 
 /// KVM's steal-time record (`struct kvm_steal_time`, 64 bytes), one per vCPU at
@@ -452,6 +478,7 @@ pub mod percpu_offsets {
     pub const LAPIC_WRITES: usize = 120;
     pub const SWITCHES: usize = 128;
     pub const RECLAIMED: usize = 136;
+    pub const FAULTS: usize = 144;
 }
 
 const _: () = {
@@ -466,6 +493,7 @@ const _: () = {
     assert!(offset_of!(PerCpuHeader, lapic_writes) == percpu_offsets::LAPIC_WRITES);
     assert!(offset_of!(PerCpuHeader, switches) == percpu_offsets::SWITCHES);
     assert!(offset_of!(PerCpuHeader, reclaimed) == percpu_offsets::RECLAIMED);
+    assert!(offset_of!(PerCpuHeader, faults) == percpu_offsets::FAULTS);
     assert!(size_of::<BootInfo>() <= layout::PAGE_SIZE as usize);
     assert!(size_of::<PerCpuHeader>() <= layout::PERCPU_STRIDE as usize);
     assert!(size_of::<StealTime>() == 64 && STEAL_TIME_OFFSET.is_multiple_of(64));

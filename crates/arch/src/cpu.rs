@@ -39,6 +39,8 @@ pub enum Counter {
     Switches,
     /// Page-cache chunks given back under memory pressure.
     Reclaimed,
+    /// Exceptions taken in ring 3 (page faults and others).
+    Faults,
 }
 
 #[cfg(target_os = "none")]
@@ -137,6 +139,7 @@ mod imp {
             Counter::LapicWrites => onering_abi::percpu_offsets::LAPIC_WRITES,
             Counter::Switches => onering_abi::percpu_offsets::SWITCHES,
             Counter::Reclaimed => onering_abi::percpu_offsets::RECLAIMED,
+            Counter::Faults => onering_abi::percpu_offsets::FAULTS,
         };
         // GS points at this CPU's header (mapped for the kernel's life); `offset` is
         // one of its u64 counters, which only this CPU writes.

@@ -1,7 +1,7 @@
 //! Entry points in assembly: the kernel's first instruction, the ring-0 trap stubs
 //! (system call and exceptions), the ring-3 landings they hand control to, and the
 //! return to the program with every register chosen. The kernel's Rust code is
-//! reached through four hooks it names with `entry_point!` (lib.rs).
+//! reached through five hooks it names with `entry_point!` (lib.rs).
 //!
 //! Ring 0 here may run only unprivileged instructions plus `iretq` (no `swapgs`, no
 //! `cli`/`sti`, no `hlt`): the stubs reach per-CPU data through `%gs`, whose base the
@@ -94,8 +94,10 @@ _start:
     // rcx = user rip, r11 = user rflags, rsp = user stack (not to be written: red zone).
     // Switch to the kernel stack and iretq into ring 3 at syscall_entry; rcx and r11
     // travel in their registers.
-    .global syscall_trap_entry
-syscall_trap_entry:
+    // With --trace or --stats the VMM puts the `_observed` twins in LSTAR and the
+    // rewritten sites' jumps instead: they differ only in the hook they call, so
+    // the plain path pays nothing for observing (design.md, "Tracing and stats").
+    .macro TRAP_TO target
     incq %gs:{traps}
     mov %rsp, %gs:{user_rsp}
     mov %gs:{kstack_top}, %rsp
@@ -103,15 +105,22 @@ syscall_trap_entry:
     pushq %gs:{kstack_top}
     pushq $0x202
     pushq ${user_cs}
-    pushq $syscall_entry
+    pushq $\target
     iretq
+    .endm
+
+    .global syscall_trap_entry
+syscall_trap_entry:
+    TRAP_TO syscall_entry
+    .global syscall_trap_entry_observed
+syscall_trap_entry_observed:
+    TRAP_TO syscall_entry_observed
 
     // ---- Ring 3: the common system-call path. -------------------------------------
     // On entry: rsp = kernel stack top, user rsp in %gs:user_rsp, rcx = return address,
     // r11 = user rflags, rax = number, rdi..r9 = arguments. The trap stub and the
     // rewritten call sites both come here. Builds a SyscallFrame, dispatches, returns.
-    .global syscall_entry
-syscall_entry:
+    .macro PUSH_SYSCALL_FRAME
     pushq %gs:{user_rsp}
     push %r11
     push %rcx
@@ -130,6 +139,18 @@ syscall_entry:
     push %r15
     cld
     mov %rsp, %rdi
+    .endm
+
+    // The observed twin: the same frame, the kernel's observing hook, the same way out.
+    .global syscall_entry_observed
+syscall_entry_observed:
+    PUSH_SYSCALL_FRAME
+    call onering_hook_syscall_observed
+    jmp syscall_return
+
+    .global syscall_entry
+syscall_entry:
+    PUSH_SYSCALL_FRAME
     call onering_hook_syscall
     // A new thread's first return to the program starts here (see init_stack).
     // (Signal handler entry and rt_sigreturn leave through full_return instead.)

@@ -33,6 +33,12 @@ pub fn write_user(fd: u32, addr: u64, len: u64) -> i64 {
     hostcall(Hostcall::Write, &[u64::from(fd), addr, len]) as i64
 }
 
+/// Sends `--trace` lines or the `--stats` table (`onering_abi::trace` says which
+/// `kind`) to the VMM: 0 or -errno.
+pub fn trace(kind: u64, data: &[u8]) -> i64 {
+    hostcall(Hostcall::Trace, &[kind, data.as_ptr() as u64, data.len() as u64]) as i64
+}
+
 /// Ends the VM with the program's exit status (the host-file operations still
 /// waiting go first: what the program wrote is on the host).
 pub fn exit(status: u64) -> ! {

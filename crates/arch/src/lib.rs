@@ -48,11 +48,13 @@ pub mod user;
 pub mod virtio;
 
 pub use frame::{FaultFrame, SyscallFrame, UserRegs};
-/// Names the kernel's four entry hooks, which the assembly calls:
+/// Names the kernel's five entry hooks, which the assembly calls:
 /// - `main`: `fn(Option<onering_arch::boot::Boot>) -> !`, each CPU's first Rust
 ///   code (CPU 0 gets the boot resources, the others `None`);
 /// - `syscall`: `fn(&mut SyscallFrame)`, every system call, on the thread's kernel
 ///   stack; it leaves the result in `rax`;
+/// - `syscall_observed`: the same, when the VMM chose the observed entry
+///   (`--trace`, `--stats`): it may time, count and trace the call;
 /// - `fault`: `fn(&FaultFrame) -> !`, every exception raised in ring 3, on the
 ///   CPU's fault stack;
 /// - `interrupt`: `fn(&FaultFrame) -> !`, a timer or reschedule interrupt that
@@ -62,13 +64,16 @@ pub use frame::{FaultFrame, SyscallFrame, UserRegs};
 /// functions; the glue (a jump per hook) is assembly this crate owns.
 #[macro_export]
 macro_rules! entry_point {
-    (main: $main:path, syscall: $syscall:path, fault: $fault:path, interrupt: $interrupt:path $(,)?) => {
+    (main: $main:path, syscall: $syscall:path, syscall_observed: $observed:path, fault: $fault:path, interrupt: $interrupt:path $(,)?) => {
         #[allow(improper_ctypes_definitions)]
         extern "C" fn __onering_main(boot: &mut Option<$crate::boot::Boot>) -> ! {
             $main(boot.take())
         }
         extern "C" fn __onering_syscall(frame: &mut $crate::frame::SyscallFrame) {
             $syscall(frame)
+        }
+        extern "C" fn __onering_syscall_observed(frame: &mut $crate::frame::SyscallFrame) {
+            $observed(frame)
         }
         extern "C" fn __onering_fault(frame: &$crate::frame::FaultFrame) -> ! {
             $fault(frame)
@@ -82,6 +87,8 @@ macro_rules! entry_point {
             "onering_hook_main: jmp {main}",
             ".global onering_hook_syscall",
             "onering_hook_syscall: jmp {syscall}",
+            ".global onering_hook_syscall_observed",
+            "onering_hook_syscall_observed: jmp {observed}",
             ".global onering_hook_fault",
             "onering_hook_fault: jmp {fault}",
             ".global onering_hook_interrupt",
@@ -89,6 +96,7 @@ macro_rules! entry_point {
             ".popsection",
             main = sym __onering_main,
             syscall = sym __onering_syscall,
+            observed = sym __onering_syscall_observed,
             fault = sym __onering_fault,
             interrupt = sym __onering_interrupt,
         );

@@ -6,7 +6,7 @@
 use crate::fault::{si_code, signal_for, vector};
 use crate::file::{oflag, FdTable};
 use crate::mm::space::{AddressSpace, Fault};
-use crate::mm::user::UserMemExt;
+use crate::mm::user::{UserMem, UserMemExt};
 use crate::mm::vma::{Vma, VmaKind, PROT_EXEC, PROT_READ, PROT_WRITE};
 use crate::mm::UserSpace;
 use crate::sigframe::{sig, Info};
@@ -69,6 +69,7 @@ fn setup(boot: Boot) {
     let image = image_span(bi);
     let (flags, stdio, uid, gid, vdso) = (bi.flags, bi.stdio, bi.uid, bi.gid, bi.vdso_base);
     let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes };
+    crate::observe::install(bi.flags, bi.trace_set);
     let k = kernel::install(Kernel::new(cfg, chunks, vfs, bi.seed));
     onering_arch::heap::set_chunk_source(|n| kernel().chunks.lock().alloc_run(n));
     onering_arch::mm::set_reclaim(reclaim_cache);
@@ -269,20 +270,65 @@ pub fn syscall_hook(frame: &mut SyscallFrame) {
     let t = thread::current();
     let user = k.user();
     let ctx = Ctx { k, thread: t, user: &user };
+    call(&ctx, frame);
+    way_out(&ctx, frame);
+}
+
+/// The hook of the observed entry, which the VMM chooses for `--trace` and
+/// `--stats` (`observe`): the same call, timed, counted and traced. The plain
+/// hook above has no check for either.
+pub fn syscall_hook_observed(frame: &mut SyscallFrame) {
+    let k = kernel();
+    let t = thread::current();
+    let user = k.user();
+    let ctx = Ctx { k, thread: t, user: &user };
+    let Some(o) = crate::observe::get().filter(|o| o.observes(frame.rax)) else {
+        call(&ctx, frame);
+        return way_out(&ctx, frame);
+    };
+    let peek = |addr: u64, buf: &mut [u8]| user.read(addr, buf).is_ok();
+    let mut c = crate::observe::Call {
+        nr: frame.rax,
+        args: frame.args(),
+        ret: None,
+        start: onering_arch::cpu::rdtsc(),
+        ticks: 0,
+        tid: t.tid(),
+        peek: &peek,
+    };
+    if crate::observe::never_returns(c.nr) {
+        o.record(&c);
+        call(&ctx, frame);
+        return way_out(&ctx, frame);
+    }
+    call(&ctx, frame);
+    c.ticks = onering_arch::cpu::rdtsc().wrapping_sub(c.start);
+    c.ret = Some(frame.rax);
+    o.record(&c);
+    way_out(&ctx, frame);
+}
+
+/// Runs the call of `frame.rax` and leaves its result in `frame.rax`.
+#[inline(always)]
+fn call(ctx: &Ctx, frame: &mut SyscallFrame) {
     let nr = frame.rax;
-    frame.rax = crate::syscall::dispatch(&ctx, frame);
+    frame.rax = crate::syscall::dispatch(ctx, frame);
     if frame.rax == crate::errno::Errno::ERESTARTSYS.to_ret() {
         // Interrupted by a signal: EINTR, or (SA_RESTART) again after the handler.
         frame.rax = signal::restart_or_eintr(nr);
-        if t.pending.load(Relaxed) == 0 {
-            t.restart_nr.store(0, Relaxed); // (nothing to deliver after all)
+        if ctx.thread.pending.load(Relaxed) == 0 {
+            ctx.thread.restart_nr.store(0, Relaxed); // (nothing to deliver after all)
         }
     }
-    // Two loads on the way out: anything pending for the thread (a signal, or the
-    // end of its process, which also marks SIGKILL pending), or a reschedule request
-    // for the CPU?
-    if t.pending.load(Relaxed) != 0 || onering_arch::cpu::resched_pending() {
-        on_the_way_out(&ctx, frame);
+}
+
+/// Two loads on the way out: anything pending for the thread (a signal, or the
+/// end of its process, which also marks SIGKILL pending), or a reschedule request
+/// for the CPU?
+#[inline(always)]
+fn way_out(ctx: &Ctx, frame: &SyscallFrame) {
+    if ctx.thread.pending.load(Relaxed) != 0 || onering_arch::cpu::resched_pending() {
+        on_the_way_out(ctx, frame);
     }
 }
 
@@ -306,6 +352,7 @@ fn on_the_way_out(ctx: &Ctx, frame: &SyscallFrame) {
 /// kernel code may hold, except the memory manager's (a user copy never runs
 /// under it).
 pub fn fault_hook(frame: &FaultFrame) -> ! {
+    onering_arch::cpu::count(onering_arch::cpu::Counter::Faults);
     let k = kernel();
     let addr = if frame.vector == vector::PAGE_FAULT { onering_arch::hostcall::fault_addr() } else { 0 };
     let mut oom = false;

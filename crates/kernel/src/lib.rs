@@ -10,7 +10,8 @@
 //!
 //! 1. `onering_arch` (another crate): the machine.
 //! 2. Pure libraries, unit-tested on the host: `errno`, `time` (the clock),
-//!    `rng`, `sysnames`, `placement`, `futex` (the wait table), `sigframe`,
+//!    `rng`, `sysnames` (`onering_abi`'s), `strace` (the `--trace` decoder),
+//!    `observe` (`--trace` lines and `--stats` counts), `placement`, `futex` (the wait table), `sigframe`,
 //!    `fault`, `console` (the output buffer), `pipebuf`, `mm` (VMAs, the address
 //!    space, user memory), `vfs` (the file tree), `filelock` (the file-lock
 //!    table), `file` (the file and socket interfaces and the descriptor table).
@@ -33,11 +34,13 @@ pub mod file;
 pub mod filelock;
 pub mod futex;
 pub mod mm;
+pub mod observe;
 pub mod pipebuf;
 pub mod placement;
 pub mod rng;
 pub mod sigframe;
-pub mod sysnames;
+pub mod strace;
+pub use onering_abi::sysnames;
 pub mod time;
 pub mod vfs;
 

@@ -7,6 +7,7 @@
 onering_arch::entry_point! {
     main: onering_kernel::boot::kmain,
     syscall: onering_kernel::boot::syscall_hook,
+    syscall_observed: onering_kernel::boot::syscall_hook_observed,
     fault: onering_kernel::boot::fault_hook,
     interrupt: onering_kernel::boot::interrupt_hook,
 }

@@ -22,6 +22,11 @@ pub fn tsc_hz() -> u64 {
     CLOCK.get().map_or(0, |c| c.tsc_hz)
 }
 
+/// Nanoseconds since the epoch at TSC value `tsc`.
+pub fn real_at(tsc: u64) -> u64 {
+    CLOCK.get().map_or(0, |c| c.realtime_ns(tsc))
+}
+
 /// Nanoseconds since the epoch.
 pub fn real_now() -> u64 {
     CLOCK.get().map_or(0, |c| c.realtime_ns(onering_arch::cpu::rdtsc()))

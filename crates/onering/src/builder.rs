@@ -11,7 +11,7 @@ use crate::devices::netback::{self, NetBackError, NetSpec};
 use crate::devices::virtio::net::{NetConfig, NetDevice};
 use crate::devices::virtio::VirtioError;
 use crate::devices::{self, BusError};
-use crate::embedded::{kernel_image, vdso};
+use crate::embedded::vdso;
 use crate::exit::Outcome;
 use crate::loader::rootfs::{self, RootfsError};
 use crate::loader::{self, LoadError, LoadSpec, RewriteStats};
@@ -56,6 +56,10 @@ pub struct VmConfig<'a> {
     pub net: Option<NetSpec>,
     /// The option that asked for the network, for messages (`-p`, `--net user`).
     pub net_option: &'static str,
+    /// `--trace[=SET]`: the system calls to trace (a bit each).
+    pub trace_set: Option<[u64; onering_abi::trace::SET_WORDS]>,
+    /// `--stats`: the kernel counts calls per system call.
+    pub stats: bool,
 }
 
 /// Why the VM could not be built.
@@ -130,6 +134,8 @@ pub fn run(
     trace: &'static Trace,
     on_exit: OnExit,
 ) -> Result<Infallible, BuildError> {
+    // Observing needs the kernel's observed entry everywhere: chosen before any plan.
+    crate::embedded::use_observed_entry(config.trace_set.is_some() || config.stats);
     let plan = config.rewrite.then(|| loader::plan_rewrite(prog, file));
     trace.mark("rewrite planned");
     // The back end first: its errors (passt missing, a port in use) come before any
@@ -154,7 +160,7 @@ pub fn run(
     trace.mark("interrupt controller created");
     let cpuid = vm::supported_cpuid(&kvm)?;
     let (entry, stack, arg) = crate::layout::cpu_start(0);
-    let vcpu = vcpu::create_vcpu(&vmfd, &cpuid, 0, entry, stack, arg, kernel_image::SYSCALL_TRAP_ENTRY)?;
+    let vcpu = vcpu::create_vcpu(&vmfd, &cpuid, 0, entry, stack, arg, crate::embedded::syscall_trap_entry())?;
     trace.mark("vCPU created");
 
     let mut flags = 0;
@@ -196,6 +202,12 @@ pub fn run(
     if config.read_only {
         flags |= onering_abi::flags::READ_ONLY;
     }
+    if config.trace_set.is_some() {
+        flags |= onering_abi::flags::TRACE;
+    }
+    if config.stats {
+        flags |= onering_abi::flags::STATS;
+    }
     let mut image = Vec::new();
     let dns = config.net.as_ref().and_then(|n| n.dns).map(|d| d.octets());
     rootfs::add_etc(&mut image, config.rootfs, dns);
@@ -226,6 +238,7 @@ pub fn run(
         rootfs: &image,
         workdir: &workdir,
         net: config.net.as_ref().map_or_else(NetInfo::default, net_info),
+        trace_set: config.trace_set.unwrap_or_default(),
     };
 
     let (mut bi, rewritten) =

@@ -68,10 +68,26 @@ struct RunArgs {
     /// Do not report unsupported system calls.
     #[arg(short, long)]
     quiet: bool,
-    /// At exit, report how many system-call sites were rewritten and how many calls
-    /// still trapped.
+    /// At exit, a summary: per system call count, errors and time (as strace -c),
+    /// sites rewritten and calls that trapped, VM exits by reason, hostcalls by
+    /// kind, faults, interrupts, halts and kicks, each vCPU's time.
     #[arg(long)]
     stats: bool,
+    /// Write the --stats summary as JSON to FILE (implies the counting of --stats).
+    #[arg(long, value_name = "FILE")]
+    stats_json: Option<std::path::PathBuf>,
+    /// Print every system call as strace -f -tt -T does; SET (after `=`) limits it:
+    /// names and classes (%file, %net, %process, %memory, %signal), comma
+    /// separated, `!` in front to negate.
+    #[arg(long, value_name = "SET", num_args = 0..=1, require_equals = true, default_missing_value = "")]
+    trace: Option<String>,
+    /// Write the --trace lines to FILE instead of stderr (implies --trace).
+    #[arg(long, value_name = "FILE")]
+    trace_out: Option<std::path::PathBuf>,
+    /// Count guest-mode cycles and instructions (perf_event_open) and print them
+    /// at exit; where the host has no counters, say so and print TSC-based times.
+    #[arg(long)]
+    perf: bool,
     /// Leave `syscall` instructions alone: every system call traps (slow; for
     /// comparison and debugging).
     #[arg(long)]
@@ -174,6 +190,8 @@ fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
         "--profile",
         "--profile-top",
         "--profile-hz",
+        "--stats-json",
+        "--trace-out",
         "-p",
         "--publish",
         "--net",
@@ -433,6 +451,20 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         )));
     }
     let (net, net_option) = network(&args)?;
+    let trace_set = match (&args.trace, &args.trace_out) {
+        (None, None) => None,
+        (spec, out) => {
+            let set = onering_abi::sysnames::parse_set(spec.as_deref().unwrap_or(""))
+                .map_err(|e| Failure::Onering(format!("--trace: {e}")))?;
+            crate::observe::trace_to(out.as_deref()).map_err(|e| {
+                Failure::Onering(format!("--trace-out {}: {e}", out.as_deref().unwrap_or(Path::new("")).display()))
+            })?;
+            Some(set)
+        }
+    };
+    let stats_on = args.stats || args.stats_json.is_some();
+    crate::observe::STATS_ON.store(stats_on || args.perf, std::sync::atomic::Ordering::Relaxed);
+    crate::observe::PERF_ON.store(args.perf, std::sync::atomic::Ordering::Relaxed);
     let mut args = args;
     let mut file = match program_in_archive(&args)? {
         Some(bytes) => bytes,
@@ -483,8 +515,11 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
             .then(|| vstate::sampler::Sampler::new(args.profile_hz, args.smp)),
         net,
         net_option,
+        trace_set,
+        stats: stats_on,
     };
-    let (stats, ncpus) = (args.stats, args.smp);
+    let (stats, stats_json, perf, ncpus) = (args.stats, args.stats_json.clone(), args.perf, args.smp);
+    let started = std::time::Instant::now();
     let profile = config.sampler.map(|sampler| {
         let (bias, _) = crate::loader::placement(&prog);
         let symbols = profile::Symbols::new(
@@ -496,8 +531,23 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         (sampler, symbols, args.profile.clone(), args.profile_top)
     });
     let on_exit: builder::OnExit = Box::new(move |mem, outcome, rewritten| {
-        if stats {
-            print_stats(mem, rewritten, ncpus);
+        crate::observe::flush_trace();
+        let wall_ns = started.elapsed().as_nanos() as u64;
+        if stats || stats_json.is_some() {
+            let summary = summary(mem, rewritten, ncpus, wall_ns);
+            if stats {
+                print_stats(mem, rewritten, ncpus, &summary);
+            }
+            if let Some(path) = &stats_json {
+                if let Err(e) = std::fs::write(path, summary.json()) {
+                    say!("onering: --stats-json {}: {e}", path.display());
+                }
+            }
+        }
+        if perf {
+            for line in crate::observe::perf_report(wall_ns) {
+                say!("{line}");
+            }
         }
         if let Some((sampler, symbols, file, top)) = &profile {
             report_profile(sampler, symbols, file.as_deref(), *top);
@@ -584,18 +634,15 @@ fn signal_name(sig: u64) -> String {
 /// vCPUs halted in the VMM and were kicked awake, and the hostcalls (exits) made,
 /// of them output writes; the page cache's chunks the kernel gave back when memory
 /// ran short; the vCPUs' steal time.
-fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
+fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64, summary: &crate::observe::Summary) {
     use onering_abi::percpu_offsets as pc;
     use std::sync::atomic::Ordering::Relaxed;
-    use vm_memory::Bytes;
-    let sum = |offset: usize| -> u64 {
-        (0..ncpus)
-            .map(|cpu| {
-                let at = onering_abi::layout::PERCPU_PHYS + cpu * onering_abi::layout::PERCPU_STRIDE + offset as u64;
-                mem.read_obj::<u64>(vm_memory::GuestAddress(at)).unwrap_or(0)
-            })
-            .sum()
-    };
+    let sum = |offset: usize| percpu_sum(mem, ncpus, offset);
+    say!("onering: stats: system calls (as strace -c; time is wall time in the kernel, blocking included):");
+    say_raw!("{}", summary.call_table());
+    for line in summary.lines() {
+        say!("{line}");
+    }
     say!(
         "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped; \
          {} interrupts, {} APIC stores, {} thread switches; {} halts, {} kicks; {} hostcalls, {} output writes; \
@@ -633,6 +680,45 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64) {
             NET.drops.load(Relaxed)
         );
     }
+}
+
+/// Counter `offset` of the per-CPU headers, summed over the vCPUs.
+fn percpu_sum(mem: &GuestMemoryMmap, ncpus: u64, offset: usize) -> u64 {
+    use vm_memory::Bytes;
+    (0..ncpus)
+        .map(|cpu| {
+            let at = onering_abi::layout::PERCPU_PHYS + cpu * onering_abi::layout::PERCPU_STRIDE + offset as u64;
+            mem.read_obj::<u64>(vm_memory::GuestAddress(at)).unwrap_or(0)
+        })
+        .sum()
+}
+
+/// The `--stats` summary: the kernel's per-call table and the VMM's counters,
+/// with the kernel's per-CPU counters and the rewriter's figures.
+fn summary(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64, wall_ns: u64) -> crate::observe::Summary {
+    use onering_abi::percpu_offsets as pc;
+    use std::sync::atomic::Ordering::Relaxed;
+    use vm_memory::Bytes;
+    let sum = |offset: usize| percpu_sum(mem, ncpus, offset);
+    let tsc_at = onering_abi::layout::BOOT_INFO_PHYS + std::mem::offset_of!(onering_abi::BootInfo, tsc_hz) as u64;
+    let tsc_hz = mem.read_obj::<u64>(vm_memory::GuestAddress(tsc_at)).unwrap_or(0);
+    let traps = sum(pc::TRAPS);
+    let calls = crate::observe::total_calls();
+    let counters = vec![
+        ("system calls", calls),
+        ("trapped", traps),
+        ("through rewritten sites", calls.saturating_sub(traps)),
+        ("syscall sites", r.sites as u64),
+        ("sites rewritten", r.rewritten as u64),
+        ("faults (exceptions in ring 3)", sum(pc::FAULTS)),
+        ("interrupts", sum(pc::INTERRUPTS)),
+        ("APIC stores", sum(pc::LAPIC_WRITES)),
+        ("thread switches", sum(pc::SWITCHES)),
+        ("halts", exit::HALTS.load(Relaxed)),
+        ("kicks", exit::KICKS.load(Relaxed)),
+        ("hostcalls", exit::HOSTCALLS.load(Relaxed)),
+    ];
+    crate::observe::Summary::collect(ncpus, tsc_hz, counters, wall_ns)
 }
 
 /// Prints how the VM ended (if not by a plain exit) and returns the exit status.

@@ -18,6 +18,7 @@
 //! - `loader`: the guest's memory layout at boot: kernel, program, initial stack,
 //!   boot info, `--rootfs`.
 //! - `arch`: x86 machine state: page tables, descriptor tables, registers, CPUID.
+//! - `observe`: `--trace` lines, `--stats` counters and summary, `--perf`.
 //! - `layout`, `embedded`, `trace`, `sys`: where things go in guest memory, the
 //!   embedded kernel and vDSO, boot-phase timing, and the only unsafe code (host
 //!   calls the standard library and rust-vmm crates do not wrap).
@@ -54,6 +55,7 @@ pub mod exit;
 pub mod hostfs;
 pub mod layout;
 pub mod loader;
+pub mod observe;
 pub mod plancache;
 pub mod profile;
 pub mod sys;

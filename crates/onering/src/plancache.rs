@@ -13,7 +13,7 @@
 //! written to a temporary name and renamed, so concurrent VMs never read half of
 //! one. Nothing here is required: any I/O error just means planning afresh.
 
-use crate::embedded::{kernel_image, plan_at};
+use crate::embedded::{plan_at, syscall_entry};
 use onering_abi::rewrite::{WirePatch, WirePlan};
 use onering_rewrite::elf::{Program, PF_X};
 use onering_rewrite::rewrite::{Patch, Plan};
@@ -44,7 +44,7 @@ fn key(file: &[u8], bias: u64, base: u64) -> blake3::Hash {
     for w in [
         bias,
         base,
-        kernel_image::SYSCALL_ENTRY,
+        syscall_entry(),
         onering_abi::percpu_offsets::USER_RSP as u64,
         onering_abi::percpu_offsets::KSTACK_TOP as u64,
     ] {

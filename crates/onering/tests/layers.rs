@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 #[rustfmt::skip]
 const LAYERS: &[&[&str]] = &[
     &["sys", "embedded", "trace"],
-    &["layout", "profile", "plancache"],
+    &["layout", "profile", "plancache", "observe"],
     &["arch", "devices", "event_loop"],
     &["loader", "exit", "hostfs"],
     &["vstate"],

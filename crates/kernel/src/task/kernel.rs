@@ -116,6 +116,9 @@ pub fn service_events(idle: bool) -> u64 {
     let Some(k) = KERNEL.get() else { return u64::MAX };
     if idle {
         k.console.flush_pending();
+        if let Some(o) = crate::observe::get() {
+            o.flush();
+        }
     } else {
         k.console.flush_due();
     }
@@ -214,6 +217,7 @@ impl Kernel {
     pub fn exit(&self, status: u64) -> ! {
         self.write_back_mappings();
         self.console.flush();
+        crate::observe::finish();
         onering_arch::hostcall::exit(status)
     }
 
@@ -221,6 +225,7 @@ impl Kernel {
     pub fn killed(&self, signal: u64, rip: u64, addr: u64) -> ! {
         self.write_back_mappings();
         self.console.flush();
+        crate::observe::finish();
         onering_arch::hostcall::killed(signal, rip, addr)
     }
 

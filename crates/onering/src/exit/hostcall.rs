@@ -50,6 +50,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         }
     }
     HOSTCALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    crate::observe::count_hostcall(nr);
     let ret: i64 = match Hostcall::from_u64(nr) {
         Some(Hostcall::Write) => {
             WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -69,6 +70,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::Fs) => host_file(args, env),
         Some(Hostcall::Rewrite) => rewrite(args, env.mem()),
         Some(Hostcall::SetRoot) => set_root(args[0], env),
+        Some(Hostcall::Trace) => trace(args, env.mem()),
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
@@ -134,6 +136,27 @@ fn rewrite(args: [u64; 6], mem: &GuestMemoryMmap) -> i64 {
         Some(()) => wire.len() as i64,
         None => -EFAULT,
     }
+}
+
+/// A `Trace` hostcall: `--trace` lines (escaped on their way out) or the
+/// `--stats` table, each read in full only below its bound.
+fn trace(args: [u64; 6], mem: &GuestMemoryMmap) -> i64 {
+    use onering_abi::trace as wire;
+    let max = match args[0] {
+        wire::LINES => wire::MAX_LINES,
+        wire::STATS => (onering_abi::sysnames::COUNT * wire::STATS_WORDS * 8) as u64,
+        _ => return -EINVAL,
+    };
+    if args[2] > max {
+        return -EINVAL;
+    }
+    let Some(data) = read_guest(mem, args[1], args[2]) else { return -EFAULT };
+    if args[0] == wire::LINES {
+        crate::observe::trace_lines(&data);
+    } else {
+        crate::observe::syscall_table(&data);
+    }
+    0
 }
 
 /// An `Fs` hostcall: first the operations the guest deferred to it (left in its

@@ -66,6 +66,20 @@ impl VmExit {
             other => VmExit::Other(format!("{other:?}")),
         }
     }
+
+    /// Why the vCPU left the guest, for `--stats`.
+    pub fn reason(&self) -> crate::observe::ExitReason {
+        use crate::observe::ExitReason as R;
+        let doorbell = onering_abi::layout::HOSTCALL_DOORBELL_PHYS;
+        match self {
+            VmExit::MmioWrite { addr, .. } if (doorbell..doorbell + 4096).contains(addr) => R::Hostcall,
+            VmExit::MmioWrite { .. } | VmExit::MmioRead { .. } => R::Mmio,
+            VmExit::IoOut { .. } | VmExit::IoIn { .. } => R::Io,
+            VmExit::Hlt => R::Hlt,
+            VmExit::Shutdown => R::Shutdown,
+            VmExit::InternalError | VmExit::FailEntry(_) | VmExit::Other(_) => R::Other,
+        }
+    }
 }
 
 /// How the VM ended.

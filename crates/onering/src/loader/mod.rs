@@ -93,6 +93,8 @@ pub struct LoadSpec<'a> {
     pub vdso: Option<&'a [u8]>,
     /// The network device and the VM's addresses (`present` 0: none).
     pub net: NetInfo,
+    /// The system calls `--trace` shows (a bit each; with `flags::TRACE`).
+    pub trace_set: [u64; onering_abi::trace::SET_WORDS],
 }
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
@@ -329,6 +331,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         segments,
         nsegments,
         net: spec.net,
+        trace_set: spec.trace_set,
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
@@ -396,6 +399,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     let n = &bi.net;
     w.extend([n.present, n.mac, n.ipv4, n.prefix4, n.gateway4, n.dns4, n.mtu]);
     w.push(bi.vdso_len);
+    w.extend(bi.trace_set);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }
@@ -424,6 +428,7 @@ mod tests {
             rewrite: None,
             vdso: None,
             net: NetInfo::default(),
+            trace_set: [0; onering_abi::trace::SET_WORDS],
         }
     }
 
@@ -432,14 +437,16 @@ mod tests {
         assert_eq!(std::mem::size_of::<BootInfo>() % 8, 0);
         let m = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 64 << 20)]).unwrap();
         let net = NetInfo { present: 1, mac: 0x5634_1200_5452, mtu: 1500, ..Default::default() };
-        let bi = BootInfo { magic: BOOT_MAGIC, nsegments: 77, net, vdso_len: 8192, ..Default::default() };
+        let mut trace_set = [0; onering_abi::trace::SET_WORDS];
+        trace_set[onering_abi::trace::SET_WORDS - 1] = 0x55;
+        let bi = BootInfo { magic: BOOT_MAGIC, nsegments: 77, net, vdso_len: 9, trace_set, ..Default::default() };
         write_boot_info(&m, &bi).unwrap();
         let end = layout::BOOT_INFO_PHYS + std::mem::size_of::<BootInfo>() as u64;
         let last: u64 = m.read_obj(GuestAddress(end - 8)).unwrap();
-        assert_eq!(last, 8192, "the vDSO's length last");
-        let mtu: u64 = m.read_obj(GuestAddress(end - 16)).unwrap();
-        assert_eq!(mtu, 1500, "the MTU before it");
+        assert_eq!(last, 0x55, "the trace set last");
         let at = |off: usize| m.read_obj::<u64>(GuestAddress(layout::BOOT_INFO_PHYS + off as u64)).unwrap();
+        assert_eq!(at(std::mem::offset_of!(BootInfo, vdso_len)), 9);
+        assert_eq!(at(std::mem::offset_of!(BootInfo, net) + std::mem::offset_of!(NetInfo, mtu)), 1500);
         assert_eq!(at(std::mem::offset_of!(BootInfo, nsegments)), 77);
         assert_eq!(at(std::mem::offset_of!(BootInfo, net)), 1);
         assert_eq!(at(std::mem::offset_of!(BootInfo, net) + 8), 0x5634_1200_5452);

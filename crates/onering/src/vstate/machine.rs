@@ -195,6 +195,7 @@ impl Machine {
     }
 
     fn run(&'static self, vcpu: &mut VcpuFd, cpu: u64, first_exit: &dyn Fn()) -> Outcome {
+        crate::observe::perf_open(cpu);
         let mut first = true;
         loop {
             let forced = self.forced.load(Ordering::Acquire);
@@ -205,10 +206,16 @@ impl Machine {
             if let Some(s) = sampler {
                 s.enter(cpu);
             }
+            let timer = crate::observe::start_timer(cpu, false);
             let run = vcpu.run().map(VmExit::from_kvm);
+            crate::observe::stop_timer(timer, cpu, false);
             if let Some(s) = sampler {
                 s.leave(cpu, vcpu, &self.mem);
             }
+            crate::observe::count_exit(match &run {
+                Ok(e) => e.reason(),
+                Err(_) => crate::observe::ExitReason::Interrupted,
+            });
             let exit = match run {
                 Ok(e) => {
                     if first {
@@ -245,7 +252,9 @@ impl Machine {
             return;
         };
         if c.kicked.swap(0, Ordering::AcqRel) == 0 {
+            let timer = crate::observe::start_timer(cpu, true);
             crate::sys::signals::futex_wait(&c.kicked, 0, d);
+            crate::observe::stop_timer(timer, cpu, true);
             c.kicked.store(0, Ordering::Release);
         }
     }
@@ -314,7 +323,7 @@ impl Machine {
             entry,
             stack,
             arg,
-            crate::embedded::kernel_image::SYSCALL_TRAP_ENTRY,
+            crate::embedded::syscall_trap_entry(),
         )
         .map_err(|e| format!("cannot start vCPU {cpu}: {e}"))?;
         std::thread::Builder::new()

@@ -479,8 +479,223 @@ pub fn name(nr: u64) -> Option<&'static str> {
     }
 }
 
+/// The number of the system call called `name`.
+pub fn number(name: &str) -> Option<u64> {
+    NAMES.iter().position(|n| !n.is_empty() && *n == name).map(|i| i as u64)
+}
+
+/// strace's classes of calls (`--trace=%file` and so on): the calls of each.
+pub const CLASSES: &[(&str, &[&str])] = &[
+    (
+        "file",
+        &[
+            "open",
+            "stat",
+            "lstat",
+            "access",
+            "execve",
+            "truncate",
+            "chdir",
+            "rename",
+            "mkdir",
+            "rmdir",
+            "creat",
+            "link",
+            "unlink",
+            "symlink",
+            "readlink",
+            "chmod",
+            "chown",
+            "lchown",
+            "utime",
+            "mknod",
+            "statfs",
+            "chroot",
+            "setxattr",
+            "lsetxattr",
+            "getxattr",
+            "lgetxattr",
+            "listxattr",
+            "llistxattr",
+            "removexattr",
+            "lremovexattr",
+            "utimes",
+            "inotify_add_watch",
+            "openat",
+            "mkdirat",
+            "mknodat",
+            "fchownat",
+            "futimesat",
+            "newfstatat",
+            "unlinkat",
+            "renameat",
+            "linkat",
+            "symlinkat",
+            "readlinkat",
+            "fchmodat",
+            "faccessat",
+            "utimensat",
+            "renameat2",
+            "execveat",
+            "statx",
+            "faccessat2",
+            "fchmodat2",
+            "mount",
+            "umount2",
+        ],
+    ),
+    (
+        "net",
+        &[
+            "socket",
+            "connect",
+            "accept",
+            "sendto",
+            "recvfrom",
+            "sendmsg",
+            "recvmsg",
+            "shutdown",
+            "bind",
+            "listen",
+            "getsockname",
+            "getpeername",
+            "socketpair",
+            "setsockopt",
+            "getsockopt",
+            "accept4",
+            "recvmmsg",
+            "sendmmsg",
+        ],
+    ),
+    (
+        "process",
+        &[
+            "clone",
+            "fork",
+            "vfork",
+            "execve",
+            "exit",
+            "wait4",
+            "kill",
+            "tkill",
+            "tgkill",
+            "exit_group",
+            "waitid",
+            "execveat",
+            "clone3",
+            "rt_sigqueueinfo",
+            "rt_tgsigqueueinfo",
+            "pidfd_send_signal",
+        ],
+    ),
+    (
+        "memory",
+        &[
+            "mmap",
+            "mprotect",
+            "munmap",
+            "brk",
+            "mremap",
+            "msync",
+            "mincore",
+            "madvise",
+            "mlock",
+            "munlock",
+            "mlockall",
+            "munlockall",
+            "mlock2",
+            "remap_file_pages",
+            "mbind",
+            "set_mempolicy",
+            "get_mempolicy",
+            "pkey_mprotect",
+        ],
+    ),
+    (
+        "signal",
+        &[
+            "rt_sigaction",
+            "rt_sigprocmask",
+            "rt_sigreturn",
+            "pause",
+            "kill",
+            "rt_sigpending",
+            "rt_sigtimedwait",
+            "rt_sigqueueinfo",
+            "rt_sigsuspend",
+            "sigaltstack",
+            "tkill",
+            "tgkill",
+            "signalfd",
+            "signalfd4",
+            "rt_tgsigqueueinfo",
+            "pidfd_send_signal",
+        ],
+    ),
+];
+
+/// Words of a set of system calls: one bit per number.
+pub const SET_WORDS: usize = COUNT.div_ceil(64);
+
+/// Parses `--trace`'s SET: names and `%class`es separated by commas (empty or
+/// `all`: every call; a leading `!` negates the whole set, as strace's `-e
+/// trace=!...`). A bit per system call, or the name that is neither.
+pub fn parse_set(spec: &str) -> Result<[u64; SET_WORDS], alloc::string::String> {
+    use alloc::format;
+    let (negate, list) = match spec.strip_prefix('!') {
+        Some(rest) => (true, rest),
+        None => (false, spec),
+    };
+    let mut set = [0u64; SET_WORDS];
+    let mut add = |nr: u64| set[(nr / 64) as usize] |= 1 << (nr % 64);
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        if item == "all" {
+            (0..COUNT as u64).for_each(&mut add);
+        } else if let Some(class) = item.strip_prefix('%') {
+            let Some((_, calls)) = CLASSES.iter().find(|(c, _)| *c == class) else {
+                return Err(format!("unknown class %{class} (known: %file, %net, %process, %memory, %signal)"));
+            };
+            calls.iter().filter_map(|n| number(n)).for_each(&mut add);
+        } else {
+            add(number(item).ok_or_else(|| format!("unknown system call '{item}'"))?);
+        }
+    }
+    if list.trim().is_empty() {
+        set = [u64::MAX; SET_WORDS];
+    }
+    if negate {
+        set.iter_mut().for_each(|w| *w = !*w);
+    }
+    Ok(set)
+}
+
+/// Whether `nr` is in `set`.
+pub fn in_set(set: &[u64; SET_WORDS], nr: u64) -> bool {
+    set.get((nr / 64) as usize).is_some_and(|w| w & (1 << (nr % 64)) != 0)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn sets_of_names_and_classes() {
+        use super::*;
+        let s = parse_set("openat,read").unwrap();
+        assert!(in_set(&s, 257) && in_set(&s, 0) && !in_set(&s, 1));
+        let f = parse_set("%file").unwrap();
+        assert!(in_set(&f, 2) && in_set(&f, 257) && !in_set(&f, 0));
+        let all = parse_set("").unwrap();
+        assert!(in_set(&all, 0) && in_set(&all, 462) && !in_set(&all, 100_000));
+        let not = parse_set("!write").unwrap();
+        assert!(!in_set(&not, 1) && in_set(&not, 0));
+        assert!(parse_set("nosuchcall").unwrap_err().contains("nosuchcall"));
+        assert!(parse_set("%bogus").is_err());
+        for (_, calls) in CLASSES {
+            for c in *calls {
+                assert!(number(c).is_some(), "{c}");
+            }
+        }
+    }
+
     #[test]
     fn known_names() {
         assert_eq!(super::name(0), Some("read"));
