@@ -1145,3 +1145,49 @@ fn dynamic_programs_run_from_a_rootfs() {
     assert_eq!(status(&o), 127, "{}", stderr(&o));
     assert!(stderr(&o).contains("libc.so.6: cannot open shared object file"), "{}", stderr(&o));
 }
+
+/// fork + exec + wait, posix_spawn, a failed exec and a pipe from an exec'd child
+/// (issue 17), the same as on the host: static (its directory shared at the same
+/// path) and dynamic, on 1 and 2 vCPUs.
+#[test]
+fn fork_and_exec_match_the_host() {
+    let musl_bin = musl("forkexec");
+    let glibc_bin = build("forkexec", "gcc", &[], "-glibc");
+    for bin in [&musl_bin, &glibc_bin] {
+        let host = Command::new(bin).output().unwrap();
+        assert!(host.status.success() && stdout(&host).ends_with("done\n"), "{}", stdout(&host));
+        let dir = bin.parent().unwrap().to_str().unwrap();
+        let vol = format!("{dir}:{dir}");
+        for smp in ["1", "2"] {
+            let o = onering(&["run", "--smp", smp, "-v", &vol, bin.to_str().unwrap()]);
+            assert_eq!(stdout(&o), stdout(&host), "{bin:?} --smp {smp}: {}", stderr(&o));
+            assert_eq!(status(&o), 0);
+        }
+    }
+}
+
+/// What shells, xargs, find, tar and Python do with processes, through Debian's
+/// own dynamic programs (from the host's tree): the same output as on the host,
+/// no system call left trapping in the shell.
+#[test]
+fn shell_pipelines_and_subprocesses_match_the_host() {
+    let scripts = [
+        "seq 1 100000 | sort -n | uniq -c | wc -l",
+        "x=$(echo inner | tr a-z A-Z); echo \"got $x\"; (echo sub; exit 3); echo \"status $?\"",
+        "seq 1 20 | xargs -n 5 echo",
+        "d=$(mktemp -d) && mkdir $d/a && echo hi > $d/a/f && find $d -type f -exec cat {} \\; && rm -r $d",
+        "d=$(mktemp -d) && mkdir $d/z && seq 1 1000 > $d/z/n && tar -C $d -czf $d/z.tgz z && tar -tzf $d/z.tgz | sort && rm -r $d",
+        "echo a b c | while read x y z; do echo \"$z $y $x\"; done | cat -n",
+    ];
+    for s in scripts {
+        let host = Command::new("/bin/dash").args(["-c", s]).output().unwrap();
+        let o = onering(&["run", "--smp", "2", "/bin/dash", "-c", s]);
+        assert_eq!(stdout(&o), stdout(&host), "{s}: {}", stderr(&o));
+        assert_eq!(status(&o), 0, "{s}");
+    }
+    let py = "import subprocess, sys; r = subprocess.run(['ls', '/'], capture_output=True); \
+              print(r.returncode, 'bin' in r.stdout.decode().split()); \
+              print(subprocess.check_output([sys.executable, '-c', 'print(6*7)']).decode().strip())";
+    let o = onering(&["run", "/usr/bin/python3", "-c", py]);
+    assert_eq!(stdout(&o), "0 True\n42\n", "{}", stderr(&o));
+}

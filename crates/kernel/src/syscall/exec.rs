@@ -212,6 +212,9 @@ fn plan_for(key: Option<FileKey>, file: &[u8], tramp: u64) -> Option<Arc<Cached>
     let mut out = core::mem::take(&mut *PLAN_OUT.lock());
     let mut cap = 64 * 1024 + file.len() / 4;
     let len = loop {
+        if out.capacity() < cap && !onering_arch::heap::ensure_block(cap) {
+            return None;
+        }
         out.try_reserve_exact(cap.saturating_sub(out.len())).ok()?;
         out.resize(cap, 0);
         let r = onering_arch::hostcall::rewrite_plan(file, tramp.wrapping_add(PLAN_BIAS), PLAN_BIAS, &mut out);
@@ -348,12 +351,17 @@ static PLAN_OUT: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 /// Largest buffer kept.
 const MAX_SCRATCH: usize = 16 << 20;
 
-/// A buffer of `len` zero bytes, the kept one if there is one.
-fn scratch(len: usize) -> Vec<u8> {
+/// A buffer of `len` zero bytes, the kept one if there is one; ENOMEM when the
+/// kernel heap cannot grow to it.
+fn scratch(len: usize) -> Result<Vec<u8>, Errno> {
     let mut v = core::mem::take(&mut *SCRATCH.lock());
     v.clear();
+    if v.capacity() < len && !onering_arch::heap::ensure_block(len) {
+        return Err(Errno::ENOMEM);
+    }
+    v.try_reserve_exact(len).map_err(|_| Errno::ENOMEM)?;
     v.resize(len, 0);
-    v
+    Ok(v)
 }
 
 /// Gives a buffer back to be kept (if it is larger than the one kept).
@@ -372,7 +380,10 @@ impl Drop for Exe {
 
 /// Up to `len` bytes of `file` from its start.
 fn read_head(file: &FileRef, len: u64) -> Result<Vec<u8>, Errno> {
-    read_into(file, alloc::vec![0; len as usize])
+    let mut v = Vec::new();
+    v.try_reserve_exact(len as usize).map_err(|_| Errno::ENOMEM)?;
+    v.resize(len as usize, 0);
+    read_into(file, v)
 }
 
 /// As much of `file` from its start as fits in `buf` (zeroed), truncated to what
@@ -403,7 +414,7 @@ fn read_exe(file: &FileRef) -> Result<Exe, Errno> {
     if meta.size > MAX_EXEC_FILE {
         return Err(Errno::ENOMEM);
     }
-    let bytes = read_into(file, scratch(meta.size as usize))?;
+    let bytes = read_into(file, scratch(meta.size as usize)?)?;
     Ok(Exe { key: file_key(&meta), bytes })
 }
 

@@ -459,6 +459,13 @@ pub fn open(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     open_file(ctx, AT_FDCWD, path, flags, mode)
 }
 
+/// `creat(path, mode)`: `open(path, O_CREAT | O_WRONLY | O_TRUNC, mode)`.
+pub fn creat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [path, mode, ..] = f.args();
+    let flags = oflag::O_CREAT | oflag::O_WRONLY | oflag::O_TRUNC;
+    open_file(ctx, AT_FDCWD, path, u64::from(flags), mode)
+}
+
 pub fn openat(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [dirfd, path, flags, mode, ..] = f.args();
     open_file(ctx, dirfd, path, flags, mode)
@@ -478,6 +485,37 @@ fn closed(ctx: &Ctx, file: Option<FileRef>) {
 pub fn close(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let file = ctx.proc().fds.lock().take(f.rdi)?;
     closed(ctx, Some(file));
+    Ok(0)
+}
+
+const CLOSE_RANGE_UNSHARE: u64 = 2;
+const CLOSE_RANGE_CLOEXEC: u64 = 4;
+
+/// `close_range(first, last, flags)`: closes (or, with CLOSE_RANGE_CLOEXEC, marks
+/// close-on-exec) the open descriptors in `[first, last]`. CLOSE_RANGE_UNSHARE
+/// changes nothing here: a process's table is its own already.
+pub fn close_range(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [first, last, flags, ..] = f.args();
+    let (first, last) = (first as u32 as u64, last as u32 as u64);
+    if flags & !(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC) != 0 || first > last {
+        return Err(Errno::EINVAL);
+    }
+    let files = {
+        let mut t = ctx.proc().fds.lock();
+        let open: Vec<u64> = t.iter().map(|(n, _)| n).filter(|n| (first..=last).contains(n)).collect();
+        let mut files = Vec::new();
+        for n in open {
+            if flags & CLOSE_RANGE_CLOEXEC != 0 {
+                let _ = t.set_cloexec(n, true);
+            } else if let Ok(file) = t.take(n) {
+                files.push(file);
+            }
+        }
+        files
+    };
+    for file in files {
+        closed(ctx, Some(file));
+    }
     Ok(0)
 }
 
