@@ -5,7 +5,12 @@
 //                         vCPU each round trip is two address-space switches)
 //   forkbench threadpp N  the same between two threads of one process (no
 //                         address-space switch): the baseline for the difference
+//   forkbench exec N      fork + execve of this program (which exits at once) +
+//                         waitpid, N times: µs per iteration
+//   forkbench spawn N     the same with posix_spawn (vfork + exec)
 #include <pthread.h>
+#include <spawn.h>
+#include <sys/auxv.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,11 +34,30 @@ static void *echo(void *arg) {
     return NULL;
 }
 
+extern char **environ;
+
 int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "noop")) return 0;
     if (argc < 3) return 2;
     n = atol(argv[2]);
     double t0;
-    if (!strcmp(argv[1], "fork")) {
+    if (!strcmp(argv[1], "exec") || !strcmp(argv[1], "spawn")) {
+        char *self = (char *)getauxval(AT_EXECFN);
+        char *args[] = {self, "noop", NULL};
+        int spawn = !strcmp(argv[1], "spawn");
+        t0 = now_us();
+        for (long i = 0; i < n; i++) {
+            pid_t p;
+            if (spawn) {
+                if (posix_spawn(&p, self, NULL, NULL, args, environ) != 0) return 1;
+            } else if ((p = fork()) == 0) {
+                execve(self, args, environ);
+                _exit(127);
+            }
+            int st;
+            if (p < 0 || waitpid(p, &st, 0) != p || st != 0) return 1;
+        }
+    } else if (!strcmp(argv[1], "fork")) {
         t0 = now_us();
         for (long i = 0; i < n; i++) {
             pid_t p = fork();

@@ -4,7 +4,12 @@
 #  - fork + _exit + waitpid of a small static program (µs per iteration);
 #  - a pipe ping-pong between a parent and its forked child on one vCPU (each
 #    round trip: two address-space switches) against the same between two
-#    threads (none): the difference is what the switches cost.
+#    threads (none): the difference is what the switches cost;
+#  - fork + execve + waitpid, and posix_spawn + waitpid, of a static program that
+#    exits at once (its directory shared at the same path, so it finds itself);
+#  - a shell pipeline of 4 commands over 100,000 lines with Debian's dash and
+#    coreutils (dynamic, from the host's tree), median of 5 (bench/spawn.c).
+# Targets (issue 17): fork+exec+wait <= 3x the host, the pipeline <= 1.5x.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-2000}
@@ -31,4 +36,22 @@ printf '%-52s %10s %10s\n' "host, parent and forked child" "$host_pp" "1.00x"
 printf '%-52s %10s %10s\n' "host, two threads" "$host_tp" "$(ratio "$host_pp" "$host_tp")"
 printf '%-52s %10s %10s\n' "onering, parent and forked child" "$ring_pp" "$(ratio "$host_pp" "$ring_pp")"
 printf '%-52s %10s %10s\n' "onering, two threads" "$ring_tp" "$(ratio "$host_pp" "$ring_tp")"
+dir=$(cd "$out" && pwd)
+host_exec=$("$dir/forkbench" exec "$((N / 4))")
+ring_exec=$("$onering" run --smp 2 -v "$dir:$dir" "$dir/forkbench" exec "$((N / 4))")
+host_spawn=$("$dir/forkbench" spawn "$((N / 4))")
+ring_spawn=$("$onering" run --smp 2 -v "$dir:$dir" "$dir/forkbench" spawn "$((N / 4))")
+printf '%-52s %10s %10s\n' "fork+exec+wait (µs/iteration), --smp 2" "" ""
+printf '%-52s %10s %10s\n' "host" "$host_exec" "1.00x"
+printf '%-52s %10s %10s  (target <= 3x)\n' "onering" "$ring_exec" "$(ratio "$host_exec" "$ring_exec")"
+printf '%-52s %10s %10s\n' "posix_spawn+wait (µs/iteration), --smp 2" "" ""
+printf '%-52s %10s %10s\n' "host" "$host_spawn" "1.00x"
+printf '%-52s %10s %10s\n' "onering" "$ring_spawn" "$(ratio "$host_spawn" "$ring_spawn")"
+gcc -O2 bench/spawn.c -o "$out/spawn"
+pipeline='seq 1 100000 | sort -n | uniq -c | wc -l'
+read -r host_pl _ _ < <("$out/spawn" 5 /bin/dash -c "$pipeline")
+read -r ring_pl _ _ < <("$out/spawn" 5 "$onering" run --smp 2 /bin/dash -c "$pipeline")
+printf '%-52s %10s %10s\n' "pipeline of 4 over 100,000 lines (µs, median of 5)" "" ""
+printf '%-52s %10s %10s\n' "host" "$host_pl" "1.00x"
+printf '%-52s %10s %10s  (target <= 1.5x)\n' "onering --smp 2 (VM start included)" "$ring_pl" "$(ratio "$host_pl" "$ring_pl")"
 awk -v p="$ring_pp" -v t="$ring_tp" 'BEGIN { printf "onering: one address-space switch costs about %.1f µs (half the difference)\n", (p - t) / 2 }'
