@@ -109,6 +109,8 @@ fn setup(boot: Boot) {
         actions: [[0; 4]; 64],
         rlimits: alloc::collections::BTreeMap::new(),
         image: None,
+        pgid: tid,
+        sid: tid,
     };
     let Ok(proc) = Process::create(start) else { panic!("cannot create the program's process") };
     proc.threads.store(1, Relaxed);

@@ -1166,6 +1166,13 @@ fn fork_and_exec_match_the_host() {
     }
 }
 
+/// Process groups and sessions (setpgid from both sides, setsid, kill of a group)
+/// as on the host, on 1, 2 and 4 vCPUs, rewritten and trapping.
+#[test]
+fn process_groups_and_sessions_match_the_host() {
+    same_as_host_on_1_2_4_vcpus(&musl("pgroup"));
+}
+
 /// What shells, xargs, find, tar and Python do with processes, through Debian's
 /// own dynamic programs (from the host's tree): the same output as on the host,
 /// no system call left trapping in the shell.

@@ -520,3 +520,62 @@ pub fn prctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         _ => Err(Errno::EINVAL),
     }
 }
+
+/// The process `pid` names for the group and session calls (0: the caller).
+fn group_target(ctx: &Ctx, pid: u64) -> Result<&'static crate::task::process::Process, Errno> {
+    match pid as i32 {
+        0 => Ok(ctx.proc()),
+        p if p < 0 => Err(Errno::EINVAL),
+        p => crate::task::process::find(p as u64).ok_or(Errno::ESRCH),
+    }
+}
+
+/// `setpgid(pid, pgid)`: the caller or one of its children joins group `pgid`
+/// (0: its own pid) of its session; a session leader cannot move (EPERM).
+pub fn setpgid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [pid, pgid, ..] = f.args();
+    if (pgid as i32) < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let me = ctx.proc();
+    let p = group_target(ctx, pid)?;
+    if !core::ptr::eq(p, me) && p.ppid.load(Relaxed) != me.pid() {
+        return Err(Errno::ESRCH);
+    }
+    let sid = me.sid.load(Relaxed);
+    if p.sid.load(Relaxed) != sid || p.sid.load(Relaxed) == p.pid() {
+        return Err(Errno::EPERM);
+    }
+    let pgid = if pgid as i32 == 0 { p.pid() } else { pgid as u32 as u64 };
+    let exists = pgid == p.pid()
+        || crate::task::process::all().iter().any(|q| q.pgid.load(Relaxed) == pgid && q.sid.load(Relaxed) == sid);
+    if !exists {
+        return Err(Errno::EPERM);
+    }
+    p.pgid.store(pgid, Relaxed);
+    Ok(0)
+}
+
+pub fn getpgid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    Ok(group_target(ctx, f.rdi)?.pgid.load(Relaxed))
+}
+
+pub fn getpgrp(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
+    Ok(ctx.proc().pgid.load(Relaxed))
+}
+
+pub fn getsid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    Ok(group_target(ctx, f.rdi)?.sid.load(Relaxed))
+}
+
+/// `setsid`: a new session and group led by the caller (EPERM for a group leader).
+pub fn setsid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
+    let me = ctx.proc();
+    let pid = me.pid();
+    if crate::task::process::all().iter().any(|q| q.pgid.load(Relaxed) == pid) {
+        return Err(Errno::EPERM);
+    }
+    me.sid.store(pid, Relaxed);
+    me.pgid.store(pid, Relaxed);
+    Ok(pid)
+}

@@ -155,14 +155,37 @@ pub fn kill(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     }
     let pid = pid as i32 as i64;
     let me = ctx.thread.pid();
-    let target = match pid {
-        0 | -1 => me,
-        p if p == -(me as i64) => me,
-        p if p > 0 => p as u64,
-        _ => return Err(Errno::ESRCH),
+    if pid > 0 {
+        send_to_process(pid as u64, s, sender_info(ctx, s, code::SI_USER))?;
+        return Ok(0);
+    }
+    // A process group (0: the caller's), or -1: every process but pid 1 and the
+    // caller, as Linux.
+    let group = match pid {
+        0 => Some(ctx.proc().pgid.load(Relaxed)),
+        -1 => None,
+        p => Some(p.unsigned_abs()),
     };
-    send_to_process(target, s, sender_info(ctx, s, code::SI_USER))?;
-    Ok(0)
+    if pid == i32::MIN as i64 {
+        return Err(Errno::ESRCH);
+    }
+    let targets: alloc::vec::Vec<u64> = crate::task::process::all()
+        .into_iter()
+        .filter(|p| match group {
+            Some(g) => p.pgid.load(Relaxed) == g,
+            None => p.pid() > 1 && p.pid() != me,
+        })
+        .map(|p| p.pid())
+        .collect();
+    let mut sent = false;
+    for t in targets {
+        sent |= send_to_process(t, s, sender_info(ctx, s, code::SI_USER)).is_ok();
+    }
+    if sent {
+        Ok(0)
+    } else {
+        Err(Errno::ESRCH)
+    }
 }
 
 fn thread_kill(ctx: &Ctx, tgid: Option<u64>, tid: u64, s: u64) -> SysResult {

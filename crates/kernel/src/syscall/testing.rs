@@ -78,6 +78,8 @@ impl TestEnv {
             actions: [[0; 4]; 64],
             rlimits: alloc::collections::BTreeMap::new(),
             image: None,
+            pgid: pid,
+            sid: pid,
         };
         let proc = Process::create(start).expect("process");
         let task = onering_arch::task::Task::new(|| stack_chunk).expect("task");

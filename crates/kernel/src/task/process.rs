@@ -73,6 +73,9 @@ pub struct Process {
     ended: AtomicBool,
     /// The program `execve` loaded (None: the one the VMM started, `Config`'s).
     pub image: Mutex<Option<Arc<ExecImage>>>,
+    /// Process group and session ids (`setpgid`, `setsid`; `kill` of a group).
+    pub pgid: AtomicU64,
+    pub sid: AtomicU64,
 }
 
 /// What /proc shows of a program `execve` loaded.
@@ -105,6 +108,9 @@ pub struct Start {
     pub actions: [[u64; 4]; 64],
     pub rlimits: BTreeMap<u32, (u64, u64)>,
     pub image: Option<Arc<ExecImage>>,
+    /// Its process group and session (a child inherits its parent's).
+    pub pgid: u64,
+    pub sid: u64,
 }
 
 static ARENA: [Once<&'static Process>; MAX_PROCS] = [const { Once::new() }; MAX_PROCS];
@@ -183,6 +189,8 @@ impl Process {
                     members: AtomicUsize::new(0),
                     ended: AtomicBool::new(false),
                     image: Mutex::new(None),
+                    pgid: AtomicU64::new(0),
+                    sid: AtomicU64::new(0),
                 }));
                 ARENA[slot].call_once(|| p);
                 t.used += 1;
@@ -197,6 +205,8 @@ impl Process {
         *p.actions.lock() = start.actions;
         *p.rlimits.lock() = start.rlimits;
         *p.image.lock() = start.image;
+        p.pgid.store(start.pgid, Relaxed);
+        p.sid.store(start.sid, Relaxed);
         p.threads.store(0, Relaxed);
         p.started.store(crate::time::mono_now(), Relaxed);
         *p.family.lock() = Family::default();
@@ -252,6 +262,8 @@ impl Process {
             actions: *self.actions.lock(),
             rlimits: self.rlimits.lock().clone(),
             image: self.image.lock().clone(),
+            pgid: self.pgid.load(Relaxed),
+            sid: self.sid.load(Relaxed),
         }
     }
 
