@@ -207,6 +207,15 @@ fn go_exec_fails_with_a_clear_error() {
     assert_eq!(o.status.code(), Some(0));
 }
 
+/// With a tree that has /bin/true (the host's own, as --rootfs /), os/exec runs
+/// it: fork/exec of a dynamic program from a static Go one (issue 17).
+#[test]
+fn go_os_exec_runs_a_program_from_the_rootfs() {
+    let o = onering(&["run", "--quiet", "--rootfs", "/", guest().to_str().unwrap(), "exec"]);
+    assert_eq!(text(&o.stdout), "exec fails with an error: false\n", "{}", text(&o.stderr));
+    assert_eq!(o.status.code(), Some(0));
+}
+
 /// The core packages issue 10 names.
 const PACKAGES: &[&str] = &[
     "os",

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -59,6 +60,28 @@ int main(int argc, char **argv) {
     int st;
     waitpid(p, &st, 0);
     printf("failed exec: status %d\n", WEXITSTATUS(st));
+    // waitid: WNOWAIT leaves the zombie, a second waitid reaps it; a killed child.
+    p = fork();
+    if (p == 0) _exit(42);
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    int r = waitid(P_PID, p, &si, WEXITED | WNOWAIT);
+    printf("waitid WNOWAIT: %d signo %d code %d status %d pid ok %d\n", r, si.si_signo, si.si_code, si.si_status, si.si_pid == p);
+    memset(&si, 0, sizeof si);
+    r = waitid(P_ALL, 0, &si, WEXITED);
+    printf("waitid reaps: %d status %d pid ok %d\n", r, si.si_status, si.si_pid == p);
+    p = fork();
+    if (p == 0) {
+        pause();
+        _exit(0);
+    }
+    kill(p, SIGKILL);
+    memset(&si, 0, sizeof si);
+    waitid(P_PID, p, &si, WEXITED);
+    printf("waitid killed: code %d signal %d\n", si.si_code, si.si_status);
+    errno = 0;
+    r = waitid(P_ALL, 0, &si, WEXITED | WNOHANG);
+    printf("waitid with no children: %d %s\n", r, strerror(errno));
     int fds[2];
     if (pipe(fds) != 0) return 1;
     p = fork();

@@ -195,6 +195,7 @@ syscall_table! {
     233 epoll_ctl => poll::epoll_ctl,
     234 tgkill => signal::tgkill,
     235 utimes => fsmeta::utimes,
+    247 waitid => proc::waitid,
     253 inotify_init => fs::inotify_init,
     254 inotify_add_watch => fs::inotify_add_watch,
     255 inotify_rm_watch => fs::inotify_rm_watch,

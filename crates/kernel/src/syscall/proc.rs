@@ -274,18 +274,36 @@ pub fn wait4(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     }
     // (A pid_t: glibc leaves the register's upper half zero for -1.)
     let want = i64::from(pid as i32);
-    let key = wait_key(ctx.proc().pid());
     if status != 0 {
         ctx.user.check(status, 4, true)?;
     }
     if rusage != 0 {
         ctx.user.check(rusage, 144, true)?;
     }
+    match reap(ctx, |z| want == -1 || want == 0 || z as i64 == want, options & WNOHANG != 0, false)? {
+        Some((z, st)) => {
+            if status != 0 {
+                ctx.user.write_u32(status, st as u32)?;
+            }
+            if rusage != 0 {
+                ctx.user.write(rusage, &[0u8; 144])?;
+            }
+            Ok(z)
+        }
+        None => Ok(0),
+    }
+}
+
+/// Waits for a zombie child that `wanted` accepts (None at once with `nohang`),
+/// reaping it unless `keep` (WNOWAIT); ECHILD when the caller has no children.
+fn reap(ctx: &Ctx, wanted: impl Fn(u64) -> bool, nohang: bool, keep: bool) -> Result<Option<(u64, u64)>, Errno> {
+    let key = wait_key(ctx.proc().pid());
     loop {
         sched::prepare_wait(key);
         let found = {
             let mut fam = ctx.proc().family.lock();
-            match fam.zombies.iter().position(|&(z, _)| want == -1 || want == 0 || z as i64 == want) {
+            match fam.zombies.iter().position(|&(z, _)| wanted(z)) {
+                Some(i) if keep => Some(fam.zombies[i]),
                 Some(i) => Some(fam.zombies.remove(i)),
                 None if fam.children == 0 => {
                     drop(fam);
@@ -295,19 +313,9 @@ pub fn wait4(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
                 None => None,
             }
         };
-        if let Some((z, st)) = found {
+        if found.is_some() || nohang {
             sched::finish_wait(key);
-            if status != 0 {
-                ctx.user.write_u32(status, st as u32)?;
-            }
-            if rusage != 0 {
-                ctx.user.write(rusage, &[0u8; 144])?;
-            }
-            return Ok(z);
-        }
-        if options & WNOHANG != 0 {
-            sched::finish_wait(key);
-            return Ok(0);
+            return Ok(found);
         }
         let w = sched::block(None);
         sched::finish_wait(key);
@@ -315,6 +323,60 @@ pub fn wait4(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
             return Err(Errno::ERESTARTSYS);
         }
     }
+}
+
+const P_ALL: u64 = 0;
+const P_PID: u64 = 1;
+const P_PGID: u64 = 2;
+const WEXITED: u64 = 4;
+const WSTOPPED: u64 = 2;
+const WCONTINUED: u64 = 8;
+const WNOWAIT: u64 = 0x0100_0000;
+
+/// `waitid(idtype, id, infop, options, rusage)`: as `wait4`, reporting through a
+/// `siginfo_t` (SIGCHLD, CLD_EXITED or CLD_KILLED, the pid, uid and status).
+/// Children never stop here, so only WEXITED finds anything; WNOWAIT leaves the
+/// zombie to be reaped again.
+pub fn waitid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [idtype, id, infop, options, rusage, ..] = f.args();
+    if options & !(WNOHANG | WEXITED | WSTOPPED | WCONTINUED | WNOWAIT | 0x4000_0000 | 0x8000_0000 | 0x2000_0000) != 0
+        || options & (WEXITED | WSTOPPED | WCONTINUED) == 0
+    {
+        return Err(Errno::EINVAL);
+    }
+    let id = id as u32 as u64;
+    let wanted = |z: u64| match idtype {
+        P_PID => z == id,
+        P_PGID => crate::task::process::find(z).is_none_or(|p| id == 0 || p.pgid.load(Relaxed) == id),
+        _ => true,
+    };
+    if !matches!(idtype, P_ALL | P_PID | P_PGID) {
+        return Err(Errno::EINVAL);
+    }
+    if infop != 0 {
+        ctx.user.check(infop, 128, true)?;
+    }
+    let found = if options & WEXITED != 0 {
+        reap(ctx, wanted, options & WNOHANG != 0, options & WNOWAIT != 0)?
+    } else {
+        reap(ctx, |_| false, true, true)?
+    };
+    if infop != 0 {
+        let mut si = [0u8; 128];
+        if let Some((pid, st)) = found {
+            let (code, value) = if st & 0x7f == 0 { (1u32, (st >> 8) & 0xff) } else { (2, st & 0x7f) };
+            si[..4].copy_from_slice(&(crate::sigframe::sig::SIGCHLD as u32).to_le_bytes());
+            si[8..12].copy_from_slice(&code.to_le_bytes());
+            si[16..20].copy_from_slice(&(pid as u32).to_le_bytes());
+            si[20..24].copy_from_slice(&(ctx.k.cfg.uid as u32).to_le_bytes());
+            si[24..28].copy_from_slice(&(value as u32).to_le_bytes());
+        }
+        ctx.user.write(infop, &si)?;
+    }
+    if rusage != 0 {
+        ctx.user.write(rusage, &[0u8; 144])?;
+    }
+    Ok(0)
 }
 
 pub fn getuid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
