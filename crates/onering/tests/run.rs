@@ -1086,7 +1086,7 @@ fn cached_rewrite_plans_give_the_same_runs() {
     let entries = || std::fs::read_dir(&dir).map(|d| d.count()).unwrap_or(0);
     assert!(entries() >= 2, "busybox's and libc's plans are stored");
     let sites = |o: &Output| {
-        let line = stderr(o).lines().find(|l| l.contains("syscall sites")).unwrap_or("").to_string();
+        let line = stderr(o).lines().find(|l| l.contains("left on the trap path")).unwrap_or("").to_string();
         line.split(';').next().unwrap_or("").to_string()
     };
     let contents = || {
