@@ -476,9 +476,9 @@ mod tables {
 
     /// Reads entry `index` of table page `table`.
     fn read(table: u64, index: u64) -> u64 {
-        // SAFETY: `table` is a page-table page in RAM (a root, the VMM's or one of
-        // the pool's, or a page named by a present entry the VMM or this module
-        // wrote); its entries are aligned u64s in the direct map; a read.
+        // `table` is a page-table page in RAM: a root (the VMM's or one of the
+        // pool's) or a page named by a present entry the VMM or this module wrote.
+        // SAFETY: its entries are aligned u64s in the direct map, and this only reads one.
         unsafe { read_volatile(entry(table, index)) }
     }
 
@@ -500,10 +500,9 @@ mod tables {
                     t
                 }
             };
-            // SAFETY: `t` is a page of a chunk the pool owns (`held`), reached through
-            // the direct map, part of no table now (a page given back was unlinked
-            // from its space's tables first). A stray byte would become a mapping:
-            // clear it.
+            // A stray byte in a table page would become a mapping: clear it. A page
+            // given back was unlinked from its space's tables first.
+            // SAFETY: `t` is a page of a chunk the pool owns (`held`), reached through the direct map and part of no table now.
             unsafe { core::ptr::write_bytes(direct(t) as *mut u8, 0, PAGE_SIZE as usize) };
             Ok(t)
         }
@@ -524,10 +523,10 @@ mod tables {
             for i in KERNEL_SLOT..512 {
                 let v = read(layout::BOOT_PT_PHYS, i);
                 if v != 0 {
-                    // SAFETY: `root` is a zeroed pool page no vCPU has loaded yet;
-                    // its upper-half entry becomes the boot root's, which names the
-                    // VMM's kernel tables (never edited), so the kernel is mapped
-                    // here as in every space.
+                    // The upper-half entry becomes the boot root's, which names the
+                    // VMM's kernel tables (never edited): the kernel is mapped here
+                    // as in every space.
+                    // SAFETY: `root` is a zeroed pool page no vCPU has loaded yet; the entry is an aligned u64 in the direct map.
                     unsafe { write_volatile(entry(root, i), v) };
                 }
             }
@@ -543,10 +542,9 @@ mod tables {
             self.pages.try_reserve(1).map_err(|_| MapError::NoMemory)?;
             let t = POOL.lock().page(chunks)?;
             self.pages.push(t);
-            // SAFETY: `table` is this space's root or one of its user-half table
-            // pages, edited only through this instance (`&mut`); the entry is an
-            // aligned u64 in the direct map; the new entry points at a zeroed table
-            // page this instance owns (`pages`), so it maps nothing yet.
+            // `table` is this space's root or one of its user-half table pages,
+            // edited only through this instance (`&mut`).
+            // SAFETY: an aligned entry in the direct map, now naming a zeroed table page this instance owns (`pages`): it maps nothing yet.
             unsafe { write_volatile(entry(table, index), t | PTE_PRESENT | PTE_WRITE | PTE_USER) };
             Ok(t)
         }
@@ -604,9 +602,9 @@ mod tables {
             }
             for i in 0..KERNEL_SLOT {
                 if read(self.root, i) != 0 {
-                    // SAFETY: an aligned user-half entry of this space's root, which
-                    // only this instance edits; clearing it unmaps the space's user
-                    // half (its blocks' counts are dropped by the caller).
+                    // Clearing it unmaps the space's user half (its blocks' counts
+                    // are dropped by the caller).
+                    // SAFETY: an aligned user-half entry of this space's root, which only this instance edits.
                     unsafe { write_volatile(entry(self.root, i), 0) };
                 }
             }

@@ -46,9 +46,9 @@ pub(crate) fn init(flags: u64) {
 pub(crate) fn flush_tlb() {
     #[cfg(target_os = "none")]
     if PRIVILEGED.load(Ordering::Relaxed) {
-        // SAFETY: vector 0x81 is the supervisor stub, a DPL-3 gate the VMM installs
-        // only on hardware KVM; with rax 0 it reloads CR3 (the same root), changes
-        // no other register and returns with iretq.
+        // Vector 0x81 is the supervisor stub, a DPL-3 gate the VMM installs only on
+        // hardware KVM.
+        // SAFETY: with rax 0 the stub reloads CR3 (the same root), changes no other register and returns with iretq.
         unsafe { core::arch::asm!("int 0x81", inout("rax") 0u64 => _, options(nostack)) };
     }
 }
@@ -66,11 +66,9 @@ pub fn set_root(root: &crate::mm::PageTables) {
     }
     #[cfg(target_os = "none")]
     if PRIVILEGED.load(Ordering::Relaxed) {
-        // SAFETY: vector 0x81 is the supervisor stub (a DPL-3 gate, hardware KVM
-        // only); with rax non-zero it loads it into CR3 and returns with iretq.
-        // `root` is a live space's root page (`PageTables` holds it until
-        // released), whose upper half maps the kernel as every root does, so the
-        // code and stack in use stay mapped across the switch.
+        // Vector 0x81 is the supervisor stub (a DPL-3 gate, hardware KVM only); with
+        // rax non-zero it loads rax into CR3 and returns with iretq.
+        // SAFETY: `root` is a live space's root page (held by `PageTables` until released) whose upper half maps the kernel as every root does, so the code and stack in use stay mapped.
         unsafe { core::arch::asm!("int 0x81", inout("rax") root => _, options(nostack)) };
         return;
     }

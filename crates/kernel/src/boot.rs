@@ -20,9 +20,6 @@ use onering_abi::BootInfo;
 use onering_arch::boot::Boot;
 use onering_arch::frame::{FaultFrame, SyscallFrame};
 
-/// Lowest address `mmap` hands out without MAP_FIXED (Linux's mmap_min_addr).
-const MMAP_BOTTOM: u64 = 0x1_0000;
-
 /// Each CPU's first Rust code. CPU 0 sets the kernel up and starts the program's
 /// first thread; the others start later (when the scheduler first kicks them).
 /// Both then run their idle loop, which runs threads.
@@ -184,7 +181,7 @@ fn address_space(
     blocks: onering_arch::mm::BootBlocks,
     bi: &BootInfo,
 ) -> UserSpace {
-    let mut space = AddressSpace::new(chunks, tables, bi.brk_start, MMAP_BOTTOM, layout::MMAP_TOP);
+    let mut space = AddressSpace::new(chunks, tables, bi.brk_start, crate::mm::space::MMAP_BOTTOM, layout::MMAP_TOP);
     let stack = bi.user_maps[1];
     let image_start = layout::align_down(bi.image_start, PAGE_SIZE);
     let image_end = layout::align_up(bi.brk_start, PAGE_SIZE);

@@ -400,15 +400,7 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
             continue; // decoding from `done_until` lost the instruction boundaries
         };
         let local = &local[..(idx + REACH + 1).min(local.len())];
-        // A signal restorer (`mov $15, %eax/%rax; syscall`: rt_sigreturn) is entered
-        // by a handler's return, not by a branch, so no table shows its start (a
-        // library's unwind entry for it even starts a byte early, for unwinders):
-        // its `mov` must begin the window.
-        let floor = match idx.checked_sub(1) {
-            Some(m) if is_sigreturn_mov(unit, &local[m]) => m,
-            _ => 0,
-        };
-        let Some((lo, hi)) = window(local, idx, &targets, floor) else {
+        let Some((lo, hi)) = window(local, idx, &targets) else {
             continue;
         };
         let (ws, we) = (local[lo].ip, local[hi].next_ip());
@@ -435,26 +427,21 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
 /// rt_sigreturn's number loaded as a signal restorer loads it.
 const SIGRETURN_MOVS: [&[u8]; 2] = [&[0x48, 0xc7, 0xc0, 15, 0, 0, 0], &[0xb8, 15, 0, 0, 0]];
 
-/// Whether `i` (in `unit`) is `mov $15, %eax` or `mov $15, %rax`.
-fn is_sigreturn_mov(unit: &Code, i: &Ins) -> bool {
-    let at = i.ip.wrapping_sub(unit.addr) as usize;
-    let b = unit.bytes.get(at..at.saturating_add(i.len)).unwrap_or(&[]);
-    SIGRETURN_MOVS.contains(&b)
-}
-
-/// The length of such a `mov` right before the site at `site`, if the bytes there
-/// are one (whatever the decoding in step says).
+/// The length of `mov $15, %eax` or `mov $15, %rax` right before the site at
+/// `site`, if the bytes there are one (whatever the decoding in step says). A
+/// signal restorer is entered by a handler's return, not by a branch, so no table
+/// marks its start; decoding from its `mov` makes the window start there (the
+/// smallest window, `mov` and `syscall`, never takes the padding before it).
 fn sigreturn_mov_before(unit: &Code, site: u64) -> Option<u64> {
     let at = site.checked_sub(unit.addr)? as usize;
     SIGRETURN_MOVS.iter().find(|m| at >= m.len() && unit.bytes.get(at - m.len()..at) == Some(m)).map(|m| m.len() as u64)
 }
 
-/// The smallest window of instructions `[lo, hi]` around the site `idx`, starting
-/// at `floor` or after, that is at least 5 bytes long, movable, and holds no branch
-/// target except at its start.
-fn window(unit: &[Ins], idx: usize, targets: &[u64], floor: usize) -> Option<(usize, usize)> {
+/// The smallest window of instructions `[lo, hi]` around the site `idx` that is at
+/// least 5 bytes long, movable, and holds no branch target except at its start.
+fn window(unit: &[Ins], idx: usize, targets: &[u64]) -> Option<(usize, usize)> {
     let mut best: Option<(usize, usize)> = None;
-    for back in 0..=REACH.min(idx - floor.min(idx)) {
+    for back in 0..=REACH.min(idx) {
         for fwd in 0..=REACH {
             let (lo, hi) = (idx - back, idx + fwd);
             if hi >= unit.len() {

@@ -128,6 +128,10 @@ pub const MAX_MAP_COUNT: usize = 16384;
 /// draws from. Lock order: after the memory lock of any space.
 pub type Chunks = Arc<Mutex<ChunkAllocator>>;
 
+/// The lowest address `mmap` hands out (the first 64 KiB stay unmapped, as Linux's
+/// `mmap_min_addr`).
+pub const MMAP_BOTTOM: u64 = 0x1_0000;
+
 /// A chunk mapped in several address spaces (MAP_SHARED memory after fork): the
 /// last space to let it go zeroes it and gives it back.
 #[derive(Debug)]

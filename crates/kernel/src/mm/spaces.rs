@@ -92,6 +92,14 @@ pub fn install(space: UserSpace) -> Result<&'static Space, Errno> {
     Ok(s)
 }
 
+/// A new empty address space with page tables of its own (`execve`), one hold
+/// passing to the caller's process.
+pub fn fresh(chunks: &super::space::Chunks) -> Result<&'static Space, Errno> {
+    let tables = onering_arch::mm::PageTables::new_space(&mut chunks.lock()).map_err(|_| Errno::ENOMEM)?;
+    let mmap_top = onering_abi::layout::MMAP_TOP;
+    install(UserSpace::new(chunks.clone(), tables, 0, super::space::MMAP_BOTTOM, mmap_top))
+}
+
 /// The space of the thread running here (the boot space before the first thread).
 pub fn current() -> &'static Space {
     match crate::task::thread::try_current() {

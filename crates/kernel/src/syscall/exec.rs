@@ -190,14 +190,17 @@ fn site_bound(prog: &Program, file: &[u8]) -> u64 {
 /// A file as the plan cache knows it: device, inode, size, modification time.
 type FileKey = (u64, u64, u64, u64);
 
-/// A plan at bias 0, for trampolines at `tramp` (bias 0 too).
-struct Cached {
-    plan: WirePlan,
-}
+/// Plans at bias 0, by file and trampoline offset (bias 0 too).
+static PLANS: Mutex<BTreeMap<(FileKey, u64), Arc<WirePlan>>> = Mutex::new(BTreeMap::new());
 
-static PLANS: Mutex<BTreeMap<(FileKey, u64), Arc<Cached>>> = Mutex::new(BTreeMap::new());
-/// Rewrites that found no plan (for `--stats`-like diagnosis in tests).
-pub static UNREWRITTEN: core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+/// Inserts into one of the per-VM caches, emptied when it holds [`MAX_PLANS`].
+fn remember<K: Ord, V: Clone>(cache: &Mutex<BTreeMap<K, V>>, key: K, value: &V) {
+    let mut c = cache.lock();
+    if c.len() >= MAX_PLANS {
+        c.clear();
+    }
+    c.insert(key, value.clone());
+}
 
 fn rewriting(k: &Kernel) -> bool {
     k.cfg.flags & onering_abi::flags::NO_REWRITE == 0
@@ -205,7 +208,7 @@ fn rewriting(k: &Kernel) -> bool {
 
 /// The plan for `file` with trampolines at `tramp` (both at bias 0): from the
 /// cache, else from the VMM (one exit). None: nothing to rewrite or no plan.
-fn plan_for(key: Option<FileKey>, file: &[u8], tramp: u64) -> Option<Arc<Cached>> {
+fn plan_for(key: FileKey, file: &[u8], tramp: u64) -> Option<Arc<WirePlan>> {
     if let Some(c) = cached_plan(key, tramp) {
         return Some(c);
     }
@@ -225,29 +228,18 @@ fn plan_for(key: Option<FileKey>, file: &[u8], tramp: u64) -> Option<Arc<Cached>
         }
     };
     let plan = WirePlan::decode(out.get(..len)?);
-    {
-        let mut kept = PLAN_OUT.lock();
-        if out.capacity() > kept.capacity() && out.capacity() <= MAX_SCRATCH {
-            *kept = out;
-        }
-    }
+    keep(&PLAN_OUT, out);
     let mut plan = plan?;
     for p in &mut plan.patches {
         p.addr = p.addr.wrapping_sub(PLAN_BIAS);
     }
-    let c = Arc::new(Cached { plan });
-    if let Some(k) = key {
-        let mut plans = PLANS.lock();
-        if plans.len() >= MAX_PLANS {
-            plans.clear();
-        }
-        plans.insert((k, tramp), c.clone());
-    }
+    let c = Arc::new(plan);
+    remember(&PLANS, (key, tramp), &c);
     Some(c)
 }
 
-fn cached_plan(key: Option<FileKey>, tramp: u64) -> Option<Arc<Cached>> {
-    key.and_then(|k| PLANS.lock().get(&(k, tramp)).cloned())
+fn cached_plan(key: FileKey, tramp: u64) -> Option<Arc<WirePlan>> {
+    PLANS.lock().get(&(key, tramp)).cloned()
 }
 
 /// What a library's mapping needs to know of its file, kept per file so that a
@@ -277,11 +269,7 @@ fn library(exe: &Exe) -> Option<Arc<Library>> {
     let sites = site_bound(&prog, &exe.bytes);
     let room = if sites == 0 { 0 } else { align_up(sites * TRAMPOLINE_ROOM + 64, PAGE_SIZE) };
     let l = Arc::new(Library { code, lo: align_down(prog.span().0, PAGE_SIZE), room });
-    let mut libs = LIBRARIES.lock();
-    if libs.len() >= MAX_PLANS {
-        libs.clear();
-    }
-    libs.insert(exe.key, l.clone());
+    remember(&LIBRARIES, exe.key, &l);
     Some(l)
 }
 
@@ -364,9 +352,9 @@ fn scratch(len: usize) -> Result<Vec<u8>, Errno> {
     Ok(v)
 }
 
-/// Gives a buffer back to be kept (if it is larger than the one kept).
-fn keep(v: Vec<u8>) {
-    let mut s = SCRATCH.lock();
+/// Gives buffer `v` back to `slot` to be kept (if it is larger than the one kept).
+fn keep(slot: &Mutex<Vec<u8>>, v: Vec<u8>) {
+    let mut s = slot.lock();
     if v.capacity() > s.capacity() && v.capacity() <= MAX_SCRATCH {
         *s = v;
     }
@@ -374,7 +362,7 @@ fn keep(v: Vec<u8>) {
 
 impl Drop for Exe {
     fn drop(&mut self) {
-        keep(core::mem::take(&mut self.bytes));
+        keep(&SCRATCH, core::mem::take(&mut self.bytes));
     }
 }
 
@@ -446,8 +434,8 @@ struct Loaded {
 /// Loads `exe` into the current address space: its segments copied into a fresh
 /// anonymous mapping, rewritten, then each given its protection.
 fn load(k: &Kernel, mm: &Mm, user: &dyn UserMem, exe: &Exe, prog: &Program, place: Place) -> Result<Loaded, Errno> {
-    let plan = if rewriting(k) { plan_for(Some(exe.key), &exe.bytes, tramp_base(prog)) } else { None };
-    let tramp_len = plan.as_ref().map_or(0, |c| c.plan.trampolines.len() as u64);
+    let plan = if rewriting(k) { plan_for(exe.key, &exe.bytes, tramp_base(prog)) } else { None };
+    let tramp_len = plan.as_ref().map_or(0, |c| c.trampolines.len() as u64);
     let (lo, hi) = image_span(prog, tramp_len).ok_or(Errno::ENOEXEC)?;
     let len = hi - lo;
     let rw = PROT_READ | PROT_WRITE;
@@ -468,9 +456,7 @@ fn load(k: &Kernel, mm: &Mm, user: &dyn UserMem, exe: &Exe, prog: &Program, plac
         user.write(s.vaddr.wrapping_add(bias), s.bytes(&exe.bytes))?;
     }
     if let Some(c) = &plan {
-        apply(user, &c.plan, bias, tramp_base(prog), start, start + len)?;
-    } else if rewriting(k) {
-        UNREWRITTEN.fetch_add(1, Relaxed);
+        apply(user, c, bias, tramp_base(prog), start, start + len)?;
     }
     // Protections: the whole span inaccessible, then each segment's (a page two
     // segments share gets both), the trampolines readable and executable.
@@ -698,16 +684,6 @@ fn exec_at(ctx: &Ctx, dirfd: u64, path_addr: u64, argv: u64, envp: u64, flags: u
     finish(regs)
 }
 
-/// An empty address space with page tables of its own.
-fn fresh_space(k: &Kernel) -> Result<&'static crate::mm::spaces::Space, Errno> {
-    let tables = onering_arch::mm::PageTables::new_space(&mut k.chunks.lock()).map_err(|_| Errno::ENOMEM)?;
-    let space = crate::mm::UserSpace::new(k.chunks.clone(), tables, 0, MMAP_BOTTOM, onering_abi::layout::MMAP_TOP);
-    crate::mm::spaces::install(space)
-}
-
-/// The lowest address `mmap` hands out (as at boot).
-const MMAP_BOTTOM: u64 = 0x1_0000;
-
 /// The absolute form of `path` from the working directory (for /proc/PID/exe).
 fn absolute(ctx: &Ctx, path: &[u8]) -> Vec<u8> {
     let cwd = ctx.proc().fs.lock().cwd;
@@ -731,7 +707,7 @@ fn replace_image(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Pr
     p.threads.store(1, Relaxed);
     // A fresh address space; the old one goes (unless a vfork parent shares it).
     let kill = || -> ! { crate::task::signal::terminate(ctx.k, me, crate::sigframe::sig::SIGSEGV, 0, 0) };
-    let Ok(space) = fresh_space(ctx.k) else { kill() };
+    let Ok(space) = crate::mm::spaces::fresh(&ctx.k.chunks) else { kill() };
     p.replace_space(space);
     let user = space.user();
     let start = match build(ctx, &space.mm, &user, exe, prog, interp, args) {
@@ -799,7 +775,6 @@ pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: 
     };
     // The executable segment this mapping holds, and so the load bias.
     let Some(&(_, vaddr)) = lib.code.iter().find(|c| c.0 == offset) else {
-        UNREWRITTEN.fetch_add(1, Relaxed);
         return;
     };
     if lib.room == 0 {
@@ -811,22 +786,20 @@ pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: 
     let at = bias.wrapping_add(tramp);
     let flags = map_flags::PRIVATE | map_flags::ANONYMOUS | map_flags::FIXED_NOREPLACE;
     if ctx.mm().lock().mmap_anon(at, lib.room, PROT_READ | PROT_WRITE, flags) != Ok(at) {
-        UNREWRITTEN.fetch_add(1, Relaxed);
         return;
     }
-    let plan = cached_plan(Some(key), tramp).or_else(|| {
+    let plan = cached_plan(key, tramp).or_else(|| {
         let e = exe.take().or_else(|| read_exe(file).ok())?;
-        plan_for(Some(key), &e.bytes, tramp)
+        plan_for(key, &e.bytes, tramp)
     });
     let ok = plan.as_ref().is_some_and(|c| {
-        c.plan.trampolines.len() as u64 <= lib.room && apply(ctx.user, &c.plan, bias, tramp, start, start + len).is_ok()
+        c.trampolines.len() as u64 <= lib.room && apply(ctx.user, c, bias, tramp, start, start + len).is_ok()
     });
     let space = &mut *ctx.mm().lock();
     if ok {
         let _ = space.mprotect(at, lib.room, PROT_READ | PROT_EXEC);
     } else {
         let _ = space.munmap(at, lib.room);
-        UNREWRITTEN.fetch_add(1, Relaxed);
     }
 }
 

@@ -269,7 +269,7 @@ pub fn exit_group(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 pub fn wait4(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [pid, status, options, rusage, ..] = f.args();
-    if options & !(WNOHANG | 0x2 | 0x8 | 0x4000_0000 | 0x8000_0000 | 0x2000_0000) != 0 {
+    if options & !(WNOHANG | WSTOPPED | WCONTINUED | WAIT_THREADS) != 0 {
         return Err(Errno::EINVAL);
     }
     // (A pid_t: glibc leaves the register's upper half zero for -1.)
@@ -332,6 +332,8 @@ const WEXITED: u64 = 4;
 const WSTOPPED: u64 = 2;
 const WCONTINUED: u64 = 8;
 const WNOWAIT: u64 = 0x0100_0000;
+/// `__WNOTHREAD`, `__WALL`, `__WCLONE`: accepted, meaningless here.
+const WAIT_THREADS: u64 = 0x2000_0000 | 0x4000_0000 | 0x8000_0000;
 
 /// `waitid(idtype, id, infop, options, rusage)`: as `wait4`, reporting through a
 /// `siginfo_t` (SIGCHLD, CLD_EXITED or CLD_KILLED, the pid, uid and status).
@@ -339,7 +341,7 @@ const WNOWAIT: u64 = 0x0100_0000;
 /// zombie to be reaped again.
 pub fn waitid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [idtype, id, infop, options, rusage, ..] = f.args();
-    if options & !(WNOHANG | WEXITED | WSTOPPED | WCONTINUED | WNOWAIT | 0x4000_0000 | 0x8000_0000 | 0x2000_0000) != 0
+    if options & !(WNOHANG | WEXITED | WSTOPPED | WCONTINUED | WNOWAIT | WAIT_THREADS) != 0
         || options & (WEXITED | WSTOPPED | WCONTINUED) == 0
     {
         return Err(Errno::EINVAL);

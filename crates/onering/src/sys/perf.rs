@@ -33,8 +33,8 @@ const EXCLUDE_HOST: u64 = 1 << 19;
 /// Opens hardware counter `config` for the calling thread, counting guest mode only.
 pub fn guest_counter(config: u64) -> std::io::Result<OwnedFd> {
     let attr = Attr { kind: 0, size: 64, config, flags: EXCLUDE_HV | EXCLUDE_HOST, ..Attr::default() };
-    // SAFETY: perf_event_open reads `size` (64) bytes of `attr`, which lives across
-    // the call; pid 0 / cpu -1: this thread on any CPU; no group, no flags.
+    // pid 0 / cpu -1: this thread on any CPU; no group, no flags.
+    // SAFETY: perf_event_open reads `size` (64) bytes of `attr`, which lives across the call.
     let fd = unsafe { libc::syscall(libc::SYS_perf_event_open, &attr as *const Attr, 0, -1, -1, 0) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
