@@ -3,7 +3,10 @@
 //!
 //! User memory is backed only in whole 2 MiB chunks mapped by 2 MiB page-directory
 //! entries: under the software hypervisor every page-table edit and every first
-//! touch of a 4 KiB mapping costs microseconds, a 2 MiB mapping few.
+//! touch of a 4 KiB mapping costs microseconds, a 2 MiB mapping few. The one
+//! exception is a fork's copy-on-write block that a process has written part of:
+//! a table of 4 KiB entries maps each page to the block's base chunk (read-only)
+//! or to its copy chunk (writable), [`PageTables::split_block`].
 //!
 //! A [`Chunk`] is an owned 2 MiB piece of guest RAM: it cannot be copied or made
 //! up (only a [`ChunkAllocator`] built by `boot` hands chunks out, in the guest), so
@@ -411,8 +414,31 @@ pub struct PageTables {
     root: u64,
     /// Table pages below the root this instance took from the pool (freed with it).
     pages: Vec<u64>,
-    /// What each mapped block maps: virtual block address -> chunk address.
-    mapped: alloc::collections::BTreeMap<u64, u64>,
+    /// What each mapped block maps: virtual block address -> how.
+    mapped: alloc::collections::BTreeMap<u64, Mapping>,
+}
+
+/// How one 2 MiB block of a user half is mapped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mapping {
+    /// One 2 MiB entry for the chunk at `phys`, writable or read-only (a block
+    /// that fork left shared until one side writes it).
+    Block { phys: u64, writable: bool },
+    /// A table of 4 KiB entries (`table`): each page is `base`'s, read-only,
+    /// until it is copied to `copy` and mapped there writable (copy-on-write at
+    /// page size: only what a process writes after fork is copied).
+    Split { base: u64, copy: u64, table: u64 },
+}
+
+impl Mapping {
+    /// The chunks it maps.
+    fn chunks(&self) -> impl Iterator<Item = u64> {
+        let (a, b) = match *self {
+            Mapping::Block { phys, .. } => (phys, None),
+            Mapping::Split { base, copy, .. } => (base, Some(copy)),
+        };
+        core::iter::once(a).chain(b)
+    }
 }
 
 /// The table-page pool, shared by every space: the rest of the last chunk cut up,
@@ -452,6 +478,11 @@ impl PageTables {
     /// How many blocks it maps.
     pub fn mapped_blocks(&self) -> usize {
         self.mapped.len()
+    }
+
+    /// How the block at `virt` is mapped (None: not at all).
+    pub fn mapping(&self, virt: u64) -> Option<Mapping> {
+        self.mapped.get(&virt).copied()
     }
 }
 
@@ -573,14 +604,64 @@ mod tables {
             }
         }
 
-        pub(super) fn set(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator) -> Result<(), MapError> {
+        /// Points the page-directory entry of `virt` at the chunk `phys` (a 2 MiB
+        /// page, writable or not), replacing what it held (one store).
+        pub(super) fn set(
+            &mut self,
+            virt: u64,
+            phys: u64,
+            writable: bool,
+            chunks: &mut ChunkAllocator,
+        ) -> Result<(), MapError> {
             let e = self.pd_entry(virt, Some(chunks)).ok_or(MapError::NoMemory)?;
-            // SAFETY: `e` is the aligned page-directory entry, in the direct map, of a
-            // user-half `virt` (checked by `map_block`) in a table page only this
-            // instance edits; the entry maps `chunk`, which `MAPPED` now keeps from
-            // being freed or kept as kernel memory until it is unmapped.
-            unsafe { write_volatile(e, chunk.phys() | PTE_PRESENT | PTE_WRITE | PTE_USER | PTE_HUGE) };
+            let w = if writable { PTE_WRITE } else { 0 };
+            // SAFETY: `e` is the aligned page-directory entry, in the direct map, of a user-half `virt` (checked by the caller) in a table page only this instance edits; it maps the chunk at `phys`, which `MAPPED` keeps from being freed or kept as kernel memory until it is unmapped.
+            unsafe { write_volatile(e, phys | PTE_PRESENT | w | PTE_USER | PTE_HUGE) };
+            crate::supervisor::flush_tlb();
             Ok(())
+        }
+
+        /// Points the page-directory entry of `virt` at a new table of 4 KiB
+        /// entries: page `i` is `copy`'s (writable) where bit `i` of `copied` is
+        /// set, `base`'s (read-only) elsewhere. Returns the table page.
+        pub(super) fn set_split(
+            &mut self,
+            virt: u64,
+            base: u64,
+            copy: u64,
+            copied: &[u64; 8],
+            chunks: &mut ChunkAllocator,
+        ) -> Result<u64, MapError> {
+            let e = self.pd_entry(virt, Some(chunks)).ok_or(MapError::NoMemory)?;
+            self.pages.try_reserve(1).map_err(|_| MapError::NoMemory)?;
+            let t = POOL.lock().page(chunks)?;
+            self.pages.push(t);
+            for i in 0..512u64 {
+                let v = if copied[(i / 64) as usize] & 1 << (i % 64) != 0 {
+                    (copy + i * PAGE_SIZE) | PTE_PRESENT | PTE_WRITE | PTE_USER
+                } else {
+                    (base + i * PAGE_SIZE) | PTE_PRESENT | PTE_USER
+                };
+                // SAFETY: `t` is a zeroed pool page this instance now owns (`pages`), linked into no table yet; the entry is an aligned u64 in the direct map.
+                unsafe { write_volatile(entry(t, i), v) };
+            }
+            // SAFETY: as in `set`: the aligned page-directory entry of a user-half `virt`, now naming the table just filled, whose entries map only `base` and `copy` (counted in `MAPPED` by the caller).
+            unsafe { write_volatile(e, t | PTE_PRESENT | PTE_WRITE | PTE_USER) };
+            crate::supervisor::flush_tlb();
+            Ok(t)
+        }
+
+        /// Maps page `index` of a split block's table `table` to page `index` of
+        /// the chunk `copy`, writable.
+        pub(super) fn set_page(&mut self, table: u64, index: u64, copy: u64) {
+            // SAFETY: `table` is a split table of this instance (`pages`, named by one of its page-directory entries) and `index` < 512 (masked by `entry`); the page it now maps is the block's copy chunk, already counted in `MAPPED`.
+            unsafe {
+                write_volatile(
+                    entry(table, index),
+                    (copy + (index & 511) * PAGE_SIZE) | PTE_PRESENT | PTE_WRITE | PTE_USER,
+                )
+            };
+            crate::supervisor::flush_tlb();
         }
 
         pub(super) fn clear(&mut self, virt: u64) {
@@ -591,6 +672,18 @@ mod tables {
                 // block there.
                 unsafe { write_volatile(e, 0) };
                 crate::supervisor::flush_tlb();
+            }
+        }
+
+        /// Gives the table page of a split block back to the pool (its entry
+        /// cleared already).
+        pub(super) fn free_table(&mut self, table: u64) {
+            if let Some(i) = self.pages.iter().position(|p| *p == table) {
+                self.pages.swap_remove(i);
+                let mut pool = POOL.lock();
+                if pool.free.try_reserve(1).is_ok() {
+                    pool.free.push(table);
+                }
             }
         }
 
@@ -623,38 +716,125 @@ mod tables {
 }
 
 impl PageTables {
-    /// Maps the 2 MiB block of the program's half at `virt` to `chunk`, taking
-    /// chunks for page-table pages from `chunks` as needed.
-    pub fn map_block(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator) -> Result<(), MapError> {
-        if !virt.is_multiple_of(HUGE_PAGE_SIZE) || virt >= onering_abi::layout::USER_END || self.root == 0 {
+    /// Maps the 2 MiB block of the program's half at `virt` to `chunk`, writable or
+    /// read-only, taking chunks for page-table pages from `chunks` as needed. A
+    /// block mapped to the same chunk already only changes its rights (one store).
+    pub fn map_block(
+        &mut self,
+        virt: u64,
+        chunk: &Chunk,
+        chunks: &mut ChunkAllocator,
+        writable: bool,
+    ) -> Result<(), MapError> {
+        Self::check_block(virt)?;
+        if self.root == 0 {
             return Err(MapError::BadAddress);
         }
-        // (A block mapped again: the old chunk is released first.)
-        self.unmap_block(virt);
-        #[cfg(target_os = "none")]
-        {
-            *MAPPED.lock().entry(chunk.phys).or_insert(0) += 1;
-            if let Err(e) = self.set(virt, chunk, chunks) {
-                forget(chunk.phys);
-                return Err(e);
+        let new = Mapping::Block { phys: chunk.phys, writable };
+        match self.mapped.get(&virt) {
+            Some(Mapping::Block { phys, .. }) if *phys == chunk.phys => {}
+            // (A block mapped again: the old mapping is released first.)
+            _ => {
+                self.unmap_block(virt);
+                #[cfg(target_os = "none")]
+                remember(chunk.phys);
             }
+        }
+        #[cfg(target_os = "none")]
+        if let Err(e) = self.set(virt, chunk.phys, writable, chunks) {
+            forget(chunk.phys);
+            self.mapped.remove(&virt);
+            return Err(e);
         }
         #[cfg(not(target_os = "none"))]
         let _ = chunks;
-        self.mapped.insert(virt, chunk.phys);
+        self.mapped.insert(virt, new);
         Ok(())
+    }
+
+    /// Maps the block at `virt` page by page: page `i` to `copy`'s page `i`
+    /// (writable) where bit `i` of `copied` is set, else to `base`'s (read-only).
+    /// A fork's copy-on-write block once this space has written part of it.
+    pub fn split_block(
+        &mut self,
+        virt: u64,
+        base: &Chunk,
+        copy: &Chunk,
+        copied: &[u64; 8],
+        chunks: &mut ChunkAllocator,
+    ) -> Result<(), MapError> {
+        Self::check_block(virt)?;
+        if self.root == 0 {
+            return Err(MapError::BadAddress);
+        }
+        self.unmap_block_keeping_entry(virt);
+        #[cfg(target_os = "none")]
+        let table = {
+            remember(base.phys);
+            remember(copy.phys);
+            match self.set_split(virt, base.phys, copy.phys, copied, chunks) {
+                Ok(t) => t,
+                Err(e) => {
+                    self.clear(virt);
+                    forget(base.phys);
+                    forget(copy.phys);
+                    return Err(e);
+                }
+            }
+        };
+        #[cfg(not(target_os = "none"))]
+        let table = {
+            let _ = (copied, chunks);
+            0
+        };
+        self.mapped.insert(virt, Mapping::Split { base: base.phys, copy: copy.phys, table });
+        Ok(())
+    }
+
+    /// Maps page `virt` (4 KiB aligned) of a split block to its copy, writable:
+    /// the page was copied there. Nothing if the block is not split.
+    pub fn map_copied_page(&mut self, virt: u64) {
+        let block = virt & !(HUGE_PAGE_SIZE - 1);
+        let Some(Mapping::Split { copy, table, .. }) = self.mapped.get(&block).copied() else { return };
+        #[cfg(target_os = "none")]
+        self.set_page(table, (virt - block) >> 12, copy);
+        #[cfg(not(target_os = "none"))]
+        let _ = (copy, table);
+    }
+
+    fn check_block(virt: u64) -> Result<(), MapError> {
+        if !virt.is_multiple_of(HUGE_PAGE_SIZE) || virt >= onering_abi::layout::USER_END {
+            return Err(MapError::BadAddress);
+        }
+        Ok(())
+    }
+
+    /// Forgets the mapping of the block at `virt` (its chunks' counts, a split
+    /// table) but leaves its entry for the caller to overwrite in one store.
+    fn unmap_block_keeping_entry(&mut self, virt: u64) {
+        let Some(m) = self.mapped.remove(&virt) else { return };
+        #[cfg(target_os = "none")]
+        {
+            if let Mapping::Split { table, .. } = m {
+                // The entry still names the table: it is cleared before the table
+                // goes back to the pool.
+                self.clear(virt);
+                self.free_table(table);
+            }
+            m.chunks().for_each(forget);
+        }
+        #[cfg(not(target_os = "none"))]
+        let _ = m;
     }
 
     /// Removes the mapping of the block at `virt` (if it is one of the program's).
     pub fn unmap_block(&mut self, virt: u64) {
-        let Some(phys) = self.mapped.remove(&virt) else { return };
-        #[cfg(target_os = "none")]
-        {
-            self.clear(virt);
-            forget(phys);
+        if !self.mapped.contains_key(&virt) {
+            return;
         }
-        #[cfg(not(target_os = "none"))]
-        let _ = phys;
+        #[cfg(target_os = "none")]
+        self.clear(virt);
+        self.unmap_block_keeping_entry(virt);
     }
 
     /// The space ends: every block is unmapped (its chunk's count dropped), the
@@ -665,9 +845,7 @@ impl PageTables {
         #[cfg(target_os = "none")]
         {
             self.unlink();
-            for phys in mapped.values() {
-                forget(*phys);
-            }
+            mapped.values().flat_map(Mapping::chunks).for_each(forget);
         }
         #[cfg(not(target_os = "none"))]
         {
@@ -675,6 +853,12 @@ impl PageTables {
             self.root = 0;
         }
     }
+}
+
+/// One mapping of chunk `phys` more.
+#[cfg(target_os = "none")]
+fn remember(phys: u64) {
+    *MAPPED.lock().entry(phys).or_insert(0) += 1;
 }
 
 /// One mapping of chunk `phys` fewer.
@@ -726,8 +910,8 @@ pub(crate) fn boot_blocks(maps: &[onering_abi::UserMapping], free_start: u64, pt
         );
         for off in (0..m.size).step_by(HUGE_PAGE_SIZE as usize) {
             let (virt, phys) = (m.virt + off, m.phys + off);
-            pt.mapped.insert(virt, phys);
-            *MAPPED.lock().entry(phys).or_insert(0) += 1;
+            pt.mapped.insert(virt, Mapping::Block { phys, writable: true });
+            remember(phys);
             out.push((virt, Chunk { phys }));
         }
     }
@@ -839,8 +1023,8 @@ mod tests {
         a.add_range(0, 4 * M);
         let c = a.alloc().unwrap();
         let mut pt = host_page_tables();
-        assert_eq!(pt.map_block(0x1000, &c, &mut a), Err(MapError::BadAddress));
-        assert_eq!(pt.map_block(onering_abi::layout::USER_END, &c, &mut a), Err(MapError::BadAddress));
-        assert_eq!(pt.map_block(0x4000_0000, &c, &mut a), Ok(()));
+        assert_eq!(pt.map_block(0x1000, &c, &mut a, true), Err(MapError::BadAddress));
+        assert_eq!(pt.map_block(onering_abi::layout::USER_END, &c, &mut a, true), Err(MapError::BadAddress));
+        assert_eq!(pt.map_block(0x4000_0000, &c, &mut a, true), Ok(()));
     }
 }

@@ -449,7 +449,8 @@ fn first_touch(k: &Kernel, frame: &FaultFrame, addr: u64) -> bool {
     // (The idle loop runs only the kernel: a fault there is no first touch.)
     let Some(space) = t.map(|t| t.process().space()) else { return false };
     let _ = k;
-    let outcome = space.mm.lock().fault_in(addr);
+    // (Error-code bit 1: the access was a write, which copies a copy-on-write page.)
+    let outcome = space.mm.lock().fault_in(addr, frame.error & 2 != 0);
     match outcome {
         Fault::Retry => {
             if let Some(t) = t {

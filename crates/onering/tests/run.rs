@@ -651,6 +651,16 @@ fn fork_matches_the_host() {
 }
 
 #[test]
+fn copy_on_write_after_fork_matches_the_host() {
+    // Parent and child writing the same pages in either order (a few pages,
+    // copied one at a time, and most of a block, copied whole), the kernel
+    // writing into a child's copy, a grandchild of a child that wrote part of a
+    // block, munmap/MADV_DONTNEED/mremap in the child: each sees its own memory.
+    same_as_host_on_1_2_4_vcpus(&musl("cow"));
+    same_as_host_on_1_2_4_vcpus(&glibc("cow"));
+}
+
+#[test]
 fn rootfs_and_workdir() {
     let dir = out_dir().join("rootfs-tree");
     let _ = std::fs::remove_dir_all(&dir);

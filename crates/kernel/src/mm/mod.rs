@@ -19,12 +19,37 @@ use onering_arch::mm::{Chunk, ChunkAllocator, MapError, PageTables};
 /// An address space, with its page tables.
 pub type UserSpace = space::AddressSpace<PageTables>;
 
+fn errno(e: MapError) -> Errno {
+    match e {
+        MapError::NoMemory => Errno::ENOMEM,
+        MapError::BadAddress => Errno::EFAULT,
+    }
+}
+
 impl space::Mmu for PageTables {
-    fn map_block(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator) -> Result<(), Errno> {
-        PageTables::map_block(self, virt, chunk, chunks).map_err(|e| match e {
-            MapError::NoMemory => Errno::ENOMEM,
-            MapError::BadAddress => Errno::EFAULT,
-        })
+    fn map_block(
+        &mut self,
+        virt: u64,
+        chunk: &Chunk,
+        chunks: &mut ChunkAllocator,
+        writable: bool,
+    ) -> Result<(), Errno> {
+        PageTables::map_block(self, virt, chunk, chunks, writable).map_err(errno)
+    }
+
+    fn split_block(
+        &mut self,
+        virt: u64,
+        base: &Chunk,
+        copy: &Chunk,
+        copied: &[u64; 8],
+        chunks: &mut ChunkAllocator,
+    ) -> Result<(), Errno> {
+        PageTables::split_block(self, virt, base, copy, copied, chunks).map_err(errno)
+    }
+
+    fn map_copied_page(&mut self, virt: u64) {
+        PageTables::map_copied_page(self, virt)
     }
 
     fn unmap_block(&mut self, virt: u64) {

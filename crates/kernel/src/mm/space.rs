@@ -4,7 +4,9 @@
 //! Memory is backed in whole 2 MiB blocks: a block gets a zeroed chunk and one
 //! page-directory entry; other mappings inside the block cost nothing more; the block
 //! is released when the last mapping in it goes. No 4 KiB page tables, which are what
-//! cost microseconds on our hypervisor. Small mappings (under [`LAZY_MIN`]) are backed
+//! cost microseconds on our hypervisor, except for a block a fork left
+//! copy-on-write once a process has written some of its pages (`Block::Cow`:
+//! only the pages written are copied, through a 4 KiB table; see `fork`). Small mappings (under [`LAZY_MIN`]) are backed
 //! when they are made, so touching them never faults. Large ones (thread stacks of
 //! 8 MiB, Go's 64 MiB heap arenas, big buffers) are backed block by block on first
 //! touch: by the page-fault handler when the program touches them, by [`check`] when
@@ -48,9 +50,23 @@ use spin::Mutex;
 /// Page-table operations on the live address space, and the contents of the
 /// chunks behind it.
 pub trait Mmu {
-    /// Maps the 2 MiB block at `virt` to `chunk`; may take chunks for page-table
-    /// pages from `chunks`.
-    fn map_block(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator) -> Result<(), Errno>;
+    /// Maps the 2 MiB block at `virt` to `chunk`, writable or read-only; may take
+    /// chunks for page-table pages from `chunks`. (Mapped to that chunk already:
+    /// only the rights change.)
+    fn map_block(&mut self, virt: u64, chunk: &Chunk, chunks: &mut ChunkAllocator, writable: bool)
+        -> Result<(), Errno>;
+    /// Maps the block at `virt` page by page: page `i` to `copy` (writable) where
+    /// bit `i` of `copied` is set, to `base` (read-only) elsewhere.
+    fn split_block(
+        &mut self,
+        virt: u64,
+        base: &Chunk,
+        copy: &Chunk,
+        copied: &[u64; 8],
+        chunks: &mut ChunkAllocator,
+    ) -> Result<(), Errno>;
+    /// Maps page `virt` of a split block to its copy, writable.
+    fn map_copied_page(&mut self, virt: u64);
     /// Removes the mapping of the 2 MiB block at `virt`.
     fn unmap_block(&mut self, virt: u64);
     /// Empty tables for another address space (fork's child).
@@ -149,23 +165,109 @@ impl Drop for SharedChunk {
     }
 }
 
-/// A backed block's memory: the space's own chunk, or one shared with other
-/// spaces (not zeroed when a mapping in it goes: the others may use it).
+/// A backed block's memory: the space's own chunk, one shared with other spaces
+/// (MAP_SHARED: not zeroed when a mapping in it goes, the others may use it), or
+/// private memory a fork left shared until written (copy-on-write).
 #[derive(Debug)]
 enum Block {
     Own(Chunk),
     Shared(Arc<SharedChunk>),
+    Cow(Cow),
+}
+
+/// A copy-on-write block: `base` is the memory as it was at fork, mapped
+/// read-only in every space that shares it; the pages this space wrote since
+/// were copied to `copy` (bit `i` of `copied` for page `i`), where it maps them
+/// writable. Only the pages written are copied (and later zeroed); a space that
+/// is the last holder of `base` takes it back as its own.
+#[derive(Debug)]
+struct Cow {
+    base: Arc<SharedChunk>,
+    copy: Option<Chunk>,
+    copied: [u64; 8],
+}
+
+/// Pages of a block copied one at a time before the rest is copied at once (a
+/// write fault costs about what copying ten pages does, here).
+const COW_PAGES_MAX: u32 = 16;
+
+/// The pages of a block (4 KiB each).
+const BLOCK_PAGES: u64 = HUGE_PAGE_SIZE / PAGE_SIZE;
+
+impl Cow {
+    fn new(base: Arc<SharedChunk>) -> Self {
+        Cow { base, copy: None, copied: [0; 8] }
+    }
+
+    fn is_copied(&self, page: u64) -> bool {
+        self.copied[(page / 64) as usize] & 1 << (page % 64) != 0
+    }
+
+    fn count(&self) -> u32 {
+        self.copied.iter().map(|w| w.count_ones()).sum()
+    }
+
+    /// Gives the copy back (its written pages zeroed first) and lets go of the
+    /// base.
+    fn free(mut self, chunks: &Chunks) {
+        if let Some(c) = self.copy.take() {
+            free_copy(c, &self.copied, chunks);
+        }
+    }
+}
+
+/// Runs of pages `[first, end)` whose bit in `copied` is `want`.
+fn runs(copied: &[u64; 8], want: bool) -> Vec<(u64, u64)> {
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for p in (0..BLOCK_PAGES).filter(|p| (copied[(*p / 64) as usize] & 1 << (p % 64) != 0) == want) {
+        match out.last_mut() {
+            Some((_, end)) if *end == p => *end = p + 1,
+            _ => out.push((p, p + 1)),
+        }
+    }
+    out
+}
+
+/// Frees the copy chunk of a copy-on-write block (no longer mapped), its
+/// written pages (`copied`) zeroed first.
+fn free_copy(mut copy: Chunk, copied: &[u64; 8], chunks: &Chunks) {
+    for (a, b) in runs(copied, true) {
+        copy.zero(a * PAGE_SIZE, (b - a) * PAGE_SIZE);
+    }
+    chunks.lock().free(copy);
+}
+
+impl SharedChunk {
+    fn new(chunk: Chunk, chunks: &Chunks) -> Arc<Self> {
+        Arc::new(SharedChunk { chunk: Mutex::new(Some(chunk)), chunks: chunks.clone() })
+    }
+
+    /// Runs `f` on the chunk.
+    fn with<R>(&self, f: impl FnOnce(&mut Chunk) -> R) -> R {
+        match self.chunk.lock().as_mut() {
+            Some(c) => f(c),
+            None => unreachable!("a shared chunk is only taken by its last holder"),
+        }
+    }
+
+    /// The chunk, from its last holder.
+    fn take(self: Arc<Self>) -> Result<Chunk, Arc<Self>> {
+        let mut me = Arc::try_unwrap(self)?;
+        match me.chunk.get_mut().take() {
+            Some(c) => Ok(c),
+            None => unreachable!("a shared chunk is only taken by its last holder"),
+        }
+    }
 }
 
 impl Block {
-    /// Runs `f` on the chunk.
+    /// Runs `f` on the chunk of a block this space may write as a whole (not a
+    /// copy-on-write one: callers make those their own first).
     fn with<R>(&mut self, f: impl FnOnce(&mut Chunk) -> R) -> R {
         match self {
             Block::Own(c) => f(c),
-            Block::Shared(s) => match s.chunk.lock().as_mut() {
-                Some(c) => f(c),
-                None => unreachable!("a shared chunk is only taken when dropped"),
-            },
+            Block::Shared(s) => s.with(f),
+            Block::Cow(_) => unreachable!("a copy-on-write block is made private before it is written whole"),
         }
     }
 
@@ -175,6 +277,7 @@ impl Block {
         match self {
             Block::Own(c) => chunks.lock().free(c),
             Block::Shared(s) => drop(s),
+            Block::Cow(c) => c.free(chunks),
         }
     }
 }
@@ -253,7 +356,7 @@ impl<M: Mmu> Backing<M> {
     fn map_new(&mut self, b: u64) -> Result<Chunk, Errno> {
         let mut chunks = self.chunks.lock();
         let c = chunks.alloc().ok_or(Errno::ENOMEM)?;
-        match self.mmu.map_block(b, &c, &mut chunks) {
+        match self.mmu.map_block(b, &c, &mut chunks, true) {
             Ok(()) => Ok(c),
             Err(e) => {
                 chunks.free(c);
@@ -278,9 +381,16 @@ impl<M: Mmu> Backing<M> {
     }
 
     /// Zeroes the backed parts of `[start, end)` the space owns (a shared block's
-    /// memory is zeroed when its last space lets it go).
-    fn zero_backed(&mut self, start: u64, end: u64) {
+    /// memory is zeroed when its last space lets it go). A copy-on-write block
+    /// that `vmas` still use is made this space's own first (ENOMEM if no chunk
+    /// is left for that); one they no longer use is left for `free`.
+    fn zero_backed(&mut self, start: u64, end: u64, vmas: &VmaSet) -> Result<(), Errno> {
         let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
+        for b in self.cow_blocks(lo, hi) {
+            if vmas.intersects(b, b + HUGE_PAGE_SIZE) {
+                self.privatize(b)?;
+            }
+        }
         for (b, blk) in self.blocks.range_mut(lo..hi) {
             if let Block::Own(c) = blk {
                 let s = start.max(*b);
@@ -288,6 +398,123 @@ impl<M: Mmu> Backing<M> {
                 self.mmu.zero(s, e - s, c, s - b);
             }
         }
+        Ok(())
+    }
+
+    /// The copy-on-write blocks of `[lo, hi)`.
+    fn cow_blocks(&self, lo: u64, hi: u64) -> Vec<u64> {
+        self.blocks.range(lo..hi).filter(|(_, k)| matches!(k, Block::Cow(_))).map(|(b, _)| *b).collect()
+    }
+
+    /// A free chunk, after reclaiming if there is none.
+    fn alloc_chunk(&self) -> Result<Chunk, Errno> {
+        let mut chunks = self.chunks.lock();
+        if let Some(c) = chunks.alloc() {
+            return Ok(c);
+        }
+        chunks.reclaim(1);
+        chunks.alloc().ok_or(Errno::ENOMEM)
+    }
+
+    /// Makes the page at `page` of block `blk` this space's to write (a write
+    /// fault, or the kernel about to write there): in a copy-on-write block the
+    /// page is copied and mapped writable; the block becomes wholly this space's
+    /// when no other space shares its base any more, or once it has had
+    /// [`COW_PAGES_MAX`] pages copied. Nothing for other blocks. ENOMEM when no
+    /// chunk is left for the copy.
+    fn unshare_page(&mut self, blk: u64, page: u64) -> Result<(), Errno> {
+        let Some(Block::Cow(c)) = self.blocks.get(&blk) else { return Ok(()) };
+        let idx = (page - blk) / PAGE_SIZE;
+        if c.is_copied(idx) {
+            return Ok(());
+        }
+        if Arc::strong_count(&c.base) == 1 || c.count() >= COW_PAGES_MAX {
+            return self.privatize(blk);
+        }
+        let fresh = if c.copy.is_none() { Some(self.alloc_chunk()?) } else { None };
+        let Some(Block::Cow(c)) = self.blocks.get_mut(&blk) else { unreachable!("looked up above") };
+        let Some(mut copy) = c.copy.take().or(fresh) else { unreachable!("a copy was just made") };
+        let mmu = &mut self.mmu;
+        let (off, va) = (idx * PAGE_SIZE, blk + idx * PAGE_SIZE);
+        c.base.with(|base| mmu.copy(va, va, PAGE_SIZE, base, off, Some(&mut copy), off));
+        let first = c.count() == 0;
+        c.copied[(idx / 64) as usize] |= 1 << (idx % 64);
+        let mapped = if first {
+            let chunks = &self.chunks;
+            let copied = c.copied;
+            c.base.with(|base| mmu.split_block(blk, base, &copy, &copied, &mut chunks.lock()))
+        } else {
+            mmu.map_copied_page(va);
+            Ok(())
+        };
+        c.copy = Some(copy);
+        if mapped.is_err() {
+            // (No table page for the split: the page stays read-only and copied;
+            // the block is made whole instead, which needs no table.)
+            return self.privatize(blk);
+        }
+        Ok(())
+    }
+
+    /// Makes copy-on-write block `blk` this space's own, mapped writable: the
+    /// base itself if no other space shares it any more (the pages this space
+    /// copied are copied back), else a copy of it (the pages this space did not
+    /// copy yet are copied now). ENOMEM, with the block as it was, when no chunk
+    /// is left for the copy.
+    fn privatize(&mut self, blk: u64) -> Result<(), Errno> {
+        if !matches!(self.blocks.get(&blk), Some(Block::Cow(_))) {
+            return Ok(());
+        }
+        let Some(Block::Cow(Cow { base, copy, copied })) = self.blocks.remove(&blk) else {
+            unreachable!("looked up above")
+        };
+        // (The others' hold on the base, if any, is kept until this space no
+        // longer maps it: were they all to let go meanwhile, it would be freed.)
+        let (chunk, spare, held) = match base.take() {
+            Ok(mut base) => {
+                if let Some(mut copy) = copy {
+                    for (a, b) in runs(&copied, true) {
+                        let (off, len) = (a * PAGE_SIZE, (b - a) * PAGE_SIZE);
+                        self.mmu.copy(blk + off, blk + off, len, &mut copy, off, Some(&mut base), off);
+                    }
+                    (base, Some(copy), None)
+                } else {
+                    (base, None, None)
+                }
+            }
+            Err(base) => {
+                let mut copy = match copy {
+                    Some(c) => c,
+                    None => match self.alloc_chunk() {
+                        Ok(c) => c,
+                        Err(e) => {
+                            self.blocks.insert(blk, Block::Cow(Cow { base, copy: None, copied }));
+                            return Err(e);
+                        }
+                    },
+                };
+                let mmu = &mut self.mmu;
+                for (a, b) in runs(&copied, false) {
+                    let (off, len) = (a * PAGE_SIZE, (b - a) * PAGE_SIZE);
+                    base.with(|base| mmu.copy(blk + off, blk + off, len, base, off, Some(&mut copy), off));
+                }
+                (copy, None, Some(base))
+            }
+        };
+        let mapped = self.mmu.map_block(blk, &chunk, &mut self.chunks.lock(), true);
+        if mapped.is_err() {
+            // (Cannot happen: the block's table exists. Were it to, nothing may
+            // keep mapping the chunks freed below: a touch faults instead.)
+            self.mmu.unmap_block(blk);
+        }
+        self.blocks.insert(blk, Block::Own(chunk));
+        if let Some(copy) = spare {
+            // No longer mapped (the block maps the base alone): zeroed where
+            // written, and freed.
+            free_copy(copy, &copied, &self.chunks);
+        }
+        drop(held);
+        mapped
     }
 
     /// Copies the backed user range `[from, from + len)`, which lies in one block,
@@ -425,10 +652,24 @@ impl<M: Mmu> AddressSpace<M> {
     /// Removes `[start, end)` from the address space (page aligned), zeroing what it
     /// held, whatever its recorded protection (the memory underneath is always
     /// writable), so that free chunks stay zero.
-    fn remove(&mut self, start: u64, end: u64) {
+    fn remove(&mut self, start: u64, end: u64) -> Result<(), Errno> {
+        // A copy-on-write block that keeps other mappings becomes this space's own
+        // first (the part removed is zeroed in it), so that failing for want of
+        // memory changes nothing.
+        let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
+        let keep: Vec<u64> = (self.backing.get_mut().cow_blocks(lo, hi).into_iter())
+            .filter(|b| {
+                self.vmas.intersects(*b, start.max(*b))
+                    || self.vmas.intersects(end.min(b + HUGE_PAGE_SIZE), b + HUGE_PAGE_SIZE)
+            })
+            .collect();
+        for b in keep {
+            self.backing.get_mut().privatize(b)?;
+        }
         let mut gone = Vec::new();
         for v in self.vmas.remove_range(start, end) {
-            self.backing.get_mut().zero_backed(v.start, v.end);
+            // (Cannot fail: the blocks still used are this space's own now.)
+            self.backing.get_mut().zero_backed(v.start, v.end, &self.vmas)?;
             if let VmaKind::File(n) = v.kind {
                 gone.push(n);
             }
@@ -439,6 +680,7 @@ impl<M: Mmu> AddressSpace<M> {
         for n in gone {
             self.orphans.extend(self.files.remove(&n));
         }
+        Ok(())
     }
 
     /// File mapping records no VMA uses any more: the caller drops them once it no
@@ -501,11 +743,8 @@ impl<M: Mmu> AddressSpace<M> {
                 kind: VmaKind::Brk,
                 lazy: false,
             });
-        } else if new_end < old_end {
-            if self.room_for(1).is_err() {
-                return self.brk;
-            }
-            self.remove(new_end, old_end);
+        } else if new_end < old_end && (self.room_for(1).is_err() || self.remove(new_end, old_end).is_err()) {
+            return self.brk;
         }
         self.brk = want;
         self.brk
@@ -604,7 +843,7 @@ impl<M: Mmu> AddressSpace<M> {
                 if flags & FIXED_NOREPLACE != 0 {
                     return Err(Errno::EEXIST);
                 }
-                self.remove(addr, addr + len);
+                self.remove(addr, addr + len)?;
             }
             addr
         } else {
@@ -635,8 +874,7 @@ impl<M: Mmu> AddressSpace<M> {
             .filter(|e| *e <= USER_END)
             .ok_or(Errno::EINVAL)?;
         self.room_for(1)?; // unmapping the middle of a VMA splits it
-        self.remove(addr, end);
-        Ok(())
+        self.remove(addr, end)
     }
 
     /// `mprotect(2)`: records the protection. Memory stays readable and writable
@@ -721,7 +959,7 @@ impl<M: Mmu> AddressSpace<M> {
             .collect();
         let mut refill = Vec::new();
         for (m, s, e) in pieces {
-            self.backing().zero_backed(s, e);
+            self.backing.get_mut().zero_backed(s, e, &self.vmas)?;
             refill.extend(m.map(|m| (m, s, e)));
         }
         Ok(refill)
@@ -773,7 +1011,8 @@ impl<M: Mmu> AddressSpace<M> {
             for b in backed {
                 let (s, e) = (b.max(old), (b + HUGE_PAGE_SIZE).min(old_end));
                 let to = new + (s - old);
-                if let Err(err) = self.backing().back(to, to + (e - s)) {
+                let made = self.backing().privatize(b).and_then(|()| self.backing().back(to, to + (e - s)));
+                if let Err(err) = made {
                     let _ = self.munmap(new, new_len);
                     return Err(err);
                 }
@@ -838,29 +1077,41 @@ impl<M: Mmu> AddressSpace<M> {
 
     /// `fork`: a copy of this address space for a child. Blocks of shared
     /// mappings (MAP_SHARED) become the same memory in both (the parent's own
-    /// chunk turns into a shared one); every other backed block is copied into a
-    /// new chunk of the child's (eagerly: 2 MiB each). The VMAs, the break and the
-    /// file-mapping records are copied (a record is shared: it is the same file
-    /// at the same place, and a shared one's page hashes are the same memory's).
-    /// ENOMEM, with nothing left behind, when memory runs short.
+    /// chunk turns into a shared one); every other backed block becomes
+    /// copy-on-write: mapped read-only in both, its pages copied when either
+    /// side writes them (`unshare_page`). A block this space had partly copied
+    /// since an earlier fork is made whole first, so that a child gets one view
+    /// of each block. The VMAs, the break and the file-mapping records are
+    /// copied (a record is shared: it is the same file at the same place, and a
+    /// shared one's page hashes are the same memory's). ENOMEM, with nothing
+    /// left behind, when memory runs short (page-table pages; copies are made
+    /// later, as written, and a write that finds no memory ends its process as
+    /// Linux's OOM killer would).
     pub fn fork(&mut self) -> Result<Self, Errno> {
-        let backed: Vec<u64> = self.backing.get_mut().blocks.keys().copied().collect();
-        let shared: Vec<u64> = backed
-            .into_iter()
-            .filter(|blk| self.vmas.overlapping(*blk, blk + HUGE_PAGE_SIZE).any(|v| self.is_shared(v)))
-            .collect();
         let chunks = self.chunks.clone();
-        let b = self.backing.get_mut();
-        // Enough chunks for the copies (and some table pages), or none are taken.
-        let copies = b.blocks.len() - shared.len();
-        let need = copies + 2;
         {
+            // Table pages for the child (a few, from one chunk at most).
             let mut c = chunks.lock();
-            if c.free_chunks() < need && !c.reclaim(need) {
+            if c.free_chunks() < 2 && !c.reclaim(2) {
                 return Err(Errno::ENOMEM);
             }
         }
-        let mmu = b.mmu.new_space(&mut chunks.lock())?;
+        let partial: Vec<u64> = (self.backing.get_mut().blocks.iter())
+            .filter(|(_, k)| matches!(k, Block::Cow(c) if c.copy.is_some()))
+            .map(|(b, _)| *b)
+            .collect();
+        for blk in partial {
+            self.backing.get_mut().privatize(blk)?;
+        }
+        let backed: Vec<u64> = self.backing.get_mut().blocks.keys().copied().collect();
+        let shared: Vec<u64> = backed
+            .into_iter()
+            .filter(|blk| {
+                matches!(self.backing.get_mut().blocks.get(blk), Some(Block::Shared(_)))
+                    || self.vmas.overlapping(*blk, blk + HUGE_PAGE_SIZE).any(|v| self.is_shared(v))
+            })
+            .collect();
+        let mmu = self.backing.get_mut().mmu.new_space(&mut chunks.lock())?;
         let mut child = AddressSpace {
             vmas: self.vmas.clone(),
             backing: RefCell::new(Backing { blocks: BTreeMap::new(), chunks: chunks.clone(), mmu }),
@@ -876,35 +1127,41 @@ impl<M: Mmu> AddressSpace<M> {
         };
         let b = self.backing.get_mut();
         let cb = child.backing.get_mut();
-        for blk in shared {
+        let blocks: Vec<u64> = b.blocks.keys().copied().collect();
+        for blk in blocks {
             let Some(mine) = b.blocks.remove(&blk) else { continue };
-            let arc = match mine {
-                Block::Shared(a) => a,
-                Block::Own(c) => Arc::new(SharedChunk { chunk: Mutex::new(Some(c)), chunks: chunks.clone() }),
-            };
-            b.blocks.insert(blk, Block::Shared(arc.clone()));
-            let mut theirs = Block::Shared(arc);
-            let mapped = theirs.with(|c| cb.mmu.map_block(blk, c, &mut chunks.lock()));
-            if let Err(e) = mapped {
-                child.teardown();
-                return Err(e);
-            }
-            cb.blocks.insert(blk, theirs);
-        }
-        let own: Vec<u64> = b.blocks.iter().filter(|(_, k)| matches!(k, Block::Own(_))).map(|(a, _)| *a).collect();
-        for blk in own {
-            let mut copy = match cb.map_new(blk) {
-                Ok(c) => c,
-                Err(e) => {
-                    child.teardown();
-                    return Err(e);
+            let is_shared = shared.contains(&blk);
+            let (mine, theirs) = match mine {
+                Block::Shared(a) => (Block::Shared(a.clone()), Block::Shared(a)),
+                Block::Own(c) if is_shared => {
+                    let a = SharedChunk::new(c, &chunks);
+                    (Block::Shared(a.clone()), Block::Shared(a))
+                }
+                Block::Own(c) => {
+                    // The parent's entry turns read-only (the chunk stays mapped).
+                    let a = SharedChunk::new(c, &chunks);
+                    let _ = a.with(|c| b.mmu.map_block(blk, c, &mut chunks.lock(), false));
+                    (Block::Cow(Cow::new(a.clone())), Block::Cow(Cow::new(a)))
+                }
+                Block::Cow(c) => {
+                    let a = c.base.clone();
+                    (Block::Cow(c), Block::Cow(Cow::new(a)))
                 }
             };
-            if let Some(src) = b.blocks.get_mut(&blk) {
-                let mmu = &mut b.mmu;
-                src.with(|src| mmu.copy(blk, blk, HUGE_PAGE_SIZE, src, 0, Some(&mut copy), 0));
+            let writable = matches!(theirs, Block::Shared(_));
+            b.blocks.insert(blk, mine);
+            let base = match &theirs {
+                Block::Shared(a) => a.clone(),
+                Block::Cow(c) => c.base.clone(),
+                Block::Own(_) => unreachable!("a child's block is shared or copy-on-write"),
+            };
+            cb.blocks.insert(blk, theirs);
+            if let Err(e) = base.with(|c| cb.mmu.map_block(blk, c, &mut chunks.lock(), writable)) {
+                // (The parent keeps its blocks read-only: its writes copy, or take
+                // the base back once the child's hold is gone.)
+                drop(child.teardown());
+                return Err(e);
             }
-            cb.blocks.insert(blk, Block::Own(copy));
         }
         Ok(child)
     }
@@ -918,8 +1175,27 @@ impl<M: Mmu> AddressSpace<M> {
         let vmas = core::mem::take(&mut self.vmas);
         let b = self.backing.get_mut();
         b.mmu.release();
+        // A copy-on-write base no other space holds is this space's own again:
+        // zeroed where mapped, as an own chunk (its copy goes with `free`).
+        for blk in b.cow_blocks(0, USER_END) {
+            if let Some(Block::Cow(c)) = b.blocks.remove(&blk) {
+                let Cow { base, copy, copied } = c;
+                match base.take() {
+                    Ok(chunk) => {
+                        if let Some(copy) = copy {
+                            free_copy(copy, &copied, &b.chunks);
+                        }
+                        b.blocks.insert(blk, Block::Own(chunk));
+                    }
+                    Err(base) => {
+                        b.blocks.insert(blk, Block::Cow(Cow { base, copy, copied }));
+                    }
+                }
+            }
+        }
         for v in vmas.iter() {
-            b.zero_backed(v.start, v.end);
+            // (Cannot fail: the copy-on-write blocks left are used by no VMA now.)
+            let _ = b.zero_backed(v.start, v.end, &VmaSet::new());
         }
         for (_, blk) in core::mem::take(&mut b.blocks) {
             blk.free(&b.chunks);
@@ -940,25 +1216,37 @@ impl<M: Mmu> AddressSpace<M> {
         while at < data.len() {
             let va = addr + at as u64;
             let blk = align_down(va, HUGE_PAGE_SIZE);
-            let n = ((blk + HUGE_PAGE_SIZE - va) as usize).min(data.len() - at);
+            let n = ((align_down(va, PAGE_SIZE) + PAGE_SIZE - va) as usize).min(data.len() - at);
+            b.unshare_page(blk, align_down(va, PAGE_SIZE))?;
             let mmu = &mut b.mmu;
-            let chunk = b.blocks.get_mut(&blk).ok_or(Errno::EFAULT)?;
-            chunk.with(|c| mmu.write(va, c, va - blk, &data[at..at + n]));
+            match b.blocks.get_mut(&blk).ok_or(Errno::EFAULT)? {
+                Block::Cow(Cow { copy: Some(c), .. }) => mmu.write(va, c, va - blk, &data[at..at + n]),
+                Block::Cow(_) => return Err(Errno::EFAULT),
+                chunk => chunk.with(|c| mmu.write(va, c, va - blk, &data[at..at + n])),
+            }
             at += n;
         }
         Ok(())
     }
 
-    /// The program touched `addr` and faulted: backs its block if a mapping allows
-    /// access there and the block is not backed yet.
-    pub fn fault_in(&self, addr: u64) -> Fault {
+    /// The program touched `addr` and faulted (`write`: a write): backs its block
+    /// if a mapping allows access there and the block is not backed yet; copies
+    /// the page if the block is copy-on-write and this was a write.
+    pub fn fault_in(&self, addr: u64, write: bool) -> Fault {
         let Some(v) = self.vmas.find(addr).filter(|v| v.prot != 0) else {
             return Fault::Segv;
         };
         let mut b = self.backing.borrow_mut();
         let block = align_down(addr, HUGE_PAGE_SIZE);
-        if b.blocks.contains_key(&block) {
-            return Fault::Backed;
+        match b.blocks.get(&block) {
+            Some(Block::Cow(_)) if write => {
+                return match b.unshare_page(block, align_down(addr, PAGE_SIZE)) {
+                    Ok(()) => Fault::Retry,
+                    Err(_) => Fault::OutOfMemory,
+                }
+            }
+            Some(_) => return Fault::Backed,
+            None => {}
         }
         if !v.lazy {
             return Fault::Segv;
@@ -977,25 +1265,59 @@ mod tests {
 
     #[derive(Default)]
     struct FakeMmu {
+        /// Blocks mapped whole: virtual block -> chunk.
         mapped: BTreeMap<u64, u64>,
+        /// Those of them mapped read-only.
+        readonly: alloc::collections::BTreeSet<u64>,
+        /// Blocks mapped page by page: virtual block -> (base, copy, pages on the copy).
+        split: BTreeMap<u64, (u64, u64, [u64; 8])>,
         zeroed: Vec<(u64, u64)>,
         copied: Vec<(u64, u64, u64)>,
         written: Vec<(u64, Vec<u8>)>,
     }
 
     impl Mmu for FakeMmu {
-        fn map_block(&mut self, virt: u64, chunk: &Chunk, _: &mut ChunkAllocator) -> Result<(), Errno> {
-            assert!(self.mapped.insert(virt, chunk.phys()).is_none(), "block mapped twice");
+        fn map_block(&mut self, virt: u64, chunk: &Chunk, _: &mut ChunkAllocator, writable: bool) -> Result<(), Errno> {
+            // (Mapped already: the old mapping goes, as the real tables do.)
+            self.mapped.insert(virt, chunk.phys());
+            self.split.remove(&virt);
+            if writable {
+                self.readonly.remove(&virt);
+            } else {
+                self.readonly.insert(virt);
+            }
             Ok(())
         }
+        fn split_block(
+            &mut self,
+            virt: u64,
+            base: &Chunk,
+            copy: &Chunk,
+            copied: &[u64; 8],
+            _: &mut ChunkAllocator,
+        ) -> Result<(), Errno> {
+            assert_eq!(self.mapped.remove(&virt), Some(base.phys()), "a block is split from its base");
+            self.readonly.remove(&virt);
+            self.split.insert(virt, (base.phys(), copy.phys(), *copied));
+            Ok(())
+        }
+        fn map_copied_page(&mut self, virt: u64) {
+            let i = (virt % M) / PAGE_SIZE;
+            let s = self.split.get_mut(&(virt - virt % M)).expect("a split block");
+            s.2[(i / 64) as usize] |= 1 << (i % 64);
+        }
         fn unmap_block(&mut self, virt: u64) {
-            assert!(self.mapped.remove(&virt).is_some(), "unmapping an unmapped block");
+            let was = self.mapped.remove(&virt).is_some() | self.split.remove(&virt).is_some();
+            assert!(was, "unmapping an unmapped block");
+            self.readonly.remove(&virt);
         }
         fn new_space(&mut self, _: &mut ChunkAllocator) -> Result<Self, Errno> {
             Ok(FakeMmu::default())
         }
         fn release(&mut self) {
             self.mapped.clear();
+            self.split.clear();
+            self.readonly.clear();
         }
         fn write(&mut self, virt: u64, _: &mut Chunk, _: u64, data: &[u8]) {
             self.written.push((virt, data.to_vec()));
@@ -1069,7 +1391,7 @@ mod tests {
     fn moving_a_lazy_mapping_copies_only_what_is_backed() {
         let mut s = space(8);
         let big = s.mmap_anon(0, 4 * M, PROT_READ, ANON).unwrap();
-        assert_eq!(s.fault_in(big + M), Fault::Retry);
+        assert_eq!(s.fault_in(big + M, false), Fault::Retry);
         s.mmap_anon(big + 4 * M, 0x1000, PROT_READ, ANON | map_flags::FIXED).unwrap(); // no room to grow
         let moved = s.mremap(big, 4 * M, 8 * M, true).unwrap();
         assert_ne!(moved, big);
@@ -1086,31 +1408,31 @@ mod tests {
         assert_eq!(s.mmap_anon(0, 5 * M, RW, ANON), Err(Errno::ENOMEM), "more than all memory");
         assert!(s.mmu().mapped.is_empty());
         // The program touches a block; the kernel vouches for a range.
-        assert_eq!(s.fault_in(a + M + 5), Fault::Retry);
-        assert_eq!(s.fault_in(a + M + 9), Fault::Backed);
+        assert_eq!(s.fault_in(a + M + 5, false), Fault::Retry);
+        assert_eq!(s.fault_in(a + M + 9, false), Fault::Backed);
         s.check(b + 3 * M - 8, 16, true).unwrap();
         assert_eq!(s.mmu().mapped.keys().copied().collect::<Vec<_>>(), [b + 2 * M, b + 3 * M, a + M]);
-        assert_eq!(s.fault_in(b - M), Fault::Segv, "below the mapping");
+        assert_eq!(s.fault_in(b - M, false), Fault::Segv, "below the mapping");
         // Memory runs out: the fourth touch backs the last chunk, the fifth cannot.
-        assert_eq!(s.fault_in(a), Fault::Retry);
-        assert_eq!(s.fault_in(a + 2 * M), Fault::OutOfMemory);
+        assert_eq!(s.fault_in(a, false), Fault::Retry);
+        assert_eq!(s.fault_in(a + 2 * M, false), Fault::OutOfMemory);
         assert_eq!(s.check(a + 2 * M, 1, false), Err(Errno::ENOMEM));
         // Unmapping gives the blocks back, zeroed.
         s.munmap(b, 4 * M).unwrap();
         assert_eq!(s.chunks().free_chunks(), 2);
-        assert_eq!(s.fault_in(a + 2 * M), Fault::Retry);
+        assert_eq!(s.fault_in(a + 2 * M, false), Fault::Retry);
         // A large reservation made accessible by mprotect is lazy too; so is growth.
         let r = s.mmap_anon(0, 8 * M, 0, ANON).unwrap();
         assert_eq!(s.mprotect(r, 8 * M, RW), Err(Errno::ENOMEM), "more than all memory");
         s.mprotect(r, 4 * M, RW).unwrap();
-        assert_eq!(s.fault_in(r + 3 * M), Fault::Retry);
+        assert_eq!(s.fault_in(r + 3 * M, false), Fault::Retry);
         assert_eq!(s.mremap(a, 4 * M, 6 * M, false), Ok(a));
         assert!(s.mmu().copied.is_empty(), "grown in place");
 
         assert_eq!(s.vmas.find(a + 5 * M).map(|v| v.lazy), Some(true));
         // A reservation is never backed.
         let n = s.mmap_anon(0, 8 * M, 0, ANON).unwrap();
-        assert_eq!(s.fault_in(n), Fault::Segv);
+        assert_eq!(s.fault_in(n, false), Fault::Segv);
     }
 
     #[test]
@@ -1169,12 +1491,25 @@ mod tests {
         // A mapper that runs out of page-table memory on the third block.
         struct Failing(FakeMmu, usize);
         impl Mmu for Failing {
-            fn map_block(&mut self, v: u64, p: &Chunk, c: &mut ChunkAllocator) -> Result<(), Errno> {
+            fn map_block(&mut self, v: u64, p: &Chunk, c: &mut ChunkAllocator, w: bool) -> Result<(), Errno> {
                 self.1 += 1;
                 if self.1 == 3 {
                     return Err(Errno::ENOMEM);
                 }
-                self.0.map_block(v, p, c)
+                self.0.map_block(v, p, c, w)
+            }
+            fn split_block(
+                &mut self,
+                v: u64,
+                b: &Chunk,
+                p: &Chunk,
+                s: &[u64; 8],
+                c: &mut ChunkAllocator,
+            ) -> Result<(), Errno> {
+                self.0.split_block(v, b, p, s, c)
+            }
+            fn map_copied_page(&mut self, v: u64) {
+                self.0.map_copied_page(v)
             }
             fn unmap_block(&mut self, v: u64) {
                 self.0.unmap_block(v)
@@ -1322,8 +1657,15 @@ mod tests {
         assert_eq!(s.brk(0x10), 0x60_4000, "below the start");
     }
 
+    /// Every block `s` maps, whole or split, with its chunks.
+    fn chunks_of(s: &mut Space) -> BTreeMap<u64, (u64, Option<u64>)> {
+        let m = s.mmu();
+        let whole = m.mapped.iter().map(|(b, p)| (*b, (*p, None)));
+        whole.chain(m.split.iter().map(|(b, (base, copy, _))| (*b, (*base, Some(*copy))))).collect()
+    }
+
     #[test]
-    fn fork_copies_private_blocks_and_shares_shared_ones() {
+    fn fork_shares_private_blocks_copy_on_write_and_shared_ones_as_they_are() {
         let mut s = space(16);
         // A private small mapping, a shared anonymous one (whole blocks), a
         // private lazy one with one block touched, and the break.
@@ -1331,57 +1673,139 @@ mod tests {
         let sh = s.mmap_anon(0, 0x1000, RW, map_flags::SHARED | map_flags::ANONYMOUS).unwrap();
         assert_eq!((sh % M, s.vmas.find(sh).map(|v| v.end - v.start)), (0, Some(M)), "a whole block");
         let big = s.mmap_anon(0, 8 * M, RW, ANON).unwrap();
-        assert_eq!(s.fault_in(big + 3 * M), Fault::Retry);
+        assert_eq!(s.fault_in(big + 3 * M, false), Fault::Retry);
         assert_eq!(s.brk(0x90_0000), 0x90_0000);
         let parent_blocks: BTreeMap<u64, u64> = s.mmu().mapped.clone();
         let free = s.chunks().free_chunks();
         let mut c = s.fork().unwrap();
-        // Same VMAs, same break.
+        // Same VMAs, same break, the same chunks mapped: nothing copied, every
+        // private block read-only in both, the shared one writable in both.
         assert_eq!(c.vmas.iter().collect::<Vec<_>>(), s.vmas.iter().collect::<Vec<_>>());
         assert_eq!(c.brk(0), 0x90_0000);
-        // Every backed block is mapped in the child: the shared one to the same
-        // chunk, the others to new chunks holding a copy.
-        let child_blocks = c.mmu().mapped.clone();
-        assert_eq!(child_blocks.keys().collect::<Vec<_>>(), parent_blocks.keys().collect::<Vec<_>>());
-        for (b, phys) in &child_blocks {
-            let same = parent_blocks[b] == *phys;
-            assert_eq!(same, *b == sh, "block {b:#x}");
-        }
-        let copied: Vec<u64> = s.mmu().copied.iter().map(|(f, t, l)| (assert_eq!((f, l), (t, &M)), *f).1).collect();
-        assert_eq!(copied.len(), parent_blocks.len() - 1);
-        assert!(!copied.contains(&sh));
-        assert_eq!(s.chunks().free_chunks(), free - copied.len());
+        assert_eq!(c.mmu().mapped, parent_blocks);
+        assert_eq!(s.mmu().mapped, parent_blocks);
+        let private: Vec<u64> = parent_blocks.keys().copied().filter(|b| *b != sh).collect();
+        assert_eq!(c.mmu().readonly.iter().copied().collect::<Vec<_>>(), private);
+        assert_eq!(s.mmu().readonly.iter().copied().collect::<Vec<_>>(), private);
+        assert!(s.mmu().copied.is_empty() && c.mmu().copied.is_empty());
+        assert_eq!(s.chunks().free_chunks(), free, "no copies made");
+        // Reads are no faults; a write fault copies the one page in the writer.
+        let page = align_down(p, PAGE_SIZE);
+        let blk = align_down(p, M);
+        assert_eq!(c.fault_in(p + 5, true), Fault::Retry);
+        assert_eq!(c.mmu().copied, [(page, page, PAGE_SIZE)]);
+        let (base, copy) = chunks_of(&mut c)[&blk];
+        assert_eq!((base, copy.is_some()), (parent_blocks[&blk], true), "split: the base and a copy");
+        assert_eq!(s.chunks().free_chunks(), free - 1);
+        assert_eq!(c.fault_in(p + 9, true), Fault::Retry, "copied already: nothing more");
+        assert_eq!(c.mmu().copied.len(), 1);
+        // The parent writing the same block copies its own page too: the base
+        // stays as it was for the child.
+        assert_eq!(s.fault_in(p + 0x1000, true), Fault::Retry);
+        assert_eq!(chunks_of(&mut s)[&blk].0, parent_blocks[&blk]);
         // The child's own changes stay its own; a shared block outlives either
         // space's unmapping, and is zeroed and freed when the last one goes.
-        c.munmap(p, 0x3000).unwrap();
-        assert!(s.check(p, 0x3000, true).is_ok());
         c.munmap(sh, M).unwrap();
         assert!(c.mmu().zeroed.iter().all(|(v, _)| *v != sh), "shared memory is not zeroed under the parent");
         assert!(s.resident(sh));
         let before = s.chunks().free_chunks();
         s.munmap(sh, M).unwrap();
         assert_eq!(s.chunks().free_chunks(), before + 1, "the last user gave it back");
-        // Teardown gives everything back.
-        let free_before = s.chunks().free_chunks();
-        let child_own = c.mmu().mapped.len();
-        assert!(c.teardown().is_empty());
-        assert!(c.mmu().mapped.is_empty() && c.vmas.is_empty());
-        assert_eq!(s.chunks().free_chunks(), free_before + child_own);
+        // The child ends: its copy goes back; the parent's next write takes the
+        // base back as its own (its one copied page copied back), writable.
+        drop(c.teardown());
+        assert_eq!(s.fault_in(p + 0x2000, true), Fault::Retry);
+        assert_eq!(s.mmu().mapped.get(&blk), Some(&parent_blocks[&blk]));
+        assert!(!s.mmu().readonly.contains(&blk) && !s.mmu().split.contains_key(&blk));
+        assert_eq!(s.mmu().copied.last(), Some(&(page + 0x1000, page + 0x1000, PAGE_SIZE)));
+        assert_eq!(s.chunks().free_chunks(), free + 1, "the shared block, and no copy, are free");
+        drop(s.teardown());
+        assert_eq!(s.chunks().free_chunks(), 16);
+    }
+
+    #[test]
+    fn many_written_pages_make_the_block_whole() {
+        let mut s = space(8);
+        let a = s.mmap_anon(0, M, RW, ANON).unwrap();
+        let mut c = s.fork().unwrap();
+        for i in 0..u64::from(COW_PAGES_MAX) {
+            assert_eq!(c.fault_in(a + i * 2 * PAGE_SIZE, true), Fault::Retry);
+        }
+        assert!(c.mmu().split.contains_key(&a));
+        let copy = chunks_of(&mut c)[&a].1.unwrap();
+        // One more: the rest is copied at once (the runs between the pages copied).
+        assert_eq!(c.fault_in(a + 3 * PAGE_SIZE, true), Fault::Retry);
+        assert_eq!(c.mmu().mapped.get(&a), Some(&copy));
+        assert!(!c.mmu().readonly.contains(&a));
+        let copied: u64 = c.mmu().copied.iter().map(|(_, _, l)| l).sum();
+        assert_eq!(copied, M, "every page once");
+        // The parent is the base's only holder now: its write takes it back.
+        let base = s.mmu().mapped[&a];
+        assert_eq!(s.fault_in(a, true), Fault::Retry);
+        assert!(s.mmu().copied.is_empty() && !s.mmu().readonly.contains(&a));
+        assert_eq!(s.mmu().mapped[&a], base);
+        drop(c.teardown());
+        drop(s.teardown());
+        assert_eq!(s.chunks().free_chunks(), 8);
+    }
+
+    #[test]
+    fn a_partly_copied_block_is_made_whole_before_the_next_fork() {
+        let mut s = space(8);
+        let a = s.mmap_anon(0, 0x4000, RW, ANON).unwrap();
+        let blk = align_down(a, M);
+        let mut c1 = s.fork().unwrap();
+        assert_eq!(s.fault_in(a, true), Fault::Retry);
+        let (base, copy) = chunks_of(&mut s)[&blk];
+        // The second child gets the parent's view: its copy, made whole.
+        let mut c2 = s.fork().unwrap();
+        assert_eq!(chunks_of(&mut c2)[&blk], (copy.unwrap(), None));
+        assert_eq!(chunks_of(&mut c1)[&blk], (base, None));
+        assert!(c2.mmu().readonly.contains(&blk) && s.mmu().readonly.contains(&blk));
+        for c in [&mut c1, &mut c2] {
+            drop(c.teardown());
+        }
+        drop(s.teardown());
+        assert_eq!(s.chunks().free_chunks(), 8);
+    }
+
+    #[test]
+    fn unmapping_part_of_a_shared_block_makes_it_private_first() {
+        let mut s = space(8);
+        let a = s.mmap_anon(0, 0x2000, RW, ANON).unwrap();
+        let b = s.mmap_anon(0, 0x2000, RW, ANON).unwrap();
+        let blk = align_down(a, M);
+        assert_eq!(blk, align_down(b, M));
+        let mut c = s.fork().unwrap();
+        let base = c.mmu().mapped[&blk];
+        c.munmap(a, 0x2000).unwrap();
+        let own = c.mmu().mapped[&blk];
+        assert_ne!(own, base, "the child's own copy");
+        assert!(c.mmu().zeroed.contains(&(a, 0x2000)), "what went is zeroed in the copy");
+        assert_eq!(s.mmu().mapped[&blk], base);
+        // Unmapping a whole block copies nothing.
+        let copies = s.mmu().copied.len();
+        s.munmap(a, 0x2000).unwrap();
+        s.munmap(b, 0x2000).unwrap();
+        assert_eq!(s.mmu().copied.len(), copies);
+        drop(c.teardown());
+        assert_eq!(s.chunks().free_chunks(), 8);
     }
 
     #[test]
     fn fork_without_memory_fails_cleanly() {
-        let mut s = space(5);
+        let mut s = space(3);
         s.mmap_anon(0, 0x1000, RW, ANON).unwrap();
         s.mmap_anon(0x3000_0000, M, RW, ANON | map_flags::FIXED).unwrap();
-        assert_eq!(s.chunks().free_chunks(), 3);
-        assert_eq!(s.fork().err(), Some(Errno::ENOMEM), "two copies and table pages: four");
-        assert_eq!(s.chunks().free_chunks(), 3, "nothing taken");
+        assert_eq!(s.chunks().free_chunks(), 1);
+        assert_eq!(s.fork().err(), Some(Errno::ENOMEM), "no chunk for the child's tables");
+        assert_eq!(s.chunks().free_chunks(), 1, "nothing taken");
         s.munmap(0x3000_0000, M).unwrap();
         let mut c = s.fork().unwrap();
-        assert_eq!(s.chunks().free_chunks(), 3);
+        // A write with no chunk left for its copy is out of memory.
+        let _hog: Vec<Chunk> = (0..2).filter_map(|_| s.chunks().alloc()).collect();
+        assert_eq!(c.fault_in(0x2000_0000 - 0x1000, true), Fault::OutOfMemory);
         drop(c.teardown());
-        assert_eq!(s.chunks().free_chunks(), 4);
     }
 
     #[test]

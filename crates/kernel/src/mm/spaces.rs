@@ -2,7 +2,7 @@
 //!
 //! A [`Space`] is an address space (`UserSpace`: VMAs, backing, page tables with a
 //! root of their own) with the processes that use it counted: a process and its
-//! CLONE_VM children (vfork, posix_spawn) share one; `fork` makes a copy
+//! CLONE_VM children (vfork, posix_spawn) share one; `fork` makes a copy-on-write copy
 //! (`AddressSpace::fork`). Spaces live in an arena of `&'static` slots, as
 //! processes and threads do, so a thread reaches its space through its process
 //! with no reference count on the system-call path. When its last process lets it
