@@ -516,7 +516,19 @@ mod tables {
     impl Pool {
         /// A zeroed page from the pool (cutting a new chunk when it is empty).
         fn page(&mut self, chunks: &mut ChunkAllocator) -> Result<u64, MapError> {
-            let t = match self.free.pop() {
+            let t = self.page_unzeroed(chunks)?;
+            // A stray byte in a table page would become a mapping: clear it. A page
+            // given back was unlinked from its space's tables first.
+            // SAFETY: `t` is a page of a chunk the pool owns (`held`), reached through the direct map and part of no table now.
+            unsafe { core::ptr::write_bytes(direct(t) as *mut u8, 0, PAGE_SIZE as usize) };
+            Ok(t)
+        }
+
+        /// A page from the pool as it is, for a caller that writes all of it
+        /// before linking it (a split block's table: zeroing first would double
+        /// the stores into a page the hypervisor may still shadow).
+        fn page_unzeroed(&mut self, chunks: &mut ChunkAllocator) -> Result<u64, MapError> {
+            Ok(match self.free.pop() {
                 Some(t) => t,
                 None => {
                     if self.next == self.end {
@@ -530,12 +542,7 @@ mod tables {
                     self.next += PAGE_SIZE;
                     t
                 }
-            };
-            // A stray byte in a table page would become a mapping: clear it. A page
-            // given back was unlinked from its space's tables first.
-            // SAFETY: `t` is a page of a chunk the pool owns (`held`), reached through the direct map and part of no table now.
-            unsafe { core::ptr::write_bytes(direct(t) as *mut u8, 0, PAGE_SIZE as usize) };
-            Ok(t)
+            })
         }
     }
 
@@ -634,7 +641,7 @@ mod tables {
         ) -> Result<u64, MapError> {
             let e = self.pd_entry(virt, Some(chunks)).ok_or(MapError::NoMemory)?;
             self.pages.try_reserve(1).map_err(|_| MapError::NoMemory)?;
-            let t = POOL.lock().page(chunks)?;
+            let t = POOL.lock().page_unzeroed(chunks)?;
             self.pages.push(t);
             for i in 0..512u64 {
                 let v = if copied[(i / 64) as usize] & 1 << (i % 64) != 0 {
@@ -642,7 +649,7 @@ mod tables {
                 } else {
                     (base + i * PAGE_SIZE) | PTE_PRESENT | PTE_USER
                 };
-                // SAFETY: `t` is a zeroed pool page this instance now owns (`pages`), linked into no table yet; the entry is an aligned u64 in the direct map.
+                // SAFETY: `t` is a pool page this instance now owns (`pages`), linked into no table yet (every entry is written before it is); the entry is an aligned u64 in the direct map.
                 unsafe { write_volatile(entry(t, i), v) };
             }
             // SAFETY: as in `set`: the aligned page-directory entry of a user-half `virt`, now naming the table just filled, whose entries map only `base` and `copy` (counted in `MAPPED` by the caller).

@@ -1229,6 +1229,14 @@ impl<M: Mmu> AddressSpace<M> {
         Ok(())
     }
 
+    /// Makes the page at `addr` this space's to write now if it is a
+    /// copy-on-write page (best effort: a write there faults otherwise).
+    pub fn unshare(&mut self, addr: u64) {
+        if addr < USER_END {
+            let _ = self.backing.get_mut().unshare_page(align_down(addr, HUGE_PAGE_SIZE), align_down(addr, PAGE_SIZE));
+        }
+    }
+
     /// The program touched `addr` and faulted (`write`: a write): backs its block
     /// if a mapping allows access there and the block is not backed yet; copies
     /// the page if the block is copy-on-write and this was a write.

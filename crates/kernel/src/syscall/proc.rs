@@ -16,7 +16,7 @@ use crate::task::process::Process;
 use crate::task::sched::{self, Spawn, Wake};
 use crate::task::Ctx;
 use core::sync::atomic::Ordering::Relaxed;
-use onering_abi::layout::USER_END;
+use onering_abi::layout::{PAGE_SIZE, USER_END};
 use onering_arch::cpu;
 
 const ARCH_SET_GS: u64 = 0x1001;
@@ -141,8 +141,19 @@ pub fn fork(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 /// A copy of the caller's address space for a fork child `tid` (with `tid`
 /// stored at `ctid` in the child's memory, for CLONE_CHILD_SETTID: best effort,
 /// as on Linux).
-fn copy_space(ctx: &Ctx, settid: Option<u64>, tid: u64) -> Result<&'static Space, Errno> {
-    let mut child = ctx.proc().space().mm.lock().fork()?;
+/// The pages around the child's stack pointer and thread pointer (`hot`) are
+/// copied at once, and the page at the caller's own stack pointer (`sp`): each
+/// process writes them as soon as it runs on (the return from the call, libc's
+/// bookkeeping of its new thread), and a copy made here costs far less than the
+/// write fault it saves (an exception and a hostcall for its address, here).
+fn copy_space(ctx: &Ctx, settid: Option<u64>, tid: u64, hot: &[u64], sp: u64) -> Result<&'static Space, Errno> {
+    let mut mm = ctx.proc().space().mm.lock();
+    let mut child = mm.fork()?;
+    mm.unshare(sp);
+    drop(mm);
+    for a in hot {
+        child.unshare(*a);
+    }
     if let Some(ctid) = settid {
         let _ = child.poke(ctid, &(tid as u32).to_le_bytes());
     }
@@ -174,7 +185,10 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
             s.hold();
             s
         } else {
-            copy_space(ctx, (flags & CLONE_CHILD_SETTID != 0).then_some(ctid), tid)?
+            let tp = if flags & CLONE_SETTLS != 0 { tls } else { cpu::fs_base() };
+            let sp = if stack != 0 { stack } else { f.rsp };
+            let hot = [sp, sp.wrapping_sub(PAGE_SIZE), tp, tp.wrapping_sub(PAGE_SIZE)];
+            copy_space(ctx, (flags & CLONE_CHILD_SETTID != 0).then_some(ctid), tid, &hot, f.rsp)?
         };
         match Process::create(ctx.proc().child_start(tid, space)) {
             Ok(p) => p,
