@@ -1,0 +1,108 @@
+//! `--gdb` on a real VM, driven by the real gdb in batch mode: onering waits for
+//! gdb (on a port the system picks, read from its "waiting for gdb on" line), gdb
+//! loads tests/guest/c/gdb.c's symbols from the program file, stops at a
+//! breakpoint in `main`, reads a variable, stops in a function and reads its
+//! argument, lists both threads, single-steps, and continues to the exit status.
+//!
+//! These tests need /dev/kvm, musl-gcc and gdb; without them they fail, loudly.
+
+mod common;
+use common::{cmd, out_dir, root};
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// tests/guest/c/gdb.c, static, with debugging information and no optimisation.
+fn build() -> std::path::PathBuf {
+    let bin = out_dir().join("gdb-debug");
+    let out = Command::new("musl-gcc")
+        .args(["-static", "-g", "-O0"])
+        .arg(root().join("tests/guest/c/gdb.c"))
+        .arg("-o")
+        .arg(&bin)
+        .arg("-lpthread")
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run musl-gcc (apt-get install musl-tools): {e}"));
+    assert!(out.status.success(), "musl-gcc gdb.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    bin
+}
+
+/// Runs `onering run --gdb 127.0.0.1:0 [extra] PROG` and gdb with `commands`
+/// against it: gdb's output and onering's exit status and stderr.
+fn debug(extra: &[&str], commands: &[&str]) -> (String, i32, String) {
+    let bin = build();
+    let mut args = vec!["run", "--gdb", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    args.push(bin.to_str().unwrap());
+    let mut vm = cmd(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut err = BufReader::new(vm.stderr.take().unwrap());
+    let mut first = String::new();
+    err.read_line(&mut first).unwrap();
+    let addr = first
+        .split("waiting for gdb on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no 'waiting for gdb' line: {first:?}"))
+        .to_string();
+    let mut g = Command::new("gdb");
+    g.args(["-batch", "-nx", "-ex", "set pagination off", "-ex", &format!("target remote {addr}")]);
+    for c in commands {
+        g.args(["-ex", c]);
+    }
+    let gdb = g
+        .arg(&bin)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run gdb (apt-get install gdb): {e}"));
+    // Neither may hang the test: both are killed after a minute.
+    let (gdb_pid, vm_pid) = (gdb.id(), vm.id());
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(60));
+        let _ = Command::new("kill").args(["-9", &gdb_pid.to_string(), &vm_pid.to_string()]).status();
+    });
+    let out = gdb.wait_with_output().unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let status = vm.wait().unwrap().code().unwrap_or(-1);
+    let mut rest = String::new();
+    let _ = err.read_to_string(&mut rest);
+    let _ = vm.stdout.take().unwrap().read_to_string(&mut rest);
+    (text, status, first + &rest)
+}
+
+#[test]
+fn gdb_stops_in_main_reads_variables_lists_threads_and_sees_the_exit() {
+    let (out, status, err) = debug(
+        &[],
+        &[
+            "break main",
+            "continue",
+            "print magic",
+            "break compute",
+            "continue",
+            "print x",
+            "info threads",
+            "backtrace",
+            "stepi",
+            "stepi",
+            "print $pc > compute",
+            "finish",
+            "continue",
+        ],
+    );
+    let all = format!("gdb said:\n{out}\nonering said:\n{err}");
+    assert!(out.contains("Breakpoint 1, main ()"), "{all}");
+    assert!(out.contains("$1 = 24301"), "{all}");
+    assert!(out.contains("Breakpoint 2, compute (x=7)"), "{all}");
+    assert!(out.contains("$2 = 7"), "{all}");
+    // Two threads: main and the one blocked in read().
+    let threads = out.lines().filter(|l| l.contains("Thread ") && (l.starts_with('*') || l.starts_with("  "))).count();
+    assert!(threads >= 2, "two threads listed: {all}");
+    assert!(out.contains("#1  ") && out.contains(" in main () at "), "a backtrace into main: {all}");
+    assert!(out.contains("$3 = 1"), "stepped inside compute: {all}");
+    assert!(out.contains("Value returned is $4 = 43"), "finish returns compute's value: {all}");
+    assert!(out.contains("exited with code 07"), "{all}");
+    assert_eq!(status, 7, "{all}");
+    assert!(err.contains("answer 43"), "the program ran on: {all}");
+}

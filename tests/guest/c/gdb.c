@@ -1,0 +1,37 @@
+/* The gdb stub's test program (crates/onering/tests/gdb.rs drives gdb against
+ * it): a global to read at main, a function whose argument gdb reads at a
+ * breakpoint, a second thread blocked in read() so that gdb lists two threads,
+ * and a known exit status (7). Built with -g -O0 so the variables are where gdb
+ * looks for them. */
+#include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
+
+int magic = 24301;
+static int fds[2];
+volatile int counter;
+
+static void *waiter(void *arg) {
+    char c;
+    if (read(fds[0], &c, 1) != 1)
+        return 0;
+    return arg;
+}
+
+__attribute__((noinline)) int compute(int x) {
+    int secret = x * 6 + 1;
+    counter += secret;
+    return secret;
+}
+
+int main(void) {
+    pthread_t t;
+    if (pipe(fds) != 0 || pthread_create(&t, 0, waiter, 0) != 0)
+        return 1;
+    int answer = compute(7);
+    if (write(fds[1], "x", 1) != 1)
+        return 2;
+    pthread_join(t, 0);
+    printf("answer %d\n", answer);
+    return answer - 36;
+}
