@@ -429,7 +429,8 @@ fn debug_trap(k: &Kernel, frame: &FaultFrame) {
     }
     if frame.vector == vector::DEBUG && is_kernel_stack(frame.rsp) {
         let mut regs = frame.regs();
-        onering_arch::hostcall::debug_stop(vector::DEBUG, &mut regs, &[], 0);
+        let tid = thread::try_current().map_or(0, |t| t.tid());
+        onering_arch::hostcall::debug_stop(vector::DEBUG, &mut regs, &[], tid);
         onering_arch::entry::retry_fault(frame)
     }
 }

@@ -84,6 +84,15 @@ struct Stop {
     regs: Regs,
 }
 
+/// A step into a system call (through a rewritten site) ends at `at`, where
+/// the call returns: an `int3` there (over `byte`) for thread `tid`.
+#[derive(Clone, Copy)]
+struct StepReturn {
+    at: u64,
+    byte: u8,
+    tid: u64,
+}
+
 /// What gdb asked of one thread for the next resume.
 #[derive(Clone, Copy)]
 struct Action {
@@ -112,7 +121,10 @@ struct State {
     /// gdb's breakpoints: address and the byte the `int3` replaced.
     breakpoints: BTreeMap<u64, u8>,
     /// The hidden breakpoint where a stepped system call returns.
-    step_return: Option<(u64, u8)>,
+    step_return: Option<StepReturn>,
+    /// A thread that hit `step_return` while another one is stepping: it runs the
+    /// instruction under it with the trap flag, then the breakpoint goes back.
+    passing: Option<u64>,
 }
 
 #[derive(Default)]
@@ -221,7 +233,8 @@ impl Debugger {
         self.detached.store(true, SeqCst);
         let mut st = lock(&self.st);
         let bps: Vec<(u64, u8)> = std::mem::take(&mut st.breakpoints).into_iter().collect();
-        for (at, byte) in bps.into_iter().chain(st.step_return.take()) {
+        let hidden = st.step_return.take().map(|r| (r.at, r.byte));
+        for (at, byte) in bps.into_iter().chain(hidden) {
             let _ = paging::write_guest_in(&self.mem, st.root, at, &[byte]);
         }
         st.actions.clear();
@@ -335,33 +348,22 @@ impl Debugger {
         // A finished step's trap flag is the debugger's, not the program's.
         regs.rflags &= !TRAP_FLAG;
         let _one = lock(&self.stopper);
-        if vector == debug::VECTOR_DEBUG && regs.rip >= KERNEL_VBASE {
-            // A step ran into the kernel through a rewritten site: it ends where
-            // the call returns.
-            let mut st = lock(&self.st);
-            if let Some((at, byte)) = st.step_return.take() {
-                let _ = paging::write_guest_in(&self.mem, root, at, &[byte]);
-            }
-            st.step_return = plant(&self.mem, root, regs.rcx).map(|b| (regs.rcx, b));
-            return debug::resume::CONTINUE as i64;
+        if let Some(quiet) = self.step_return(root, vector, tid, &mut regs) {
+            return match write_regs(&self.mem, root, regs_at, &regs) {
+                Some(()) => quiet as i64,
+                None => EFAULT,
+            };
         }
         let Some(threads) = read_threads(&self.mem, root, threads_at, count) else { return EFAULT };
         let reason = {
-            let mut st = lock(&self.st);
+            let st = lock(&self.st);
             let at = regs.rip.wrapping_sub(1);
-            let trap = MultiThreadStopReason::SignalWithThread { tid: tid_of(tid), signal: Signal::SIGTRAP };
-            if vector == debug::VECTOR_BREAKPOINT && st.step_return.is_some_and(|(a, _)| a == at) {
-                if let Some((a, byte)) = st.step_return.take() {
-                    let _ = paging::write_guest_in(&self.mem, root, a, &[byte]);
-                }
-                regs.rip = at;
-                trap
-            } else if vector == debug::VECTOR_BREAKPOINT && st.breakpoints.contains_key(&at) {
+            if vector == debug::VECTOR_BREAKPOINT && st.breakpoints.contains_key(&at) {
                 regs.rip = at;
                 MultiThreadStopReason::SwBreak(tid_of(tid))
             } else {
                 // A finished step, or the program's own int3 (SIGTRAP, as Linux).
-                trap
+                MultiThreadStopReason::SignalWithThread { tid: tid_of(tid), signal: Signal::SIGTRAP }
             }
         };
         self.stop_all();
@@ -388,6 +390,40 @@ impl Debugger {
             return EFAULT;
         }
         ret as i64
+    }
+
+    /// The hidden breakpoint of a step into a system call: what the thread does
+    /// next without stopping the VM (`Some`), or `None` for a stop gdb hears of
+    /// (with `regs` moved back onto the breakpoint if it was that one).
+    fn step_return(&self, root: u64, vector: u64, tid: u64, regs: &mut Regs) -> Option<u64> {
+        let mut st = lock(&self.st);
+        let mem = &self.mem;
+        if vector == debug::VECTOR_DEBUG && regs.rip >= KERNEL_VBASE {
+            // A step ran into the kernel through a rewritten site: it ends where
+            // the call returns (rcx, as the trampoline left it).
+            if let Some(r) = st.step_return.take() {
+                let _ = paging::write_guest_in(mem, root, r.at, &[r.byte]);
+            }
+            st.step_return = plant(mem, root, regs.rcx).map(|byte| StepReturn { at: regs.rcx, byte, tid });
+            return Some(debug::resume::CONTINUE);
+        }
+        if vector == debug::VECTOR_DEBUG && st.passing == Some(tid) {
+            // Past the hidden breakpoint: it goes back for the stepping thread.
+            st.passing = None;
+            if let Some(r) = st.step_return {
+                let _ = paging::write_guest_in(mem, root, r.at, &[0xcc]);
+            }
+            return Some(debug::resume::CONTINUE);
+        }
+        let r = st.step_return.filter(|r| vector == debug::VECTOR_BREAKPOINT && r.at == regs.rip.wrapping_sub(1))?;
+        let _ = paging::write_guest_in(mem, root, r.at, &[r.byte]);
+        regs.rip = r.at;
+        if r.tid == tid {
+            st.step_return = None;
+            return None;
+        }
+        st.passing = Some(tid);
+        Some(debug::resume::STEP)
     }
 
     /// The VM ends with `outcome`: gdb hears how (waits a little for the gdb thread
@@ -738,6 +774,12 @@ impl MultiThreadResume for GdbTarget {
                 p.regs.rflags |= TRAP_FLAG;
                 p.changed = true;
             }
+        }
+        // A step into a system call that gdb no longer waits for (it resumes that
+        // thread without stepping) is dropped, as Linux drops the trap flag.
+        if let Some(r) = st.step_return.filter(|r| !actions.get(&r.tid).is_some_and(|a| a.step)) {
+            let _ = paging::write_guest_in(&d.mem, st.root, r.at, &[r.byte]);
+            st.step_return = None;
         }
         let mut only = None;
         let locked = std::mem::take(&mut st.locked);
