@@ -404,7 +404,9 @@ impl Debugger {
             if let Some(r) = st.step_return.take() {
                 let _ = paging::write_guest_in(mem, root, r.at, &[r.byte]);
             }
-            st.step_return = plant(mem, root, regs.rcx).map(|byte| StepReturn { at: regs.rcx, byte, tid });
+            let at = regs.rcx;
+            st.step_return =
+                (at < USER_END).then(|| plant(mem, root, at)).flatten().map(|byte| StepReturn { at, byte, tid });
             return Some(debug::resume::CONTINUE);
         }
         if vector == debug::VECTOR_DEBUG && st.passing == Some(tid) {
@@ -460,6 +462,12 @@ impl Debugger {
         }
         if let Some(s) = st.stop.as_ref().filter(|s| s.tid == tid) {
             return Some(s.regs);
+        }
+        if st.threads.is_empty() {
+            // Ctrl-C before the guest ever reported a stop: thread 1 is the first
+            // vCPU found running the program.
+            let p = st.parked.iter().flatten().find(|p| p.regs.rip < USER_END && p.regs.rsp < USER_END);
+            return p.filter(|_| tid == 1).map(|p| from_kvm(&p.regs, p.fs_base));
         }
         let t = st.threads.iter().find(|t| t.tid == tid)?;
         if let Some(p) = parked_in_program(st, t) {
