@@ -493,7 +493,7 @@ fn parked_in_program<'a>(st: &'a State, t: &Thread) -> Option<&'a Parked> {
     (p.regs.rip < USER_END && p.regs.rsp < USER_END).then_some(p)
 }
 
-fn parked_in_program_mut<'a>(st: &'a mut State, tid: u64) -> Option<&'a mut Parked> {
+fn parked_in_program_mut(st: &mut State, tid: u64) -> Option<&mut Parked> {
     let cpu = st.threads.iter().find(|t| t.tid == tid)?.cpu;
     let p = st.parked.get_mut(usize::try_from(cpu).ok()?)?.as_mut()?;
     (p.regs.rip < USER_END && p.regs.rsp < USER_END).then_some(p)
