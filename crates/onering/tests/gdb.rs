@@ -2,7 +2,8 @@
 //! gdb (on a port the system picks, read from its "waiting for gdb on" line), gdb
 //! loads tests/guest/c/gdb.c's symbols from the program file, stops at a
 //! breakpoint in `main`, reads a variable, stops in a function and reads its
-//! argument, lists both threads, single-steps, and continues to the exit status.
+//! argument, lists both threads, single-steps, and continues to the exit status;
+//! and single-steps through a rewritten system call, across the kernel.
 //!
 //! These tests need /dev/kvm, musl-gcc and gdb; without them they fail, loudly.
 
@@ -12,8 +13,14 @@ use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-/// tests/guest/c/gdb.c, static, with debugging information and no optimisation.
+/// tests/guest/c/gdb.c, static, with debugging information and no optimisation
+/// (once per process: the tests run in parallel).
 fn build() -> std::path::PathBuf {
+    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BUILT.get_or_init(compile).clone()
+}
+
+fn compile() -> std::path::PathBuf {
     let bin = out_dir().join("gdb-debug");
     let out = Command::new("musl-gcc")
         .args(["-static", "-g", "-O0"])
@@ -28,8 +35,13 @@ fn build() -> std::path::PathBuf {
 }
 
 /// Runs `onering run --gdb 127.0.0.1:0 [extra] PROG` and gdb with `commands`
-/// against it: gdb's output and onering's exit status and stderr.
+/// against it: gdb's output, onering's exit status, and its stderr and stdout.
 fn debug(extra: &[&str], commands: &[&str]) -> (String, i32, String) {
+    debug_with(extra, commands, None)
+}
+
+/// `debug`, with a gdb command file (`-x`) after the commands.
+fn debug_with(extra: &[&str], commands: &[&str], script: Option<&str>) -> (String, i32, String) {
     let bin = build();
     let mut args = vec!["run", "--gdb", "127.0.0.1:0"];
     args.extend_from_slice(extra);
@@ -48,6 +60,11 @@ fn debug(extra: &[&str], commands: &[&str]) -> (String, i32, String) {
     g.args(["-batch", "-nx", "-ex", "set pagination off", "-ex", &format!("target remote {addr}")]);
     for c in commands {
         g.args(["-ex", c]);
+    }
+    if let Some(text) = script {
+        let file = out_dir().join(format!("gdb-script-{}", std::process::id()));
+        std::fs::write(&file, text).unwrap();
+        g.arg("-x").arg(file);
     }
     let gdb = g
         .arg(&bin)
@@ -104,5 +121,33 @@ fn gdb_stops_in_main_reads_variables_lists_threads_and_sees_the_exit() {
     assert!(out.contains("Value returned is $4 = 43"), "finish returns compute's value: {all}");
     assert!(out.contains("exited with code 07"), "{all}");
     assert_eq!(status, 7, "{all}");
-    assert!(err.contains("answer 43"), "the program ran on: {all}");
+    assert!(err.contains("answer 43 pid 1"), "the program ran on: {all}");
+}
+
+/// `stepi` from a rewritten `syscall` site (now a jump) goes through the
+/// trampoline, and the step that enters the kernel ends where the call returns,
+/// with its result in rax; a few more steps are back in the function.
+#[test]
+fn stepping_through_a_rewritten_system_call_crosses_the_kernel() {
+    let script = "\
+break raw_getpid
+continue
+stepi
+set $n = 0
+while ($pc < (long)&raw_getpid || $pc >= (long)&raw_getpid + 64) && $n < 40
+  stepi
+  set $n = $n + 1
+end
+printf \"steps %d, back at raw_getpid+%d, rax %d\\n\", $n, $pc - (long)&raw_getpid, $rax
+continue
+";
+    let (out, status, err) = debug_with(&[], &[], Some(script));
+    let all = format!("gdb said:\n{out}\nonering said:\n{err}");
+    assert!(out.contains("Breakpoint 1, ") && out.contains("raw_getpid ()"), "{all}");
+    let line = out.lines().find(|l| l.starts_with("steps ")).unwrap_or_else(|| panic!("no steps line: {all}"));
+    let n: u32 = line["steps ".len()..].split(',').next().unwrap().parse().unwrap();
+    assert!((3..40).contains(&n), "through the trampoline in a few steps, not run away: {all}");
+    assert!(line.ends_with("rax 1"), "getpid's result after the step over the kernel: {all}");
+    assert!(out.contains("exited with code 07"), "{all}");
+    assert_eq!(status, 7, "{all}");
 }
