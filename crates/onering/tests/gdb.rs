@@ -3,7 +3,8 @@
 //! loads tests/guest/c/gdb.c's symbols from the program file, stops at a
 //! breakpoint in `main`, reads a variable, stops in a function and reads its
 //! argument, lists both threads, single-steps, and continues to the exit status;
-//! and single-steps through a rewritten system call, across the kernel.
+//! single-steps through a rewritten system call, across the kernel; and stops a
+//! spinning program with Ctrl-C.
 //!
 //! These tests need /dev/kvm, musl-gcc and gdb; without them they fail, loudly.
 
@@ -34,34 +35,45 @@ fn compile() -> std::path::PathBuf {
     bin
 }
 
-/// Runs `onering run --gdb 127.0.0.1:0 [extra] PROG` and gdb with `commands`
-/// against it: gdb's output, onering's exit status, and its stderr and stdout.
-fn debug(extra: &[&str], commands: &[&str]) -> (String, i32, String) {
-    debug_with(extra, commands, None)
+/// One debugging session: `onering run --gdb 127.0.0.1:0 EXTRA PROG ARGS` and gdb
+/// with `commands`, then the command file `script`; Ctrl-C to gdb after
+/// `interrupt`.
+#[derive(Default)]
+struct Session<'a> {
+    extra: &'a [&'a str],
+    args: &'a [&'a str],
+    commands: &'a [&'a str],
+    script: Option<&'a str>,
+    interrupt: Option<Duration>,
 }
 
-/// `debug`, with a gdb command file (`-x`) after the commands.
-fn debug_with(extra: &[&str], commands: &[&str], script: Option<&str>) -> (String, i32, String) {
+/// Runs `s`: gdb's output, onering's exit status, and its stderr and stdout.
+fn debug(s: Session) -> (String, i32, String) {
     let bin = build();
     let mut args = vec!["run", "--gdb", "127.0.0.1:0"];
-    args.extend_from_slice(extra);
+    args.extend_from_slice(s.extra);
     args.push(bin.to_str().unwrap());
+    args.extend_from_slice(s.args);
     let mut vm = cmd(&args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
     let mut err = BufReader::new(vm.stderr.take().unwrap());
+    // Lines before it (a warning about --smp) are kept for the messages.
     let mut first = String::new();
-    err.read_line(&mut first).unwrap();
-    let addr = first
-        .split("waiting for gdb on ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no 'waiting for gdb' line: {first:?}"))
-        .to_string();
+    let addr = loop {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap() == 0 {
+            panic!("no 'waiting for gdb' line: {first:?}");
+        }
+        first += &line;
+        if let Some(rest) = line.split("waiting for gdb on ").nth(1) {
+            break rest.split_whitespace().next().unwrap_or_default().to_string();
+        }
+    };
     let mut g = Command::new("gdb");
     g.args(["-batch", "-nx", "-ex", "set pagination off", "-ex", &format!("target remote {addr}")]);
-    for c in commands {
+    for c in s.commands {
         g.args(["-ex", c]);
     }
-    if let Some(text) = script {
+    if let Some(text) = s.script {
         let file = out_dir().join(format!("gdb-script-{}", std::process::id()));
         std::fs::write(&file, text).unwrap();
         g.arg("-x").arg(file);
@@ -75,6 +87,12 @@ fn debug_with(extra: &[&str], commands: &[&str], script: Option<&str>) -> (Strin
         .unwrap_or_else(|e| panic!("cannot run gdb (apt-get install gdb): {e}"));
     // Neither may hang the test: both are killed after a minute.
     let (gdb_pid, vm_pid) = (gdb.id(), vm.id());
+    if let Some(after) = s.interrupt {
+        std::thread::spawn(move || {
+            std::thread::sleep(after);
+            let _ = Command::new("kill").args(["-INT", &gdb_pid.to_string()]).status();
+        });
+    }
     std::thread::spawn(move || {
         std::thread::sleep(Duration::from_secs(60));
         let _ = Command::new("kill").args(["-9", &gdb_pid.to_string(), &vm_pid.to_string()]).status();
@@ -90,9 +108,8 @@ fn debug_with(extra: &[&str], commands: &[&str], script: Option<&str>) -> (Strin
 
 #[test]
 fn gdb_stops_in_main_reads_variables_lists_threads_and_sees_the_exit() {
-    let (out, status, err) = debug(
-        &[],
-        &[
+    let (out, status, err) = debug(Session {
+        commands: &[
             "break main",
             "continue",
             "print magic",
@@ -107,16 +124,17 @@ fn gdb_stops_in_main_reads_variables_lists_threads_and_sees_the_exit() {
             "finish",
             "continue",
         ],
-    );
+        ..Session::default()
+    });
     let all = format!("gdb said:\n{out}\nonering said:\n{err}");
-    assert!(out.contains("Breakpoint 1, main ()"), "{all}");
+    assert!(out.contains("Breakpoint 1, main (argc=1"), "{all}");
     assert!(out.contains("$1 = 24301"), "{all}");
     assert!(out.contains("Breakpoint 2, compute (x=7)"), "{all}");
     assert!(out.contains("$2 = 7"), "{all}");
     // Two threads: main and the one blocked in read().
     let threads = out.lines().filter(|l| l.contains("Thread ") && (l.starts_with('*') || l.starts_with("  "))).count();
     assert!(threads >= 2, "two threads listed: {all}");
-    assert!(out.contains("#1  ") && out.contains(" in main () at "), "a backtrace into main: {all}");
+    assert!(out.contains("#1  ") && out.contains(" in main (argc=1"), "a backtrace into main: {all}");
     assert!(out.contains("$3 = 1"), "stepped inside compute: {all}");
     assert!(out.contains("Value returned is $4 = 43"), "finish returns compute's value: {all}");
     assert!(out.contains("exited with code 07"), "{all}");
@@ -141,7 +159,7 @@ end
 printf \"steps %d, back at raw_getpid+%d, rax %d\\n\", $n, $pc - (long)&raw_getpid, $rax
 continue
 ";
-    let (out, status, err) = debug_with(&[], &[], Some(script));
+    let (out, status, err) = debug(Session { script: Some(script), ..Session::default() });
     let all = format!("gdb said:\n{out}\nonering said:\n{err}");
     assert!(out.contains("Breakpoint 1, ") && out.contains("raw_getpid ()"), "{all}");
     let line = out.lines().find(|l| l.starts_with("steps ")).unwrap_or_else(|| panic!("no steps line: {all}"));
@@ -150,4 +168,22 @@ continue
     assert!(line.ends_with("rax 1"), "getpid's result after the step over the kernel: {all}");
     assert!(out.contains("exited with code 07"), "{all}");
     assert_eq!(status, 7, "{all}");
+}
+
+/// Ctrl-C in gdb stops a program that never traps (on two vCPUs): gdb reads its
+/// variables there, and `kill` ends the VM as SIGKILL.
+#[test]
+fn ctrl_c_stops_a_spinning_program_and_kill_ends_it() {
+    let (out, status, err) = debug(Session {
+        extra: &["--smp", "2"],
+        args: &["spin"],
+        commands: &["continue", "print counter > 0", "backtrace", "kill"],
+        interrupt: Some(Duration::from_secs(2)),
+        ..Session::default()
+    });
+    let all = format!("gdb said:\n{out}\nonering said:\n{err}");
+    assert!(out.contains("received signal SIGINT"), "{all}");
+    assert!(out.contains("$1 = 1"), "{all}");
+    assert!(out.contains("#0  ") && out.contains("main (argc=2"), "{all}");
+    assert_eq!(status, 137, "{all}");
 }

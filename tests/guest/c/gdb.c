@@ -2,8 +2,9 @@
  * it): a global to read at main, a function whose argument gdb reads at a
  * breakpoint, a second thread blocked in read() so that gdb lists two threads,
  * a system call of its own (which the rewriter turns into a jump to a
- * trampoline) for gdb to step over, and a known exit status (7). Built with -g
- * -O0 so the variables are where gdb looks for them. */
+ * trampoline) for gdb to step over, and a known exit status (7); with an
+ * argument it spins forever instead, for gdb's Ctrl-C. Built with -g -O0 so the
+ * variables are where gdb looks for them. */
 #include <pthread.h>
 #include <stdio.h>
 #include <unistd.h>
@@ -32,7 +33,10 @@ __attribute__((noinline)) long raw_getpid(void) {
     return r;
 }
 
-int main(void) {
+int main(int argc, char **argv) {
+    (void)argv;
+    while (argc > 1)
+        counter++;
     pthread_t t;
     if (pipe(fds) != 0 || pthread_create(&t, 0, waiter, 0) != 0)
         return 1;
