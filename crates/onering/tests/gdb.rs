@@ -2,7 +2,8 @@
 //! gdb (on a port the system picks, read from its "waiting for gdb on" line), gdb
 //! loads tests/guest/c/gdb.c's symbols from the program file, stops at a
 //! breakpoint in `main`, reads a variable, stops in a function and reads its
-//! argument, lists both threads, single-steps, and continues to the exit status;
+//! argument, lists both threads, single-steps, finishes the function, goes on
+//! line by line with `next`, and continues to the exit status;
 //! single-steps through a rewritten system call, across the kernel; and stops a
 //! spinning program with Ctrl-C.
 //!
@@ -122,6 +123,9 @@ fn gdb_stops_in_main_reads_variables_lists_threads_and_sees_the_exit() {
             "stepi",
             "print $pc > compute",
             "finish",
+            "next",
+            "next",
+            "next",
             "continue",
         ],
         ..Session::default()
@@ -137,6 +141,9 @@ fn gdb_stops_in_main_reads_variables_lists_threads_and_sees_the_exit() {
     assert!(out.contains("#1  ") && out.contains(" in main (argc=1"), "a backtrace into main: {all}");
     assert!(out.contains("$3 = 1"), "stepped inside compute: {all}");
     assert!(out.contains("Value returned is $4 = 43"), "finish returns compute's value: {all}");
+    // `next` over write() and over pthread_join(), which waits for the other
+    // thread: every vCPU runs on while gdb waits for the line's end.
+    assert!(out.contains("46\t    pthread_join") && out.contains("47\t    printf"), "next, line by line: {all}");
     assert!(out.contains("exited with code 07"), "{all}");
     assert_eq!(status, 7, "{all}");
     assert!(err.contains("answer 43 pid 1"), "the program ran on: {all}");
