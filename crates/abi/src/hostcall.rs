@@ -91,6 +91,16 @@ pub enum Hostcall {
     /// ([`crate::trace`]), `args[1]`/`args[2]` the data (guest-virtual address and
     /// length). Returns 0 or a negative errno. Untrusted as any output.
     Trace = 30,
+    /// `--gdb`: the program stopped on a breakpoint or a single step (or a step
+    /// ran into the kernel through a rewritten site). `args[0]` the vector (1 or
+    /// 3), `args[1]` the guest-virtual address of the stopped thread's
+    /// [`crate::debug::Regs`] (a kernel buffer the VMM may rewrite: gdb changes
+    /// registers), `args[2]`/`args[3]` an array of [`crate::debug::Thread`] (every
+    /// live thread) and its length (at most [`crate::debug::MAX_THREADS`]),
+    /// `args[4]` the stopped thread's id. All vCPUs stop until gdb resumes. Returns
+    /// what the thread does next ([`crate::debug::resume`]), or -ENODEV when no
+    /// debugger listens (the trap is then the program's SIGTRAP).
+    Debug = 31,
 }
 
 /// The largest file the VMM plans a rewrite for (larger ones run trapping).
@@ -115,6 +125,7 @@ impl Hostcall {
             14 => Self::SetRoot,
             20 => Self::Rewrite,
             30 => Self::Trace,
+            31 => Self::Debug,
             _ => return None,
         })
     }
@@ -156,6 +167,7 @@ mod tests {
             Hostcall::SetRoot,
             Hostcall::Rewrite,
             Hostcall::Trace,
+            Hostcall::Debug,
         ] {
             assert_eq!(Hostcall::from_u64(h as u64), Some(h));
         }

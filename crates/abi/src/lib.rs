@@ -12,6 +12,7 @@
 
 extern crate alloc;
 
+pub mod debug;
 pub mod hostcall;
 pub mod hostfs;
 pub mod layout;
@@ -22,7 +23,7 @@ pub mod sysnames;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 20;
+pub const ABI_VERSION: u64 = 21;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -135,6 +136,9 @@ pub mod flags {
     /// `--stats`: the kernel counts calls, errors and time per system call and
     /// sends the table at exit (`Hostcall::Trace`, kind `trace::STATS`).
     pub const STATS: u64 = 1 << 10;
+    /// `--gdb`: the program's breakpoint and single-step traps (#BP, #DB) go to
+    /// the VMM's gdb stub (`Hostcall::Debug`) instead of becoming SIGTRAP.
+    pub const GDB: u64 = 1 << 11;
 }
 
 /// What `Hostcall::Trace` carries (`args[0]`), and the shapes of its data.

@@ -204,6 +204,38 @@ onering_full_return:
     mov %gs:{fr}+{r_rsp}, %rsp
     jmp *%gs:{fr}+{r_rip}
 
+    // ---- Ring 3: the same, with the trap flag set (a gdb single step, --gdb). ----
+    // `popfq` would trap on the next instruction, still the kernel's; `iretq` to
+    // the same ring loads TF as it jumps, so the trap comes after the program's
+    // first instruction. The frame goes on the kernel stack this runs on, with the
+    // segment selectors the CPU holds (PVM's own in hardware, whatever the GDT says).
+    .global onering_step_return
+onering_step_return:
+    mov %ss, %rax
+    push %rax
+    pushq %gs:{fr}+{r_rsp}
+    pushq %gs:{fr}+{r_rflags}
+    orq $0x100, (%rsp)
+    mov %cs, %rax
+    push %rax
+    pushq %gs:{fr}+{r_rip}
+    mov %gs:{fr}+{r_r8}, %r8
+    mov %gs:{fr}+{r_r9}, %r9
+    mov %gs:{fr}+{r_r10}, %r10
+    mov %gs:{fr}+{r_r11}, %r11
+    mov %gs:{fr}+{r_r12}, %r12
+    mov %gs:{fr}+{r_r13}, %r13
+    mov %gs:{fr}+{r_r14}, %r14
+    mov %gs:{fr}+{r_r15}, %r15
+    mov %gs:{fr}+{r_rdi}, %rdi
+    mov %gs:{fr}+{r_rsi}, %rsi
+    mov %gs:{fr}+{r_rbp}, %rbp
+    mov %gs:{fr}+{r_rbx}, %rbx
+    mov %gs:{fr}+{r_rdx}, %rdx
+    mov %gs:{fr}+{r_rax}, %rax
+    mov %gs:{fr}+{r_rcx}, %rcx
+    iretq
+
     // ---- Ring 0: exceptions (every IDT gate uses IST1). ----------------------------
     // Each stub is 16 bytes long, so the VMM finds stub n at exception_stubs + 16 * n.
     .balign 16
@@ -352,13 +384,14 @@ fault_entry:
     options(att_syntax)
 );
 
-// SAFETY: the kernel's `entry_point!` defines these four symbols (jumps to its
-// hooks, with these signatures); the assembly above defines the last one. Both
+// SAFETY: the kernel's `entry_point!` defines the first symbol (a jump to its
+// hook, with this signature); the assembly above defines the last two. Both
 // sides are Rust: the reference to an Option is just a pointer.
 #[allow(improper_ctypes)]
 extern "C" {
     fn onering_hook_main(boot: &mut Option<crate::boot::Boot>) -> !;
     fn onering_full_return() -> !;
+    fn onering_step_return() -> !;
 }
 
 /// The first Rust code, on the CPU's boot stack in ring 3. CPU 0 checks the boot
@@ -379,36 +412,62 @@ extern "C" fn arch_start(boot_info: u64) -> ! {
 /// business), or the kernel state the CPU was really in when an exception
 /// interrupted it, or a user-access routine's landing with that routine's state.
 unsafe fn jump_to(regs: &UserRegs) -> ! {
+    // SAFETY: the caller's promise is `jump_with`'s.
+    unsafe { jump_with(regs, onering_full_return) }
+}
+
+/// Stores `regs` where the way back reads them and leaves through `way`.
+///
+/// # Safety
+/// As [`jump_to`]; `way` is `onering_full_return` or `onering_step_return`.
+unsafe fn jump_with(regs: &UserRegs, way: unsafe extern "C" fn() -> !) -> ! {
     let pc = crate::cpu::page();
     // SAFETY: FULL_REGS lies in this CPU's per-CPU page, which the kernel owns past
     // the ABI header (room for UserRegs before CURRENT_TASK, checked in cpu.rs);
     // nothing else on this CPU uses it until the jump below, which loads every
-    // register from it and jumps to `regs.rip` without touching any stack; what it
-    // jumps to is the caller's promise.
+    // register from it and jumps to `regs.rip` (the stepping way pushes its iretq
+    // frame on the kernel stack it runs on, not the program's); what it jumps to
+    // is the caller's promise.
     unsafe {
         (pc.add(crate::cpu::FULL_REGS) as *mut UserRegs).write_volatile(*regs);
-        onering_full_return()
+        way()
     }
 }
 
 /// Returns to the program with exactly `regs` (after a signal frame, an
 /// interrupt, `rt_sigreturn`). Never comes back. A kernel address in `regs.rip` is a
-/// kernel bug: it panics rather than jump there.
+/// kernel bug: it panics rather than jump there. With the trap flag in
+/// `regs.rflags` (a debugger's single step, `--gdb`, that an interrupt or a signal
+/// came between) the return is `iretq`, which sets it: the program then runs one
+/// instruction and traps (#DB).
 pub fn full_return(regs: &UserRegs) -> ! {
     assert!(
         crate::user::in_user_half(regs.rip, 1),
         "a return to the program with rip {:#x}, outside its half",
         regs.rip
     );
+    if regs.rflags & TRAP_FLAG != 0 {
+        // SAFETY: rip lies in the program's half, checked just above.
+        unsafe { jump_with(regs, onering_step_return) }
+    }
     // SAFETY: rip lies in the program's half, checked just above.
     unsafe { jump_to(regs) }
 }
+
+/// RFLAGS.TF: a #DB after each instruction.
+pub const TRAP_FLAG: u64 = 0x100;
 
 /// Ends this CPU's handling of an exception (the ring-0 stub marked it) and
 /// returns to the program with `regs` (its state, or its signal handler's entry).
 pub fn resume_after_fault(regs: &UserRegs) -> ! {
     crate::cpu::clear_in_fault();
     full_return(regs)
+}
+
+/// As [`resume_after_fault`], with the trap flag set: the program runs one
+/// instruction and traps again (#DB), for a debugger's single step (`--gdb`).
+pub fn resume_stepping(regs: &UserRegs) -> ! {
+    resume_after_fault(&UserRegs { rflags: regs.rflags | TRAP_FLAG, ..*regs })
 }
 
 /// Ends this CPU's handling of the exception in `frame` and runs the interrupted

@@ -39,6 +39,64 @@ pub fn trace(kind: u64, data: &[u8]) -> i64 {
     hostcall(Hostcall::Trace, &[kind, data.as_ptr() as u64, data.len() as u64]) as i64
 }
 
+/// `--gdb`: the program stopped (vector 1 or 3) with `regs`; `threads` lists every
+/// live thread, `tid` is the stopped one's. Every vCPU waits while gdb looks; the
+/// VMM may change `regs` (lent for the call). Returns what the thread does next
+/// (`onering_abi::debug::resume`), or -ENODEV when no debugger listens.
+pub fn debug_stop(vector: u64, regs: &mut crate::UserRegs, threads: &[onering_abi::debug::Thread], tid: u64) -> i64 {
+    // The words of `onering_abi::debug::Regs`: UserRegs' order, then the FS base.
+    let r = *regs;
+    let words = [
+        r.r8,
+        r.r9,
+        r.r10,
+        r.r11,
+        r.r12,
+        r.r13,
+        r.r14,
+        r.r15,
+        r.rdi,
+        r.rsi,
+        r.rbp,
+        r.rbx,
+        r.rdx,
+        r.rax,
+        r.rcx,
+        r.rsp,
+        r.rip,
+        r.rflags,
+        crate::cpu::fs_base(),
+    ];
+    let buf = Shared::<19>::new(&[]);
+    for (slot, w) in buf.0.iter().zip(words) {
+        slot.store(w, core::sync::atomic::Ordering::Relaxed);
+    }
+    let args = [vector, buf.addr(), threads.as_ptr() as u64, threads.len() as u64, tid];
+    let ret = hostcall(Hostcall::Debug, &args) as i64;
+    let w = |i: usize| buf.0[i].load(core::sync::atomic::Ordering::Relaxed);
+    *regs = crate::UserRegs {
+        r8: w(0),
+        r9: w(1),
+        r10: w(2),
+        r11: w(3),
+        r12: w(4),
+        r13: w(5),
+        r14: w(6),
+        r15: w(7),
+        rdi: w(8),
+        rsi: w(9),
+        rbp: w(10),
+        rbx: w(11),
+        rdx: w(12),
+        rax: w(13),
+        rcx: w(14),
+        rsp: w(15),
+        rip: w(16),
+        rflags: w(17),
+    };
+    ret
+}
+
 /// Ends the VM with the program's exit status (the host-file operations still
 /// waiting go first: what the program wrote is on the host).
 pub fn exit(status: u64) -> ! {

@@ -196,8 +196,9 @@ impl Task {
         None
     }
 
-    /// The top of its kernel stack.
-    pub(crate) fn stack_top(&self) -> u64 {
+    /// The top of its kernel stack (where the way into the kernel leaves the
+    /// program's registers; the gdb stub reads them there, `--gdb`).
+    pub fn stack_top(&self) -> u64 {
         self.kstack_top
     }
 

@@ -353,6 +353,9 @@ fn on_the_way_out(ctx: &Ctx, frame: &SyscallFrame) {
 pub fn fault_hook(frame: &FaultFrame) -> ! {
     onering_arch::cpu::count(onering_arch::cpu::Counter::Faults);
     let k = kernel();
+    if frame.vector == vector::BREAKPOINT || frame.vector == vector::DEBUG {
+        debug_trap(k, frame);
+    }
     let addr = if frame.vector == vector::PAGE_FAULT { onering_arch::hostcall::fault_addr() } else { 0 };
     let mut oom = false;
     if frame.vector == vector::PAGE_FAULT {
@@ -405,6 +408,56 @@ fn program_fault(frame: &FaultFrame, addr: u64, oom: u64) -> ! {
     };
     let user = k.user();
     let regs = signal::fault(k, &user, frame.regs(), s, info);
+    onering_arch::entry::resume_after_fault(&regs)
+}
+
+/// `--gdb`: a breakpoint (#BP) or a single-step trap (#DB) goes to the VMM's gdb
+/// stub instead of becoming SIGTRAP. Returns when it is not the debugger's (no
+/// `--gdb`; an `int3` in the kernel, which is then a kernel panic as before).
+///
+/// A single step that entered the kernel is a rewritten site's trampoline jumping
+/// to the system-call entry with the trap flag still set (a trapping `syscall`
+/// clears it through SFMASK): the VMM plants a breakpoint where the call returns
+/// (`rcx`, in the trampoline) and the kernel runs on, the trap flag dropped (a
+/// retry does not restore it), so the step ends after the call.
+fn debug_trap(k: &Kernel, frame: &FaultFrame) {
+    if k.cfg.flags & onering_abi::flags::GDB == 0 {
+        return;
+    }
+    if frame.rip < layout::KERNEL_VBASE {
+        onering_arch::entry::leave_fault_stack(frame, 0, 0, program_debug_trap)
+    }
+    if frame.vector == vector::DEBUG && is_kernel_stack(frame.rsp) {
+        let mut regs = frame.regs();
+        let tid = thread::try_current().map_or(0, |t| t.tid());
+        onering_arch::hostcall::debug_stop(vector::DEBUG, &mut regs, &[], tid);
+        onering_arch::entry::retry_fault(frame)
+    }
+}
+
+/// The program's breakpoint or single step, on its thread's kernel stack: every
+/// vCPU stops while gdb looks (`Hostcall::Debug`), then the thread goes on as gdb
+/// says, with the registers gdb left. Without a debugger (gdb detached) the trap
+/// is the program's SIGTRAP, as without `--gdb`.
+fn program_debug_trap(frame: &FaultFrame, _: u64, _: u64) -> ! {
+    use onering_abi::debug::resume;
+    let k = kernel();
+    let threads = sched::debug_threads();
+    let mut regs = frame.regs();
+    let r = onering_arch::hostcall::debug_stop(frame.vector, &mut regs, &threads, thread::current().tid());
+    drop(threads);
+    if r < 0 {
+        program_fault(frame, 0, 0)
+    }
+    let s = resume::signal(r as u64);
+    if (1..=64).contains(&s) {
+        // gdb continues with a signal: delivered as a fault's would be.
+        let info = Info { signo: s, code: 0, addr: regs.rip, trapno: frame.vector, ..Default::default() };
+        regs = signal::fault(k, &k.user(), regs, s, info);
+    }
+    if r as u64 & 0xff == resume::STEP {
+        onering_arch::entry::resume_stepping(&regs)
+    }
     onering_arch::entry::resume_after_fault(&regs)
 }
 

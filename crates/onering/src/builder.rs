@@ -60,6 +60,8 @@ pub struct VmConfig<'a> {
     pub trace_set: Option<[u64; onering_abi::trace::SET_WORDS]>,
     /// `--stats`: the kernel counts calls per system call.
     pub stats: bool,
+    /// `--gdb ADDR`: where gdb will connect (already listening).
+    pub gdb: Option<&'a std::net::TcpListener>,
 }
 
 /// Why the VM could not be built.
@@ -78,6 +80,8 @@ pub enum BuildError {
     Bus(#[from] BusError),
     #[error("cannot start the profiler: {0}")]
     Sampler(String),
+    #[error("{0}")]
+    Gdb(String),
     #[error("{0}")]
     Net(#[from] NetBackError),
     #[error("{0}")]
@@ -208,6 +212,9 @@ pub fn run(
     if config.stats {
         flags |= onering_abi::flags::STATS;
     }
+    if config.gdb.is_some() {
+        flags |= onering_abi::flags::GDB;
+    }
     let mut image = Vec::new();
     let dns = config.net.as_ref().and_then(|n| n.dns).map(|d| d.octets());
     rootfs::add_etc(&mut image, config.rootfs, dns);
@@ -280,6 +287,10 @@ pub fn run(
     }
     if let Some(s) = config.sampler {
         machine.profile_with(s).map_err(|e| BuildError::Sampler(e.to_string()))?;
+    }
+    if let Some(listener) = config.gdb {
+        // The program starts once gdb continues it.
+        machine.debug_with(listener, bi.entry, bi.user_sp).map_err(BuildError::Gdb)?;
     }
     if let Some((dev, backend)) = net {
         dev.set_wake(Box::new(move || machine.wake_halted()));

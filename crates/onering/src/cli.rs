@@ -107,6 +107,11 @@ struct RunArgs {
     /// Samples a second per running vCPU for --profile and --profile-top.
     #[arg(long, value_name = "HZ", default_value_t = 1000)]
     profile_hz: u32,
+    /// Wait for gdb on ADDR (host:port) before the program's first instruction;
+    /// then `gdb PROGRAM -ex 'target remote ADDR'`: breakpoints, single steps,
+    /// registers, memory, the program's threads.
+    #[arg(long, value_name = "ADDR")]
+    gdb: Option<String>,
     /// Publish a guest port on the host, as docker run -p (repeatable; implies
     /// --net user): [HOSTIP:]HOSTPORT:GUESTPORT[/tcp|/udp], ports or ranges
     /// (8000-8010:8000-8010).
@@ -190,6 +195,7 @@ fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
         "--profile",
         "--profile-top",
         "--profile-hz",
+        "--gdb",
         "--stats-json",
         "--trace-out",
         "-p",
@@ -497,6 +503,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         _ => None,
     };
 
+    let gdb = args.gdb.as_deref().map(vstate::gdb::listen).transpose().map_err(Failure::Onering)?;
     let config = VmConfig {
         mem: args.mem,
         smp: args.smp,
@@ -517,6 +524,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         net_option,
         trace_set,
         stats: stats_on,
+        gdb: gdb.as_ref(),
     };
     let (stats, stats_json, perf, ncpus) = (args.stats, args.stats_json.clone(), args.perf, args.smp);
     let started = std::time::Instant::now();

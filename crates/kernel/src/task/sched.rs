@@ -352,6 +352,31 @@ pub fn threads_of(pid: u64) -> Vec<&'static Thread> {
     SCHED.lock().live.values().filter(|t| t.pid() == pid).copied().collect()
 }
 
+/// Every live thread (at most `onering_abi::debug::MAX_THREADS`), for the gdb
+/// stub (`--gdb`): ids, the CPU running it, the top of its kernel stack (where the
+/// VMM finds its registers), its state.
+pub fn debug_threads() -> Vec<onering_abi::debug::Thread> {
+    use onering_abi::debug::{state, Thread as Entry, MAX_THREADS, NOT_RUNNING};
+    let s = SCHED.lock();
+    let entry = |t: &Thread| {
+        let st = t.state.load(Relaxed);
+        let cpu = if st == super::thread::RUNNING { t.task.last_cpu().map(|c| c as u64) } else { None };
+        Entry {
+            tid: t.tid(),
+            pid: t.pid(),
+            cpu: cpu.unwrap_or(NOT_RUNNING),
+            kstack_top: t.task.stack_top(),
+            state: match st {
+                super::thread::RUNNING => state::RUNNING,
+                super::thread::RUNNABLE => state::RUNNABLE,
+                super::thread::SLEEPING => state::SLEEPING,
+                _ => state::OTHER,
+            },
+        }
+    };
+    s.live.values().take(MAX_THREADS).map(|t| entry(t)).collect()
+}
+
 /// What the thread being created starts with.
 pub struct Spawn {
     pub tid: u64,

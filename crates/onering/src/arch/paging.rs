@@ -120,10 +120,22 @@ pub fn translate(mem: &GuestMemoryMmap, cr3: u64, virt: u64) -> Option<(u64, u64
 /// calling vCPU's page tables ([`current_root`]); `None` if any byte has no
 /// translation.
 pub fn read_guest(mem: &GuestMemoryMmap, virt: u64, len: u64) -> Option<Vec<u8>> {
+    read_guest_in(mem, current_root(), virt, len)
+}
+
+/// Copies `data` into the guest at guest-virtual `virt`, through the calling
+/// vCPU's page tables; `None` (nothing written) if any byte has no translation.
+pub fn write_guest(mem: &GuestMemoryMmap, virt: u64, data: &[u8]) -> Option<()> {
+    write_guest_in(mem, current_root(), virt, data)
+}
+
+/// [`read_guest`] through the page tables rooted at `root` (the gdb stub's, for
+/// another thread than the vCPU's).
+pub fn read_guest_in(mem: &GuestMemoryMmap, root: u64, virt: u64, len: u64) -> Option<Vec<u8>> {
     let mut out = vec![0u8; len as usize];
     let mut done = 0u64;
     while done < len {
-        let (pa, avail) = translate(mem, current_root(), virt.checked_add(done)?)?;
+        let (pa, avail) = translate(mem, root, virt.checked_add(done)?)?;
         let n = avail.min(len - done);
         mem.read_slice(&mut out[done as usize..(done + n) as usize], GuestAddress(pa)).ok()?;
         done += n;
@@ -131,14 +143,13 @@ pub fn read_guest(mem: &GuestMemoryMmap, virt: u64, len: u64) -> Option<Vec<u8>>
     Some(out)
 }
 
-/// Copies `data` into the guest at guest-virtual `virt`, through the calling
-/// vCPU's page tables; `None` (nothing written) if any byte has no translation.
-pub fn write_guest(mem: &GuestMemoryMmap, virt: u64, data: &[u8]) -> Option<()> {
+/// [`write_guest`] through the page tables rooted at `root`.
+pub fn write_guest_in(mem: &GuestMemoryMmap, root: u64, virt: u64, data: &[u8]) -> Option<()> {
     let len = data.len() as u64;
     let mut pieces = Vec::new();
     let mut done = 0u64;
     while done < len {
-        let (pa, avail) = translate(mem, current_root(), virt.checked_add(done)?)?;
+        let (pa, avail) = translate(mem, root, virt.checked_add(done)?)?;
         let n = avail.min(len - done);
         pieces.push((pa, done as usize, n as usize));
         done += n;

@@ -71,6 +71,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::Rewrite) => rewrite(args, env.mem()),
         Some(Hostcall::SetRoot) => set_root(args[0], env),
         Some(Hostcall::Trace) => trace(args, env.mem()),
+        Some(Hostcall::Debug) => env.debug_stop(args),
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));

@@ -163,6 +163,13 @@ pub trait Env {
         let _ = root;
         Err(-38)
     }
+    /// `--gdb`: the program stopped on a breakpoint or a step (`Hostcall::Debug`'s
+    /// arguments); returns once gdb resumed it: what the thread does next, or
+    /// -errno (-ENODEV: no debugger).
+    fn debug_stop(&mut self, args: [u64; 6]) -> i64 {
+        let _ = args;
+        -19
+    }
     /// A forwarded terminal ioctl on the host's standard stream `fd`, its argument
     /// in `arg` (sized for the request).
     fn stdio_ioctl(&mut self, fd: u64, request: u64, arg: &mut [u8]) -> i64 {

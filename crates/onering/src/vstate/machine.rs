@@ -86,6 +86,8 @@ pub struct Machine {
     /// The host file server (`-v`, `--rootfs DIR`), if the VM has mounts (set
     /// before the VM runs).
     hostfs: OnceLock<crate::hostfs::HostFs>,
+    /// The gdb stub (`--gdb`), if on (set before the VM runs).
+    gdb: OnceLock<&'static super::gdb::Debugger>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -121,6 +123,7 @@ impl Machine {
             forced: AtomicU64::new(0),
             sampler: OnceLock::new(),
             hostfs: OnceLock::new(),
+            gdb: OnceLock::new(),
         }));
         if MACHINE.set(m).is_ok() {
             crate::sys::signals::forward_signals(on_host_signal);
@@ -182,6 +185,19 @@ impl Machine {
         Ok(())
     }
 
+    /// Waits for gdb on `listener` and has it debug the program, which starts at
+    /// `entry` with stack `sp` once gdb continues (before the VM runs).
+    pub fn debug_with(&'static self, listener: &std::net::TcpListener, entry: u64, sp: u64) -> Result<(), String> {
+        let d = super::gdb::Debugger::attach(self, listener, self.cpus.len() as u64, entry, sp)?;
+        let _ = self.gdb.set(d);
+        Ok(())
+    }
+
+    /// gdb killed the program: the VM ends with `outcome`.
+    pub(super) fn end_from_debugger(&self, outcome: Outcome) -> ! {
+        self.end(outcome)
+    }
+
     /// Serves host files from `fs` (before the VM runs).
     pub fn serve_files(&self, fs: crate::hostfs::HostFs) {
         let _ = self.hostfs.set(fs);
@@ -202,6 +218,10 @@ impl Machine {
             if forced != 0 {
                 return Outcome::Stopped(forced);
             }
+            let gdb = self.gdb.get();
+            if let Some(g) = gdb {
+                g.enter(cpu, vcpu);
+            }
             let sampler = self.sampler.get();
             if let Some(s) = sampler {
                 s.enter(cpu);
@@ -209,6 +229,9 @@ impl Machine {
             let timer = crate::observe::start_timer(cpu, false);
             let run = vcpu.run().map(VmExit::from_kvm);
             crate::observe::stop_timer(timer, cpu, false);
+            if let Some(g) = gdb {
+                g.leave(cpu);
+            }
             if let Some(s) = sampler {
                 s.leave(cpu, vcpu, &self.mem);
             }
@@ -240,6 +263,9 @@ impl Machine {
     /// waits here for the end).
     fn end(&self, outcome: Outcome) -> ! {
         let _only_one = lock(&self.ending);
+        if let Some(g) = self.gdb.get() {
+            g.ended(&outcome);
+        }
         self.stdio.restore();
         let _ = std::io::stdout().flush();
         let code = (self.finish)(&self.mem, outcome);
@@ -387,6 +413,12 @@ impl Env for VcpuEnv<'_> {
         let mut s = self.vcpu.get_sregs().map_err(|e| -i64::from(e.errno()))?;
         s.cr3 = root;
         self.vcpu.set_sregs(&s).map_err(|e| -i64::from(e.errno()))
+    }
+    fn debug_stop(&mut self, args: [u64; 6]) -> i64 {
+        match self.m.gdb.get() {
+            Some(g) => g.stop(self.cpu, crate::arch::paging::current_root(), args),
+            None => -19,
+        }
     }
     fn host_file(&mut self, args: [u64; 6]) -> i64 {
         match self.m.hostfs.get() {

@@ -2,11 +2,12 @@
 //! guest memory and its registration (`vm`), vCPU creation with its initial
 //! registers (`vcpu`), and the running machine: one host thread per vCPU, halting and
 //! kicking, and ending the process when the VM ends (`machine`), the host's
-//! stdin as a device (`stdin`), the standard streams' host side (`stdio`), and the
-//! profiler's sampling of vCPU registers (`sampler`). The only layer that
+//! stdin as a device (`stdin`), the standard streams' host side (`stdio`), the
+//! profiler's sampling of vCPU registers (`sampler`), and the gdb stub (`gdb`). The only layer that
 //! makes KVM ioctls; the register values come from `arch`, what to do on an exit
 //! from `exit`.
 
+pub mod gdb;
 pub mod machine;
 pub mod sampler;
 pub mod stdin;
