@@ -661,6 +661,14 @@ fn copy_on_write_after_fork_matches_the_host() {
 }
 
 #[test]
+fn process_shared_futexes_reach_across_fork() {
+    // A pshared semaphore and a pshared mutex/condvar in MAP_SHARED memory, a
+    // parent and its forked child each blocking on what the other wakes.
+    same_as_host_on_1_2_4_vcpus(&musl("pshared"));
+    same_as_host_on_1_2_4_vcpus(&glibc("pshared"));
+}
+
+#[test]
 fn rootfs_and_workdir() {
     let dir = out_dir().join("rootfs-tree");
     let _ = std::fs::remove_dir_all(&dir);

@@ -1229,6 +1229,22 @@ impl<M: Mmu> AddressSpace<M> {
         Ok(())
     }
 
+    /// Whether some block is memory shared with another space (MAP_SHARED
+    /// memory after fork).
+    pub fn has_shared(&self) -> bool {
+        self.backing.borrow().blocks.values().any(|b| matches!(b, Block::Shared(_)))
+    }
+
+    /// Where `addr` lies in guest-physical memory if it is in memory shared with
+    /// other spaces (the same in each of them), for process-shared futexes.
+    pub fn shared_phys(&self, addr: u64) -> Option<u64> {
+        let blk = align_down(addr, HUGE_PAGE_SIZE);
+        match self.backing.borrow().blocks.get(&blk) {
+            Some(Block::Shared(a)) => Some(a.with(|c| c.phys()) + (addr - blk)),
+            _ => None,
+        }
+    }
+
     /// Makes the page at `addr` this space's to write now if it is a
     /// copy-on-write page (best effort: a write there faults otherwise).
     pub fn unshare(&mut self, addr: u64) {

@@ -21,7 +21,7 @@ use super::user::GuestUser;
 use super::UserSpace;
 use crate::errno::Errno;
 use alloc::vec::Vec;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use onering_abi::MAX_CPUS;
 use spin::{Mutex, Once};
 
@@ -34,6 +34,9 @@ pub struct Space {
     id: AtomicU64,
     /// Processes using it.
     users: AtomicUsize,
+    /// Whether it has memory shared with other spaces (then a process-shared
+    /// futex there is keyed by where it is in guest memory).
+    shares: AtomicBool,
     pub mm: Mutex<UserSpace>,
 }
 
@@ -80,6 +83,7 @@ pub fn install(space: UserSpace) -> Result<&'static Space, Errno> {
             slot,
             id: AtomicU64::new(0),
             users: AtomicUsize::new(0),
+            shares: AtomicBool::new(false),
             mm: Mutex::new(space.take().unwrap_or_else(|| unreachable!())),
         }))
     });
@@ -88,6 +92,7 @@ pub fn install(space: UserSpace) -> Result<&'static Space, Errno> {
         *s.mm.lock() = space;
     }
     s.id.store(NEXT_ID.fetch_add(1, Relaxed), Relaxed);
+    s.note_sharing();
     s.users.store(1, Release);
     Ok(s)
 }
@@ -151,11 +156,29 @@ impl Space {
     }
 
     /// The futex-table key of user address `addr` in this space: private futexes
-    /// of different spaces never meet. (Shared futexes in MAP_SHARED memory are
-    /// keyed by address too, so waiters in different processes do not see each
-    /// other's wakes: best effort, documented.)
+    /// of different spaces never meet.
     pub fn futex_key(&self, addr: u64) -> u64 {
         addr | (self.slot as u64) << 47
+    }
+
+    /// Records whether the space now has memory shared with another (after a
+    /// fork shared its MAP_SHARED blocks).
+    pub fn note_sharing(&self) {
+        self.shares.store(self.mm.lock().has_shared(), Relaxed);
+    }
+
+    /// The key of a process-shared futex (no FUTEX_PRIVATE_FLAG) at `addr`: in
+    /// memory shared with other processes, where it is in guest memory (bit 63
+    /// set: no private key has it), so that a wake in one process reaches a
+    /// waiter in another, as on Linux; elsewhere the private key. A space that
+    /// shares nothing pays one load.
+    pub fn shared_futex_key(&self, addr: u64) -> u64 {
+        if self.shares.load(Relaxed) {
+            if let Some(phys) = self.mm.lock().shared_phys(addr) {
+                return phys | 1 << 63;
+            }
+        }
+        self.futex_key(addr)
     }
 }
 

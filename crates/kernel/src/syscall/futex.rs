@@ -50,11 +50,12 @@ fn deadline(user: &dyn UserMem, addr: u64, absolute: bool, realtime: bool) -> Re
     }))
 }
 
-fn requeue(ctx: &Ctx, addr: u64, nwake: u64, nmove: u64, addr2: u64, cmp: Option<u32>) -> SysResult {
+fn requeue(ctx: &Ctx, addr: u64, shared: bool, nwake: u64, nmove: u64, addr2: u64, cmp: Option<u32>) -> SysResult {
     let (nwake, nmove) = (nwake as u32 as i32, nmove as u32 as i32);
     if nwake < 0 || nmove < 0 {
         return Err(Errno::EINVAL);
     }
+    let (from, to) = (key(addr, shared), key(addr2, shared));
     let (woken, moved) = {
         let mut table = ctx.k.futexes.lock();
         if let Some(v) = cmp {
@@ -62,17 +63,18 @@ fn requeue(ctx: &Ctx, addr: u64, nwake: u64, nmove: u64, addr2: u64, cmp: Option
                 return Err(Errno::EAGAIN);
             }
         }
-        table.requeue(key(addr), key(addr2), nwake as usize, nmove as usize)
+        table.requeue(from, to, nwake as usize, nmove as usize)
     };
     let n = wake_threads(&woken);
     // CMP_REQUEUE counts woken and requeued threads.
     Ok((n + if cmp.is_some() { moved } else { 0 }) as u64)
 }
 
-fn wake_op(ctx: &Ctx, addr: u64, n: u64, n2: u64, addr2: u64, op: u32) -> SysResult {
+fn wake_op(ctx: &Ctx, addr: u64, shared: bool, n: u64, n2: u64, addr2: u64, op: u32) -> SysResult {
     // Unknown operations or comparisons: ENOSYS, as Linux.
     wake_op_new(op, 0).ok_or(Errno::ENOSYS)?;
     wake_op_cmp(op, 0).ok_or(Errno::ENOSYS)?;
+    let (k1, k2) = (key(addr, shared), key(addr2, shared));
     let woken = {
         let mut table = ctx.k.futexes.lock();
         let old = update_u32(ctx.user, addr2, |old| wake_op_new(op, old).unwrap_or(old)).map_err(|e| {
@@ -82,9 +84,9 @@ fn wake_op(ctx: &Ctx, addr: u64, n: u64, n2: u64, addr2: u64, op: u32) -> SysRes
                 Errno::EFAULT
             }
         })?;
-        let mut w = table.wake(key(addr), n as u32 as usize, u32::MAX);
+        let mut w = table.wake(k1, n as u32 as usize, u32::MAX);
         if wake_op_cmp(op, old) == Some(true) {
-            w.extend(table.wake(key(addr2), n2 as u32 as usize, u32::MAX));
+            w.extend(table.wake(k2, n2 as u32 as usize, u32::MAX));
         }
         w
     };
@@ -107,6 +109,7 @@ pub fn futex(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [addr, op, val, timeout, addr2, val3] = f.args();
     let cmd = op & !(FUTEX_PRIVATE | FUTEX_CLOCK_REALTIME);
     let realtime = op & FUTEX_CLOCK_REALTIME != 0;
+    let shared = op & FUTEX_PRIVATE == 0;
     if addr % 4 != 0 {
         return Err(Errno::EINVAL);
     }
@@ -115,28 +118,38 @@ pub fn futex(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
             if realtime {
                 return Err(Errno::ENOSYS);
             }
-            wait(ctx.k, ctx.user, ctx.thread, addr, val as u32, u32::MAX, deadline(ctx.user, timeout, false, false)?)
+            wait(
+                ctx.k,
+                ctx.user,
+                ctx.thread,
+                addr,
+                shared,
+                val as u32,
+                u32::MAX,
+                deadline(ctx.user, timeout, false, false)?,
+            )
         }
         FUTEX_WAIT_BITSET => wait(
             ctx.k,
             ctx.user,
             ctx.thread,
             addr,
+            shared,
             val as u32,
             val3 as u32,
             deadline(ctx.user, timeout, true, realtime)?,
         ),
-        FUTEX_WAKE => Ok(wake(ctx.k, addr, val as u32 as usize, u32::MAX) as u64),
+        FUTEX_WAKE => Ok(wake(ctx.k, addr, shared, val as u32 as usize, u32::MAX) as u64),
         FUTEX_WAKE_BITSET => {
             if val3 as u32 == 0 {
                 return Err(Errno::EINVAL);
             }
-            Ok(wake(ctx.k, addr, val as u32 as usize, val3 as u32) as u64)
+            Ok(wake(ctx.k, addr, shared, val as u32 as usize, val3 as u32) as u64)
         }
         // For the requeues, the timeout argument carries the number to move.
-        FUTEX_REQUEUE => requeue(ctx, addr, val, timeout, addr2, None),
-        FUTEX_CMP_REQUEUE => requeue(ctx, addr, val, timeout, addr2, Some(val3 as u32)),
-        FUTEX_WAKE_OP => wake_op(ctx, addr, val, timeout, addr2, val3 as u32),
+        FUTEX_REQUEUE => requeue(ctx, addr, shared, val, timeout, addr2, None),
+        FUTEX_CMP_REQUEUE => requeue(ctx, addr, shared, val, timeout, addr2, Some(val3 as u32)),
+        FUTEX_WAKE_OP => wake_op(ctx, addr, shared, val, timeout, addr2, val3 as u32),
         FUTEX_LOCK_PI
         | FUTEX_UNLOCK_PI
         | FUTEX_TRYLOCK_PI

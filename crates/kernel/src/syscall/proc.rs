@@ -151,6 +151,7 @@ fn copy_space(ctx: &Ctx, settid: Option<u64>, tid: u64, hot: &[u64], sp: u64) ->
     let mut child = mm.fork()?;
     mm.unshare(sp);
     drop(mm);
+    ctx.proc().space().note_sharing();
     for a in hot {
         child.unshare(*a);
     }

@@ -32,7 +32,7 @@ pub fn exit_thread(k: &Kernel, user: &dyn UserMem, code: u64, group: bool) -> ! 
     if ctid != 0 {
         // CHILD_CLEARTID: zero the word and wake one waiter (pthread_join).
         if user.write_u32(ctid, 0).is_ok() {
-            super::futex::wake(k, ctid, 1, u32::MAX);
+            super::futex::wake(k, ctid, false, 1, u32::MAX);
         }
     }
     let p = me.process();
@@ -139,7 +139,7 @@ fn release_robust_list(k: &Kernel, user: &dyn UserMem, me: &Thread) {
             match user.cmpxchg_u32(w, old, new) {
                 Ok(found) if found == old => {
                     if old & robust::FUTEX_WAITERS != 0 {
-                        super::futex::wake(k, w, 1, u32::MAX);
+                        super::futex::wake(k, w, false, 1, u32::MAX);
                     }
                     break;
                 }

@@ -11,9 +11,19 @@ use crate::mm::user::UserMem;
 
 /// The futex-table key of user address `addr` for the running thread: the
 /// address within its address space (so processes with separate memory never
-/// share a key; see `mm::spaces::Space::futex_key`).
-pub fn key(addr: u64) -> u64 {
-    super::thread::try_current().map_or(addr, |t| t.process().space().futex_key(addr))
+/// share a key; see `mm::spaces::Space::futex_key`), or for a process-shared
+/// futex (`shared`: no FUTEX_PRIVATE_FLAG) in memory shared with other
+/// processes, its place in guest memory (`Space::shared_futex_key`). Computed
+/// before the futex table is locked (it may take the memory lock).
+pub fn key(addr: u64, shared: bool) -> u64 {
+    super::thread::try_current().map_or(addr, |t| {
+        let space = t.process().space();
+        if shared {
+            space.shared_futex_key(addr)
+        } else {
+            space.futex_key(addr)
+        }
+    })
 }
 
 /// Wakes the threads the table dequeued (after its lock is released); returns how many.
@@ -27,18 +37,21 @@ pub fn wake_threads(tids: &[u64]) -> usize {
 }
 
 /// Wakes up to `n` waiters of `addr` whose bitset meets `bitset`; returns how many.
-pub fn wake(k: &Kernel, addr: u64, n: usize, bitset: u32) -> usize {
-    let woken = k.futexes.lock().wake(key(addr), n, bitset);
+pub fn wake(k: &Kernel, addr: u64, shared: bool, n: usize, bitset: u32) -> usize {
+    let key = key(addr, shared);
+    let woken = k.futexes.lock().wake(key, n, bitset);
     wake_threads(&woken)
 }
 
 /// Sleeps while the word at `addr` holds `val`, until woken (with a matching
 /// bitset), `until` (monotonic ns) or a signal.
+#[allow(clippy::too_many_arguments)]
 pub fn wait(
     k: &Kernel,
     user: &dyn UserMem,
     me: &Thread,
     addr: u64,
+    shared: bool,
     val: u32,
     bitset: u32,
     until: Option<u64>,
@@ -46,13 +59,14 @@ pub fn wait(
     if bitset == 0 {
         return Err(Errno::EINVAL);
     }
+    let key = key(addr, shared);
     {
         let mut table = k.futexes.lock();
         let cur = user.load_u32(addr).map_err(|e| if e == Errno::EINVAL { e } else { Errno::EFAULT })?;
         if cur != val {
             return Err(Errno::EAGAIN);
         }
-        table.enqueue(key(addr), me.tid(), bitset);
+        table.enqueue(key, me.tid(), bitset);
     }
     let w = sched::block(until);
     // Still queued means nobody woke us: a timeout or a signal.
