@@ -1173,6 +1173,23 @@ fn process_groups_and_sessions_match_the_host() {
     same_as_host_on_1_2_4_vcpus(&musl("pgroup"));
 }
 
+/// `prctl(PR_SET_PDEATHSIG)` as on the host: sent when the creating thread ends
+/// (the process living on), not when another thread does; cleared by fork, kept by
+/// execve (the program execs itself from its directory, a volume), on 1 and 2 vCPUs.
+#[test]
+fn parent_death_signal_matches_the_host() {
+    let bin = build("pdeath", "musl-gcc", &["-static", "-pthread"], "");
+    let host = Command::new(&bin).output().unwrap();
+    assert!(host.status.success() && stdout(&host).ends_with("done\n"), "{}", stdout(&host));
+    let dir = bin.parent().unwrap().to_str().unwrap();
+    let vol = format!("{dir}:{dir}");
+    for smp in ["1", "2"] {
+        let o = onering(&["run", "--smp", smp, "-v", &vol, bin.to_str().unwrap()]);
+        assert_eq!(stdout(&o), stdout(&host), "--smp {smp}: {}", stderr(&o));
+        assert_eq!(status(&o), 0);
+    }
+}
+
 /// What shells, xargs, find, tar and Python do with processes, through Debian's
 /// own dynamic programs (from the host's tree): the same output as on the host,
 /// no system call left trapping in the shell.

@@ -210,6 +210,8 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
     }
     if !thread {
         ctx.proc().family.lock().children += 1;
+        proc.creator.store(me.tid(), Relaxed);
+        me.made_children.store(true, Relaxed);
     }
     // The tid stores are best effort, as on Linux: a bad pointer is ignored.
     if flags & CLONE_PARENT_SETTID != 0 {
@@ -544,6 +546,8 @@ pub fn rseq(_: &Ctx, _: &mut SyscallFrame) -> SysResult {
     Err(Errno::ENOSYS)
 }
 
+const PR_SET_PDEATHSIG: u64 = 1;
+const PR_GET_PDEATHSIG: u64 = 2;
 const PR_SET_NAME: u64 = 15;
 const PR_GET_NAME: u64 = 16;
 const PR_GET_DUMPABLE: u64 = 3;
@@ -556,6 +560,16 @@ const PR_GET_NO_NEW_PRIVS: u64 = 39;
 pub fn prctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [option, arg2, ..] = f.args();
     match option {
+        // The calling thread's: sent to its process when the thread that created
+        // the process ends (`task::exit::creator_ended`).
+        PR_SET_PDEATHSIG if arg2 <= 64 => {
+            ctx.thread.pdeathsig.store(arg2, Relaxed);
+            Ok(0)
+        }
+        PR_GET_PDEATHSIG => {
+            ctx.user.write_u32(arg2, ctx.thread.pdeathsig.load(Relaxed) as u32)?;
+            Ok(0)
+        }
         PR_SET_NAME => {
             let mut name = [0u8; 16];
             let s = ctx.user.read_cstr(arg2, 4095)?;

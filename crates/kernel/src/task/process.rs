@@ -76,6 +76,10 @@ pub struct Process {
     /// Process group and session ids (`setpgid`, `setsid`; `kill` of a group).
     pub pgid: AtomicU64,
     pub sid: AtomicU64,
+    /// The thread that created it (tid; Linux's `real_parent`, a thread): when
+    /// that thread ends, the process's threads' parent-death signals are sent and
+    /// another thread of the parent (or pid 1's) takes its place.
+    pub creator: AtomicU64,
 }
 
 /// What /proc shows of a program `execve` loaded.
@@ -191,6 +195,7 @@ impl Process {
                     image: Mutex::new(None),
                     pgid: AtomicU64::new(0),
                     sid: AtomicU64::new(0),
+                    creator: AtomicU64::new(0),
                 }));
                 ARENA[slot].call_once(|| p);
                 t.used += 1;
@@ -207,6 +212,7 @@ impl Process {
         *p.image.lock() = start.image;
         p.pgid.store(start.pgid, Relaxed);
         p.sid.store(start.sid, Relaxed);
+        p.creator.store(0, Relaxed);
         p.threads.store(0, Relaxed);
         p.started.store(crate::time::mono_now(), Relaxed);
         *p.family.lock() = Family::default();
