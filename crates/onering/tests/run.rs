@@ -1190,6 +1190,15 @@ fn parent_death_signal_matches_the_host() {
     }
 }
 
+/// pidfds as on the host: pidfd_open, pidfd_send_signal (its flags and errors),
+/// waitid(P_PIDFD) (blocking and not), poll and epoll readiness (POLLIN at exit,
+/// POLLHUP once reaped), clone and clone3 with CLONE_PIDFD; wait4 of a non-child
+/// is ECHILD. On 1, 2 and 4 vCPUs, rewritten and trapping.
+#[test]
+fn pidfds_match_the_host() {
+    same_as_host_on_1_2_4_vcpus(&build("pidfd", "musl-gcc", &["-static", "-pthread"], ""));
+}
+
 /// What shells, xargs, find, tar and Python do with processes, through Debian's
 /// own dynamic programs (from the host's tree): the same output as on the host,
 /// no system call left trapping in the shell.

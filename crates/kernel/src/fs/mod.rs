@@ -1,6 +1,6 @@
 //! File objects: each kind of open file behind the `crate::file::File` interface.
 //! Pipes and named pipes (`pipe`), eventfd (`eventfd`), epoll (`epoll`), inotify
-//! (`inotify`), the device
+//! (`inotify`), pidfds (`pidfd`), the device
 //! nodes of /dev (`dev`), the standard streams (`stdio`), regular files,
 //! directories and links of the tree (`node`), and those of /proc and /sys
 //! (`proc`, their text `procfmt`).
@@ -15,6 +15,7 @@ pub mod eventfd;
 pub mod host;
 pub mod inotify;
 pub mod node;
+pub mod pidfd;
 pub mod pipe;
 pub mod proc;
 pub mod procfmt;

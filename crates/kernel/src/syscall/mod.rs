@@ -238,6 +238,8 @@ syscall_table! {
     326 copy_file_range => fsmeta::copy_file_range,
     332 statx => fs::statx,
     334 rseq => proc::rseq,
+    424 pidfd_send_signal => signal::pidfd_send_signal,
+    434 pidfd_open => proc::pidfd_open,
     435 clone3 => proc::clone3,
     436 close_range => fs::close_range,
     439 faccessat2 => fs::faccessat2,

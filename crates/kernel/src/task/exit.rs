@@ -24,6 +24,11 @@ pub fn wait_key(pid: u64) -> u64 {
     0x7761_6974_0000_0000 | pid
 }
 
+/// The wait key of pidfds of process `pid`: woken when it ends and when it is reaped.
+pub fn pidfd_key(pid: u64) -> u64 {
+    0x7069_6466_0000_0000 | pid
+}
+
 /// Ends the running thread; the last thread's exit (or `group`) ends its process
 /// with exit code `code`.
 pub fn exit_thread(k: &Kernel, user: &dyn UserMem, code: u64, group: bool) -> ! {
@@ -67,6 +72,8 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
         let mut f = parent.family.lock();
         f.zombies.push((pid, status));
         f.children = f.children.saturating_sub(1);
+    } else {
+        process::reaped(pid);
     }
     adopt_orphans(p);
     // SIGCHLD for the parent (dropped unless it handles it, its default being
@@ -85,6 +92,7 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
     let tids: alloc::vec::Vec<u64> = threads.iter().map(|t| t.tid()).collect();
     super::filelock::process_ended(pid, &tids);
     sched::wake_all(wait_key(ppid));
+    sched::wake_all(pidfd_key(pid));
     // Its descriptors close last, outside every lock (closing a pipe end wakes
     // the other end's threads).
     drop(files);
@@ -147,6 +155,7 @@ fn adopt_orphans(p: &process::Process) {
     if zombies.is_empty() && running == 0 {
         return;
     }
+    process::zombies_adopted(zombies.iter().map(|z| z.0));
     if let Some(init) = process::find(1) {
         let mut f = init.family.lock();
         f.zombies.extend(zombies);

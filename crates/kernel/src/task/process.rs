@@ -122,11 +122,14 @@ static ARENA: [Once<&'static Process>; MAX_PROCS] = [const { Once::new() }; MAX_
 struct Table {
     /// Live processes: pid -> slot.
     by_pid: BTreeMap<u64, usize>,
+    /// Zombies (ended, not reaped): pid -> parent's pid. A process leaves
+    /// `by_pid` for here in one step, so it is always one or the other (pidfds).
+    zombies: BTreeMap<u64, u64>,
     /// Slots allocated so far.
     used: usize,
 }
 
-static TABLE: Mutex<Table> = Mutex::new(Table { by_pid: BTreeMap::new(), used: 0 });
+static TABLE: Mutex<Table> = Mutex::new(Table { by_pid: BTreeMap::new(), zombies: BTreeMap::new(), used: 0 });
 
 /// The process in arena slot `slot` (a slot a thread was given: always filled).
 pub(super) fn by_slot(slot: usize) -> &'static Process {
@@ -151,6 +154,40 @@ pub fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
 pub fn find(pid: u64) -> Option<&'static Process> {
     let t = TABLE.lock();
     t.by_pid.get(&pid).map(|s| by_slot(*s))
+}
+
+/// What became of process `pid` (pidfds, waits for one child).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Life {
+    /// Running, child of this pid.
+    Live { ppid: u64 },
+    /// Ended, not yet reaped by this parent.
+    Zombie { ppid: u64 },
+    /// Reaped, or never was.
+    Gone,
+}
+
+pub fn life(pid: u64) -> Life {
+    let t = TABLE.lock();
+    if let Some(s) = t.by_pid.get(&pid) {
+        return Life::Live { ppid: by_slot(*s).ppid.load(Relaxed) };
+    }
+    t.zombies.get(&pid).map_or(Life::Gone, |&ppid| Life::Zombie { ppid })
+}
+
+/// Zombie `pid` was reaped (or will never be: nobody can wait for it).
+pub fn reaped(pid: u64) {
+    TABLE.lock().zombies.remove(&pid);
+}
+
+/// Zombies `pids` now belong to pid 1 (their parent ended).
+pub fn zombies_adopted(pids: impl Iterator<Item = u64>) {
+    let mut t = TABLE.lock();
+    for pid in pids {
+        if let Some(p) = t.zombies.get_mut(&pid) {
+            *p = 1;
+        }
+    }
 }
 
 /// Every live process.
@@ -302,14 +339,19 @@ impl Process {
         }
     }
 
-    /// The process ends: it leaves the table; what it owns is released now (its
+    /// The process ends: it leaves the table for the zombies (`reaped` takes it
+    /// out of those); what it owns is released now (its
     /// files are returned, for the caller to drop outside its locks). The slot is
     /// reused once its last thread is gone. None if it had ended already.
     pub fn end(&self) -> Option<Vec<crate::file::FileRef>> {
         if self.ended.swap(true, AcqRel) {
             return None;
         }
-        TABLE.lock().by_pid.remove(&self.pid());
+        {
+            let mut t = TABLE.lock();
+            t.by_pid.remove(&self.pid());
+            t.zombies.insert(self.pid(), self.ppid.load(Relaxed));
+        }
         let files = self.fds.lock().clear();
         self.fs.lock().cwd_hold = None;
         // (A process whose first thread never started lets its space go now.)
