@@ -1199,6 +1199,38 @@ fn pidfds_match_the_host() {
     same_as_host_on_1_2_4_vcpus(&build("pidfd", "musl-gcc", &["-static", "-pthread"], ""));
 }
 
+/// Job control on a terminal (a pty from `script`, the program its session's
+/// leader on the host as in the VM, onering with -i so stdin is the terminal too):
+/// /dev/tty, tcgetpgrp/tcsetpgrp and their errors, TIOCGSID, TIOCSCTTY,
+/// TIOCNOTTY, a background group's reads (SIGTTIN) and changes (SIGTTOU) ignored,
+/// blocked and handled, as on the host, on 1 and 2 vCPUs; without any terminal
+/// /dev/tty is ENXIO.
+#[test]
+fn terminal_job_control_matches_the_host() {
+    let bin = musl("tty");
+    let b = bin.to_str().unwrap();
+    let pty = |cmd: String| {
+        let o = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("script (util-linux) runs a command on a pseudo-terminal");
+        String::from_utf8_lossy(&o.stdout).replace('\r', "")
+    };
+    let host = pty(b.to_string());
+    assert!(host.ends_with("done\n") && !host.contains("FAIL"), "{host}");
+    let ring = env!("CARGO_BIN_EXE_onering");
+    require_kvm();
+    for smp in ["1", "2"] {
+        assert_eq!(pty(format!("{ring} run --smp {smp} -i {b}")), host, "--smp {smp}");
+    }
+    let host = Command::new("setsid").args(["-w", b, "none"]).output().unwrap();
+    assert!(host.status.success(), "{}", stdout(&host));
+    let o = onering(&["run", b, "none"]);
+    assert_eq!(stdout(&o), stdout(&host), "{}", stderr(&o));
+    assert_eq!(status(&o), 0);
+}
+
 /// What shells, xargs, find, tar and Python do with processes, through Debian's
 /// own dynamic programs (from the host's tree): the same output as on the host,
 /// no system call left trapping in the shell.

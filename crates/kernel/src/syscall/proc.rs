@@ -752,5 +752,6 @@ pub fn setsid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
     }
     me.sid.store(pid, Relaxed);
     me.pgid.store(pid, Relaxed);
+    me.ctty.store(false, Relaxed); // (a new session has no terminal)
     Ok(pid)
 }

@@ -76,6 +76,7 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
         process::reaped(pid);
     }
     adopt_orphans(p);
+    super::tty::process_ended(p);
     // SIGCHLD for the parent (dropped unless it handles it, its default being
     // to ignore).
     let code = if status & 0x7f != 0 { CLD_KILLED } else { CLD_EXITED };

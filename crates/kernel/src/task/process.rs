@@ -80,6 +80,8 @@ pub struct Process {
     /// that thread ends, the process's threads' parent-death signals are sent and
     /// another thread of the parent (or pid 1's) takes its place.
     pub creator: AtomicU64,
+    /// The terminal is its controlling terminal (`task::tty`).
+    pub ctty: AtomicBool,
 }
 
 /// What /proc shows of a program `execve` loaded.
@@ -115,6 +117,8 @@ pub struct Start {
     /// Its process group and session (a child inherits its parent's).
     pub pgid: u64,
     pub sid: u64,
+    /// It has the terminal as its controlling terminal (a child inherits it).
+    pub ctty: bool,
 }
 
 static ARENA: [Once<&'static Process>; MAX_PROCS] = [const { Once::new() }; MAX_PROCS];
@@ -233,6 +237,7 @@ impl Process {
                     pgid: AtomicU64::new(0),
                     sid: AtomicU64::new(0),
                     creator: AtomicU64::new(0),
+                    ctty: AtomicBool::new(false),
                 }));
                 ARENA[slot].call_once(|| p);
                 t.used += 1;
@@ -250,6 +255,7 @@ impl Process {
         p.pgid.store(start.pgid, Relaxed);
         p.sid.store(start.sid, Relaxed);
         p.creator.store(0, Relaxed);
+        p.ctty.store(start.ctty, Relaxed);
         p.threads.store(0, Relaxed);
         p.started.store(crate::time::mono_now(), Relaxed);
         *p.family.lock() = Family::default();
@@ -307,6 +313,7 @@ impl Process {
             image: self.image.lock().clone(),
             pgid: self.pgid.load(Relaxed),
             sid: self.sid.load(Relaxed),
+            ctty: self.ctty.load(Relaxed),
         }
     }
 
