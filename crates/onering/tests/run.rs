@@ -1231,6 +1231,23 @@ fn terminal_job_control_matches_the_host() {
     assert_eq!(status(&o), 0);
 }
 
+/// Resource limits survive fork and execve (and still bound descriptors), the FPU
+/// state does not survive execve (MXCSR, the x87 control word, xmm registers), as
+/// on the host; the program execs itself from its directory, a volume.
+#[test]
+fn execve_resets_the_fpu_and_keeps_limits_as_the_host() {
+    let bin = musl("execstate");
+    let host = Command::new(&bin).output().unwrap();
+    assert!(host.status.success() && stdout(&host).ends_with("done\n"), "{}", stdout(&host));
+    let dir = bin.parent().unwrap().to_str().unwrap();
+    let vol = format!("{dir}:{dir}");
+    for smp in ["1", "2"] {
+        let o = onering(&["run", "--smp", smp, "-v", &vol, bin.to_str().unwrap()]);
+        assert_eq!(stdout(&o), stdout(&host), "--smp {smp}: {}", stderr(&o));
+        assert_eq!(status(&o), 0);
+    }
+}
+
 /// What shells, xargs, find, tar and Python do with processes, through Debian's
 /// own dynamic programs (from the host's tree): the same output as on the host,
 /// no system call left trapping in the shell.
