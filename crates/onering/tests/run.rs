@@ -1248,6 +1248,54 @@ fn execve_resets_the_fpu_and_keeps_limits_as_the_host() {
     }
 }
 
+/// The set*id calls keep the ids (and say so), getrusage's arguments, as on the
+/// host (which runs the tests as the same user).
+#[test]
+fn ids_and_rusage_match_the_host() {
+    same_as_host_on_1_2_4_vcpus(&musl("ids"));
+}
+
+/// GNU make -j2 with the host's gcc (its jobserver uses pselect6, its
+/// posix_spawn setresuid): a small C project builds in a volume, and the program
+/// it links prints what the host's build prints.
+#[test]
+fn make_j2_with_the_hosts_gcc_builds_a_project() {
+    let dir = out_dir().join("make-project");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut main = String::from("#include <stdio.h>\n");
+    for i in 1..=4 {
+        let f = format!("int f{i}(int x) {{ return x * {i} + 1; }}\n");
+        std::fs::write(dir.join(format!("f{i}.c")), f).unwrap();
+        main += &format!("int f{i}(int);\n");
+    }
+    main += "int main(void) { printf(\"%d\\n\", f1(1) + f2(2) + f3(3) + f4(4)); return 0; }\n";
+    std::fs::write(dir.join("main.c"), main).unwrap();
+    let mk = "OBJS = $(patsubst %.c,%.o,$(wildcard *.c))\nprog: $(OBJS)\n\t$(CC) -o $@ $(OBJS)\n%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n";
+    std::fs::write(dir.join("Makefile"), mk).unwrap();
+    let d = dir.to_str().unwrap();
+    let vol = format!("{d}:{d}");
+    let o = onering(&[
+        "run",
+        "--smp",
+        "2",
+        "--mem",
+        "1G",
+        "-e",
+        "PATH=/usr/bin:/bin",
+        "-v",
+        &vol,
+        "-w",
+        d,
+        "/usr/bin/make",
+        "CC=gcc",
+        "-j2",
+    ]);
+    assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let out = Command::new(dir.join("prog")).output().unwrap();
+    assert_eq!(stdout(&out), "34\n");
+}
+
 /// What shells, xargs, find, tar and Python do with processes, through Debian's
 /// own dynamic programs (from the host's tree): the same output as on the host,
 /// no system call left trapping in the shell.

@@ -488,6 +488,77 @@ pub fn getgid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
     Ok(ctx.k.cfg.gid)
 }
 
+/// The set*id calls: the VM's user and group never change (they are the host
+/// user's), so setting an id to the one it has (or leaving it, -1) succeeds and
+/// any other is EPERM, root's included (Linux would let root change it).
+fn keep_ids(ids: &[u64], cur: u64) -> SysResult {
+    if ids.iter().all(|&i| i as u32 == u32::MAX || u64::from(i as u32) == cur) {
+        Ok(0)
+    } else {
+        Err(Errno::EPERM)
+    }
+}
+
+/// `setuid`/`setgid(id)`: -1 is EINVAL, as Linux.
+fn set_one_id(id: u64, cur: u64) -> SysResult {
+    if id as u32 == u32::MAX {
+        return Err(Errno::EINVAL);
+    }
+    keep_ids(&[id], cur)
+}
+
+pub fn setuid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    set_one_id(f.rdi, ctx.k.cfg.uid)
+}
+
+pub fn setgid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    set_one_id(f.rdi, ctx.k.cfg.gid)
+}
+
+pub fn setreuid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    keep_ids(&[f.rdi, f.rsi], ctx.k.cfg.uid)
+}
+
+pub fn setregid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    keep_ids(&[f.rdi, f.rsi], ctx.k.cfg.gid)
+}
+
+pub fn setresuid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    keep_ids(&[f.rdi, f.rsi, f.rdx], ctx.k.cfg.uid)
+}
+
+pub fn setresgid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    keep_ids(&[f.rdi, f.rsi, f.rdx], ctx.k.cfg.gid)
+}
+
+/// `getresuid`/`getresgid`: the one id, three times.
+fn get_three(ctx: &Ctx, f: &SyscallFrame, id: u64) -> SysResult {
+    for at in [f.rdi, f.rsi, f.rdx] {
+        ctx.user.write_u32(at, id as u32)?;
+    }
+    Ok(0)
+}
+
+pub fn getresuid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    get_three(ctx, f, ctx.k.cfg.uid)
+}
+
+pub fn getresgid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    get_three(ctx, f, ctx.k.cfg.gid)
+}
+
+/// `getrusage(who, usage)`: RUSAGE_SELF, RUSAGE_CHILDREN or RUSAGE_THREAD; the
+/// usage is not counted, so it is all zeros (as wait4's), as for a process that
+/// has not run yet. gcc asks for it.
+pub fn getrusage(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [who, usage, ..] = f.args();
+    if !(-1..=1).contains(&(who as i32)) {
+        return Err(Errno::EINVAL);
+    }
+    ctx.user.write(usage, &[0u8; 144])?;
+    Ok(0)
+}
+
 pub fn sched_yield(_: &Ctx, _: &mut SyscallFrame) -> SysResult {
     sched::yield_now();
     Ok(0)
