@@ -8,8 +8,12 @@
 #  - fork + execve + waitpid, and posix_spawn + waitpid, of a static program that
 #    exits at once (its directory shared at the same path, so it finds itself);
 #  - a shell pipeline of 4 commands over 100,000 lines with Debian's dash and
-#    coreutils (dynamic, from the host's tree), median of 5 (bench/spawn.c).
-# Targets (issue 17): fork+exec+wait <= 3x the host, the pipeline <= 1.5x.
+#    coreutils (dynamic, from the host's tree), median of 5 (bench/spawn.c);
+#  - `make -B -j2` of a generated 20-file C project (target/bench/make20) with the
+#    host's make and gcc (cc1, as, collect2, ld: dynamic, from the host's tree,
+#    read-only in the VM), the project a volume at its own path, median of 3; the
+#    VM needs PATH (`-e PATH=/usr/bin:/bin`: onering passes no environment).
+# Targets (issue 17): fork+exec+wait <= 3x the host, the pipeline and make <= 1.5x.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-2000}
@@ -55,3 +59,45 @@ printf '%-52s %10s %10s\n' "pipeline of 4 over 100,000 lines (µs, median of 5)"
 printf '%-52s %10s %10s\n' "host" "$host_pl" "1.00x"
 printf '%-52s %10s %10s  (target <= 1.5x)\n' "onering --smp 2 (VM start included)" "$ring_pl" "$(ratio "$host_pl" "$ring_pl")"
 awk -v p="$ring_pp" -v t="$ring_tp" 'BEGIN { printf "onering: one address-space switch costs about %.1f µs (half the difference)\n", (p - t) / 2 }'
+# make -j2 of a 20-file C project (generated; -B rebuilds everything each run).
+mk=$dir/make20
+rm -rf "$mk"
+mkdir -p "$mk"
+echo '#define COMMON_K 3' >"$mk/common.h"
+for i in $(seq 1 20); do
+    cat >"$mk/f$i.c" <<EOF
+#include <stdio.h>
+#include <string.h>
+#include "common.h"
+static int table[64];
+int f$i(int x) {
+    char buf[64];
+    for (int k = 0; k < 64; k++) table[k] = (k * $i) ^ x;
+    snprintf(buf, sizeof buf, "%d-%d", x, $i);
+    return (int)strlen(buf) + table[x & 63] + COMMON_K;
+}
+EOF
+done
+{
+    echo '#include <stdio.h>'
+    for i in $(seq 1 20); do echo "int f$i(int);"; done
+    echo 'int main(void) {'
+    echo '    int s = 0;'
+    for i in $(seq 1 20); do echo "    s += f$i($i);"; done
+    echo '    printf("%d\n", s);'
+    echo '    return 0;'
+    echo '}'
+} >"$mk/main.c"
+printf 'OBJS = $(patsubst %%.c,%%.o,$(wildcard *.c))\nprog: $(OBJS)\n\t$(CC) -o $@ $(OBJS)\n%%.o: %%.c common.h\n\t$(CC) -O2 -c $< -o $@\n' >"$mk/Makefile"
+ring_make=("$onering" run --smp 2 --mem 1G -e PATH=/usr/bin:/bin -v "$mk:$mk" -w "$mk" /usr/bin/make -B CC=gcc -j2)
+# First check that onering builds what the host builds.
+(cd "$mk" && make -s -B CC=gcc -j2 && ./prog) >"$out/make.host"
+rm -f "$mk"/*.o "$mk/prog"
+if ! "${ring_make[@]}" >"$out/make.log" 2>&1 || ! (cd "$mk" && ./prog) >"$out/make.ring" || ! cmp -s "$out/make.host" "$out/make.ring"; then
+    echo "make -j2 in onering failed:" && tail -5 "$out/make.log" && exit 1
+fi
+read -r host_mk _ _ < <(cd "$mk" && "$dir/spawn" 3 /usr/bin/make -B CC=gcc -j2)
+read -r ring_mk _ _ < <("$out/spawn" 3 "${ring_make[@]}")
+printf '%-52s %10s %10s\n' "make -B -j2, 20 C files, host gcc (µs, median of 3)" "" ""
+printf '%-52s %10s %10s\n' "host" "$host_mk" "1.00x"
+printf '%-52s %10s %10s  (target <= 1.5x)\n' "onering --smp 2 (VM start included)" "$ring_mk" "$(ratio "$host_mk" "$ring_mk")"

@@ -20,7 +20,8 @@
 //! Signal frames get a copy of it in user memory (`save_fpu_to_user`), and
 //! `rt_sigreturn` loads one back after checking it (`restore_fpu_from_user`): the
 //! image is copied into a kernel buffer first, so the program cannot change it
-//! between the check and the load.
+//! between the check and the load. `reset_fpu` gives a new program (execve) the
+//! initial state.
 
 use crate::frame::SyscallFrame;
 use crate::mm::Chunk;
@@ -272,6 +273,22 @@ impl Task {
         // XRSTOR accepts it.
         unsafe { load_fpu(&s) };
         Ok(())
+    }
+
+    /// Puts the program's extended state in its initial state, as Linux does at
+    /// execve: x87 control word 0x37f, MXCSR 0x1f80, every register zero. Only for
+    /// the running task: its registers get the state (and its area the image).
+    pub fn reset_fpu(&self) {
+        assert!(self.is_current(), "the FP state of task {} reset while it is not running", self.id);
+        let mut a = self.fpu.lock();
+        let img = bytes_mut(&mut a);
+        img.fill(0);
+        img[24..28].copy_from_slice(&0x1f80u32.to_le_bytes());
+        // SAFETY: a task's area is sized and aligned for XSAVE (`area`), and the
+        // image is valid: a zero XSAVE header (every component in its initial
+        // state, the x87 control word 0x37f among them) and MXCSR 0x1f80, which
+        // has no reserved bit.
+        unsafe { load_fpu(&a) };
     }
 
     /// Whether this is the task the CPU runs.

@@ -108,9 +108,14 @@ fn setup(boot: Boot) {
         image: None,
         pgid: tid,
         sid: tid,
+        ctty: false,
     };
     let Ok(proc) = Process::create(start) else { panic!("cannot create the program's process") };
     proc.threads.store(1, Relaxed);
+    // A terminal among the standard streams is its controlling terminal.
+    if (0..3).any(|fd| onering_abi::stdio::kind(bi.stdio, fd) == onering_abi::stdio::TTY) {
+        crate::task::tty::attach_first(proc);
+    }
     // Its first thread "returns" to the entry point with the initial stack and every
     // other register zero (rdx = 0: no function for atexit).
     // A dynamically linked program starts in its interpreter, which the kernel

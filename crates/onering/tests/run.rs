@@ -1191,6 +1191,129 @@ fn process_groups_and_sessions_match_the_host() {
     same_as_host_on_1_2_4_vcpus(&musl("pgroup"));
 }
 
+/// `prctl(PR_SET_PDEATHSIG)` as on the host: sent when the creating thread ends
+/// (the process living on), not when another thread does; cleared by fork, kept by
+/// execve (the program execs itself from its directory, a volume), on 1 and 2 vCPUs.
+#[test]
+fn parent_death_signal_matches_the_host() {
+    let bin = build("pdeath", "musl-gcc", &["-static", "-pthread"], "");
+    let host = Command::new(&bin).output().unwrap();
+    assert!(host.status.success() && stdout(&host).ends_with("done\n"), "{}", stdout(&host));
+    let dir = bin.parent().unwrap().to_str().unwrap();
+    let vol = format!("{dir}:{dir}");
+    for smp in ["1", "2"] {
+        let o = onering(&["run", "--smp", smp, "-v", &vol, bin.to_str().unwrap()]);
+        assert_eq!(stdout(&o), stdout(&host), "--smp {smp}: {}", stderr(&o));
+        assert_eq!(status(&o), 0);
+    }
+}
+
+/// pidfds as on the host: pidfd_open, pidfd_send_signal (its flags and errors),
+/// waitid(P_PIDFD) (blocking and not), poll and epoll readiness (POLLIN at exit,
+/// POLLHUP once reaped), clone and clone3 with CLONE_PIDFD; wait4 of a non-child
+/// is ECHILD. On 1, 2 and 4 vCPUs, rewritten and trapping.
+#[test]
+fn pidfds_match_the_host() {
+    same_as_host_on_1_2_4_vcpus(&build("pidfd", "musl-gcc", &["-static", "-pthread"], ""));
+}
+
+/// Job control on a terminal (a pty from `script`, the program its session's
+/// leader on the host as in the VM, onering with -i so stdin is the terminal too):
+/// /dev/tty, tcgetpgrp/tcsetpgrp and their errors, TIOCGSID, TIOCSCTTY,
+/// TIOCNOTTY, a background group's reads (SIGTTIN) and changes (SIGTTOU) ignored,
+/// blocked and handled, as on the host, on 1 and 2 vCPUs; without any terminal
+/// /dev/tty is ENXIO.
+#[test]
+fn terminal_job_control_matches_the_host() {
+    let bin = musl("tty");
+    let b = bin.to_str().unwrap();
+    let pty = |cmd: String| {
+        let o = Command::new("script")
+            .args(["-qec", &cmd, "/dev/null"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("script (util-linux) runs a command on a pseudo-terminal");
+        String::from_utf8_lossy(&o.stdout).replace('\r', "")
+    };
+    let host = pty(b.to_string());
+    assert!(host.ends_with("done\n") && !host.contains("FAIL"), "{host}");
+    let ring = env!("CARGO_BIN_EXE_onering");
+    require_kvm();
+    for smp in ["1", "2"] {
+        assert_eq!(pty(format!("{ring} run --smp {smp} -i {b}")), host, "--smp {smp}");
+    }
+    let host = Command::new("setsid").args(["-w", b, "none"]).output().unwrap();
+    assert!(host.status.success(), "{}", stdout(&host));
+    let o = onering(&["run", b, "none"]);
+    assert_eq!(stdout(&o), stdout(&host), "{}", stderr(&o));
+    assert_eq!(status(&o), 0);
+}
+
+/// Resource limits survive fork and execve (and still bound descriptors), the FPU
+/// state does not survive execve (MXCSR, the x87 control word, xmm registers), as
+/// on the host; the program execs itself from its directory, a volume.
+#[test]
+fn execve_resets_the_fpu_and_keeps_limits_as_the_host() {
+    let bin = musl("execstate");
+    let host = Command::new(&bin).output().unwrap();
+    assert!(host.status.success() && stdout(&host).ends_with("done\n"), "{}", stdout(&host));
+    let dir = bin.parent().unwrap().to_str().unwrap();
+    let vol = format!("{dir}:{dir}");
+    for smp in ["1", "2"] {
+        let o = onering(&["run", "--smp", smp, "-v", &vol, bin.to_str().unwrap()]);
+        assert_eq!(stdout(&o), stdout(&host), "--smp {smp}: {}", stderr(&o));
+        assert_eq!(status(&o), 0);
+    }
+}
+
+/// The set*id calls keep the ids (and say so), getrusage's arguments, as on the
+/// host (which runs the tests as the same user).
+#[test]
+fn ids_and_rusage_match_the_host() {
+    same_as_host_on_1_2_4_vcpus(&musl("ids"));
+}
+
+/// GNU make -j2 with the host's gcc (its jobserver uses pselect6, its
+/// posix_spawn setresuid): a small C project builds in a volume, and the program
+/// it links prints what the host's build prints.
+#[test]
+fn make_j2_with_the_hosts_gcc_builds_a_project() {
+    let dir = out_dir().join("make-project");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut main = String::from("#include <stdio.h>\n");
+    for i in 1..=4 {
+        let f = format!("int f{i}(int x) {{ return x * {i} + 1; }}\n");
+        std::fs::write(dir.join(format!("f{i}.c")), f).unwrap();
+        main += &format!("int f{i}(int);\n");
+    }
+    main += "int main(void) { printf(\"%d\\n\", f1(1) + f2(2) + f3(3) + f4(4)); return 0; }\n";
+    std::fs::write(dir.join("main.c"), main).unwrap();
+    let mk = "OBJS = $(patsubst %.c,%.o,$(wildcard *.c))\nprog: $(OBJS)\n\t$(CC) -o $@ $(OBJS)\n%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n";
+    std::fs::write(dir.join("Makefile"), mk).unwrap();
+    let d = dir.to_str().unwrap();
+    let vol = format!("{d}:{d}");
+    let o = onering(&[
+        "run",
+        "--smp",
+        "2",
+        "--mem",
+        "1G",
+        "-e",
+        "PATH=/usr/bin:/bin",
+        "-v",
+        &vol,
+        "-w",
+        d,
+        "/usr/bin/make",
+        "CC=gcc",
+        "-j2",
+    ]);
+    assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let out = Command::new(dir.join("prog")).output().unwrap();
+    assert_eq!(stdout(&out), "34\n");
+}
+
 /// What shells, xargs, find, tar and Python do with processes, through Debian's
 /// own dynamic programs (from the host's tree): the same output as on the host,
 /// no system call left trapping in the shell.

@@ -1,6 +1,6 @@
 //! File objects: each kind of open file behind the `crate::file::File` interface.
 //! Pipes and named pipes (`pipe`), eventfd (`eventfd`), epoll (`epoll`), inotify
-//! (`inotify`), the device
+//! (`inotify`), pidfds (`pidfd`), the device
 //! nodes of /dev (`dev`), the standard streams (`stdio`), regular files,
 //! directories and links of the tree (`node`), and those of /proc and /sys
 //! (`proc`, their text `procfmt`).
@@ -15,6 +15,7 @@ pub mod eventfd;
 pub mod host;
 pub mod inotify;
 pub mod node;
+pub mod pidfd;
 pub mod pipe;
 pub mod proc;
 pub mod procfmt;
@@ -52,6 +53,7 @@ pub fn meta_of(v: &Vfs, ino: Ino) -> Meta {
         Some(Device::Zero) => (1, 5),
         Some(Device::Full) => (1, 7),
         Some(Device::Random) => (1, 9),
+        Some(Device::Tty) => (5, 0),
         Some(_) => (136, 0),
         None => (0, 0),
     };
@@ -87,6 +89,10 @@ pub fn open_node(k: &'static Kernel, v: &mut Vfs, ino: Ino, flags: u32) -> FileR
             let node = NodeRef::new(&k.vfs, v, ino);
             let fd = if d == Device::Stdout { 1 } else { 2 };
             OpenFile::new(stdio::StdoutFile { node, console: &k.console, host: host(fd) }, flags)
+        }
+        Some(Device::Tty) => {
+            let node = NodeRef::new(&k.vfs, v, ino);
+            OpenFile::new(stdio::TtyFile::new(k, node), flags)
         }
         Some(kind) => OpenFile::new(dev::DevFile { node: NodeRef::new(&k.vfs, v, ino), kind, rng: &k.rng }, flags),
         None if proc::is_synthetic(v, ino) => proc::open(k, v, ino, flags),

@@ -138,6 +138,7 @@ fn anon_name(f: &FileRef) -> Vec<u8> {
         _ if f.downcast::<super::eventfd::EventFdFile>().is_some() => String::from("anon_inode:[eventfd]"),
         _ if f.downcast::<super::epoll::EpollFile>().is_some() => String::from("anon_inode:[eventpoll]"),
         _ if f.downcast::<super::inotify::InotifyFile>().is_some() => String::from("anon_inode:inotify"),
+        _ if f.downcast::<super::pidfd::PidFd>().is_some() => String::from("anon_inode:[pidfd]"),
         _ => String::from("anon_inode:[unknown]"),
     };
     name.into_bytes()

@@ -13,6 +13,13 @@
 //!
 //! A write the console cannot take right now (another vCPU is sending and there is
 //! no room) is EAGAIN here; the system call then waits on the console's key.
+//!
+//! On a terminal the job-control requests (foreground group, session, controlling
+//! terminal) are the kernel's own (`task::tty`), and a background group's reads
+//! and mode changes are checked there first. /dev/tty (`TtyFile`) is that
+//! terminal: reads come from stdin when stdin is the terminal and forwarded
+//! (`-i`), writes go to the first of stdout and stderr that is the terminal;
+//! without one of those the read or write is EIO.
 
 use super::NodeRef;
 use crate::errno::{Errno, SysResult};
@@ -20,6 +27,7 @@ use crate::file::{File, Meta, OpenFile, Readiness};
 use crate::mm::user::UserMem;
 use crate::task::console::Console;
 use crate::task::stdin::Stdin;
+use crate::task::tty;
 use crate::vfs::Ino;
 use core::any::Any;
 use onering_abi::stdio as kind;
@@ -57,8 +65,20 @@ impl HostStream {
         }
     }
 
-    /// A terminal ioctl, forwarded if it is one the VMM takes; ENOTTY otherwise.
-    fn ioctl(&self, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
+    /// A terminal ioctl: job control is the kernel's (`task::tty`; a change of
+    /// modes from a background group is checked there), the rest forwarded if it
+    /// is one the VMM takes; ENOTTY otherwise.
+    fn ioctl(&self, of: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
+        if self.kind == kind::TTY {
+            match request {
+                tty::TIOCGPGRP | tty::TIOCSPGRP | tty::TIOCGSID | tty::TIOCSCTTY | tty::TIOCNOTTY => {
+                    let root = crate::task::kernel().cfg.uid == 0;
+                    return tty::ioctl(user, request, arg, of.readable(), root);
+                }
+                kind::TCSETS | kind::TCSETSW | kind::TCSETSF => tty::check(crate::sigframe::sig::SIGTTOU)?,
+                _ => {}
+            }
+        }
         let Some((size, out)) = kind::ioctl(request) else { return Err(Errno::ENOTTY) };
         let mut buf = [0u8; 40];
         let b = &mut buf[..size as usize];
@@ -116,6 +136,9 @@ impl File for StdinFile {
         if off.is_some() {
             return Err(Errno::ESPIPE); // (pread of the host's stdin: not offered)
         }
+        if self.host.kind == kind::TTY {
+            tty::check(crate::sigframe::sig::SIGTTIN)?;
+        }
         self.stdin.read(user, buf, len.min(MAX_RW_COUNT))
     }
 
@@ -133,8 +156,8 @@ impl File for StdinFile {
         true
     }
 
-    fn ioctl(&self, _: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
-        self.host.ioctl(user, request, arg)
+    fn ioctl(&self, of: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
+        self.host.ioctl(of, user, request, arg)
     }
 
     fn stat(&self) -> Meta {
@@ -170,8 +193,8 @@ impl File for StdoutFile {
         Some(self.console.key())
     }
 
-    fn ioctl(&self, _: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
-        self.host.ioctl(user, request, arg)
+    fn ioctl(&self, of: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
+        self.host.ioctl(of, user, request, arg)
     }
 
     /// A file's size counts what the program wrote: the console flushes first.
@@ -198,6 +221,96 @@ impl File for StdoutFile {
     }
 
     /// Writing to a closed host pipe raises SIGPIPE, as `prog | head -1` expects.
+    fn sigpipe(&self) -> bool {
+        true
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// /dev/tty: the terminal among the standard streams (`task::tty` checks, at
+/// open, that it is the caller's controlling terminal). Reads go to stdin when
+/// stdin is the terminal and forwarded, writes to stdout or stderr, whichever is
+/// the terminal first; the terminal's ioctls and stat are those of the first
+/// standard stream that is it.
+pub struct TtyFile {
+    node: NodeRef,
+    host: HostStream,
+    stdin: Option<&'static Stdin>,
+    console: &'static Console,
+    out: Option<u32>,
+}
+
+impl TtyFile {
+    pub fn new(k: &'static crate::task::Kernel, node: NodeRef) -> TtyFile {
+        let is_tty = |fd: u32| kind::kind(k.cfg.stdio, fd) == kind::TTY;
+        let forwarded = k.cfg.flags & onering_abi::flags::STDIN != 0;
+        let fd = (0..3).find(|&fd| is_tty(fd)).unwrap_or(0);
+        TtyFile {
+            node,
+            host: HostStream { fd, kind: kind::TTY },
+            stdin: (forwarded && is_tty(0)).then_some(&k.stdin),
+            console: &k.console,
+            out: [1, 2].into_iter().find(|&fd| is_tty(fd)),
+        }
+    }
+}
+
+impl File for TtyFile {
+    fn read(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+        if off.is_some() {
+            return Err(Errno::ESPIPE);
+        }
+        let stdin = self.stdin.ok_or(Errno::EIO)?;
+        tty::check(crate::sigframe::sig::SIGTTIN)?;
+        stdin.read(user, buf, len.min(MAX_RW_COUNT))
+    }
+
+    /// (The console's EAGAIN, rare, is waited out here: the file's wait key is
+    /// stdin's.)
+    fn write(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
+        if off.is_some() {
+            return Err(Errno::ESPIPE);
+        }
+        let fd = self.out.ok_or(Errno::EIO)?;
+        loop {
+            match self.console.write(user, fd, buf, len.min(MAX_RW_COUNT)) {
+                Err(Errno::EAGAIN) => crate::task::sched::yield_now(),
+                r => return r,
+            }
+        }
+    }
+
+    fn poll(&self, _: &OpenFile) -> Option<Readiness> {
+        self.stdin.map(|s| s.poll())
+    }
+
+    fn wait_key(&self) -> Option<u64> {
+        self.stdin.map(|s| s.key())
+    }
+
+    fn long_io(&self) -> bool {
+        true
+    }
+
+    fn ioctl(&self, of: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
+        self.host.ioctl(of, user, request, arg)
+    }
+
+    fn stat(&self) -> Meta {
+        self.node.meta()
+    }
+
+    fn seek(&self, _: &OpenFile, _: i64, _: u64) -> SysResult {
+        Err(Errno::ESPIPE)
+    }
+
+    fn node(&self) -> Option<Ino> {
+        Some(self.node.ino)
+    }
+
     fn sigpipe(&self) -> bool {
         true
     }

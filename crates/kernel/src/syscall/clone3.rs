@@ -24,6 +24,8 @@ pub struct CloneCall {
     pub parent_tid: u64,
     pub child_tid: u64,
     pub tls: u64,
+    /// Where CLONE_PIDFD stores the pidfd.
+    pub pidfd: u64,
 }
 
 /// Checks the block (`bytes` is all `size` bytes the program passed) and converts it.
@@ -42,7 +44,7 @@ pub fn parse(bytes: &[u8]) -> Result<CloneCall, Errno> {
         let at = i * 8;
         bytes.get(at..at + 8).map_or(0, |b| u64::from_le_bytes(b.try_into().unwrap_or_default()))
     };
-    let [flags, _pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, _cgroup] =
+    let [flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, _cgroup] =
         core::array::from_fn(field);
     // The exit signal has its own field; CLONE_DETACHED is refused by clone3.
     if flags & (CSIGNAL | CLONE_DETACHED) != 0 || exit_signal & !CSIGNAL != 0 || exit_signal > 64 {
@@ -56,7 +58,7 @@ pub fn parse(bytes: &[u8]) -> Result<CloneCall, Errno> {
         return Err(Errno::EPERM);
     }
     let sp = if stack == 0 { 0 } else { stack.checked_add(stack_size).ok_or(Errno::EINVAL)? };
-    Ok(CloneCall { flags: flags | exit_signal, sp, parent_tid, child_tid, tls })
+    Ok(CloneCall { flags: flags | exit_signal, sp, parent_tid, child_tid, tls, pidfd })
 }
 
 #[cfg(test)]
@@ -78,7 +80,7 @@ mod tests {
         let b = block(&[flags, 0, 0x1000, 0x1000, 0, 0x7000_0000, 0x80_0000, 0x7080_0000], SIZE_VER0);
         assert_eq!(
             parse(&b),
-            Ok(CloneCall { flags, sp: 0x7080_0000, parent_tid: 0x1000, child_tid: 0x1000, tls: 0x7080_0000 })
+            Ok(CloneCall { flags, sp: 0x7080_0000, parent_tid: 0x1000, child_tid: 0x1000, tls: 0x7080_0000, pidfd: 0 })
         );
     }
 

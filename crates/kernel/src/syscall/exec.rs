@@ -693,7 +693,8 @@ fn absolute(ctx: &Ctx, path: &[u8]) -> Vec<u8> {
 
 /// Replaces the calling process's program: its other threads end, its memory goes,
 /// the new image is built; descriptors marked close-on-exec close, caught signals
-/// go back to their default action. The registers the new program starts with.
+/// go back to their default action, the FPU state to its initial state (resource
+/// limits, kept by the process, stay). The registers the new program starts with.
 fn replace_image(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Program)>, args: &Args) -> Regs {
     let me = ctx.thread;
     let p = ctx.proc();
@@ -725,6 +726,8 @@ fn replace_image(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Pr
     *me.altstack.lock() = (0, crate::sigframe::SS_DISABLE, 0);
     me.robust_list.store(0, Relaxed);
     onering_arch::cpu::set_fs_base(0);
+    // The new program does not see the old one's x87/SSE/AVX registers or modes.
+    me.task.reset_fpu();
     let mut comm = [0u8; 16];
     let base = args.exe.rsplit(|b| *b == b'/').next().unwrap_or(&[]);
     let n = base.len().min(15);

@@ -417,6 +417,13 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
         let (end, seen) = fifo_end(&p, write, flags, v.hold(ino));
         return Ok(Opened::Fifo { end, write, seen });
     }
+    // /dev/tty is the caller's controlling terminal: ENXIO without one, as Linux.
+    if flags & oflag::O_PATH == 0
+        && v.device(ino) == Some(crate::vfs::Device::Tty)
+        && !crate::task::tty::controls(ctx.proc())
+    {
+        return Err(Errno::ENXIO);
+    }
     let keep = oflag::O_ACCMODE | oflag::O_APPEND | oflag::O_NONBLOCK | oflag::O_PATH | oflag::O_DIRECTORY;
     Ok(Opened::File(crate::fs::open_node(ctx.k, &mut v, ino, flags & keep)))
 }

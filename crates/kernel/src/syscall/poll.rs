@@ -1,4 +1,5 @@
-//! Waiting on many files: eventfd, epoll, poll/ppoll. Readiness comes from the
+//! Waiting on many files: eventfd, epoll, poll/ppoll, select/pselect6 (the same
+//! readiness, as bitmaps). Readiness comes from the
 //! file objects (`File::poll`), the epoll interest list is `crate::fs::epoll`;
 //! here arguments are unpacked and the calling thread sleeps until something
 //! changes.
@@ -313,4 +314,105 @@ pub fn ppoll(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fds, n, timeout, mask, size, ..] = f.args();
     let (d, mask) = (ts_deadline(ctx.user, timeout)?, read_mask(ctx.user, mask, size)?);
     poll_until(ctx, fds, n, d, mask)
+}
+
+/// select/pselect6 on descriptors below `nfds` (at most RLIMIT_NOFILE's): the three
+/// `fd_set` bitmaps (0: none) are rewritten with the ready descriptors, EBADF for
+/// a set bit of a closed one. Readable is POLLIN, POLLHUP or POLLERR; writable
+/// POLLOUT or POLLERR; exceptional POLLPRI, as Linux.
+fn select_until(ctx: &Ctx, nfds: u64, sets: [u64; 3], deadline: Option<u64>, mask: Option<u64>) -> SysResult {
+    use crate::file::ev;
+    if (nfds as i32) < 0 {
+        return Err(Errno::EINVAL);
+    }
+    let n = (nfds as u32 as u64).min(ctx.proc().fds.lock().limit());
+    let bytes = n.div_ceil(64) as usize * 8;
+    let mut asked = [Vec::new(), Vec::new(), Vec::new()];
+    for (a, &at) in asked.iter_mut().zip(&sets) {
+        *a = if at != 0 { ctx.user.read_vec(at, bytes)? } else { alloc::vec![0; bytes] };
+    }
+    let bit = |set: &[u8], fd: usize| set[fd / 8] & (1 << (fd % 8)) != 0;
+    let wanted = [ev::IN | ev::RDNORM | ev::HUP | ev::ERR, ev::OUT | ev::WRNORM | ev::ERR, ev::PRI];
+    let found = wait_for(ctx, deadline, mask, || {
+        let mut got = [alloc::vec![0u8; bytes], alloc::vec![0u8; bytes], alloc::vec![0u8; bytes]];
+        let mut keys = Vec::new();
+        let mut ready = 0u64;
+        for fd in 0..n as usize {
+            let which: Vec<usize> = (0..3).filter(|&i| bit(&asked[i], fd)).collect();
+            if which.is_empty() {
+                continue;
+            }
+            let of = ctx.file(fd as u64)?;
+            let (e, key) = poll_events(&of, wanted[0] | wanted[1] | wanted[2]);
+            keys.extend(key);
+            for i in which {
+                if e & wanted[i] != 0 {
+                    got[i][fd / 8] |= 1 << (fd % 8);
+                    ready += 1;
+                }
+            }
+        }
+        if ready == 0 && deadline != Some(0) {
+            return Ok((None, keys));
+        }
+        Ok((Some((ready, got)), Vec::new()))
+    })?;
+    let (ready, got) = found.unwrap_or((0, [alloc::vec![0; bytes], alloc::vec![0; bytes], alloc::vec![0; bytes]]));
+    for (set, &at) in got.iter().zip(&sets) {
+        if at != 0 {
+            ctx.user.write(at, set)?;
+        }
+    }
+    Ok(ready)
+}
+
+/// What is left of a select timeout, written back as Linux does (errors ignored,
+/// as Linux ignores them); `usec`: a `struct timeval` rather than a timespec.
+fn write_remaining(ctx: &Ctx, at: u64, deadline: Option<u64>, usec: bool) {
+    if at == 0 {
+        return;
+    }
+    let Some(d) = deadline else { return };
+    let left = d.saturating_sub(mono_now());
+    let frac = if usec { left % 1_000_000_000 / 1000 } else { left % 1_000_000_000 };
+    let mut b = [0u8; 16];
+    b[..8].copy_from_slice(&(left / 1_000_000_000).to_le_bytes());
+    b[8..].copy_from_slice(&frac.to_le_bytes());
+    let _ = ctx.user.write(at, &b);
+}
+
+pub fn select(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [nfds, r, w, e, timeout, ..] = f.args();
+    let deadline = if timeout == 0 {
+        None
+    } else {
+        let b = ctx.user.read_array::<16>(timeout)?;
+        let sec = i64::from_le_bytes(b[..8].try_into().unwrap_or_default());
+        let usec = i64::from_le_bytes(b[8..].try_into().unwrap_or_default());
+        if sec < 0 || usec < 0 {
+            return Err(Errno::EINVAL);
+        }
+        // (Linux carries microseconds past a second over.)
+        let t = (sec as u64).saturating_mul(1_000_000_000).saturating_add((usec as u64).saturating_mul(1000));
+        Some(if t == 0 { 0 } else { mono_now().saturating_add(t) })
+    };
+    let r = select_until(ctx, nfds, [r, w, e], deadline, None);
+    write_remaining(ctx, timeout, deadline, true);
+    r
+}
+
+/// pselect6: the sixth argument points at `{ const sigset_t *mask; size_t size }`.
+pub fn pselect6(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [nfds, r, w, e, timeout, sig] = f.args();
+    let deadline = ts_deadline(ctx.user, timeout)?;
+    let mask = if sig == 0 {
+        None
+    } else {
+        let b = ctx.user.read_array::<16>(sig)?;
+        let word = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap_or_default());
+        read_mask(ctx.user, word(0), word(8))?
+    };
+    let r = select_until(ctx, nfds, [r, w, e], deadline, mask);
+    write_remaining(ctx, timeout, deadline, false);
+    r
 }

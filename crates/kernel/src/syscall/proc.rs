@@ -4,15 +4,17 @@
 //! its own descriptors until it exits, while the parent waits; fork (or clone
 //! without CLONE_VM) makes a child process with a copy of the address space
 //! (`AddressSpace::fork`: MAP_SHARED memory stays shared) and of the descriptors.
-//! There is no execve (one program per VM).
+//! execve is `exec.rs`. pidfds (`pidfd_open`, `CLONE_PIDFD`, `waitid(P_PIDFD)`)
+//! name a process by pid (`crate::fs::pidfd`); pids are never reused.
 
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
+use crate::fs::pidfd::PidFd;
 use crate::futex::robust;
 use crate::mm::spaces::{self, Space};
 use crate::mm::user::UserMemExt;
 use crate::task::exit::{exit_thread, wait_key};
-use crate::task::process::Process;
+use crate::task::process::{Life, Process};
 use crate::task::sched::{self, Spawn, Wake};
 use crate::task::Ctx;
 use core::sync::atomic::Ordering::Relaxed;
@@ -30,6 +32,7 @@ const CLONE_VM: u64 = 0x100;
 const CLONE_FS: u64 = 0x200;
 const CLONE_FILES: u64 = 0x400;
 const CLONE_SIGHAND: u64 = 0x800;
+const CLONE_PIDFD: u64 = 0x1000;
 const CLONE_PTRACE: u64 = 0x2000;
 const CLONE_VFORK: u64 = 0x4000;
 const CLONE_PARENT: u64 = 0x8000;
@@ -113,7 +116,67 @@ fn child_frame(f: &SyscallFrame, stack: u64) -> SyscallFrame {
 
 pub fn clone(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [flags, stack, ptid, ctid, tls, ..] = f.args();
-    do_clone(ctx, f, flags, stack, ptid, ctid, tls)
+    // clone's pidfd goes where the parent's tid would: not both.
+    if flags & CLONE_PIDFD != 0 && flags & CLONE_PARENT_SETTID != 0 {
+        return Err(Errno::EINVAL);
+    }
+    clone_with_pidfd(ctx, f, flags, stack, ptid, ctid, tls, ptid)
+}
+
+/// `CLONE_PIDFD`: the child is made as without it, then a pidfd for it
+/// (close-on-exec, as Linux; the child does not have it) is stored as an int at
+/// `pidfd_at`, checked writable first. Not with CLONE_THREAD or CLONE_DETACHED.
+#[allow(clippy::too_many_arguments)]
+fn clone_with_pidfd(
+    ctx: &Ctx,
+    f: &SyscallFrame,
+    flags: u64,
+    stack: u64,
+    ptid: u64,
+    ctid: u64,
+    tls: u64,
+    pidfd_at: u64,
+) -> SysResult {
+    if flags & CLONE_PIDFD == 0 {
+        return do_clone(ctx, f, flags, stack, ptid, ctid, tls);
+    }
+    if flags & (CLONE_THREAD | CLONE_DETACHED) != 0 {
+        return Err(Errno::EINVAL);
+    }
+    ctx.user.check(pidfd_at, 4, true)?;
+    let tid = do_clone(ctx, f, flags & !CLONE_PIDFD, stack, ptid, ctid, tls)?;
+    // (Like the tid stores, best effort once the child exists.)
+    if let Ok(fd) = install_pidfd(ctx, tid, 0) {
+        let _ = ctx.user.write_u32(pidfd_at, fd as u32);
+    }
+    Ok(tid)
+}
+
+/// A new pidfd for process `pid` (close-on-exec, O_RDWR and `status`).
+fn install_pidfd(ctx: &Ctx, pid: u64, status: u32) -> SysResult {
+    let of = crate::file::OpenFile::new(PidFd { pid }, crate::file::oflag::O_RDWR | status);
+    ctx.proc().fds.lock().insert(of, true)
+}
+
+/// The pid a pidfd names and whether it is non-blocking (EBADF for another file).
+pub(super) fn pidfd_target(ctx: &Ctx, fd: u64) -> Result<(u64, bool), Errno> {
+    ctx.with_file(fd, |of| of.downcast::<PidFd>().map(|p| (p.pid, of.nonblocking())))?.ok_or(Errno::EBADF)
+}
+
+/// `pidfd_open(pid, flags)`: a pidfd for process `pid`, running or a zombie.
+/// PIDFD_NONBLOCK (O_NONBLOCK) is the one flag (PIDFD_THREAD: EINVAL); a thread
+/// that is not its process's first is ENOENT, as Linux without PIDFD_THREAD.
+pub fn pidfd_open(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [pid, flags, ..] = f.args();
+    let nonblock = u64::from(crate::file::oflag::O_NONBLOCK);
+    if flags & !nonblock != 0 || pid as i32 <= 0 {
+        return Err(Errno::EINVAL);
+    }
+    let pid = pid as u32 as u64;
+    if crate::task::process::life(pid) == Life::Gone {
+        return Err(if sched::thread(pid).is_some() { Errno::ENOENT } else { Errno::ESRCH });
+    }
+    install_pidfd(ctx, pid, flags as u32)
 }
 
 /// clone3: the argument block is checked and converted by [`super::clone3`].
@@ -127,7 +190,7 @@ pub fn clone3(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let block = bytes.get_mut(..size).ok_or(Errno::EINVAL)?;
     ctx.user.read(args, block)?;
     let c = super::clone3::parse(block)?;
-    do_clone(ctx, f, c.flags, c.sp, c.parent_tid, c.child_tid, c.tls)
+    clone_with_pidfd(ctx, f, c.flags, c.sp, c.parent_tid, c.child_tid, c.tls, c.pidfd)
 }
 
 pub fn vfork(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
@@ -215,6 +278,7 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
             proc.threads.fetch_sub(1, Relaxed);
             if !thread {
                 drop(proc.end());
+                crate::task::process::reaped(tid); // (never a zombie anyone waits for)
             }
             return Err(e);
         }
@@ -225,6 +289,8 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
     }
     if !thread {
         ctx.proc().family.lock().children += 1;
+        proc.creator.store(me.tid(), Relaxed);
+        me.made_children.store(true, Relaxed);
     }
     // The tid stores are best effort, as on Linux: a bad pointer is ignored.
     if flags & CLONE_PARENT_SETTID != 0 {
@@ -295,6 +361,9 @@ pub fn wait4(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if rusage != 0 {
         ctx.user.check(rusage, 144, true)?;
     }
+    if want > 0 {
+        child_of(ctx, want as u64)?;
+    }
     match reap(ctx, |z| want == -1 || want == 0 || z as i64 == want, options & WNOHANG != 0, false)? {
         Some((z, st)) => {
             if status != 0 {
@@ -319,7 +388,12 @@ fn reap(ctx: &Ctx, wanted: impl Fn(u64) -> bool, nohang: bool, keep: bool) -> Re
             let mut fam = ctx.proc().family.lock();
             match fam.zombies.iter().position(|&(z, _)| wanted(z)) {
                 Some(i) if keep => Some(fam.zombies[i]),
-                Some(i) => Some(fam.zombies.remove(i)),
+                Some(i) => {
+                    let z = fam.zombies.remove(i);
+                    crate::task::process::reaped(z.0);
+                    sched::wake_all(crate::task::exit::pidfd_key(z.0));
+                    Some(z)
+                }
                 None if fam.children == 0 => {
                     drop(fam);
                     sched::finish_wait(key);
@@ -340,9 +414,18 @@ fn reap(ctx: &Ctx, wanted: impl Fn(u64) -> bool, nohang: bool, keep: bool) -> Re
     }
 }
 
+/// ECHILD unless process `pid` is the caller's child (running or a zombie).
+fn child_of(ctx: &Ctx, pid: u64) -> Result<(), Errno> {
+    match crate::task::process::life(pid) {
+        Life::Live { ppid } | Life::Zombie { ppid } if ppid == ctx.proc().pid() => Ok(()),
+        _ => Err(Errno::ECHILD),
+    }
+}
+
 const P_ALL: u64 = 0;
 const P_PID: u64 = 1;
 const P_PGID: u64 = 2;
+const P_PIDFD: u64 = 3;
 const WEXITED: u64 = 4;
 const WSTOPPED: u64 = 2;
 const WCONTINUED: u64 = 8;
@@ -361,23 +444,39 @@ pub fn waitid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     {
         return Err(Errno::EINVAL);
     }
-    let id = id as u32 as u64;
+    if !matches!(idtype, P_ALL | P_PID | P_PGID | P_PIDFD) {
+        return Err(Errno::EINVAL);
+    }
+    // P_PIDFD is P_PID of the pidfd's process; a non-blocking pidfd makes the
+    // wait WNOHANG, and finding nothing then EAGAIN (unless WNOHANG was asked).
+    let (idtype, id, nonblock) = match idtype {
+        P_PID if (id as i32) <= 0 => return Err(Errno::EINVAL),
+        P_PGID | P_PIDFD if (id as i32) < 0 => return Err(Errno::EINVAL),
+        P_PIDFD => {
+            let (pid, nonblock) = pidfd_target(ctx, id as u32 as u64)?;
+            (P_PID, pid, nonblock)
+        }
+        _ => (idtype, id as u32 as u64, false),
+    };
+    if idtype == P_PID {
+        child_of(ctx, id)?;
+    }
     let wanted = |z: u64| match idtype {
         P_PID => z == id,
         P_PGID => crate::task::process::find(z).is_none_or(|p| id == 0 || p.pgid.load(Relaxed) == id),
         _ => true,
     };
-    if !matches!(idtype, P_ALL | P_PID | P_PGID) {
-        return Err(Errno::EINVAL);
-    }
     if infop != 0 {
         ctx.user.check(infop, 128, true)?;
     }
     let found = if options & WEXITED != 0 {
-        reap(ctx, wanted, options & WNOHANG != 0, options & WNOWAIT != 0)?
+        reap(ctx, wanted, options & WNOHANG != 0 || nonblock, options & WNOWAIT != 0)?
     } else {
         reap(ctx, |_| false, true, true)?
     };
+    if found.is_none() && nonblock && options & WNOHANG == 0 {
+        return Err(Errno::EAGAIN);
+    }
     if infop != 0 {
         let mut si = [0u8; 128];
         if let Some((pid, st)) = found {
@@ -402,6 +501,77 @@ pub fn getuid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
 
 pub fn getgid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
     Ok(ctx.k.cfg.gid)
+}
+
+/// The set*id calls: the VM's user and group never change (they are the host
+/// user's), so setting an id to the one it has (or leaving it, -1) succeeds and
+/// any other is EPERM, root's included (Linux would let root change it).
+fn keep_ids(ids: &[u64], cur: u64) -> SysResult {
+    if ids.iter().all(|&i| i as u32 == u32::MAX || u64::from(i as u32) == cur) {
+        Ok(0)
+    } else {
+        Err(Errno::EPERM)
+    }
+}
+
+/// `setuid`/`setgid(id)`: -1 is EINVAL, as Linux.
+fn set_one_id(id: u64, cur: u64) -> SysResult {
+    if id as u32 == u32::MAX {
+        return Err(Errno::EINVAL);
+    }
+    keep_ids(&[id], cur)
+}
+
+pub fn setuid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    set_one_id(f.rdi, ctx.k.cfg.uid)
+}
+
+pub fn setgid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    set_one_id(f.rdi, ctx.k.cfg.gid)
+}
+
+pub fn setreuid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    keep_ids(&[f.rdi, f.rsi], ctx.k.cfg.uid)
+}
+
+pub fn setregid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    keep_ids(&[f.rdi, f.rsi], ctx.k.cfg.gid)
+}
+
+pub fn setresuid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    keep_ids(&[f.rdi, f.rsi, f.rdx], ctx.k.cfg.uid)
+}
+
+pub fn setresgid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    keep_ids(&[f.rdi, f.rsi, f.rdx], ctx.k.cfg.gid)
+}
+
+/// `getresuid`/`getresgid`: the one id, three times.
+fn get_three(ctx: &Ctx, f: &SyscallFrame, id: u64) -> SysResult {
+    for at in [f.rdi, f.rsi, f.rdx] {
+        ctx.user.write_u32(at, id as u32)?;
+    }
+    Ok(0)
+}
+
+pub fn getresuid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    get_three(ctx, f, ctx.k.cfg.uid)
+}
+
+pub fn getresgid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    get_three(ctx, f, ctx.k.cfg.gid)
+}
+
+/// `getrusage(who, usage)`: RUSAGE_SELF, RUSAGE_CHILDREN or RUSAGE_THREAD; the
+/// usage is not counted, so it is all zeros (as wait4's), as for a process that
+/// has not run yet. gcc asks for it.
+pub fn getrusage(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [who, usage, ..] = f.args();
+    if !(-1..=1).contains(&(who as i32)) {
+        return Err(Errno::EINVAL);
+    }
+    ctx.user.write(usage, &[0u8; 144])?;
+    Ok(0)
 }
 
 pub fn sched_yield(_: &Ctx, _: &mut SyscallFrame) -> SysResult {
@@ -559,6 +729,8 @@ pub fn rseq(_: &Ctx, _: &mut SyscallFrame) -> SysResult {
     Err(Errno::ENOSYS)
 }
 
+const PR_SET_PDEATHSIG: u64 = 1;
+const PR_GET_PDEATHSIG: u64 = 2;
 const PR_SET_NAME: u64 = 15;
 const PR_GET_NAME: u64 = 16;
 const PR_GET_DUMPABLE: u64 = 3;
@@ -571,6 +743,16 @@ const PR_GET_NO_NEW_PRIVS: u64 = 39;
 pub fn prctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [option, arg2, ..] = f.args();
     match option {
+        // The calling thread's: sent to its process when the thread that created
+        // the process ends (`task::exit::creator_ended`).
+        PR_SET_PDEATHSIG if arg2 <= 64 => {
+            ctx.thread.pdeathsig.store(arg2, Relaxed);
+            Ok(0)
+        }
+        PR_GET_PDEATHSIG => {
+            ctx.user.write_u32(arg2, ctx.thread.pdeathsig.load(Relaxed) as u32)?;
+            Ok(0)
+        }
         PR_SET_NAME => {
             let mut name = [0u8; 16];
             let s = ctx.user.read_cstr(arg2, 4095)?;
@@ -656,5 +838,6 @@ pub fn setsid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
     }
     me.sid.store(pid, Relaxed);
     me.pgid.store(pid, Relaxed);
+    me.ctty.store(false, Relaxed); // (a new session has no terminal)
     Ok(pid)
 }

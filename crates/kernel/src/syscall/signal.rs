@@ -1,5 +1,5 @@
 //! Signal system calls: dispositions, masks, the alternate stack, sending
-//! (kill, tkill, tgkill), waiting (pause, rt_sigsuspend, rt_sigtimedwait) and
+//! (kill, tkill, tgkill, pidfd_send_signal), waiting (pause, rt_sigsuspend, rt_sigtimedwait) and
 //! `rt_sigreturn`. Sending and delivery themselves are
 //! `task::signal`; the frame's layout is `crate::sigframe`.
 
@@ -148,13 +148,68 @@ fn sender_info(ctx: &Ctx, s: u64, code: i32) -> Info {
     Info { signo: s, code, pid: ctx.thread.pid() as u32, uid: ctx.k.cfg.uid as u32, ..Info::default() }
 }
 
+const PIDFD_SIGNAL_THREAD: u64 = 1;
+const PIDFD_SIGNAL_THREAD_GROUP: u64 = 2;
+const PIDFD_SIGNAL_PROCESS_GROUP: u64 = 4;
+
+/// `pidfd_send_signal(pidfd, sig, info, flags)`: `kill` of the pidfd's process, or
+/// (one flag at most) `tgkill` of its first thread, or `kill` of the process group
+/// the pid leads. With `info`, its signo must be `sig`, and a code a program may
+/// not forge (>= 0, or SI_TKILL) is EPERM but for the caller's own process. A
+/// zombie takes the signal and does nothing with it; a reaped process is ESRCH.
+pub fn pidfd_send_signal(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [fd, s, info, flags, ..] = f.args();
+    let scope = PIDFD_SIGNAL_THREAD | PIDFD_SIGNAL_THREAD_GROUP | PIDFD_SIGNAL_PROCESS_GROUP;
+    if flags & !scope != 0 || flags.count_ones() > 1 {
+        return Err(Errno::EINVAL);
+    }
+    let (pid, _) = super::proc::pidfd_target(ctx, fd)?;
+    let s = s as u32 as u64;
+    let si = if info != 0 {
+        let b = ctx.user.read_array::<128>(info)?;
+        let word = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        if u64::from(word(0)) != s {
+            return Err(Errno::EINVAL);
+        }
+        let code = word(8) as i32;
+        let own = pid == ctx.thread.pid() && flags != PIDFD_SIGNAL_PROCESS_GROUP;
+        if !own && (code >= 0 || code == code::SI_TKILL) {
+            return Err(Errno::EPERM);
+        }
+        Info { signo: s, code, pid: word(16), uid: word(20), ..Info::default() }
+    } else if flags == PIDFD_SIGNAL_THREAD {
+        sender_info(ctx, s, code::SI_TKILL)
+    } else {
+        sender_info(ctx, s, code::SI_USER)
+    };
+    use crate::task::process::Life;
+    match crate::task::process::life(pid) {
+        _ if flags == PIDFD_SIGNAL_PROCESS_GROUP => send_to_many(ctx, Some(pid), s, si),
+        Life::Gone => Err(Errno::ESRCH),
+        _ if s > 64 => Err(Errno::EINVAL),
+        Life::Zombie { .. } => Ok(0),
+        Life::Live { .. } => {
+            let sent = if flags == PIDFD_SIGNAL_THREAD {
+                match sched::thread(pid) {
+                    Some(t) if s != 0 => send(t, pid, s, si).then_some(()).ok_or(Errno::ESRCH),
+                    Some(_) => Ok(()),
+                    None => Err(Errno::ESRCH),
+                }
+            } else {
+                send_to_process(pid, s, si)
+            };
+            // (It ended meanwhile: a zombie now.)
+            sent.map_or_else(|e| if e == Errno::ESRCH { Ok(0) } else { Err(e) }, |()| Ok(0))
+        }
+    }
+}
+
 pub fn kill(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [pid, s, ..] = f.args();
     if s > 64 {
         return Err(Errno::EINVAL);
     }
     let pid = pid as i32 as i64;
-    let me = ctx.thread.pid();
     if pid > 0 {
         send_to_process(pid as u64, s, sender_info(ctx, s, code::SI_USER))?;
         return Ok(0);
@@ -169,6 +224,13 @@ pub fn kill(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if pid == i32::MIN as i64 {
         return Err(Errno::ESRCH);
     }
+    send_to_many(ctx, group, s, sender_info(ctx, s, code::SI_USER))
+}
+
+/// Sends `s` to every process of group `group`, or (None) to every process but
+/// pid 1 and the caller; ESRCH if none took it, EINVAL for a bad signal.
+fn send_to_many(ctx: &Ctx, group: Option<u64>, s: u64, info: Info) -> SysResult {
+    let me = ctx.thread.pid();
     let targets: alloc::vec::Vec<u64> = crate::task::process::all()
         .into_iter()
         .filter(|p| match group {
@@ -177,9 +239,12 @@ pub fn kill(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         })
         .map(|p| p.pid())
         .collect();
+    if s > 64 && !targets.is_empty() {
+        return Err(Errno::EINVAL);
+    }
     let mut sent = false;
     for t in targets {
-        sent |= send_to_process(t, s, sender_info(ctx, s, code::SI_USER)).is_ok();
+        sent |= send_to_process(t, s, info).is_ok();
     }
     if sent {
         Ok(0)

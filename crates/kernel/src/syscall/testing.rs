@@ -80,6 +80,7 @@ impl TestEnv {
             image: None,
             pgid: pid,
             sid: pid,
+            ctty: false,
         };
         let proc = Process::create(start).expect("process");
         let task = onering_arch::task::Task::new(|| stack_chunk).expect("task");

@@ -2,7 +2,8 @@
 //! CLONE_CHILD_CLEARTID honoured), and the end of a process (the program's end is
 //! the VM's; a child becomes a zombie for its parent, its other threads end). A
 //! vfork parent resumes when its child thread ends, however it ends
-//! (`sched::exit_current`). A process's POSIX file locks go when it ends.
+//! (`sched::exit_current`), and the processes a thread created get their
+//! parent-death signals when it ends. A process's POSIX file locks go when it ends.
 
 use super::kernel::Kernel;
 use super::process;
@@ -21,6 +22,11 @@ pub fn exited(code: u64) -> u64 {
 /// The wait-queue key of process `pid`'s wait4 callers.
 pub fn wait_key(pid: u64) -> u64 {
     0x7761_6974_0000_0000 | pid
+}
+
+/// The wait key of pidfds of process `pid`: woken when it ends and when it is reaped.
+pub fn pidfd_key(pid: u64) -> u64 {
+    0x7069_6466_0000_0000 | pid
 }
 
 /// Ends the running thread; the last thread's exit (or `group`) ends its process
@@ -66,8 +72,11 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
         let mut f = parent.family.lock();
         f.zombies.push((pid, status));
         f.children = f.children.saturating_sub(1);
+    } else {
+        process::reaped(pid);
     }
     adopt_orphans(p);
+    super::tty::process_ended(p);
     // SIGCHLD for the parent (dropped unless it handles it, its default being
     // to ignore).
     let code = if status & 0x7f != 0 { CLD_KILLED } else { CLD_EXITED };
@@ -84,9 +93,43 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
     let tids: alloc::vec::Vec<u64> = threads.iter().map(|t| t.tid()).collect();
     super::filelock::process_ended(pid, &tids);
     sched::wake_all(wait_key(ppid));
+    sched::wake_all(pidfd_key(pid));
     // Its descriptors close last, outside every lock (closing a pipe end wakes
     // the other end's threads).
     drop(files);
+}
+
+/// Thread `me` ends: the processes it created send their threads' parent-death
+/// signals (`prctl(PR_SET_PDEATHSIG)`; Linux's `forget_original_parent`), and
+/// another live thread of its process becomes their creator, or pid 1's first
+/// thread when none is left (then the process ended and gave them to pid 1).
+/// Only threads that created a process look.
+pub fn creator_ended(me: &Thread) {
+    if !me.made_children.swap(false, Relaxed) {
+        return;
+    }
+    let tid = me.tid();
+    let heir = sched::threads_of(me.pid())
+        .into_iter()
+        .find(|t| t.tid() != tid && !t.doomed.load(Relaxed) && !t.process().ended())
+        .map_or(1, |t| {
+            t.made_children.store(true, Relaxed);
+            t.tid()
+        });
+    for child in process::all() {
+        if child.creator.load(Relaxed) != tid {
+            continue;
+        }
+        child.creator.store(heir, Relaxed);
+        for t in sched::threads_of(child.pid()) {
+            let s = t.pdeathsig.load(Relaxed);
+            if s != 0 {
+                let uid = super::kernel::kernel().cfg.uid as u32;
+                let info = crate::sigframe::Info { signo: s, pid: me.pid() as u32, uid, ..Default::default() };
+                let _ = super::signal::send_to_process(child.pid(), s, info);
+            }
+        }
+    }
 }
 
 /// `si_code`s of SIGCHLD.
@@ -113,6 +156,7 @@ fn adopt_orphans(p: &process::Process) {
     if zombies.is_empty() && running == 0 {
         return;
     }
+    process::zombies_adopted(zombies.iter().map(|z| z.0));
     if let Some(init) = process::find(1) {
         let mut f = init.family.lock();
         f.zombies.extend(zombies);

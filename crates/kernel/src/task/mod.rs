@@ -1,7 +1,7 @@
 //! Tasks: the layer that runs things. Threads and the scheduler, processes, the
 //! kernel's state and the context a system call runs in, signal delivery, futex
-//! and file-lock waits, how threads and processes end, and the console and stdin
-//! devices (which must be able to make a thread wait).
+//! and file-lock waits, how threads and processes end, job control on the terminal (`tty`), and the
+//! console and stdin devices (which must be able to make a thread wait).
 //!
 //! It builds on the pure libraries below it (memory, the file tree, the file
 //! interface, the signal frame...) and on `onering_arch` for the machine; the file
@@ -19,6 +19,7 @@ pub mod sched;
 pub mod signal;
 pub mod stdin;
 pub mod thread;
+pub mod tty;
 
 pub use ctx::Ctx;
 pub use kernel::{kernel, Kernel};

@@ -76,6 +76,12 @@ pub struct Process {
     /// Process group and session ids (`setpgid`, `setsid`; `kill` of a group).
     pub pgid: AtomicU64,
     pub sid: AtomicU64,
+    /// The thread that created it (tid; Linux's `real_parent`, a thread): when
+    /// that thread ends, the process's threads' parent-death signals are sent and
+    /// another thread of the parent (or pid 1's) takes its place.
+    pub creator: AtomicU64,
+    /// The terminal is its controlling terminal (`task::tty`).
+    pub ctty: AtomicBool,
 }
 
 /// What /proc shows of a program `execve` loaded.
@@ -111,6 +117,8 @@ pub struct Start {
     /// Its process group and session (a child inherits its parent's).
     pub pgid: u64,
     pub sid: u64,
+    /// It has the terminal as its controlling terminal (a child inherits it).
+    pub ctty: bool,
 }
 
 static ARENA: [Once<&'static Process>; MAX_PROCS] = [const { Once::new() }; MAX_PROCS];
@@ -118,11 +126,14 @@ static ARENA: [Once<&'static Process>; MAX_PROCS] = [const { Once::new() }; MAX_
 struct Table {
     /// Live processes: pid -> slot.
     by_pid: BTreeMap<u64, usize>,
+    /// Zombies (ended, not reaped): pid -> parent's pid. A process leaves
+    /// `by_pid` for here in one step, so it is always one or the other (pidfds).
+    zombies: BTreeMap<u64, u64>,
     /// Slots allocated so far.
     used: usize,
 }
 
-static TABLE: Mutex<Table> = Mutex::new(Table { by_pid: BTreeMap::new(), used: 0 });
+static TABLE: Mutex<Table> = Mutex::new(Table { by_pid: BTreeMap::new(), zombies: BTreeMap::new(), used: 0 });
 
 /// The process in arena slot `slot` (a slot a thread was given: always filled).
 pub(super) fn by_slot(slot: usize) -> &'static Process {
@@ -147,6 +158,40 @@ pub fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
 pub fn find(pid: u64) -> Option<&'static Process> {
     let t = TABLE.lock();
     t.by_pid.get(&pid).map(|s| by_slot(*s))
+}
+
+/// What became of process `pid` (pidfds, waits for one child).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Life {
+    /// Running, child of this pid.
+    Live { ppid: u64 },
+    /// Ended, not yet reaped by this parent.
+    Zombie { ppid: u64 },
+    /// Reaped, or never was.
+    Gone,
+}
+
+pub fn life(pid: u64) -> Life {
+    let t = TABLE.lock();
+    if let Some(s) = t.by_pid.get(&pid) {
+        return Life::Live { ppid: by_slot(*s).ppid.load(Relaxed) };
+    }
+    t.zombies.get(&pid).map_or(Life::Gone, |&ppid| Life::Zombie { ppid })
+}
+
+/// Zombie `pid` was reaped (or will never be: nobody can wait for it).
+pub fn reaped(pid: u64) {
+    TABLE.lock().zombies.remove(&pid);
+}
+
+/// Zombies `pids` now belong to pid 1 (their parent ended).
+pub fn zombies_adopted(pids: impl Iterator<Item = u64>) {
+    let mut t = TABLE.lock();
+    for pid in pids {
+        if let Some(p) = t.zombies.get_mut(&pid) {
+            *p = 1;
+        }
+    }
 }
 
 /// Every live process.
@@ -191,6 +236,8 @@ impl Process {
                     image: Mutex::new(None),
                     pgid: AtomicU64::new(0),
                     sid: AtomicU64::new(0),
+                    creator: AtomicU64::new(0),
+                    ctty: AtomicBool::new(false),
                 }));
                 ARENA[slot].call_once(|| p);
                 t.used += 1;
@@ -207,6 +254,8 @@ impl Process {
         *p.image.lock() = start.image;
         p.pgid.store(start.pgid, Relaxed);
         p.sid.store(start.sid, Relaxed);
+        p.creator.store(0, Relaxed);
+        p.ctty.store(start.ctty, Relaxed);
         p.threads.store(0, Relaxed);
         p.started.store(crate::time::mono_now(), Relaxed);
         *p.family.lock() = Family::default();
@@ -264,6 +313,7 @@ impl Process {
             image: self.image.lock().clone(),
             pgid: self.pgid.load(Relaxed),
             sid: self.sid.load(Relaxed),
+            ctty: self.ctty.load(Relaxed),
         }
     }
 
@@ -296,14 +346,19 @@ impl Process {
         }
     }
 
-    /// The process ends: it leaves the table; what it owns is released now (its
+    /// The process ends: it leaves the table for the zombies (`reaped` takes it
+    /// out of those); what it owns is released now (its
     /// files are returned, for the caller to drop outside its locks). The slot is
     /// reused once its last thread is gone. None if it had ended already.
     pub fn end(&self) -> Option<Vec<crate::file::FileRef>> {
         if self.ended.swap(true, AcqRel) {
             return None;
         }
-        TABLE.lock().by_pid.remove(&self.pid());
+        {
+            let mut t = TABLE.lock();
+            t.by_pid.remove(&self.pid());
+            t.zombies.insert(self.pid(), self.ppid.load(Relaxed));
+        }
         let files = self.fds.lock().clear();
         self.fs.lock().cwd_hold = None;
         // (A process whose first thread never started lets its space go now.)

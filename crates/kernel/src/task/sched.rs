@@ -661,6 +661,7 @@ pub fn exit_current() -> ! {
     let me = current();
     // A vfork parent waits for this thread (Linux: until the child execs or ends).
     release_vfork_parent(me);
+    super::exit::creator_ended(me);
     let cpu = this_cpu();
     let next = {
         let mut s = SCHED.lock();

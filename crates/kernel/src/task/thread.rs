@@ -72,6 +72,11 @@ pub struct Thread {
     /// The address of its last page fault that found the block already backed
     /// (a second such fault there is SIGSEGV, not another retry).
     pub last_fault: AtomicU64,
+    /// `prctl(PR_SET_PDEATHSIG)`: the signal its process gets when the thread
+    /// that created the process ends (0: none). Cleared for every new thread.
+    pub pdeathsig: AtomicU64,
+    /// It created a child process (whose parent-death signal its end may send).
+    pub made_children: AtomicBool,
 }
 
 impl core::fmt::Debug for Thread {
@@ -139,6 +144,8 @@ impl Thread {
             vfork_parent: Mutex::new(None),
             doomed: AtomicBool::new(false),
             last_fault: AtomicU64::new(u64::MAX),
+            pdeathsig: AtomicU64::new(0),
+            made_children: AtomicBool::new(false),
         }))
     }
 
@@ -169,6 +176,8 @@ impl Thread {
         *self.vfork_parent.lock() = None;
         self.doomed.store(false, Relaxed);
         self.last_fault.store(u64::MAX, Relaxed);
+        self.pdeathsig.store(0, Relaxed);
+        self.made_children.store(false, Relaxed);
         self.wakeup.store(false, Relaxed);
         self.timed_out.store(false, Relaxed);
     }

@@ -29,6 +29,8 @@ pub enum Device {
     Stdin,
     Stdout,
     Stderr,
+    /// /dev/tty: the controlling terminal.
+    Tty,
 }
 
 #[derive(Debug)]
@@ -166,7 +168,7 @@ impl Default for Vfs {
 }
 
 impl Vfs {
-    /// A tree with `/`, `/dev` (null, zero, random, urandom, stdin, stdout, stderr)
+    /// A tree with `/`, `/dev` (null, zero, random, urandom, stdin, stdout, stderr, tty)
     /// and a writable `/tmp`.
     pub fn new() -> Vfs {
         let mut v = Vfs {
@@ -206,6 +208,7 @@ impl Vfs {
             (b"stdin", Device::Stdin),
             (b"stdout", Device::Stdout),
             (b"stderr", Device::Stderr),
+            (b"tty", Device::Tty),
         ] {
             v.add(dev, name, Data::Device(d), 0o666, false);
         }
