@@ -517,10 +517,16 @@ mod tables {
         /// A zeroed page from the pool (cutting a new chunk when it is empty).
         fn page(&mut self, chunks: &mut ChunkAllocator) -> Result<u64, MapError> {
             let t = self.page_unzeroed(chunks)?;
-            // A stray byte in a table page would become a mapping: clear it. A page
+            // A stray entry in a table page would become a mapping: clear it, but
+            // only the entries that are not zero already (reads are free; a store
+            // into a page the hypervisor still shadows as a table traps). A page
             // given back was unlinked from its space's tables first.
-            // SAFETY: `t` is a page of a chunk the pool owns (`held`), reached through the direct map and part of no table now.
-            unsafe { core::ptr::write_bytes(direct(t) as *mut u8, 0, PAGE_SIZE as usize) };
+            for i in 0..512 {
+                if read(t, i) != 0 {
+                    // SAFETY: `t` is a page of a chunk the pool owns (`held`), reached through the direct map and part of no table now; the entry is an aligned u64.
+                    unsafe { write_volatile(entry(t, i), 0) };
+                }
+            }
             Ok(t)
         }
 
@@ -649,8 +655,12 @@ mod tables {
                 } else {
                     (base + i * PAGE_SIZE) | PTE_PRESENT | PTE_USER
                 };
-                // SAFETY: `t` is a pool page this instance now owns (`pages`), linked into no table yet (every entry is written before it is); the entry is an aligned u64 in the direct map.
-                unsafe { write_volatile(entry(t, i), v) };
+                // (A recycled table often holds these very entries already: the
+                // same chunks at the same place. Only what differs is stored.)
+                if read(t, i) != v {
+                    // SAFETY: `t` is a pool page this instance now owns (`pages`), linked into no table yet (every entry is written before it is); the entry is an aligned u64 in the direct map.
+                    unsafe { write_volatile(entry(t, i), v) };
+                }
             }
             // SAFETY: as in `set`: the aligned page-directory entry of a user-half `virt`, now naming the table just filled, whose entries map only `base` and `copy` (counted in `MAPPED` by the caller).
             unsafe { write_volatile(e, t | PTE_PRESENT | PTE_WRITE | PTE_USER) };
