@@ -1164,24 +1164,28 @@ fn dynamic_programs_run_from_a_rootfs() {
     assert!(stderr(&o).contains("libc.so.6: cannot open shared object file"), "{}", stderr(&o));
 }
 
+/// Runs `bin` on the host (it must succeed and end with "done") and in onering
+/// on 1 and 2 vCPUs with its own directory as a volume at the same path (a
+/// program that execs itself finds itself there): the same output, status 0.
+fn same_as_host_from_its_directory(bin: &Path) {
+    let host = Command::new(bin).output().unwrap();
+    assert!(host.status.success() && stdout(&host).ends_with("done\n"), "{}", stdout(&host));
+    let dir = bin.parent().unwrap().to_str().unwrap();
+    let vol = format!("{dir}:{dir}");
+    for smp in ["1", "2"] {
+        let o = onering(&["run", "--smp", smp, "-v", &vol, bin.to_str().unwrap()]);
+        assert_eq!(stdout(&o), stdout(&host), "{bin:?} --smp {smp}: {}", stderr(&o));
+        assert_eq!(status(&o), 0);
+    }
+}
+
 /// fork + exec + wait, posix_spawn, a failed exec and a pipe from an exec'd child
 /// (issue 17), the same as on the host: static (its directory shared at the same
 /// path) and dynamic, on 1 and 2 vCPUs.
 #[test]
 fn fork_and_exec_match_the_host() {
-    let musl_bin = musl("forkexec");
-    let glibc_bin = build("forkexec", "gcc", &[], "-glibc");
-    for bin in [&musl_bin, &glibc_bin] {
-        let host = Command::new(bin).output().unwrap();
-        assert!(host.status.success() && stdout(&host).ends_with("done\n"), "{}", stdout(&host));
-        let dir = bin.parent().unwrap().to_str().unwrap();
-        let vol = format!("{dir}:{dir}");
-        for smp in ["1", "2"] {
-            let o = onering(&["run", "--smp", smp, "-v", &vol, bin.to_str().unwrap()]);
-            assert_eq!(stdout(&o), stdout(&host), "{bin:?} --smp {smp}: {}", stderr(&o));
-            assert_eq!(status(&o), 0);
-        }
-    }
+    same_as_host_from_its_directory(&musl("forkexec"));
+    same_as_host_from_its_directory(&build("forkexec", "gcc", &[], "-glibc"));
 }
 
 /// Process groups and sessions (setpgid from both sides, setsid, kill of a group)
@@ -1196,16 +1200,7 @@ fn process_groups_and_sessions_match_the_host() {
 /// execve (the program execs itself from its directory, a volume), on 1 and 2 vCPUs.
 #[test]
 fn parent_death_signal_matches_the_host() {
-    let bin = build("pdeath", "musl-gcc", &["-static", "-pthread"], "");
-    let host = Command::new(&bin).output().unwrap();
-    assert!(host.status.success() && stdout(&host).ends_with("done\n"), "{}", stdout(&host));
-    let dir = bin.parent().unwrap().to_str().unwrap();
-    let vol = format!("{dir}:{dir}");
-    for smp in ["1", "2"] {
-        let o = onering(&["run", "--smp", smp, "-v", &vol, bin.to_str().unwrap()]);
-        assert_eq!(stdout(&o), stdout(&host), "--smp {smp}: {}", stderr(&o));
-        assert_eq!(status(&o), 0);
-    }
+    same_as_host_from_its_directory(&build("pdeath", "musl-gcc", &["-static", "-pthread"], ""));
 }
 
 /// pidfds as on the host: pidfd_open, pidfd_send_signal (its flags and errors),
@@ -1254,16 +1249,7 @@ fn terminal_job_control_matches_the_host() {
 /// on the host; the program execs itself from its directory, a volume.
 #[test]
 fn execve_resets_the_fpu_and_keeps_limits_as_the_host() {
-    let bin = musl("execstate");
-    let host = Command::new(&bin).output().unwrap();
-    assert!(host.status.success() && stdout(&host).ends_with("done\n"), "{}", stdout(&host));
-    let dir = bin.parent().unwrap().to_str().unwrap();
-    let vol = format!("{dir}:{dir}");
-    for smp in ["1", "2"] {
-        let o = onering(&["run", "--smp", smp, "-v", &vol, bin.to_str().unwrap()]);
-        assert_eq!(stdout(&o), stdout(&host), "--smp {smp}: {}", stderr(&o));
-        assert_eq!(status(&o), 0);
-    }
+    same_as_host_from_its_directory(&musl("execstate"));
 }
 
 /// The set*id calls keep the ids (and say so), getrusage's arguments, as on the
