@@ -43,6 +43,26 @@ global_asm!(
     sahf
     .endm
 
+    // Loads every general register but rsp from this CPU's full-return block
+    // (movs only: the flags are left alone).
+    .macro LOAD_FRAME_REGS
+    mov %gs:{fr}+{r_r8}, %r8
+    mov %gs:{fr}+{r_r9}, %r9
+    mov %gs:{fr}+{r_r10}, %r10
+    mov %gs:{fr}+{r_r11}, %r11
+    mov %gs:{fr}+{r_r12}, %r12
+    mov %gs:{fr}+{r_r13}, %r13
+    mov %gs:{fr}+{r_r14}, %r14
+    mov %gs:{fr}+{r_r15}, %r15
+    mov %gs:{fr}+{r_rdi}, %rdi
+    mov %gs:{fr}+{r_rsi}, %rsi
+    mov %gs:{fr}+{r_rbp}, %rbp
+    mov %gs:{fr}+{r_rbx}, %rbx
+    mov %gs:{fr}+{r_rdx}, %rdx
+    mov %gs:{fr}+{r_rax}, %rax
+    mov %gs:{fr}+{r_rcx}, %rcx
+    .endm
+
     // Hands an event taken from ring 3 on to ring 3: pushes the general registers
     // below the vector, error code and iret frame already on the IST stack, copies
     // those 22 words (a frame::FaultFrame) below the stack top kept at %gs:\stack,
@@ -186,21 +206,7 @@ syscall_return:
 onering_full_return:
     mov %gs:{fr}+{r_rflags}, %r11
     RESTORE_USER_FLAGS
-    mov %gs:{fr}+{r_r8}, %r8
-    mov %gs:{fr}+{r_r9}, %r9
-    mov %gs:{fr}+{r_r10}, %r10
-    mov %gs:{fr}+{r_r11}, %r11
-    mov %gs:{fr}+{r_r12}, %r12
-    mov %gs:{fr}+{r_r13}, %r13
-    mov %gs:{fr}+{r_r14}, %r14
-    mov %gs:{fr}+{r_r15}, %r15
-    mov %gs:{fr}+{r_rdi}, %rdi
-    mov %gs:{fr}+{r_rsi}, %rsi
-    mov %gs:{fr}+{r_rbp}, %rbp
-    mov %gs:{fr}+{r_rbx}, %rbx
-    mov %gs:{fr}+{r_rdx}, %rdx
-    mov %gs:{fr}+{r_rax}, %rax
-    mov %gs:{fr}+{r_rcx}, %rcx
+    LOAD_FRAME_REGS
     mov %gs:{fr}+{r_rsp}, %rsp
     jmp *%gs:{fr}+{r_rip}
 
@@ -219,21 +225,7 @@ onering_step_return:
     mov %cs, %rax
     push %rax
     pushq %gs:{fr}+{r_rip}
-    mov %gs:{fr}+{r_r8}, %r8
-    mov %gs:{fr}+{r_r9}, %r9
-    mov %gs:{fr}+{r_r10}, %r10
-    mov %gs:{fr}+{r_r11}, %r11
-    mov %gs:{fr}+{r_r12}, %r12
-    mov %gs:{fr}+{r_r13}, %r13
-    mov %gs:{fr}+{r_r14}, %r14
-    mov %gs:{fr}+{r_r15}, %r15
-    mov %gs:{fr}+{r_rdi}, %rdi
-    mov %gs:{fr}+{r_rsi}, %rsi
-    mov %gs:{fr}+{r_rbp}, %rbp
-    mov %gs:{fr}+{r_rbx}, %rbx
-    mov %gs:{fr}+{r_rdx}, %rdx
-    mov %gs:{fr}+{r_rax}, %rax
-    mov %gs:{fr}+{r_rcx}, %rcx
+    LOAD_FRAME_REGS
     iretq
 
     // ---- Ring 0: exceptions (every IDT gate uses IST1). ----------------------------

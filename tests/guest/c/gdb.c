@@ -36,7 +36,7 @@ __attribute__((noinline)) long raw_getpid(void) {
 int main(int argc, char **argv) {
     (void)argv;
     while (argc > 1)
-        counter++;
+        counter += counter < 1000000000; /* spins on, never past INT_MAX (~2 s here) */
     pthread_t t;
     if (pipe(fds) != 0 || pthread_create(&t, 0, waiter, 0) != 0)
         return 1;
