@@ -114,6 +114,24 @@ pub struct UserRegs {
     pub rflags: u64,
 }
 
+impl UserRegs {
+    /// The registers as words, in the struct's order (a signal frame's
+    /// `sigcontext`, the gdb stub's `onering_abi::debug::Regs`).
+    pub fn to_words(&self) -> [u64; 18] {
+        let r = self;
+        [
+            r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rdi, r.rsi, r.rbp, r.rbx, r.rdx, r.rax, r.rcx,
+            r.rsp, r.rip, r.rflags,
+        ]
+    }
+
+    /// The registers from words in the struct's order ([`to_words`](Self::to_words)).
+    pub fn from_words(w: [u64; 18]) -> Self {
+        let [r8, r9, r10, r11, r12, r13, r14, r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, rflags] = w;
+        UserRegs { r8, r9, r10, r11, r12, r13, r14, r15, rdi, rsi, rbp, rbx, rdx, rax, rcx, rsp, rip, rflags }
+    }
+}
+
 /// Registers at an exception or interrupt, as the ring-0 stubs lay them out
 /// (general registers, then vector and error code, then the `iretq` frame).
 ///

@@ -45,55 +45,14 @@ pub fn trace(kind: u64, data: &[u8]) -> i64 {
 /// (`onering_abi::debug::resume`), or -ENODEV when no debugger listens.
 pub fn debug_stop(vector: u64, regs: &mut crate::UserRegs, threads: &[onering_abi::debug::Thread], tid: u64) -> i64 {
     // The words of `onering_abi::debug::Regs`: UserRegs' order, then the FS base.
-    let r = *regs;
-    let words = [
-        r.r8,
-        r.r9,
-        r.r10,
-        r.r11,
-        r.r12,
-        r.r13,
-        r.r14,
-        r.r15,
-        r.rdi,
-        r.rsi,
-        r.rbp,
-        r.rbx,
-        r.rdx,
-        r.rax,
-        r.rcx,
-        r.rsp,
-        r.rip,
-        r.rflags,
-        crate::cpu::fs_base(),
-    ];
+    let words = regs.to_words().into_iter().chain([crate::cpu::fs_base()]);
     let buf = Shared::<19>::new(&[]);
     for (slot, w) in buf.0.iter().zip(words) {
         slot.store(w, core::sync::atomic::Ordering::Relaxed);
     }
     let args = [vector, buf.addr(), threads.as_ptr() as u64, threads.len() as u64, tid];
     let ret = hostcall(Hostcall::Debug, &args) as i64;
-    let w = |i: usize| buf.0[i].load(core::sync::atomic::Ordering::Relaxed);
-    *regs = crate::UserRegs {
-        r8: w(0),
-        r9: w(1),
-        r10: w(2),
-        r11: w(3),
-        r12: w(4),
-        r13: w(5),
-        r14: w(6),
-        r15: w(7),
-        rdi: w(8),
-        rsi: w(9),
-        rbp: w(10),
-        rbx: w(11),
-        rdx: w(12),
-        rax: w(13),
-        rcx: w(14),
-        rsp: w(15),
-        rip: w(16),
-        rflags: w(17),
-    };
+    *regs = crate::UserRegs::from_words(core::array::from_fn(|i| buf.0[i].load(core::sync::atomic::Ordering::Relaxed)));
     ret
 }
 

@@ -126,9 +126,8 @@ impl Chunk {
         #[cfg(target_os = "none")]
         if len > 0 {
             let dst = onering_abi::layout::direct(self.phys + offset);
-            // SAFETY: the range lies inside the chunk the caller owns mutably
-            // (clamped), reached through the direct map; `data` is kernel memory,
-            // never part of a chunk, so the ranges do not overlap.
+            // `data` is kernel memory, never part of a chunk.
+            // SAFETY: the range lies inside the chunk the caller owns mutably (clamped), reached through the direct map, and does not overlap `data`.
             unsafe {
                 core::arch::asm!("rep movsb", inout("rdi") dst => _, inout("rsi") data.as_ptr() => _, inout("rcx") len => _, options(nostack, preserves_flags))
             }

@@ -284,10 +284,10 @@ impl Task {
         let img = bytes_mut(&mut a);
         img.fill(0);
         img[24..28].copy_from_slice(&0x1f80u32.to_le_bytes());
-        // SAFETY: a task's area is sized and aligned for XSAVE (`area`), and the
-        // image is valid: a zero XSAVE header (every component in its initial
-        // state, the x87 control word 0x37f among them) and MXCSR 0x1f80, which
-        // has no reserved bit.
+        // The image: a zero XSAVE header (every component in its initial state,
+        // the x87 control word 0x37f among them) and MXCSR 0x1f80, which has no
+        // reserved bit.
+        // SAFETY: a task's area is sized and aligned for XSAVE (`area`) and holds that valid image, which XRSTOR accepts.
         unsafe { load_fpu(&a) };
     }
 

@@ -159,13 +159,8 @@ pub fn encode(f: &Frame) -> [u8; FRAME_SIZE] {
     put(&mut b, uc + 16, f.altstack.0);
     b[uc + 24..uc + 28].copy_from_slice(&f.altstack.1.to_le_bytes());
     put(&mut b, uc + 32, f.altstack.2);
-    let r = f.regs;
-    let regs = [
-        r.r8, r.r9, r.r10, r.r11, r.r12, r.r13, r.r14, r.r15, r.rdi, r.rsi, r.rbp, r.rbx, r.rdx, r.rax, r.rcx, r.rsp,
-        r.rip, r.rflags,
-    ];
     let m = MCONTEXT_OFFSET;
-    for (i, v) in regs.iter().enumerate() {
+    for (i, v) in f.regs.to_words().iter().enumerate() {
         put(&mut b, m + i * 8, *v);
     }
     // cs, gs, fs, ss (16 bits each).
@@ -231,26 +226,7 @@ pub const UCONTEXT_SIZE: usize = 304;
 pub fn decode(uc: &[u8; UCONTEXT_SIZE]) -> Restored {
     let m = MCONTEXT_OFFSET - 8;
     let r = |i: usize| get(uc, m + i * 8);
-    let regs = Regs {
-        r8: r(0),
-        r9: r(1),
-        r10: r(2),
-        r11: r(3),
-        r12: r(4),
-        r13: r(5),
-        r14: r(6),
-        r15: r(7),
-        rdi: r(8),
-        rsi: r(9),
-        rbp: r(10),
-        rbx: r(11),
-        rdx: r(12),
-        rax: r(13),
-        rcx: r(14),
-        rsp: r(15),
-        rip: r(16),
-        rflags: r(17),
-    };
+    let regs = Regs::from_words(core::array::from_fn(r));
     let mut flags = [0u8; 4];
     flags.copy_from_slice(&uc[24..28]);
     Restored {

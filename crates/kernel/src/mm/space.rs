@@ -187,8 +187,9 @@ struct Cow {
     copied: [u64; 8],
 }
 
-/// Pages of a block copied one at a time before the rest is copied at once (a
-/// write fault costs about what copying ten pages does, here).
+/// Pages of a block copied one at a time before the rest is copied at once (each
+/// write fault is an exception and a hostcall for its address here, far dearer
+/// than copying a page).
 const COW_PAGES_MAX: u32 = 16;
 
 /// The pages of a block (4 KiB each).
@@ -423,31 +424,35 @@ impl<M: Mmu> Backing<M> {
     /// [`COW_PAGES_MAX`] pages copied. Nothing for other blocks. ENOMEM when no
     /// chunk is left for the copy.
     fn unshare_page(&mut self, blk: u64, page: u64) -> Result<(), Errno> {
-        let Some(Block::Cow(c)) = self.blocks.get(&blk) else { return Ok(()) };
         let idx = (page - blk) / PAGE_SIZE;
-        if c.is_copied(idx) {
-            return Ok(());
-        }
-        if Arc::strong_count(&c.base) == 1 || c.count() >= COW_PAGES_MAX {
-            return self.privatize(blk);
-        }
-        let fresh = if c.copy.is_none() { Some(self.alloc_chunk()?) } else { None };
-        let Some(Block::Cow(c)) = self.blocks.get_mut(&blk) else { unreachable!("looked up above") };
-        let Some(mut copy) = c.copy.take().or(fresh) else { unreachable!("a copy was just made") };
-        let mmu = &mut self.mmu;
-        let (off, va) = (idx * PAGE_SIZE, blk + idx * PAGE_SIZE);
-        c.base.with(|base| mmu.copy(va, va, PAGE_SIZE, base, off, Some(&mut copy), off));
-        let first = c.count() == 0;
-        c.copied[(idx / 64) as usize] |= 1 << (idx % 64);
-        let mapped = if first {
-            let chunks = &self.chunks;
-            let copied = c.copied;
-            c.base.with(|base| mmu.split_block(blk, base, &copy, &copied, &mut chunks.lock()))
-        } else {
-            mmu.map_copied_page(va);
-            Ok(())
+        let needs_copy = match self.blocks.get(&blk) {
+            Some(Block::Cow(c)) if c.is_copied(idx) => return Ok(()),
+            Some(Block::Cow(c)) if Arc::strong_count(&c.base) == 1 || c.count() >= COW_PAGES_MAX => {
+                return self.privatize(blk)
+            }
+            Some(Block::Cow(c)) => c.copy.is_none(),
+            _ => return Ok(()),
         };
-        c.copy = Some(copy);
+        let fresh = if needs_copy { Some(self.alloc_chunk()?) } else { None };
+        let Some(Block::Cow(Cow { base, copy, copied })) = self.blocks.get_mut(&blk) else { return Ok(()) };
+        let copy = match (copy, fresh) {
+            (c, Some(f)) => c.insert(f),
+            (Some(c), None) => c,
+            (None, None) => return Ok(()),
+        };
+        let first = copied.iter().all(|w| *w == 0);
+        copied[(idx / 64) as usize] |= 1 << (idx % 64);
+        let (mmu, chunks) = (&mut self.mmu, &self.chunks);
+        let (off, va) = (idx * PAGE_SIZE, blk + idx * PAGE_SIZE);
+        let mapped = base.with(|base| {
+            mmu.copy(va, va, PAGE_SIZE, base, off, Some(copy), off);
+            if first {
+                mmu.split_block(blk, base, copy, copied, &mut chunks.lock())
+            } else {
+                mmu.map_copied_page(va);
+                Ok(())
+            }
+        });
         if mapped.is_err() {
             // (No table page for the split: the page stays read-only and copied;
             // the block is made whole instead, which needs no table.)
@@ -462,6 +467,12 @@ impl<M: Mmu> Backing<M> {
     /// copy yet are copied now). ENOMEM, with the block as it was, when no chunk
     /// is left for the copy.
     fn privatize(&mut self, blk: u64) -> Result<(), Errno> {
+        self.make_own(blk, true)
+    }
+
+    /// [`privatize`](Self::privatize), the block mapped `writable` or not (fork
+    /// makes a partly copied block whole and read-only in one store).
+    fn make_own(&mut self, blk: u64, writable: bool) -> Result<(), Errno> {
         if !matches!(self.blocks.get(&blk), Some(Block::Cow(_))) {
             return Ok(());
         }
@@ -501,7 +512,7 @@ impl<M: Mmu> Backing<M> {
                 (copy, None, Some(base))
             }
         };
-        let mapped = self.mmu.map_block(blk, &chunk, &mut self.chunks.lock(), true);
+        let mapped = self.mmu.map_block(blk, &chunk, &mut self.chunks.lock(), writable);
         if mapped.is_err() {
             // (Cannot happen: the block's table exists. Were it to, nothing may
             // keep mapping the chunks freed below: a touch faults instead.)
@@ -1096,12 +1107,15 @@ impl<M: Mmu> AddressSpace<M> {
                 return Err(Errno::ENOMEM);
             }
         }
+        // Blocks partly copied since an earlier fork are made whole first (a
+        // child gets one view of each block), read-only already, as the fork
+        // leaves them.
         let partial: Vec<u64> = (self.backing.get_mut().blocks.iter())
             .filter(|(_, k)| matches!(k, Block::Cow(c) if c.copy.is_some()))
             .map(|(b, _)| *b)
             .collect();
-        for blk in partial {
-            self.backing.get_mut().privatize(blk)?;
+        for blk in &partial {
+            self.backing.get_mut().make_own(*blk, false)?;
         }
         let backed: Vec<u64> = self.backing.get_mut().blocks.keys().copied().collect();
         let shared: Vec<u64> = backed
@@ -1131,32 +1145,33 @@ impl<M: Mmu> AddressSpace<M> {
         for blk in blocks {
             let Some(mine) = b.blocks.remove(&blk) else { continue };
             let is_shared = shared.contains(&blk);
-            let (mine, theirs) = match mine {
-                Block::Shared(a) => (Block::Shared(a.clone()), Block::Shared(a)),
+            // The parent's own block turns read-only (the chunk stays mapped).
+            let turn_read_only = matches!(mine, Block::Own(_)) && !is_shared && !partial.contains(&blk);
+            let (mine, base, writable) = match mine {
+                Block::Shared(a) => (Block::Shared(a.clone()), a, true),
                 Block::Own(c) if is_shared => {
                     let a = SharedChunk::new(c, &chunks);
-                    (Block::Shared(a.clone()), Block::Shared(a))
+                    (Block::Shared(a.clone()), a, true)
                 }
                 Block::Own(c) => {
-                    // The parent's entry turns read-only (the chunk stays mapped).
                     let a = SharedChunk::new(c, &chunks);
-                    let _ = a.with(|c| b.mmu.map_block(blk, c, &mut chunks.lock(), false));
-                    (Block::Cow(Cow::new(a.clone())), Block::Cow(Cow::new(a)))
+                    (Block::Cow(Cow::new(a.clone())), a, false)
                 }
                 Block::Cow(c) => {
                     let a = c.base.clone();
-                    (Block::Cow(c), Block::Cow(Cow::new(a)))
+                    (Block::Cow(c), a, false)
                 }
             };
-            let writable = matches!(theirs, Block::Shared(_));
             b.blocks.insert(blk, mine);
-            let base = match &theirs {
-                Block::Shared(a) => a.clone(),
-                Block::Cow(c) => c.base.clone(),
-                Block::Own(_) => unreachable!("a child's block is shared or copy-on-write"),
-            };
+            let theirs = if writable { Block::Shared(base.clone()) } else { Block::Cow(Cow::new(base.clone())) };
             cb.blocks.insert(blk, theirs);
-            if let Err(e) = base.with(|c| cb.mmu.map_block(blk, c, &mut chunks.lock(), writable)) {
+            let mapped = base.with(|c| {
+                if turn_read_only {
+                    b.mmu.map_block(blk, c, &mut chunks.lock(), false)?;
+                }
+                cb.mmu.map_block(blk, c, &mut chunks.lock(), writable)
+            });
+            if let Err(e) = mapped {
                 // (The parent keeps its blocks read-only: its writes copy, or take
                 // the base back once the child's hold is gone.)
                 drop(child.teardown());
@@ -1688,6 +1703,15 @@ mod tests {
         whole.chain(m.split.iter().map(|(b, (base, copy, _))| (*b, (*base, Some(*copy))))).collect()
     }
 
+    /// Tears `spaces` down; then all `total` chunks are free again.
+    fn end_all<const N: usize>(spaces: [&mut Space; N], total: usize) {
+        let chunks = spaces[0].chunks.clone();
+        for s in spaces {
+            drop(s.teardown());
+        }
+        assert_eq!(chunks.lock().free_chunks(), total, "every chunk given back");
+    }
+
     #[test]
     fn fork_shares_private_blocks_copy_on_write_and_shared_ones_as_they_are() {
         let mut s = space(16);
@@ -1768,9 +1792,7 @@ mod tests {
         assert_eq!(s.fault_in(a, true), Fault::Retry);
         assert!(s.mmu().copied.is_empty() && !s.mmu().readonly.contains(&a));
         assert_eq!(s.mmu().mapped[&a], base);
-        drop(c.teardown());
-        drop(s.teardown());
-        assert_eq!(s.chunks().free_chunks(), 8);
+        end_all([&mut c, &mut s], 8);
     }
 
     #[test]
@@ -1786,11 +1808,7 @@ mod tests {
         assert_eq!(chunks_of(&mut c2)[&blk], (copy.unwrap(), None));
         assert_eq!(chunks_of(&mut c1)[&blk], (base, None));
         assert!(c2.mmu().readonly.contains(&blk) && s.mmu().readonly.contains(&blk));
-        for c in [&mut c1, &mut c2] {
-            drop(c.teardown());
-        }
-        drop(s.teardown());
-        assert_eq!(s.chunks().free_chunks(), 8);
+        end_all([&mut c1, &mut c2, &mut s], 8);
     }
 
     #[test]

@@ -114,31 +114,16 @@ pub fn futex(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         return Err(Errno::EINVAL);
     }
     match cmd {
-        FUTEX_WAIT => {
-            if realtime {
+        FUTEX_WAIT | FUTEX_WAIT_BITSET => {
+            // FUTEX_WAIT: a relative timeout on the monotonic clock, any waker.
+            let bitset = cmd == FUTEX_WAIT_BITSET;
+            if realtime && !bitset {
                 return Err(Errno::ENOSYS);
             }
-            wait(
-                ctx.k,
-                ctx.user,
-                ctx.thread,
-                addr,
-                shared,
-                val as u32,
-                u32::MAX,
-                deadline(ctx.user, timeout, false, false)?,
-            )
+            let until = deadline(ctx.user, timeout, bitset, realtime)?;
+            let mask = if bitset { val3 as u32 } else { u32::MAX };
+            wait(ctx.k, ctx.user, ctx.thread, addr, shared, val as u32, mask, until)
         }
-        FUTEX_WAIT_BITSET => wait(
-            ctx.k,
-            ctx.user,
-            ctx.thread,
-            addr,
-            shared,
-            val as u32,
-            val3 as u32,
-            deadline(ctx.user, timeout, true, realtime)?,
-        ),
         FUTEX_WAKE => Ok(wake(ctx.k, addr, shared, val as u32 as usize, u32::MAX) as u64),
         FUTEX_WAKE_BITSET => {
             if val3 as u32 == 0 {
