@@ -1223,8 +1223,11 @@ fn terminal_job_control_matches_the_host() {
     let bin = musl("tty");
     let b = bin.to_str().unwrap();
     let pty = |cmd: String| {
+        // `exec`: script runs the command through $SHELL (or /bin/sh), which
+        // need not exec a lone command itself; the program must be the leader.
         let o = Command::new("script")
-            .args(["-qec", &cmd, "/dev/null"])
+            .args(["-qec", &format!("exec {cmd}"), "/dev/null"])
+            .env("SHELL", "/bin/sh")
             .stdin(Stdio::null())
             .output()
             .expect("script (util-linux) runs a command on a pseudo-terminal");
