@@ -144,6 +144,64 @@ pub const RET_OFFSET: u64 = 48;
 
 const _: () = assert!(core::mem::offset_of!(HostcallBlock, ret) == RET_OFFSET as usize);
 
+/// A hostcall without an exit (`Fs` only, today): each vCPU has a [`PollSlot`] at
+/// [`POLL_OFFSET`] in its per-CPU page, which a VMM thread polls while host-file
+/// calls keep coming. An exit costs ~30 µs here and a host file call a few, so a
+/// burst of them (a metadata loop, a database commit, a loader opening libraries)
+/// would otherwise be mostly exits.
+///
+/// The VMM sets `open` while it polls. A vCPU that finds it open writes `args` and
+/// `root` (the page tables its guest-virtual arguments translate through), then
+/// `state` = [`POLL_POSTED`]. The VMM takes the call by moving `state` from
+/// POSTED to [`POLL_TAKEN`] (compare-and-swap), serves it as it would the same
+/// hostcall's exit, writes `ret`, then `state` = [`POLL_DONE`]; the vCPU reads
+/// `ret` and sets `state` back to [`POLL_IDLE`]. A vCPU whose call is not taken
+/// soon (the VMM's thread stopped polling, or the host did not run it) takes it
+/// back, POSTED to IDLE by compare-and-swap, and rings the doorbell instead: a
+/// call is served exactly once, whichever side wins. Nothing in a slot is trusted:
+/// `root` and every address are checked as an exit's are.
+#[repr(C, align(64))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollSlot {
+    pub state: u64,
+    /// Non-zero while the VMM polls (written by the VMM only).
+    pub open: u64,
+    /// The hostcall number.
+    pub nr: u64,
+    /// The vCPU's page-table root (its CR3), written by the guest at each switch.
+    pub root: u64,
+    pub args: [u64; 6],
+    pub ret: u64,
+}
+
+pub const POLL_IDLE: u64 = 0;
+pub const POLL_POSTED: u64 = 1;
+pub const POLL_TAKEN: u64 = 2;
+pub const POLL_DONE: u64 = 3;
+
+/// Where a vCPU's [`PollSlot`] lies in its per-CPU page (past the steal-time
+/// record), and the byte offsets of its words.
+pub const POLL_OFFSET: u64 = 0xc40;
+pub mod poll_offsets {
+    pub const STATE: u64 = 0;
+    pub const OPEN: u64 = 8;
+    pub const NR: u64 = 16;
+    pub const ROOT: u64 = 24;
+    pub const ARGS: u64 = 32;
+    pub const RET: u64 = 80;
+}
+
+const _: () = {
+    use core::mem::{offset_of, size_of};
+    assert!(offset_of!(PollSlot, open) == poll_offsets::OPEN as usize);
+    assert!(offset_of!(PollSlot, nr) == poll_offsets::NR as usize);
+    assert!(offset_of!(PollSlot, root) == poll_offsets::ROOT as usize);
+    assert!(offset_of!(PollSlot, args) == poll_offsets::ARGS as usize);
+    assert!(offset_of!(PollSlot, ret) == poll_offsets::RET as usize);
+    assert!(POLL_OFFSET >= crate::STEAL_TIME_OFFSET + 64);
+    assert!(POLL_OFFSET as usize + size_of::<PollSlot>() <= crate::layout::PERCPU_STRIDE as usize);
+};
+
 #[cfg(test)]
 mod tests {
     use super::*;

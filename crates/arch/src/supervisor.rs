@@ -65,6 +65,8 @@ pub fn set_root(root: &crate::mm::PageTables) {
         return;
     }
     #[cfg(target_os = "none")]
+    crate::hostcall::poll_root(root);
+    #[cfg(target_os = "none")]
     if PRIVILEGED.load(Ordering::Relaxed) {
         // Vector 0x81 is the supervisor stub (a DPL-3 gate, hardware KVM only); with
         // rax non-zero it loads rax into CR3 and returns with iretq.

@@ -671,6 +671,10 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64, summary: &cra
     say!("onering: stats: page cache: {} chunks given back under memory pressure", sum(pc::RECLAIMED));
     say!("onering: stats: {} address-space switches (SetRoot)", exit::ROOT_SWITCHES.load(Relaxed));
     say!(
+        "onering: stats: {} host-file calls served by the poller, without an exit",
+        crate::vstate::poller::POLLED.load(Relaxed)
+    );
+    say!(
         "onering: stats: steal time (vCPU threads waiting for a host CPU, KVM's record): {:.1} ms",
         sum(onering_abi::STEAL_TIME_OFFSET as usize) as f64 / 1e6
     );

@@ -55,6 +55,12 @@ pub fn deferred_ops(cpu: u64) -> u64 {
     layout::PERCPU_PHYS + cpu * layout::PERCPU_STRIDE + onering_abi::hostfs::DEFERRED_OFFSET
 }
 
+/// Guest-physical address of vCPU `cpu`'s poll slot (in its per-CPU page,
+/// `onering_abi::hostcall::PollSlot`).
+pub fn poll_slot(cpu: u64) -> u64 {
+    layout::PERCPU_PHYS + cpu * layout::PERCPU_STRIDE + onering_abi::hostcall::POLL_OFFSET
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -165,32 +165,45 @@ fn trace(args: [u64; 6], mem: &GuestMemoryMmap) -> i64 {
 /// unlocks, read locks and bounded writes, each checked as any call is), in
 /// order, then its own.
 fn host_file(args: [u64; 6], env: &mut impl Env) -> i64 {
-    use onering_abi::hostfs::{self as proto, DEFERRED_WORDS};
-    let (op, n) = proto::split_op(args[0]);
-    if n > proto::MAX_DEFERRED {
-        return -EINVAL;
+    let (ops, n) = match deferred_ops(env.mem(), env.cpu(), args[0]) {
+        Ok(d) => d,
+        Err(e) => return e,
+    };
+    for item in &ops[..n] {
+        env.host_file_later(*item);
     }
-    let base = layout::deferred_ops(env.cpu());
+    let (op, _) = onering_abi::hostfs::split_op(args[0]);
+    env.host_file([op, args[1], args[2], args[3], args[4], args[5]])
+}
+
+/// The deferred operations an `Fs` call whose first word is `op` carries, read
+/// from vCPU `cpu`'s area and checked to be ones that may wait (closes, unlocks,
+/// small writes): the operations and their count, or -errno.
+pub fn deferred_ops(
+    mem: &GuestMemoryMmap,
+    cpu: u64,
+    op: u64,
+) -> Result<([[u64; 6]; onering_abi::hostfs::MAX_DEFERRED], usize), i64> {
+    use onering_abi::hostfs::{self as proto, DEFERRED_WORDS};
+    let (_, n) = proto::split_op(op);
+    if n > proto::MAX_DEFERRED {
+        return Err(-EINVAL);
+    }
+    let base = layout::deferred_ops(cpu);
     let mut ops = [[0u64; 6]; proto::MAX_DEFERRED];
     for (i, item) in ops.iter_mut().take(n).enumerate() {
         for (j, w) in item.iter_mut().take(DEFERRED_WORDS).enumerate() {
             let at = base + 8 * (i * DEFERRED_WORDS + j) as u64;
-            match env.mem().read_obj::<u64>(GuestAddress(at)) {
-                Ok(v) => *w = v,
-                Err(_) => return -EFAULT,
-            }
+            *w = mem.read_obj::<u64>(GuestAddress(at)).map_err(|_| -EFAULT)?;
         }
         let unlock = item[0] == proto::LOCK && matches!(item[2], proto::LOCK_UNLOCK | proto::LOCK_READ);
         let write = item[0] == proto::WRITE && item[3] <= proto::MAX_DEFERRED_WRITE;
         if item[0] != proto::CLOSE && !unlock && !write {
-            return -EINVAL;
+            return Err(-EINVAL);
         }
     }
-    for item in &ops[..n] {
-        env.host_file_later(*item);
-    }
     DEFERRED.fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
-    env.host_file([op, args[1], args[2], args[3], args[4], args[5]])
+    Ok((ops, n))
 }
 
 /// A kernel panic's backtrace, named with the kernel's symbols: `count` return

@@ -291,6 +291,9 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         };
         let pa = layout::PERCPU_PHYS + cpu * layout::PERCPU_STRIDE;
         write(mem, pa, &percpu_bytes(&header))?;
+        // The poll slot's root until the guest first switches address space.
+        let root = pa + onering_abi::hostcall::POLL_OFFSET + onering_abi::hostcall::poll_offsets::ROOT;
+        write(mem, root, &layout::BOOT_PT_PHYS.to_le_bytes())?;
     }
 
     let mut mem_regions = [MemRegion::default(); onering_abi::MAX_MEM_REGIONS];

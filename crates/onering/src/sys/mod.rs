@@ -29,6 +29,22 @@ pub fn advise_hugepages(host: *mut u8, len: usize) {
     }
 }
 
+/// The u64 at guest-physical `addr` as an atomic, for a word the guest and a VMM
+/// thread hand back and forth while the guest runs (`vstate::poller`); None if it
+/// is not 8-byte aligned guest memory.
+pub fn guest_atomic(mem: &vm_memory::GuestMemoryMmap, addr: u64) -> Option<&std::sync::atomic::AtomicU64> {
+    use vm_memory::{GuestAddress, GuestMemoryBackend};
+    if !addr.is_multiple_of(8) {
+        return None;
+    }
+    let ptr = mem.get_host_address(GuestAddress(addr)).ok()?;
+    // The word lies in a mapping of `mem` (which owns it, and which the borrow
+    // keeps alive), is aligned, and is only ever accessed atomically by the VMM;
+    // the guest's concurrent stores are what atomics are for.
+    // SAFETY: aligned, mapped for the borrow's life, accessed atomically.
+    Some(unsafe { std::sync::atomic::AtomicU64::from_ptr(ptr.cast()) })
+}
+
 /// Registers guest memory with KVM.
 pub fn register_memory(vm: &VmFd, r: kvm_userspace_memory_region) -> Result<(), kvm_ioctls::Error> {
     // SAFETY: `r` describes a region of a GuestMemoryMmap that the caller keeps

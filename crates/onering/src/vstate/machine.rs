@@ -88,6 +88,8 @@ pub struct Machine {
     hostfs: OnceLock<crate::hostfs::HostFs>,
     /// The gdb stub (`--gdb`), if on (set before the VM runs).
     gdb: OnceLock<&'static super::gdb::Debugger>,
+    /// Serves host-file calls without exits while they keep coming.
+    pub(super) poller: super::poller::Poller,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -124,6 +126,7 @@ impl Machine {
             sampler: OnceLock::new(),
             hostfs: OnceLock::new(),
             gdb: OnceLock::new(),
+            poller: super::poller::Poller::default(),
         }));
         if MACHINE.set(m).is_ok() {
             crate::sys::signals::forward_signals(on_host_signal);
@@ -201,6 +204,26 @@ impl Machine {
     /// Serves host files from `fs` (before the VM runs).
     pub fn serve_files(&self, fs: crate::hostfs::HostFs) {
         let _ = self.hostfs.set(fs);
+    }
+
+    /// The number of vCPUs.
+    pub fn ncpus(&self) -> u64 {
+        self.cpus.len() as u64
+    }
+
+    /// An `Fs` hostcall of vCPU `cpu` (its exit's or its poll slot's arguments):
+    /// the operations it carries, then its own; its result (-ENOSYS: no mounts).
+    pub(super) fn serve_fs(&self, cpu: u64, args: [u64; 6]) -> i64 {
+        let Some(fs) = self.hostfs.get() else { return -38 };
+        let (ops, n) = match crate::exit::hostcall::deferred_ops(&self.mem, cpu, args[0]) {
+            Ok(d) => d,
+            Err(e) => return e,
+        };
+        for item in &ops[..n] {
+            fs.serve_later(*item, &self.mem);
+        }
+        let (op, _) = onering_abi::hostfs::split_op(args[0]);
+        fs.serve([op, args[1], args[2], args[3], args[4], args[5]], &self.mem)
     }
 
     /// Runs vCPU 0 on the calling thread; ends the process when the VM ends.
@@ -421,10 +444,11 @@ impl Env for VcpuEnv<'_> {
         }
     }
     fn host_file(&mut self, args: [u64; 6]) -> i64 {
-        match self.m.hostfs.get() {
-            Some(fs) => fs.serve(args, &self.m.mem),
-            None => -38,
-        }
+        let Some(fs) = self.m.hostfs.get() else { return -38 };
+        let r = fs.serve(args, &self.m.mem);
+        // More are likely to follow: serve them without exits.
+        self.m.poller.wake(self.m);
+        r
     }
     fn host_file_later(&mut self, args: [u64; 6]) {
         if let Some(fs) = self.m.hostfs.get() {

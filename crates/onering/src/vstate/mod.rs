@@ -3,12 +3,14 @@
 //! registers (`vcpu`), and the running machine: one host thread per vCPU, halting and
 //! kicking, and ending the process when the VM ends (`machine`), the host's
 //! stdin as a device (`stdin`), the standard streams' host side (`stdio`), the
-//! profiler's sampling of vCPU registers (`sampler`), and the gdb stub (`gdb`). The only layer that
+//! profiler's sampling of vCPU registers (`sampler`), the gdb stub (`gdb`), and the
+//! thread that serves host-file calls without exits (`poller`). The only layer that
 //! makes KVM ioctls; the register values come from `arch`, what to do on an exit
 //! from `exit`.
 
 pub mod gdb;
 pub mod machine;
+pub mod poller;
 pub mod sampler;
 pub mod stdin;
 pub mod stdio;
