@@ -25,7 +25,7 @@ use onering_abi::HostStat;
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use thiserror::Error;
@@ -117,25 +117,25 @@ fn err(e: std::io::Error) -> i64 {
     -i64::from(e.raw_os_error().unwrap_or(5))
 }
 
-/// A host stat as the protocol passes it.
-pub fn host_stat(m: &std::fs::Metadata) -> HostStat {
+/// A host `struct stat` as the protocol passes it.
+pub fn host_stat(m: &libc::stat) -> HostStat {
     HostStat {
-        dev: m.dev(),
-        ino: m.ino(),
-        mode: u64::from(m.mode()),
-        nlink: m.nlink(),
-        uid: u64::from(m.uid()),
-        gid: u64::from(m.gid()),
-        rdev: m.rdev(),
-        size: m.size(),
-        blksize: m.blksize(),
-        blocks: m.blocks(),
-        atime_sec: m.atime() as u64,
-        atime_nsec: m.atime_nsec() as u64,
-        mtime_sec: m.mtime() as u64,
-        mtime_nsec: m.mtime_nsec() as u64,
-        ctime_sec: m.ctime() as u64,
-        ctime_nsec: m.ctime_nsec() as u64,
+        dev: m.st_dev,
+        ino: m.st_ino,
+        mode: u64::from(m.st_mode),
+        nlink: m.st_nlink,
+        uid: u64::from(m.st_uid),
+        gid: u64::from(m.st_gid),
+        rdev: m.st_rdev,
+        size: m.st_size as u64,
+        blksize: m.st_blksize as u64,
+        blocks: m.st_blocks as u64,
+        atime_sec: m.st_atime as u64,
+        atime_nsec: m.st_atime_nsec as u64,
+        mtime_sec: m.st_mtime as u64,
+        mtime_nsec: m.st_mtime_nsec as u64,
+        ctime_sec: m.st_ctime as u64,
+        ctime_nsec: m.st_ctime_nsec as u64,
     }
 }
 
@@ -279,12 +279,10 @@ impl HostFs {
                     return r;
                 }
                 self.with(a, false, |en| {
-                    // (The entry opened as itself beneath the directory, a link not
-                    // followed, and stat-ed through that descriptor: three cheap
-                    // host calls, where a path through the directory's /proc entry
-                    // cost ~15 us of procfs lookups.)
-                    let f = File::from(sysfs::open_beneath(en.file.as_fd(), &n, libc::O_PATH, 0).map_err(err)?);
-                    let st = host_stat(&f.metadata().map_err(err)?);
+                    // (One fstatat of the checked component in the directory, no
+                    // link followed: one host call, where opening it beneath the
+                    // directory and stat-ing that took three.)
+                    let st = host_stat(&sysfs::stat_at(en.file.as_fd(), &n).map_err(err)?);
                     write_guest(mem, c, &st.to_bytes()).map(|_| 0).ok_or(-EFAULT)
                 })
             }
@@ -295,7 +293,7 @@ impl HostFs {
                     return r;
                 }
                 self.with(a, false, |en| {
-                    let st = host_stat(&en.file.metadata().map_err(err)?);
+                    let st = host_stat(&sysfs::stat_fd(en.file.as_fd()).map_err(err)?);
                     write_guest(mem, b, &st.to_bytes()).map(|_| 0).ok_or(-EFAULT)
                 })
             }
@@ -365,7 +363,7 @@ impl HostFs {
                 let (start, len) = (i64::try_from(c).map_err(|_| -EINVAL)?, i64::try_from(d).map_err(|_| -EINVAL)?);
                 sysfs::ofd_lock(en.file.as_fd(), kind as i16, start, len).map_err(err)?;
                 if e != 0 {
-                    let st = host_stat(&en.file.metadata().map_err(err)?);
+                    let st = host_stat(&sysfs::stat_fd(en.file.as_fd()).map_err(err)?);
                     write_guest(mem, e, &st.to_bytes()).ok_or(-EFAULT)?;
                 }
                 Ok(0)
@@ -442,7 +440,7 @@ impl HostFs {
             Ok(fd) => File::from(fd),
             Err(e) => return err(e),
         };
-        let st = match file.metadata() {
+        let st = match sysfs::stat_fd(file.as_fd()) {
             Ok(m) => host_stat(&m),
             Err(e) => return err(e),
         };
@@ -658,9 +656,9 @@ fn list(dir: &File) -> std::io::Result<Vec<(Vec<u8>, HostStat)>> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(path)? {
         let e = e?;
-        // (DirEntry::metadata is fstatat on the directory's descriptor, no follow.)
-        let Ok(m) = e.metadata() else { continue };
-        out.push((e.file_name().as_bytes().to_vec(), host_stat(&m)));
+        let name = e.file_name().as_bytes().to_vec();
+        let Ok(m) = sysfs::stat_at(d.as_fd(), &name) else { continue };
+        out.push((name, host_stat(&m)));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)

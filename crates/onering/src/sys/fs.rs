@@ -44,6 +44,29 @@ pub fn open_beneath(dir: BorrowedFd<'_>, name: &[u8], flags: i32, mode: u32) -> 
     Ok(owned)
 }
 
+/// `fstatat(dir, name)` of the entry itself (no link followed, no automount): one
+/// host call. `name` is one component (the caller checked it), so the entry lies
+/// in `dir`, as `open_beneath` would find it.
+pub fn stat_at(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<libc::stat> {
+    let c = cname(name)?;
+    // SAFETY: `stat` is plain integers: all-zero bytes are a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    let flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT;
+    // SAFETY: fstatat reads the NUL-terminated name `c` and writes one `stat` into
+    // `st`, both alive across the call; `dir` is borrowed.
+    let r = unsafe { libc::fstatat(dir.as_raw_fd(), c.as_ptr(), &mut st, flags) };
+    check(r).map(|()| st)
+}
+
+/// `fstat(fd)` (an `O_PATH` descriptor too).
+pub fn stat_fd(fd: BorrowedFd<'_>) -> io::Result<libc::stat> {
+    // SAFETY: `stat` is plain integers: all-zero bytes are a valid value.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat writes one `stat` into `st`, alive across the call; `fd` is borrowed.
+    let r = unsafe { libc::fstat(fd.as_raw_fd(), &mut st) };
+    check(r).map(|()| st)
+}
+
 /// `mkdirat(dir, name, mode)`.
 pub fn mkdir_at(dir: BorrowedFd<'_>, name: &[u8], mode: u32) -> io::Result<()> {
     let c = cname(name)?;
