@@ -3,7 +3,8 @@
 # kind (Rust and Go are already there): musl-gcc for the guest test programs, gcc and
 # glibc's static libraries (the onering binary is linked statically), busybox-static
 # (a glibc static program the rewriter is tested on), passt (the user-mode network
-# back end of -p and --net user), gdb (tests/gdb.rs drives it against --gdb), and the
+# back end of -p and --net user), gdb (tests/gdb.rs drives it against --gdb), zstd (a .tar.zst --rootfs in the
+# tests), and the
 # x86_64-unknown-none target for the guest kernel. Safe to run again.
 set -euo pipefail
 need=()
@@ -13,6 +14,7 @@ command -v cc >/dev/null || need+=(gcc)
 [ -x /bin/busybox ] || need+=(busybox-static) # a glibc static binary for the rewriter's tests
 command -v passt >/dev/null || need+=(passt)  # user-mode networking for -p and --net user
 command -v gdb >/dev/null || need+=(gdb)      # the --gdb test
+command -v zstd >/dev/null || need+=(zstd)    # a .tar.zst rootfs in the tests
 if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo

@@ -686,21 +686,26 @@ fn rootfs_and_workdir() {
     assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
     assert_eq!(std::fs::read(dir.join("greeting.txt")).unwrap(), b"hello\n", "the host's file is as it was");
     assert!(dir.join("link").symlink_metadata().is_ok() && !dir.join("new").exists() && !dir.join("sub/d").exists());
-    // The same tree as a tar archive, served in place, gives the same answers.
-    let tarball = out_dir().join("rootfs-tree.tar");
-    let t = Command::new("tar").arg("-C").arg(&dir).arg("-cf").arg(&tarball).arg(".").output().unwrap();
-    assert!(t.status.success(), "tar: {}", stderr(&t));
-    let tar = tarball.to_str().unwrap();
-    for extra in [&["--read-only"][..], &[]] {
-        let mut a = vec!["run"];
-        a.extend(extra);
-        a.extend(["--rootfs", tar, "-w", "/sub", bin.to_str().unwrap()]);
-        if extra.is_empty() {
-            a.push("rw");
+    // The same tree as a tar archive, served in place, gives the same answers;
+    // gzip- and zstd-compressed too (tar -z, tar --zstd).
+    for (name, z) in
+        [("rootfs-tree.tar", None), ("rootfs-tree.tar.gz", Some("-z")), ("rootfs-tree.tar.zst", Some("--zstd"))]
+    {
+        let tarball = out_dir().join(name);
+        let t = Command::new("tar").arg("-C").arg(&dir).args(z).arg("-cf").arg(&tarball).arg(".").output().unwrap();
+        assert!(t.status.success(), "tar (apt-get install tar gzip zstd): {}", stderr(&t));
+        let tar = tarball.to_str().unwrap();
+        for extra in [&["--read-only"][..], &[]] {
+            let mut a = vec!["run"];
+            a.extend(extra);
+            a.extend(["--rootfs", tar, "-w", "/sub", bin.to_str().unwrap()]);
+            if extra.is_empty() {
+                a.push("rw");
+            }
+            let o = onering(&a);
+            assert!(!stdout(&o).contains("FAIL"), "{a:?}: {}", stdout(&o));
+            assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
         }
-        let o = onering(&a);
-        assert!(!stdout(&o).contains("FAIL"), "{a:?}: {}", stdout(&o));
-        assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
     }
     expect_failure(&onering(&["run", "-w", "/nowhere", bin.to_str().unwrap()]), 125, "-w /nowhere: no such directory");
     expect_failure(&onering(&["run", "--rootfs", "/no/such/dir", bin.to_str().unwrap()]), 125, "not a directory");

@@ -6,11 +6,17 @@
 //! `..` component skipped (nothing can be placed outside the root). Hard links
 //! share their target's bytes; devices, FIFOs and the like are left out, as for a
 //! directory rootfs. Everything is read-only to the host (changes stay in the VM).
+//! A gzip- or zstd-compressed archive (`.tar.gz`, `.tgz`, `.tar.zst`, known by its
+//! magic bytes) cannot be read at an offset, so it is first decompressed (`flate2`,
+//! `ruzstd`: pure Rust) into an unnamed temporary file (`O_TMPFILE` in the host's
+//! temporary directory, gone when the VMM exits) and served from there: its start
+//! costs the decompression, as a container engine pays it when it pulls a layer.
 
 use onering_abi::HostStat;
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
+use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 
 const S_IFDIR: u64 = 0o040000;
@@ -43,10 +49,43 @@ fn node(mode: u64, ino: usize) -> Node {
     }
 }
 
+/// The archive at `path` as a file that can be read at any offset: itself, or, if
+/// it is gzip- or zstd-compressed, its contents in an unnamed temporary file.
+fn uncompressed(path: &Path) -> std::io::Result<File> {
+    let mut file = File::open(path)?;
+    let mut magic = [0u8; 4];
+    let n = file.read(&mut magic)?;
+    file.seek(SeekFrom::Start(0))?;
+    let gzip = n >= 2 && magic[..2] == [0x1f, 0x8b];
+    let zstd = n == 4 && magic == [0x28, 0xb5, 0x2f, 0xfd];
+    if !gzip && !zstd {
+        return Ok(file);
+    }
+    let mut out = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(std::env::temp_dir())?;
+    let mut src = BufReader::new(file);
+    if gzip {
+        std::io::copy(&mut flate2::read::MultiGzDecoder::new(src), &mut out)?;
+    } else {
+        // One zstd frame after another until the file ends.
+        while !src.fill_buf()?.is_empty() {
+            let mut frame = ruzstd::decoding::StreamingDecoder::new(&mut src)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("zstd: {e}")))?;
+            std::io::copy(&mut frame, &mut out)?;
+        }
+    }
+    out.seek(SeekFrom::Start(0))?;
+    Ok(out)
+}
+
 impl TarIndex {
     /// Reads the headers of archive `path`.
     pub fn open(path: &Path) -> std::io::Result<TarIndex> {
-        let file = File::open(path)?;
+        let file = uncompressed(path)?;
         let mut index =
             TarIndex { file: std::sync::Arc::new(file.try_clone()?), nodes: vec![node(S_IFDIR | 0o755, 0)] };
         let mut archive = tar::Archive::new(file);
@@ -187,42 +226,58 @@ impl TarIndex {
 mod tests {
     use super::*;
 
+    /// The test archive: a file, a link to it, and an entry named `../../escape`.
+    fn archive() -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(6);
+        h.set_mode(0o644);
+        h.set_entry_type(tar::EntryType::Regular);
+        b.append_data(&mut h, "./etc/hostname", &b"hello\n"[..]).unwrap();
+        let mut l = tar::Header::new_gnu();
+        l.set_entry_type(tar::EntryType::Symlink);
+        l.set_size(0);
+        b.append_link(&mut l, "etc/name", "hostname").unwrap();
+        let mut e = tar::Header::new_gnu();
+        e.set_size(1);
+        e.set_entry_type(tar::EntryType::Regular);
+        // (A name with `..` is skipped; the builder refuses to write one, so
+        // the header's bytes are set directly.)
+        e.as_gnu_mut().unwrap().name[..12].copy_from_slice(b"../../escape");
+        e.set_cksum();
+        b.append(&e, &b"x"[..]).unwrap();
+        b.into_inner().unwrap()
+    }
+
+    /// The same archive plain, gzip-compressed and zstd-compressed (in two
+    /// frames) becomes the same tree.
     #[test]
-    fn an_archive_becomes_a_tree() {
+    fn an_archive_becomes_a_tree_compressed_or_not() {
+        use std::io::Write;
         let dir = std::env::temp_dir().join(format!("onering-tar-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("t.tar");
-        {
-            let mut b = tar::Builder::new(File::create(&path).unwrap());
-            let mut h = tar::Header::new_gnu();
-            h.set_size(6);
-            h.set_mode(0o644);
-            h.set_entry_type(tar::EntryType::Regular);
-            b.append_data(&mut h, "./etc/hostname", &b"hello\n"[..]).unwrap();
-            let mut l = tar::Header::new_gnu();
-            l.set_entry_type(tar::EntryType::Symlink);
-            l.set_size(0);
-            b.append_link(&mut l, "etc/name", "hostname").unwrap();
-            let mut e = tar::Header::new_gnu();
-            e.set_size(1);
-            e.set_entry_type(tar::EntryType::Regular);
-            // (A name with `..` is skipped; the builder refuses to write one, so
-            // the header's bytes are set directly.)
-            e.as_gnu_mut().unwrap().name[..12].copy_from_slice(b"../../escape");
-            e.set_cksum();
-            b.append(&e, &b"x"[..]).unwrap();
-            b.finish().unwrap();
+        let plain = archive();
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(&plain).unwrap();
+        let (a, b) = plain.split_at(plain.len() / 3);
+        let level = ruzstd::encoding::CompressionLevel::Fastest;
+        let zst = [ruzstd::encoding::compress_to_vec(a, level), ruzstd::encoding::compress_to_vec(b, level)].concat();
+        for (name, bytes) in [("t.tar", plain.clone()), ("t.tar.gz", gz.finish().unwrap()), ("t.tar.zst", zst)] {
+            let path = dir.join(name);
+            std::fs::write(&path, &bytes).unwrap();
+            let t = TarIndex::open(&path).unwrap();
+            let etc = t.nodes[0].children[&b"etc"[..]];
+            let f = t.nodes[etc].children[&b"hostname"[..]];
+            let mut buf = [0u8; 16];
+            assert_eq!(t.read(f, 0, &mut buf).unwrap(), 6, "{name}");
+            assert_eq!(&buf[..6], b"hello\n");
+            assert_eq!(t.read(f, 4, &mut buf).unwrap(), 2);
+            let l = t.nodes[etc].children[&b"name"[..]];
+            assert_eq!(t.nodes[l].target, b"hostname");
+            assert_eq!(t.nodes[0].children.len(), 1, "the .. entry was skipped");
         }
-        let t = TarIndex::open(&path).unwrap();
-        let etc = t.nodes[0].children[&b"etc"[..]];
-        let f = t.nodes[etc].children[&b"hostname"[..]];
-        let mut buf = [0u8; 16];
-        assert_eq!(t.read(f, 0, &mut buf).unwrap(), 6);
-        assert_eq!(&buf[..6], b"hello\n");
-        assert_eq!(t.read(f, 4, &mut buf).unwrap(), 2);
-        let l = t.nodes[etc].children[&b"name"[..]];
-        assert_eq!(t.nodes[l].target, b"hostname");
-        assert_eq!(t.nodes[0].children.len(), 1, "the .. entry was skipped");
+        std::fs::write(dir.join("bad.tar.gz"), [0x1f, 0x8b, 0, 1, 2, 3]).unwrap();
+        assert!(TarIndex::open(&dir.join("bad.tar.gz")).is_err(), "a broken gzip stream is an error");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
