@@ -4,10 +4,12 @@
 //! call a few, so a metadata loop, a database commit or a dynamic loader opening
 //! its libraries was mostly exits.
 //!
-//! Started by the first `Fs` exit (a VM without mounts never has it). Each `Fs`
-//! exit wakes it; it then opens every slot and scans them, serving what is posted,
+//! Started by the first two `Fs` exits that come within 500 µs of each other (a
+//! VM without mounts never has one; a program opening a file now and then does
+//! not need it). Such a pair of exits wakes it; it then opens every slot and
+//! scans them, serving what is posted,
 //! until nothing came for [`IDLE`]; then it closes the slots, serves what was
-//! posted meanwhile, and sleeps on a futex until the next `Fs` exit. A vCPU that
+//! posted meanwhile, and sleeps on a futex until the next burst of `Fs` exits. A vCPU that
 //! posts while the poller is descheduled or closing takes its call back and exits
 //! as before (the slot's compare-and-swap decides who serves it), so the poller
 //! only ever saves exits; it never delays a call by more than the guest's wait.
@@ -25,6 +27,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+/// Two `Fs` exits closer than this start the poller: calls are coming in a burst.
+const BURST: Duration = Duration::from_micros(500);
 /// How long the poller keeps polling after the last call it served.
 const IDLE: Duration = Duration::from_micros(200);
 /// After this long without a call, the poller yields between scans, so a vCPU
@@ -43,15 +47,24 @@ pub struct Poller {
     wanted: AtomicU32,
     /// Whether the thread is polling now (an exit need not wake it).
     polling: AtomicBool,
+    /// When the last `Fs` exit asked (monotonic ns).
+    last_exit: AtomicU64,
     /// Set once the thread started.
     start: OnceLock<()>,
 }
 
 impl Poller {
     /// After an `Fs` exit: poll for the next calls (starting the thread the first
-    /// time). Cheap when it polls already.
+    /// time) if this exit came within [`BURST`] of the last one, so a lone call
+    /// (a program opening one file now and then) does not set a thread spinning
+    /// for nothing. Cheap when it polls already.
     pub fn wake(&self, m: &'static Machine) {
         if self.polling.load(Ordering::Relaxed) {
+            return;
+        }
+        let now = crate::sys::signals::monotonic_ns();
+        let last = self.last_exit.swap(now, Ordering::Relaxed);
+        if now.saturating_sub(last) > BURST.as_nanos() as u64 {
             return;
         }
         self.wanted.store(1, Ordering::Release);
