@@ -305,7 +305,14 @@ pub fn syscall_hook_observed(frame: &mut SyscallFrame) {
         call(&ctx, frame);
         return way_out(&ctx, frame);
     }
+    let exec = crate::observe::is_exec(c.nr);
+    if exec {
+        o.before_exec(&c);
+    }
     call(&ctx, frame);
+    if exec {
+        let _ = o.take_exec(c.tid); // (it failed: recorded below)
+    }
     c.ticks = onering_arch::cpu::rdtsc().wrapping_sub(c.start);
     c.ret = Some(frame.rax);
     o.record(&c);

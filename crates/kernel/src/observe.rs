@@ -25,6 +25,11 @@ pub struct Observer {
     /// Per call: calls, errors, ticks.
     table: [[AtomicU64; 3]; COUNT],
     lines: Mutex<String>,
+    /// Observed `execve`s in flight: (thread, call number, start, the call as a
+    /// successful one prints). A successful one never comes back to the hook (the
+    /// new image starts with a full return) and its arguments are gone with the
+    /// old image, so its line is decoded before it runs and sent by [`exec_done`].
+    execs: Mutex<Vec<(u64, u64, u64, String)>>,
 }
 
 static OBSERVER: Once<Observer> = Once::new();
@@ -40,6 +45,7 @@ pub fn install(flags: u64, set: [u64; sysnames::SET_WORDS]) {
             set,
             table: [const { [const { AtomicU64::new(0) }; 3] }; COUNT],
             lines: Mutex::new(String::new()),
+            execs: Mutex::new(Vec::new()),
         });
     }
 }
@@ -53,6 +59,24 @@ pub fn get() -> Option<&'static Observer> {
 /// return is a full one): traced and counted before they run.
 pub fn never_returns(nr: u64) -> bool {
     matches!(nr, 15 | 60 | 231)
+}
+
+/// `execve` and `execveat`: they come back to the hook only when they fail.
+pub fn is_exec(nr: u64) -> bool {
+    matches!(nr, 59 | 322)
+}
+
+/// The new image of thread `tid` starts (its exec succeeded): the exec's line
+/// and count, if it was observed.
+pub fn exec_done(tid: u64) {
+    let Some(o) = get() else { return };
+    let Some((nr, start, text)) = o.take_exec(tid) else { return };
+    let ticks = onering_arch::cpu::rdtsc().wrapping_sub(start);
+    o.count(nr, 0, ticks);
+    if o.traces(nr) {
+        let line = line(tid, crate::time::real_at(start), &text, Some(ticks), crate::time::tsc_hz());
+        o.append(&line);
+    }
 }
 
 /// What the hook knows of a call.
@@ -80,19 +104,40 @@ impl Observer {
 
     /// Counts and traces a call.
     pub fn record(&self, c: &Call) {
-        if self.stats {
-            if let Some(row) = self.table.get(c.nr as usize) {
-                row[0].fetch_add(1, Relaxed);
-                if c.ret.is_some_and(|r| (r as i64) < 0 && (r as i64) >= -4095) {
-                    row[1].fetch_add(1, Relaxed);
-                }
-                row[2].fetch_add(c.ticks, Relaxed);
-            }
-        }
+        self.count(c.nr, c.ret.unwrap_or(0), c.ticks);
         if self.traces(c.nr) {
             let line = format_line(c, crate::time::real_at(c.start), crate::time::tsc_hz());
             self.append(&line);
         }
+    }
+
+    fn count(&self, nr: u64, ret: u64, ticks: u64) {
+        if let Some(row) = self.table.get(nr as usize).filter(|_| self.stats) {
+            row[0].fetch_add(1, Relaxed);
+            if (ret as i64) < 0 && (ret as i64) >= -4095 {
+                row[1].fetch_add(1, Relaxed);
+            }
+            row[2].fetch_add(ticks, Relaxed);
+        }
+    }
+
+    /// An exec `c` is about to run: its line as a success, kept for [`exec_done`].
+    pub fn before_exec(&self, c: &Call) {
+        let mut text = String::new();
+        if self.traces(c.nr) {
+            strace::format_call(&mut text, c.nr, &c.args, Some(0), c.peek);
+        }
+        let mut execs = self.execs.lock();
+        execs.retain(|e| e.0 != c.tid);
+        execs.push((c.tid, c.nr, c.start, text));
+    }
+
+    /// Thread `tid`'s exec in flight, if any: (call number, start, line text).
+    pub fn take_exec(&self, tid: u64) -> Option<(u64, u64, String)> {
+        let mut execs = self.execs.lock();
+        let i = execs.iter().position(|e| e.0 == tid)?;
+        let (_, nr, start, text) = execs.swap_remove(i);
+        Some((nr, start, text))
     }
 
     fn append(&self, line: &str) {
@@ -145,21 +190,28 @@ fn send(kind: u64, data: &[u8]) {
 /// `[pid TID] HH:MM:SS.uuuuuu name(args) = result <s.uuuuuu>\n` (strace -f -tt -T;
 /// the time of day in UTC: the guest knows no time zone).
 pub fn format_line(c: &Call, real_ns: u64, tsc_hz: u64) -> String {
+    let mut text = String::new();
+    strace::format_call(&mut text, c.nr, &c.args, c.ret, c.peek);
+    line(c.tid, real_ns, &text, c.ret.map(|_| c.ticks), tsc_hz)
+}
+
+/// A trace line of thread `tid` whose call `text` (`name(args) = result`) began
+/// at `real_ns` and, if it returned, took `ticks`.
+fn line(tid: u64, real_ns: u64, text: &str, ticks: Option<u64>, tsc_hz: u64) -> String {
     let mut s = String::new();
     let day_us = (real_ns / 1000) % 86_400_000_000;
     let secs = day_us / 1_000_000;
     let _ = write!(
         s,
-        "[pid {:>5}] {:02}:{:02}:{:02}.{:06} ",
-        c.tid,
+        "[pid {:>5}] {:02}:{:02}:{:02}.{:06} {text}",
+        tid,
         secs / 3600,
         secs / 60 % 60,
         secs % 60,
         day_us % 1_000_000
     );
-    strace::format_call(&mut s, c.nr, &c.args, c.ret, c.peek);
-    if c.ret.is_some() {
-        let us = u128::from(c.ticks) * 1_000_000 / u128::from(tsc_hz.max(1));
+    if let Some(ticks) = ticks {
+        let us = u128::from(ticks) * 1_000_000 / u128::from(tsc_hz.max(1));
         let _ = write!(s, " <{}.{:06}>", us / 1_000_000, us % 1_000_000);
     }
     s.push('\n');

@@ -302,3 +302,33 @@ mod json {
         }
     }
 }
+
+/// A successful execve shows in the trace as strace shows it (`= 0`, decoded
+/// from the old image before it goes), a failed one with its errno; `--stats`
+/// counts both.
+#[test]
+fn trace_shows_a_successful_execve() {
+    let bin = musl("traceexec");
+    let b = bin.to_str().unwrap();
+    let dir = bin.parent().unwrap().to_str().unwrap();
+    let vol = format!("{dir}:{dir}");
+    let o = onering(&["run", "--trace=execve,exit_group", "-v", &vol, b]);
+    assert_eq!(status(&o), 5, "{}", stderr(&o));
+    let want = [
+        "execve(\"/nonexistent\", ".to_string(),
+        // (Strings are cut at 32 bytes, as strace's -s 32.)
+        format!("execve(\"{}", &b[..b.len().min(32)]),
+        "exit_group(5) = ?".to_string(),
+    ];
+    let got = calls(&stderr(&o));
+    assert_eq!(got.len(), 3, "{}", stderr(&o));
+    for (g, w) in got.iter().zip(&want) {
+        assert!(g.starts_with(w.as_str()), "{g} is not {w}...:\n{}", stderr(&o));
+    }
+    assert!(got[0].ends_with(" = -1 ENOENT (No such file or directory)"), "{}", got[0]);
+    assert!(got[1].ends_with(" = 0"), "{}", got[1]);
+    let o = onering(&["run", "--stats", "-v", &vol, b]);
+    let row = stderr(&o).lines().find(|l| l.ends_with(" execve")).map(str::to_string).unwrap_or_default();
+    let words: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!((words.get(3), words.get(4)), (Some(&"2"), Some(&"1")), "2 calls, 1 error: {}", stderr(&o));
+}

@@ -681,6 +681,7 @@ fn exec_at(ctx: &Ctx, dirfd: u64, path_addr: u64, argv: u64, envp: u64, flags: u
     // The point of no return.
     let regs = replace_image(ctx, &exe, &prog, interp.as_ref().map(|(e, p)| (e, p)), &args);
     drop((exe, prog, interp, args));
+    crate::observe::exec_done(ctx.thread.tid());
     finish(regs)
 }
 
