@@ -949,6 +949,23 @@ fn the_profiler_names_the_hot_function_and_the_kernel_path() {
     assert!(svg.starts_with("<?xml") && svg.trim_end().ends_with("</svg>") && svg.contains("burn_cycles"));
 }
 
+/// The profiler in a forked child: its stacks are walked through its own address
+/// space (the vCPU's root), so its frames chain up to its start.
+#[test]
+fn the_profiler_walks_a_forked_childs_stacks() {
+    let bin = build("hot", "musl-gcc", &["-static", "-fno-omit-frame-pointer"], "-fp");
+    let dir = out_dir().join("profile");
+    std::fs::create_dir_all(&dir).unwrap();
+    let folded = dir.join("hot-fork.folded");
+    let o = onering(&["run", "--profile", folded.to_str().unwrap(), bin.to_str().unwrap(), "fork"]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("hot "), "{}", stdout(&o));
+    let folded = std::fs::read_to_string(&folded).unwrap();
+    // (Through the parent's tables, which the build before this walked, the
+    // chain broke above `main`: the parent's stack there holds other frames.)
+    assert!(folded.lines().any(|l| l.contains(";libc_start_main_stage2;main;burn_cycles ")), "{folded}");
+}
+
 /// `onering run ARGS... BIN`.
 fn run_args(args: &[&str], bin: &Path) -> Output {
     let mut a = vec!["run"];

@@ -95,7 +95,9 @@ impl Sampler {
         let Ok(regs) = vcpu.get_regs() else {
             return;
         };
-        let stack = walk(mem, regs.rip, regs.rbp);
+        // (On the vCPU's own thread: the root it translates through is the
+        // address space it ran, a forked child's too.)
+        let stack = walk(mem, crate::arch::paging::current_root(), regs.rip, regs.rbp);
         self.samples.lock().unwrap_or_else(|e| e.into_inner()).add(cpu, stack);
     }
 
@@ -107,10 +109,10 @@ impl Sampler {
 }
 
 /// The sampled instruction and the return addresses of the frame-pointer chain
-/// from `rbp`, read through the guest's page table.
-fn walk(mem: &GuestMemoryMmap, rip: u64, rbp: u64) -> Vec<u64> {
+/// from `rbp`, read through the page tables at `root` (the sampled vCPU's).
+fn walk(mem: &GuestMemoryMmap, root: u64, rip: u64, rbp: u64) -> Vec<u64> {
     let read = |virt: u64| -> Option<u64> {
-        let (phys, left) = crate::arch::paging::translate(mem, onering_abi::layout::BOOT_PT_PHYS, virt)?;
+        let (phys, left) = crate::arch::paging::translate(mem, root, virt)?;
         if left < 8 {
             return None;
         }
