@@ -63,24 +63,7 @@ impl Stdio {
     pub fn stat(&self, fd: u64) -> Result<onering_abi::HostStat, i64> {
         let fd = self.reachable(fd).ok_or(-EBADF)?;
         let st = host::fstat(fd)?;
-        Ok(onering_abi::HostStat {
-            dev: st.st_dev,
-            ino: st.st_ino,
-            mode: u64::from(st.st_mode),
-            nlink: st.st_nlink,
-            uid: u64::from(st.st_uid),
-            gid: u64::from(st.st_gid),
-            rdev: st.st_rdev,
-            size: st.st_size as u64,
-            blksize: st.st_blksize as u64,
-            blocks: st.st_blocks as u64,
-            atime_sec: st.st_atime as u64,
-            atime_nsec: st.st_atime_nsec as u64,
-            mtime_sec: st.st_mtime as u64,
-            mtime_nsec: st.st_mtime_nsec as u64,
-            ctime_sec: st.st_ctime as u64,
-            ctime_nsec: st.st_ctime_nsec as u64,
-        })
+        Ok(crate::hostfs::host_stat(&st))
     }
 
     /// The `StdioSeek` hostcall's work.
