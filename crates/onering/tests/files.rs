@@ -366,13 +366,25 @@ fn host_file_calls_go_through_the_poller_and_scribbled_slots_harm_only_the_progr
     let d = fresh_dir("pollslot");
     let v = vol(&d, "/v");
     for smp in ["1", "2"] {
-        let o = onering(&["run", "--smp", smp, "--stats", "-v", &v, b, "/v", "calm"]);
-        assert_eq!((status(&o), stdout(&o).as_str()), (0, "done\n"), "{}", stderr(&o));
-        let polled = stderr(&o)
-            .lines()
-            .find_map(|l| l.strip_suffix(" host-file calls served by the poller, without an exit"))
-            .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok());
-        assert!(polled.is_some_and(|n| n > 0), "no call went through the poller: {}", stderr(&o));
+        // The poller serves calls only while it gets a host CPU beside the vCPU;
+        // on a machine busy with other tests a run may have it serve none, so up
+        // to ten runs (each checked) until one had calls served by it.
+        let mut polled = 0;
+        let mut last = String::new();
+        for _ in 0..10 {
+            let o = onering(&["run", "--smp", smp, "--stats", "-v", &v, b, "/v", "calm"]);
+            assert_eq!((status(&o), stdout(&o).as_str()), (0, "done\n"), "{}", stderr(&o));
+            last = stderr(&o);
+            polled = last
+                .lines()
+                .find_map(|l| l.strip_suffix(" host-file calls served by the poller, without an exit"))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+                .unwrap_or(0);
+            if polled > 0 {
+                break;
+            }
+        }
+        assert!(polled > 0, "no call went through the poller in ten runs: {last}");
         // (The program may hang itself; the VMM must still end on SIGTERM: 124,
         // not 137 from the KILL that follows 10 s later.)
         let o = Command::new("timeout")
