@@ -121,12 +121,16 @@ impl File for NodeFile {
     fn ioctl(&self, of: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
         match request {
             FIONREAD => {
-                let v = self.node.vfs.lock();
-                let n = if v.node(self.node.ino).is_dir() {
-                    0
-                } else {
-                    v.node(self.node.ino).size().saturating_sub(of.offset())
+                let n = {
+                    let v = self.node.vfs.lock();
+                    let node = v.node(self.node.ino);
+                    if node.is_dir() {
+                        0
+                    } else {
+                        node.size().saturating_sub(of.offset())
+                    }
                 };
+                // (Not under the tree's lock: the copy may fill a file mapping.)
                 user.write(arg, &(n as u32).to_le_bytes())?;
                 Ok(0)
             }

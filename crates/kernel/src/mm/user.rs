@@ -331,4 +331,16 @@ mod tests {
         assert_eq!(u.read_cstr(0x2ffe, 100), Err(Errno::EFAULT));
         assert_eq!(u.read_u64(0x10), Err(Errno::EFAULT));
     }
+
+    #[test]
+    fn buffers_fill_in_pieces_and_say_where_they_are() {
+        let u = BufferMem::new(0x1000, 8192);
+        u.fill(0x1001, 7, 1500).unwrap();
+        let got = u.read_vec(0x1000, 1502).unwrap();
+        assert_eq!((got[0], got[1], got[1500], got[1501]), (0, 7, 7, 0));
+        assert_eq!(u.fill(0x2fff, 1, 2), Err(Errno::EFAULT));
+        let at = u.host_addr(0x1010, 16).unwrap();
+        assert_eq!(at, u.mem.lock().as_ptr() as u64 + 0x10);
+        assert_eq!(u.host_addr(0x2ff0, 17), Err(Errno::EFAULT));
+    }
 }
