@@ -5,8 +5,10 @@
  * private: values at known offsets, a write through the shared mapping seen by
  * pread after msync and by a private mapping touched after it, a private write
  * not reaching the file, MAP_POPULATE, MADV_DONTNEED, read() and write() with a
- * buffer in a mapping not touched yet. */
+ * buffer in a mapping not touched yet; four threads touching the same blocks of
+ * the dense mapping at once (one fills a block, the others wait for it). */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +34,16 @@ static void show(const char *what, const char *p) {
     printf("%s: %.8s\n", what, p);
 }
 
+static const char *dense_map;
+
+/* The page numbers at the start of 50 blocks' pages, summed (each thread starts
+ * at another page of the block, so they meet in each block). */
+static void *toucher(void *arg) {
+    long sum = 0, i = (long)arg;
+    for (long k = 0; k < 50; k++) sum += atol(dense_map + (4 * k + 1) * 2 * MiB + i * 4096);
+    return (void *)sum;
+}
+
 int main(int argc, char **argv) {
     const char *dir = argc > 1 ? argv[1] : "/data";
 
@@ -50,6 +62,16 @@ int main(int argc, char **argv) {
     show("dense middle page", m + DENSE / 2 + 4096 * 3);
     show("dense last page", m + DENSE - 4096);
     printf("dense byte: %c\n", m[DENSE - 1]);
+    dense_map = m;
+    pthread_t t[4];
+    for (long i = 0; i < 4; i++) pthread_create(&t[i], 0, toucher, (void *)i);
+    long total = 0;
+    for (int i = 0; i < 4; i++) {
+        void *r;
+        pthread_join(t[i], &r);
+        total += (long)r;
+    }
+    printf("four threads read: %ld\n", total);
     munmap(m, DENSE);
 
     /* Big: sparse, values at known offsets. */
