@@ -313,7 +313,11 @@ impl NodeFile {
                 // program's buffer.)
                 Err(Errno::EIO) => {
                     let h = self.node.vfs.lock().io_handle(ino, false)?;
-                    let to = user.host_addr(buf + done, piece as u64)?;
+                    let to = match user.host_addr(buf + done, piece as u64) {
+                        Ok(to) => to,
+                        Err(_) if done > 0 => break,
+                        Err(e) => return Err(e),
+                    };
                     match onering_arch::hostcall::fs::read_user(h, to, piece as u64, pos) {
                         Ok(0) => break,
                         Ok(n) => done += n,
