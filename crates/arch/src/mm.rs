@@ -136,6 +136,23 @@ impl Chunk {
         let _ = (offset, len);
     }
 
+    /// Reads `buf.len()` bytes at `offset` of the chunk (clamped to it; the rest of
+    /// `buf` is left as it is).
+    pub fn read(&self, offset: u64, buf: &mut [u8]) {
+        let (offset, len) = clamp(offset, buf.len() as u64);
+        #[cfg(target_os = "none")]
+        if len > 0 {
+            let src = onering_abi::layout::direct(self.phys + offset);
+            // `buf` is kernel memory, never part of a chunk.
+            // SAFETY: the range lies inside the chunk (clamped), reached through the direct map, and does not overlap `buf`, which the caller lends mutably.
+            unsafe {
+                core::arch::asm!("rep movsb", inout("rdi") buf.as_mut_ptr() => _, inout("rsi") src => _, inout("rcx") len => _, options(nostack, preserves_flags))
+            }
+        }
+        #[cfg(not(target_os = "none"))]
+        let _ = (offset, len, buf);
+    }
+
     /// Copies `len` bytes at `from_off` to `to_off` within the chunk (both clamped;
     /// overlapping ranges copy as `rep movsb` does, front to back).
     pub fn copy_within(&mut self, from_off: u64, to_off: u64, len: u64) {

@@ -525,8 +525,32 @@ fn first_touch(k: &Kernel, frame: &FaultFrame, addr: u64) -> bool {
         Fault::Backed if t.is_some_and(|t| t.last_fault.swap(addr, Relaxed) != addr) => {}
         Fault::Backed | Fault::Segv => return false,
         Fault::OutOfMemory => return true,
+        // In a user copy (the kernel checked the range, which fills, before: the
+        // mapping changed since), the copy fails: the kernel may hold the lock the
+        // fill would take.
+        Fault::Fill if frame.rip >= layout::KERNEL_VBASE => return false,
+        Fault::Fill => {
+            if let Some(t) = t {
+                t.last_fault.store(u64::MAX, Relaxed);
+            }
+            onering_arch::entry::leave_fault_stack(frame, addr, 0, fill_and_retry)
+        }
     }
     onering_arch::entry::retry_fault(frame)
+}
+
+/// The program's first touch of a block of a file mapping, on its thread's kernel
+/// stack (no lock held): the block is filled from the file (`GuestUser::check`,
+/// which also waits for another CPU filling it), and the instruction runs again.
+/// Memory exhausted ends the program; anything else (the mapping went meanwhile)
+/// runs the instruction again, to fault as it now should.
+fn fill_and_retry(frame: &FaultFrame, addr: u64, _: u64) -> ! {
+    let mut r = Ok(());
+    kernel().user().unprotected(&mut |u| r = u.check(addr, 1, false));
+    if r == Err(crate::errno::Errno::ENOMEM) {
+        program_fault(frame, addr, 1)
+    }
+    onering_arch::entry::resume_after_fault(&frame.regs())
 }
 
 /// On the running thread's kernel stack, when the APIC timer or a reschedule IPI

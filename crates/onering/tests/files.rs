@@ -192,6 +192,24 @@ fn writes_through_a_shared_mapping_of_a_volume_file_reach_the_host() {
 }
 
 #[test]
+fn large_file_mappings_are_filled_as_touched() {
+    // tests/guest/c/mmaplazy.c: a 400 MiB file with data everywhere mapped whole
+    // at --mem 256M (filled eagerly, it would not fit), a 1 GiB sparse file mapped
+    // shared and private, MAP_POPULATE, MADV_DONTNEED, read() and write() with a
+    // buffer in blocks not filled yet: the host's output.
+    let bin = musl("mmaplazy");
+    require_kvm();
+    let (on_host, in_vm) = (fresh_dir("mmaplazy-host"), fresh_dir("mmaplazy-vol"));
+    let host = Command::new(&bin).arg(&on_host).output().unwrap();
+    assert!(host.status.success(), "on the host: {}", stdout(&host));
+    for smp in ["1", "2"] {
+        let o = onering(&["run", "--mem", "256M", "--smp", smp, "-v", &vol(&in_vm, "/data"), bin.to_str().unwrap()]);
+        assert_eq!(stdout(&o), stdout(&host), "--smp {smp}: {}", stderr(&o));
+        assert_eq!(status(&o), 0);
+    }
+}
+
+#[test]
 fn inotify_on_a_volume_reports_the_programs_own_changes_as_the_host_does() {
     // tests/guest/c/inotify.c in a volume's directory (without its overflow and
     // blocking read): the same events as the program run on the host in a host

@@ -37,20 +37,20 @@ impl File for NodeFile {
     fn read(&self, of: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
         let len = len.min(MAX_RW_COUNT);
         let at = off.unwrap_or(of.offset());
+        // What the read fills of the buffer is checked first, without the tree's
+        // lock: a block of a file mapping there is filled now, which reads a file
+        // (the copies under the lock do not fill: `UserMem::no_fill`). Only what
+        // the file holds is touched (a large untouched buffer is not backed for
+        // nothing); a bad buffer fails below, as it would.
+        let size = self.node.vfs.lock().node(self.node.ino).size();
+        let _ = user.check(buf, size.saturating_sub(at).min(len), true);
         let n = {
             let v = self.node.vfs.lock();
             if on_host(&v, self.node.ino) {
                 drop(v);
                 self.read_host(user, buf, len, at)?
             } else {
-                // Only what the file holds is touched (a large untouched buffer is
-                // not backed for nothing).
-                let mut done = 0u64;
-                v.read_with(self.node.ino, at, len as usize, |piece| {
-                    user.write(buf + done, piece)?;
-                    done += piece.len() as u64;
-                    Ok(())
-                })? as u64
+                copy_out(&v, self.node.ino, at, len as usize, user, buf)? as u64
             }
         };
         if off.is_none() {
@@ -94,7 +94,11 @@ impl File for NodeFile {
                     at = position(&v);
                 }
                 let from = buf + done;
-                v.write_with(self.node.ino, at + done, n as usize, now, |o, dst| user.read(from + o as u64, dst))
+                let mut r = Ok(0);
+                user.no_fill(&mut |u| {
+                    r = v.write_with(self.node.ino, at + done, n as usize, now, |o, dst| u.read(from + o as u64, dst))
+                });
+                r
             };
             match r {
                 Ok(_) => done += n,
@@ -117,12 +121,16 @@ impl File for NodeFile {
     fn ioctl(&self, of: &OpenFile, user: &dyn UserMem, request: u64, arg: u64) -> SysResult {
         match request {
             FIONREAD => {
-                let v = self.node.vfs.lock();
-                let n = if v.node(self.node.ino).is_dir() {
-                    0
-                } else {
-                    v.node(self.node.ino).size().saturating_sub(of.offset())
+                let n = {
+                    let v = self.node.vfs.lock();
+                    let node = v.node(self.node.ino);
+                    if node.is_dir() {
+                        0
+                    } else {
+                        node.size().saturating_sub(of.offset())
+                    }
                 };
+                // (Not under the tree's lock: the copy may fill a file mapping.)
                 user.write(arg, &(n as u32).to_le_bytes())?;
                 Ok(0)
             }
@@ -295,22 +303,22 @@ impl NodeFile {
                 }
             }
             let v = self.node.vfs.lock();
-            let mut got = 0u64;
-            let r = v.read_with(ino, pos, piece, |bytes| {
-                user.write(buf + done + got, bytes)?;
-                got += bytes.len() as u64;
-                Ok(())
-            });
+            let r = copy_out(&v, ino, pos, piece, user, buf + done);
             drop(v);
             match r {
                 Ok(0) => break,
-                Ok(_) => done += got,
+                Ok(n) => done += n as u64,
                 // (Its chunk went from a cache too small for the readahead, or
                 // was never cached for want of memory: read straight into the
                 // program's buffer.)
                 Err(Errno::EIO) => {
                     let h = self.node.vfs.lock().io_handle(ino, false)?;
-                    match onering_arch::hostcall::fs::read_user(h, buf + done, piece as u64, pos) {
+                    let to = match user.host_addr(buf + done, piece as u64) {
+                        Ok(to) => to,
+                        Err(_) if done > 0 => break,
+                        Err(e) => return Err(e),
+                    };
+                    match onering_arch::hostcall::fs::read_user(h, to, piece as u64, pos) {
                         Ok(0) => break,
                         Ok(n) => done += n,
                         Err(_) if done > 0 => break,
@@ -323,6 +331,29 @@ impl NodeFile {
         }
         Ok(done)
     }
+}
+
+/// Copies up to `len` bytes of file `ino` at `at` to user memory at `buf`, under
+/// the tree's lock (so never filling a file mapping: `UserMem::no_fill`): the
+/// count copied.
+fn copy_out(
+    v: &crate::vfs::tree::Vfs,
+    ino: Ino,
+    at: u64,
+    len: usize,
+    user: &dyn UserMem,
+    buf: u64,
+) -> Result<usize, Errno> {
+    let mut r = Ok(0);
+    user.no_fill(&mut |u| {
+        let mut done = 0u64;
+        r = v.read_with(ino, at, len, |piece| {
+            u.write(buf + done, piece)?;
+            done += piece.len() as u64;
+            Ok(())
+        });
+    });
+    r
 }
 
 impl Drop for NodeFile {

@@ -4,10 +4,13 @@
 //!
 //! Memory here comes in 2 MiB blocks with no 4 KiB page tables (see `space.rs`), so
 //! there is no page fault per page to fill or to mark dirty. Instead a mapping is
-//! anonymous memory that the kernel fills by reading the file into it, eagerly, when
-//! it is made (only up to the end of the file: what lies past it stays unbacked
-//! zeros, so a 1 GiB mapping of a small file costs a block), when it grows
-//! (`mremap`), and when `madvise(MADV_DONTNEED)` drops a private mapping's pages.
+//! anonymous memory that the kernel fills by reading the file into it a block at a
+//! time, when the block is first backed (the program's first touch, or the kernel's
+//! check before it copies there: `AddressSpace::start_fill`, `space::Fill`, which
+//! read into the block's chunk before it is mapped), for every block at once with
+//! `MAP_POPULATE`, and straight away for the parts of a mapping in blocks already
+//! backed (other mappings there; `mremap` growth; `madvise(MADV_DONTNEED)` of a
+//! private mapping). Only what the file holds is read: past its end stays zeros.
 //! A shared mapping remembers a hash of each page as last read from or written to
 //! the file; writing it back (`msync`, `munmap`, the program's end, the last
 //! mapping going) writes only the pages whose contents changed since, and never past

@@ -19,9 +19,11 @@
 //! this module keeps the records with the VMAs (a record goes when its last VMA
 //! does: it is then set aside for the caller to drop, outside the memory lock, since
 //! dropping the last reference closes the file) and says which pieces to fill or
-//! write back; the filling and writing, which copy user memory and so run without
-//! the lock, are `filemap`'s. File mappings are lazy: backed as they are filled,
-//! so that what lies past the end of the file is backed only when touched.
+//! write back; the filling and writing, which read and write files and so run
+//! without the lock, are `filemap`'s. File mappings are lazy: a block that holds
+//! one is backed only once it is filled ([`Fill`]: taken under the lock, filled
+//! without it, then mapped), on first touch, as [`check`] or the page-fault
+//! handler find it owed a fill.
 //!
 //! When chunks run short, backing asks the chunk allocator to reclaim (the page
 //! cache's memory, through the heap: `onering_arch::mm`) and tries once more before
@@ -36,10 +38,11 @@
 //!
 //! [`check`]: AddressSpace::check
 
-use super::filemap::{FileMap, FilePiece};
+use super::filemap::{self, FileMap, FilePiece};
+use super::user::BufferMem;
 use super::vma::{Vma, VmaKind, VmaSet, PROT_EXEC, PROT_READ, PROT_WRITE};
 use crate::errno::Errno;
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, BTreeSet};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
@@ -288,6 +291,11 @@ impl Block {
 struct Backing<M> {
     /// Backed 2 MiB blocks: virtual block address -> chunk.
     blocks: BTreeMap<u64, Block>,
+    /// Blocks of file mappings being filled (`Fill`): not backed yet, and not to be
+    /// backed by anything else meanwhile.
+    filling: BTreeSet<u64>,
+    /// Those of them whose mappings went meanwhile (`remove`): the fill is dropped.
+    spoiled: BTreeSet<u64>,
     chunks: Chunks,
     mmu: M,
 }
@@ -324,13 +332,12 @@ impl<M: Mmu> Backing<M> {
     /// unbacked blocks than there are free chunks fails at once.
     fn back_once(&mut self, start: u64, end: u64) -> Result<(), Errno> {
         let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
-        let have = self.blocks.range(lo..hi).count() as u64;
-        if (hi - lo) / HUGE_PAGE_SIZE - have > self.chunks.lock().free_chunks() as u64 {
+        if self.unbacked(start, end) > self.chunks.lock().free_chunks() as u64 {
             return Err(Errno::ENOMEM);
         }
         let mut added = Vec::new();
         for b in (lo..hi).step_by(HUGE_PAGE_SIZE as usize) {
-            if self.blocks.contains_key(&b) {
+            if self.blocks.contains_key(&b) || self.filling.contains(&b) {
                 continue;
             }
             match self.map_new(b) {
@@ -552,10 +559,12 @@ impl<M: Mmu> Backing<M> {
         }
     }
 
-    /// Blocks of `[start, end)` not backed yet.
+    /// Blocks of `[start, end)` not backed yet (nor being filled).
     fn unbacked(&self, start: u64, end: u64) -> u64 {
         let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
-        (hi - lo) / HUGE_PAGE_SIZE - self.blocks.range(lo..hi).count() as u64
+        (hi - lo) / HUGE_PAGE_SIZE
+            - self.blocks.range(lo..hi).count() as u64
+            - self.filling.range(lo..hi).count() as u64
     }
 }
 
@@ -572,6 +581,35 @@ pub enum Fault {
     Segv,
     /// A legitimate first touch, but memory is exhausted.
     OutOfMemory,
+    /// A first touch of a block that holds file mappings: it is filled from the
+    /// files (or another CPU is filling it) off the fault stack, with no lock held
+    /// (`AddressSpace::start_fill`), then the instruction runs again.
+    Fill,
+}
+
+/// A block of file mappings to fill before it is mapped: its chunk (zeroed) and the
+/// pieces of mappings in it. Taken under the memory lock ([`AddressSpace::start_fill`]),
+/// filled without it ([`Fill::run`]: reading a file may take the tree's lock and
+/// make host calls, and may copy into user memory that is itself a file mapping),
+/// then mapped ([`AddressSpace::filled`]). Meanwhile nothing else backs the block:
+/// whoever touches it waits.
+#[derive(Debug)]
+pub struct Fill {
+    block: u64,
+    chunk: Chunk,
+    pieces: Vec<FilePiece>,
+}
+
+impl Fill {
+    /// Reads each piece's file into the chunk. A read error leaves the rest of the
+    /// piece zeros (Linux would raise SIGBUS on touching it).
+    pub fn run(self) -> Self {
+        let mem = BufferMem { base: self.block, mem: Mutex::new(self.chunk) };
+        for (m, s, e) in &self.pieces {
+            let _ = filemap::fill(&mem, m, *s, *e);
+        }
+        Fill { chunk: mem.mem.into_inner(), ..self }
+    }
 }
 
 #[derive(Debug)]
@@ -600,7 +638,13 @@ impl<M: Mmu> AddressSpace<M> {
         let brk_start = align_up(brk_start, PAGE_SIZE);
         Self {
             vmas: VmaSet::new(),
-            backing: RefCell::new(Backing { blocks: BTreeMap::new(), chunks: chunks.clone(), mmu }),
+            backing: RefCell::new(Backing {
+                blocks: BTreeMap::new(),
+                filling: BTreeSet::new(),
+                spoiled: BTreeSet::new(),
+                chunks: chunks.clone(),
+                mmu,
+            }),
             chunks,
             hot: Cell::new(u64::MAX),
             brk_start,
@@ -650,14 +694,112 @@ impl<M: Mmu> AddressSpace<M> {
     /// is free now, but not than RAM, is allowed, and fails only when touched).
     fn commit(&mut self, start: u64, end: u64) -> Result<bool, Errno> {
         if end - start < LAZY_MIN {
-            self.backing().back(start, end)?;
-            return Ok(false);
+            return self.back_around_files(start, end);
         }
         let b = self.backing();
         if b.unbacked(start, end) > (b.blocks.len() + b.chunks.lock().total_chunks()) as u64 {
             return Err(Errno::ENOMEM);
         }
         Ok(true)
+    }
+
+    /// Backs `[start, end)` but for its blocks that hold file mappings not filled yet
+    /// (those are backed, filled, on first touch); whether there were any.
+    fn back_around_files(&mut self, start: u64, end: u64) -> Result<bool, Errno> {
+        let owed = self.owed(start, end);
+        if owed.is_empty() {
+            self.backing().back(start, end)?;
+            return Ok(false);
+        }
+        let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
+        for b in (lo..hi).step_by(HUGE_PAGE_SIZE as usize).filter(|b| !owed.contains(b)) {
+            if let Err(e) = self.backing().back(start.max(b), end.min(b + HUGE_PAGE_SIZE)) {
+                // (The range's VMA is not in yet: what it backed is unused.)
+                self.backing.get_mut().release_unused(&self.vmas, start, end);
+                return Err(e);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The blocks of `[start, end)` not backed that hold file mappings (to fill
+    /// before they are backed) or are being filled.
+    fn owed(&self, start: u64, end: u64) -> Vec<u64> {
+        let b = self.backing.borrow();
+        if self.files.is_empty() && b.filling.is_empty() {
+            return Vec::new();
+        }
+        let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
+        (lo..hi)
+            .step_by(HUGE_PAGE_SIZE as usize)
+            .filter(|blk| !b.blocks.contains_key(blk))
+            .filter(|blk| {
+                b.filling.contains(blk)
+                    || (self.vmas.overlapping(*blk, blk + HUGE_PAGE_SIZE)).any(|v| matches!(v.kind, VmaKind::File(_)))
+            })
+            .collect()
+    }
+
+    /// Fills of blocks of `[start, end)` under way are dropped when they finish:
+    /// the mappings there changed.
+    fn spoil(&mut self, start: u64, end: u64) {
+        let b = self.backing.get_mut();
+        let (lo, hi) = (align_down(start, HUGE_PAGE_SIZE), align_up(end, HUGE_PAGE_SIZE));
+        let under_way: Vec<u64> = b.filling.range(lo..hi).copied().collect();
+        b.spoiled.extend(under_way);
+    }
+
+    /// Takes block `block` (one [`check_for`](Self::check_for) or
+    /// [`fault_in`](Self::fault_in) said is owed) to fill: None if it is being
+    /// filled (wait) or was backed meanwhile (done); ENOMEM without a chunk.
+    pub fn start_fill(&self, block: u64) -> Result<Option<Fill>, Errno> {
+        let mut b = self.backing.borrow_mut();
+        if b.blocks.contains_key(&block) || b.filling.contains(&block) {
+            return Ok(None);
+        }
+        let chunk = b.alloc_chunk()?;
+        let pieces = (self.vmas.overlapping(block, block + HUGE_PAGE_SIZE))
+            .filter_map(|v| self.file_of(v).map(|m| (m.clone(), v.start.max(block), v.end.min(block + HUGE_PAGE_SIZE))))
+            .collect();
+        b.filling.insert(block);
+        Ok(Some(Fill { block, chunk, pieces }))
+    }
+
+    /// A fill is done: its block is mapped, unless its mappings changed meanwhile
+    /// (the chunk then goes back, zeroed: the next touch fills again). The pieces'
+    /// records are given back, to drop outside the memory lock.
+    pub fn filled(&mut self, fill: Fill) -> (Result<(), Errno>, Vec<FilePiece>) {
+        let Fill { block, mut chunk, pieces } = fill;
+        let b = self.backing.get_mut();
+        b.filling.remove(&block);
+        let mut r = Ok(());
+        if !b.spoiled.remove(&block) && self.vmas.intersects(block, block + HUGE_PAGE_SIZE) {
+            r = b.mmu.map_block(block, &chunk, &mut b.chunks.lock(), true);
+            if r.is_ok() {
+                b.blocks.insert(block, Block::Own(chunk));
+                return (r, pieces);
+            }
+        }
+        chunk.zero(0, HUGE_PAGE_SIZE);
+        b.chunks.lock().free(chunk);
+        (r, pieces)
+    }
+
+    /// The parts of `pieces` in backed blocks (only those can hold data: the rest
+    /// is filled when first touched).
+    pub fn backed_pieces(&self, pieces: Vec<FilePiece>) -> Vec<FilePiece> {
+        let b = self.backing.borrow();
+        let mut out: Vec<FilePiece> = Vec::new();
+        for (m, s, e) in pieces {
+            for (blk, _) in b.blocks.range(align_down(s, HUGE_PAGE_SIZE)..e) {
+                let (ps, pe) = (s.max(*blk), e.min(blk + HUGE_PAGE_SIZE));
+                match out.last_mut() {
+                    Some((lm, _, le)) if Arc::ptr_eq(lm, &m) && *le == ps => *le = pe,
+                    _ => out.push((m.clone(), ps, pe)),
+                }
+            }
+        }
+        out
     }
 
     /// Removes `[start, end)` from the address space (page aligned), zeroing what it
@@ -677,6 +819,7 @@ impl<M: Mmu> AddressSpace<M> {
         for b in keep {
             self.backing.get_mut().privatize(b)?;
         }
+        self.spoil(start, end);
         let mut gone = Vec::new();
         for v in self.vmas.remove_range(start, end) {
             // (Cannot fail: the blocks still used are this space's own now.)
@@ -712,12 +855,18 @@ impl<M: Mmu> AddressSpace<M> {
         self.vmas.find(addr).and_then(|v| self.file_of(v)).cloned()
     }
 
-    /// The pieces of shared file mappings in `[start, end)`: what to write back.
+    /// The pieces of shared file mappings in `[start, end)` that are backed: what
+    /// to write back.
     pub fn shared_in(&self, start: u64, end: u64) -> Vec<FilePiece> {
+        self.backed_pieces(self.file_pieces(start, end, true))
+    }
+
+    /// The pieces of file mappings (`shared`: shared ones only) in `[start, end)`.
+    pub fn file_pieces(&self, start: u64, end: u64, shared: bool) -> Vec<FilePiece> {
         let pieces = self.vmas.overlapping(start, end);
         pieces
             .filter_map(|v| {
-                self.file_of(v).filter(|m| m.shared).map(|m| (m.clone(), v.start.max(start), v.end.min(end)))
+                self.file_of(v).filter(|m| m.shared || !shared).map(|m| (m.clone(), v.start.max(start), v.end.min(end)))
             })
             .collect()
     }
@@ -741,18 +890,18 @@ impl<M: Mmu> AddressSpace<M> {
         let old_end = align_up(self.brk, PAGE_SIZE);
         let new_end = align_up(want, PAGE_SIZE);
         if new_end > old_end {
-            if self.room_for(1).is_err()
-                || self.vmas.intersects(old_end, new_end)
-                || self.backing().back(old_end, new_end).is_err()
-            {
+            if self.room_for(1).is_err() || self.vmas.intersects(old_end, new_end) {
                 return self.brk;
             }
+            let Ok(lazy) = self.back_around_files(old_end, new_end) else {
+                return self.brk;
+            };
             self.vmas.insert(Vma {
                 start: old_end,
                 end: new_end,
                 prot: PROT_READ | PROT_WRITE,
                 kind: VmaKind::Brk,
-                lazy: false,
+                lazy,
             });
         } else if new_end < old_end && (self.room_for(1).is_err() || self.remove(new_end, old_end).is_err()) {
             return self.brk;
@@ -817,13 +966,21 @@ impl<M: Mmu> AddressSpace<M> {
     /// touched, with no overcommit check (a shared file mapping costs Linux no
     /// memory up front either).
     fn add(&mut self, start: u64, end: u64, prot: u32, kind: VmaKind) -> Result<(), Errno> {
-        let lazy = match kind {
-            VmaKind::File(_) => true,
-            _ if prot != 0 => self.commit(start, end)?,
-            _ => false,
-        };
+        let lazy = self.lazy_for(start, end, prot, kind)?;
         self.vmas.insert(Vma { start, end, prot, kind, lazy });
         Ok(())
+    }
+
+    /// Backs `[start, end)` for a new VMA as `add` says: whether it is lazy.
+    fn lazy_for(&mut self, start: u64, end: u64, prot: u32, kind: VmaKind) -> Result<bool, Errno> {
+        match kind {
+            VmaKind::File(_) => {
+                self.spoil(start, end);
+                Ok(true)
+            }
+            _ if prot != 0 => self.commit(start, end),
+            _ => Ok(false),
+        }
     }
 
     /// Checks `mmap`'s arguments and chooses where the mapping goes (removing what
@@ -973,7 +1130,8 @@ impl<M: Mmu> AddressSpace<M> {
             self.backing.get_mut().zero_backed(s, e, &self.vmas)?;
             refill.extend(m.map(|m| (m, s, e)));
         }
-        Ok(refill)
+        // (What is not backed is filled when touched.)
+        Ok(self.backed_pieces(refill))
     }
 
     /// `mremap(2)`: grows or shrinks a mapping in place when it can, else moves it
@@ -1001,7 +1159,7 @@ impl<M: Mmu> AddressSpace<M> {
         if let Some(ge) = grow_end {
             if !self.vmas.intersects(old_end, ge) {
                 self.room_for(1)?;
-                let lazy = if vma.prot != 0 { self.commit(old_end, ge)? } else { false };
+                let lazy = self.lazy_for(old_end, ge, vma.prot, vma.kind)?;
                 self.vmas.insert(Vma { start: old_end, end: ge, lazy: vma.lazy || lazy, ..vma });
                 return Ok(old);
             }
@@ -1040,19 +1198,29 @@ impl<M: Mmu> AddressSpace<M> {
     /// mappings backed on first touch are backed here (ENOMEM if memory ran out),
     /// so that the kernel's own accesses never fault.
     pub fn check(&self, addr: u64, len: u64, write: bool) -> Result<(), Errno> {
-        self.check_for(addr, len, if write { PROT_WRITE } else { PROT_READ })
+        Self::none_owed(self.check_for(addr, len, if write { PROT_WRITE } else { PROT_READ }))
     }
 
     /// [`check`](Self::check) for the kernel's own accesses, which ignore the
     /// program's protections (filling and writing back file mappings): every byte
     /// mapped.
     pub fn check_mapped(&self, addr: u64, len: u64) -> Result<(), Errno> {
-        self.check_for(addr, len, 0)
+        Self::none_owed(self.check_for(addr, len, 0))
     }
 
-    fn check_for(&self, addr: u64, len: u64, need: u32) -> Result<(), Errno> {
+    /// A block owed a fill is EFAULT for those who cannot fill it.
+    fn none_owed(r: Result<Option<u64>, Errno>) -> Result<(), Errno> {
+        r.and_then(|owed| owed.map_or(Ok(()), |_| Err(Errno::EFAULT)))
+    }
+
+    /// The checks of [`check`](Self::check) for protection `need` (0: mapped).
+    /// Before backing, a block of the range that holds file mappings not filled
+    /// yet, or being filled, is returned instead (the first): the caller fills it
+    /// ([`start_fill`](Self::start_fill)) or waits, without the memory lock, and
+    /// checks again.
+    pub fn check_for(&self, addr: u64, len: u64, need: u32) -> Result<Option<u64>, Errno> {
         if len == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let end = addr.checked_add(len).filter(|e| *e <= USER_END).ok_or(Errno::EFAULT)?;
         let mut at = addr;
@@ -1068,13 +1236,16 @@ impl<M: Mmu> AddressSpace<M> {
                     let block = align_down(addr, HUGE_PAGE_SIZE);
                     let one = align_up(end, HUGE_PAGE_SIZE) - block == HUGE_PAGE_SIZE;
                     if !(one && self.hot.get() == block) {
+                        if let Some(owed) = self.owed(addr, end).first() {
+                            return Ok(Some(*owed));
+                        }
                         self.backing.borrow_mut().back(addr, end)?;
                         if one {
                             self.hot.set(block);
                         }
                     }
                 }
-                return Ok(());
+                return Ok(None);
             }
         }
         Err(Errno::EFAULT)
@@ -1128,7 +1299,13 @@ impl<M: Mmu> AddressSpace<M> {
         let mmu = self.backing.get_mut().mmu.new_space(&mut chunks.lock())?;
         let mut child = AddressSpace {
             vmas: self.vmas.clone(),
-            backing: RefCell::new(Backing { blocks: BTreeMap::new(), chunks: chunks.clone(), mmu }),
+            backing: RefCell::new(Backing {
+                blocks: BTreeMap::new(),
+                filling: BTreeSet::new(),
+                spoiled: BTreeSet::new(),
+                chunks: chunks.clone(),
+                mmu,
+            }),
             chunks: chunks.clone(),
             hot: Cell::new(u64::MAX),
             brk_start: self.brk_start,
@@ -1290,6 +1467,11 @@ impl<M: Mmu> AddressSpace<M> {
         if !v.lazy {
             return Fault::Segv;
         }
+        drop(b);
+        if !self.owed(block, block + 1).is_empty() {
+            return Fault::Fill;
+        }
+        let mut b = self.backing.borrow_mut();
         match b.back(block, block + HUGE_PAGE_SIZE) {
             Ok(()) => Fault::Retry,
             Err(_) => Fault::OutOfMemory,
@@ -1641,18 +1823,56 @@ mod tests {
     }
 
     #[test]
+    fn file_blocks_are_filled_on_first_touch_without_the_lock() {
+        let mut s = space(8);
+        let a = map_file(&mut s, 8 * M, RW, false, true);
+        // A touch: the block is owed a fill, taken once (a second toucher waits).
+        assert_eq!(s.check_for(a + M / 2, 10, PROT_READ), Ok(Some(a)));
+        assert_eq!(s.fault_in(a + 3 * M, false), Fault::Fill);
+        assert_eq!(s.check(a + 5, 1, false), Err(Errno::EFAULT), "no fill here");
+        let fill = s.start_fill(a).unwrap().unwrap();
+        assert_eq!(fill.pieces.iter().map(|p| (p.1, p.2)).collect::<Vec<_>>(), [(a, a + M)]);
+        assert!(s.start_fill(a).unwrap().is_none(), "being filled");
+        assert_eq!(s.check_for(a, 1, PROT_READ), Ok(Some(a)), "still owed: wait");
+        // A small mapping made meanwhile in its block is not backed over it; it
+        // replaced a page of the mapping: the fill is dropped, the next one maps.
+        let small = s.mmap_anon(a + M - 0x2000, 0x1000, RW, ANON | map_flags::FIXED).unwrap();
+        assert!(!s.resident(small));
+        let (r, pieces) = s.filled(fill.run());
+        assert_eq!((r, pieces.len(), s.resident(a)), (Ok(()), 1, false));
+        let fill = s.start_fill(a).unwrap().unwrap();
+        assert_eq!(fill.pieces.len(), 2);
+        assert_eq!(s.filled(fill.run()).0, Ok(()));
+        assert!(s.resident(a) && s.mmu().mapped.contains_key(&a));
+        assert_eq!(s.check_for(a + 5, 10, PROT_READ), Ok(None));
+        assert_eq!(s.fault_in(a + 5, false), Fault::Backed);
+        assert_eq!(
+            s.backed_pieces(s.file_pieces(0, USER_END, false)).iter().map(|p| (p.1, p.2)).collect::<Vec<_>>(),
+            [(a, a + M - 0x2000), (a + M - 0x1000, a + M)]
+        );
+        // A fill whose mapping went meanwhile is dropped, its chunk freed.
+        let free = s.chunks().free_chunks();
+        let fill = s.start_fill(a + 2 * M).unwrap().unwrap();
+        s.munmap(a + 2 * M, M).unwrap();
+        let (r, _) = s.filled(fill);
+        assert_eq!((r, s.resident(a + 2 * M), s.chunks().free_chunks()), (Ok(()), false, free));
+    }
+
+    #[test]
     fn file_mappings_keep_their_records_while_a_piece_is_left() {
         let mut s = space(4);
         // Lazy, not backed, and not bounded by memory (backed as filled).
         let a = map_file(&mut s, 64 * M, RW, true, true);
         assert!(s.mmu().mapped.is_empty());
         let b = map_file(&mut s, 0x3000, PROT_READ, false, true);
-        assert_eq!(s.shared_in(0, USER_END).iter().map(|p| (p.1, p.2)).collect::<Vec<_>>(), [(a, a + 64 * M)]);
+        let pieces = |s: &Space, lo, hi| s.file_pieces(lo, hi, true).iter().map(|p| (p.1, p.2)).collect::<Vec<_>>();
+        assert_eq!(pieces(&s, 0, USER_END), [(a, a + 64 * M)]);
+        assert!(s.shared_in(0, USER_END).is_empty(), "nothing backed to write back");
         // Split by munmap and mprotect: one record still, found from every piece.
         s.munmap(a + M, 0x1000).unwrap();
         s.mprotect(a + 2 * M, M, PROT_READ).unwrap();
         assert!(Arc::ptr_eq(&s.file_at(a).unwrap(), &s.file_at(a + 3 * M).unwrap()));
-        assert_eq!(s.shared_in(a, a + 4 * M).len(), 4);
+        assert_eq!(pieces(&s, a, a + 4 * M).len(), 4);
         assert!(s.take_orphans().is_empty());
         s.munmap(a, 64 * M).unwrap();
         assert_eq!(s.take_orphans().len(), 1, "the last piece went");
@@ -1662,7 +1882,7 @@ mod tests {
         assert_eq!(s.mprotect(c, 0x2000, RW), Err(Errno::EACCES));
         s.mprotect(b, 0x3000, RW).unwrap();
         // MADV_DONTNEED: private pieces are given back to fill, shared ones kept.
-        assert_eq!(s.discard(b, 0x3000).unwrap().len(), 1);
+        assert!(s.discard(b, 0x3000).unwrap().is_empty(), "not backed: filled when touched");
         assert!(s.discard(c, 0x2000).unwrap().is_empty());
         // A moved mapping gets a record of its own, at the same place in the file.
         s.mmap_anon(b + 0x3000, 0x1000, RW, ANON | map_flags::FIXED).unwrap();

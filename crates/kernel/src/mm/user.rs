@@ -36,6 +36,14 @@ pub trait UserMem: Sync {
     /// readable and writable, whatever protection the program gave it (to fill file
     /// mappings and write them back).
     fn unprotected(&self, f: &mut dyn FnMut(&dyn UserMem));
+    /// Runs `f` on this memory as it may be used under a lock that reading a file
+    /// takes (the tree's): a block of a file mapping not filled yet is EFAULT
+    /// there, not filled (which would take that lock again). Callers check the
+    /// range first, before the lock, which fills it.
+    fn no_fill(&self, f: &mut dyn FnMut(&dyn UserMem));
+    /// Where the VMM finds `[addr, addr + len)`, checked writable: for a host
+    /// call that reads a file straight into it.
+    fn host_addr(&self, addr: u64, len: u64) -> Result<u64, Errno>;
 }
 
 /// Typed helpers over any [`UserMem`].
@@ -97,15 +105,19 @@ pub trait UserMemExt: UserMem {
 impl<T: UserMem + ?Sized> UserMemExt for T {}
 
 /// The program's memory.
+#[derive(Clone, Copy)]
 pub struct GuestUser<'a> {
     space: &'a Mutex<UserSpace>,
     /// Protections ignored (`UserMem::unprotected`).
     unprotected: bool,
+    /// Blocks of file mappings may be filled here (not under the tree's lock:
+    /// `UserMem::no_fill`).
+    fills: bool,
 }
 
 impl<'a> GuestUser<'a> {
     pub fn new(space: &'a Mutex<UserSpace>) -> Self {
-        GuestUser { space, unprotected: false }
+        GuestUser { space, unprotected: false, fills: true }
     }
 }
 
@@ -114,12 +126,34 @@ fn fault(_: onering_arch::user::Fault) -> Errno {
 }
 
 impl UserMem for GuestUser<'_> {
+    /// Checks under the memory lock; a block of a file mapping owed its data is
+    /// filled without it (or, being filled by another CPU, waited for), and the
+    /// range checked again (`AddressSpace::check_for`).
     fn check(&self, addr: u64, len: u64, write: bool) -> Result<(), Errno> {
-        let space = self.space.lock();
-        if self.unprotected {
-            space.check_mapped(addr, len)
-        } else {
-            space.check(addr, len, write)
+        use super::vma::{PROT_READ, PROT_WRITE};
+        let need = match (self.unprotected, write) {
+            (true, _) => 0,
+            (false, true) => PROT_WRITE,
+            (false, false) => PROT_READ,
+        };
+        loop {
+            let fill = {
+                let space = self.space.lock();
+                match space.check_for(addr, len, need)? {
+                    None => return Ok(()),
+                    Some(_) if !self.fills => return Err(Errno::EFAULT),
+                    Some(block) => space.start_fill(block)?,
+                }
+            };
+            match fill {
+                Some(fill) => {
+                    let fill = fill.run();
+                    let (r, pieces) = self.space.lock().filled(fill);
+                    drop(pieces);
+                    r?;
+                }
+                None => core::hint::spin_loop(),
+            }
         }
     }
 
@@ -155,51 +189,106 @@ impl UserMem for GuestUser<'_> {
     }
 
     fn unprotected(&self, f: &mut dyn FnMut(&dyn UserMem)) {
-        f(&GuestUser { space: self.space, unprotected: true })
+        f(&GuestUser { unprotected: true, ..*self })
+    }
+
+    fn no_fill(&self, f: &mut dyn FnMut(&dyn UserMem)) {
+        f(&GuestUser { fills: false, ..*self })
+    }
+
+    fn host_addr(&self, addr: u64, len: u64) -> Result<u64, Errno> {
+        self.check(addr, len, true).map(|()| addr)
+    }
+}
+
+/// What a [`BufferMem`] stores its bytes in: a kernel buffer, or a chunk of guest
+/// memory (a block of a file mapping being filled, not mapped yet).
+pub trait Store: Send {
+    fn size(&self) -> usize;
+    fn get(&self, off: usize, buf: &mut [u8]);
+    fn put(&mut self, off: usize, data: &[u8]);
+    /// The kernel's address of byte `off`.
+    fn addr(&self, off: usize) -> u64;
+}
+
+impl Store for Vec<u8> {
+    fn size(&self) -> usize {
+        self.len()
+    }
+    fn get(&self, off: usize, buf: &mut [u8]) {
+        buf.copy_from_slice(&self[off..off + buf.len()]);
+    }
+    fn put(&mut self, off: usize, data: &[u8]) {
+        self[off..off + data.len()].copy_from_slice(data);
+    }
+    fn addr(&self, off: usize) -> u64 {
+        self.as_ptr() as u64 + off as u64
+    }
+}
+
+impl Store for onering_arch::mm::Chunk {
+    fn size(&self) -> usize {
+        onering_abi::layout::HUGE_PAGE_SIZE as usize
+    }
+    fn get(&self, off: usize, buf: &mut [u8]) {
+        self.read(off as u64, buf)
+    }
+    fn put(&mut self, off: usize, data: &[u8]) {
+        self.write(off as u64, data)
+    }
+    fn addr(&self, off: usize) -> u64 {
+        onering_abi::layout::direct(self.phys() + off as u64)
     }
 }
 
 /// User memory that is a kernel buffer: `size` bytes at a made-up address `base`,
 /// all readable and writable. Host tests use it as the program's memory; the
-/// kernel as a bounce buffer between two files (`sendfile`, `splice`).
-pub struct BufferMem {
+/// kernel as a bounce buffer between two files (`sendfile`, `splice`), and over a
+/// chunk, as the block of a file mapping it fills (`space::Fill`).
+pub struct BufferMem<S: Store = Vec<u8>> {
     pub base: u64,
-    pub mem: Mutex<Vec<u8>>,
+    pub mem: Mutex<S>,
 }
 
 impl BufferMem {
     pub fn new(base: u64, size: usize) -> Self {
         BufferMem { base, mem: Mutex::new(vec![0; size]) }
     }
+}
 
+impl<S: Store> BufferMem<S> {
     fn range(&self, addr: u64, len: u64) -> Result<core::ops::Range<usize>, Errno> {
         if len == 0 {
             return Ok(0..0);
         }
-        let size = self.mem.lock().len() as u64;
+        let size = self.mem.lock().size() as u64;
         let off = addr.checked_sub(self.base).ok_or(Errno::EFAULT)?;
         let end = off.checked_add(len).filter(|e| *e <= size).ok_or(Errno::EFAULT)?;
         Ok(off as usize..end as usize)
     }
 }
 
-impl UserMem for BufferMem {
+impl<S: Store> UserMem for BufferMem<S> {
     fn check(&self, addr: u64, len: u64, _: bool) -> Result<(), Errno> {
         self.range(addr, len).map(|_| ())
     }
     fn read(&self, addr: u64, buf: &mut [u8]) -> Result<(), Errno> {
         let r = self.range(addr, buf.len() as u64)?;
-        buf.copy_from_slice(&self.mem.lock()[r]);
+        self.mem.lock().get(r.start, buf);
         Ok(())
     }
     fn write(&self, addr: u64, data: &[u8]) -> Result<(), Errno> {
         let r = self.range(addr, data.len() as u64)?;
-        self.mem.lock()[r].copy_from_slice(data);
+        self.mem.lock().put(r.start, data);
         Ok(())
     }
     fn fill(&self, addr: u64, byte: u8, len: u64) -> Result<(), Errno> {
         let r = self.range(addr, len)?;
-        self.mem.lock()[r].fill(byte);
+        let piece = [byte; 512];
+        let mut mem = self.mem.lock();
+        for at in r.clone().step_by(piece.len()) {
+            mem.put(at, &piece[..piece.len().min(r.end - at)]);
+        }
         Ok(())
     }
     fn load_u32(&self, addr: u64) -> Result<u32, Errno> {
@@ -218,6 +307,13 @@ impl UserMem for BufferMem {
     fn unprotected(&self, f: &mut dyn FnMut(&dyn UserMem)) {
         f(self)
     }
+    fn no_fill(&self, f: &mut dyn FnMut(&dyn UserMem)) {
+        f(self)
+    }
+    fn host_addr(&self, addr: u64, len: u64) -> Result<u64, Errno> {
+        let r = self.range(addr, len)?;
+        Ok(self.mem.lock().addr(r.start))
+    }
 }
 
 #[cfg(test)]
@@ -234,5 +330,17 @@ mod tests {
         u.write(0x2ffe, b"zz").unwrap(); // runs off the end of the memory
         assert_eq!(u.read_cstr(0x2ffe, 100), Err(Errno::EFAULT));
         assert_eq!(u.read_u64(0x10), Err(Errno::EFAULT));
+    }
+
+    #[test]
+    fn buffers_fill_in_pieces_and_say_where_they_are() {
+        let u = BufferMem::new(0x1000, 8192);
+        u.fill(0x1001, 7, 1500).unwrap();
+        let got = u.read_vec(0x1000, 1502).unwrap();
+        assert_eq!((got[0], got[1], got[1500], got[1501]), (0, 7, 7, 0));
+        assert_eq!(u.fill(0x2fff, 1, 2), Err(Errno::EFAULT));
+        let at = u.host_addr(0x1010, 16).unwrap();
+        assert_eq!(at, u.mem.lock().as_ptr() as u64 + 0x10);
+        assert_eq!(u.host_addr(0x2ff0, 17), Err(Errno::EFAULT));
     }
 }

@@ -2,9 +2,10 @@
 //! calls that only ask about memory or pin it (`mincore`, `mlock`: memory is never
 //! swapped, so these check the range and succeed). The policy lives in `mm::space`
 //! and `mm::filemap`; these unpack arguments, check files, and do the file I/O a
-//! mapping needs (filling it, writing a shared one back before `munmap`, `msync`,
-//! MAP_FIXED or a shrinking `mremap` drops its pages) without the memory lock held,
-//! since that I/O copies user memory.
+//! mapping needs (filling what lies in blocks backed already or asked for with
+//! MAP_POPULATE: the rest is filled on first touch; writing a shared one back
+//! before `munmap`, `msync`, MAP_FIXED or a shrinking `mremap` drops its pages)
+//! without the memory lock held, since that I/O copies user memory.
 
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
@@ -14,7 +15,7 @@ use crate::mm::space::map_flags;
 use crate::mm::UserSpace;
 use crate::task::Ctx;
 use alloc::sync::Arc;
-use onering_abi::layout::{align_up, PAGE_SIZE, USER_END};
+use onering_abi::layout::{align_up, HUGE_PAGE_SIZE, PAGE_SIZE, USER_END};
 
 pub fn brk(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let space = &mut *ctx.mm().lock();
@@ -71,8 +72,28 @@ fn replace(ctx: &Ctx, addr: u64, len: u64, flags: u32) {
     }
 }
 
+/// Fills the parts of `pieces` in blocks backed already (by other mappings there):
+/// the rest is filled when first touched (`AddressSpace::check_for`).
+fn fill_backed(ctx: &Ctx, pieces: &[filemap::FilePiece]) -> Result<(), Errno> {
+    let backed = ctx.mm().lock().backed_pieces(pieces.to_vec());
+    filemap::each(ctx.user, &backed, filemap::fill)
+}
+
+/// Fills the blocks of `pieces` now, up to the end of their files (MAP_POPULATE,
+/// code, and fork's shared mappings).
+pub fn populate(ctx: &Ctx, pieces: &[filemap::FilePiece]) -> Result<(), Errno> {
+    let mut r = Ok(());
+    ctx.user.unprotected(&mut |u| {
+        for (m, s, e) in pieces {
+            let in_file = align_up(m.file.size().saturating_sub(m.offset_of(*s)), PAGE_SIZE);
+            r = r.and(u.check(*s, in_file.min(e - s), false));
+        }
+    });
+    r
+}
+
 /// `mmap` of open file `file`, in Linux's order of checks: a mapping of memory
-/// filled from the file (see `mm::filemap`).
+/// filled from the file as it is touched (see `mm::filemap`).
 fn mmap_file(ctx: &Ctx, addr: u64, len: u64, prot: u32, flags: u32, file: FileRef, offset: u64) -> SysResult {
     use map_flags::*;
     if file.flags() & oflag::O_PATH != 0 {
@@ -108,9 +129,14 @@ fn mmap_file(ctx: &Ctx, addr: u64, len: u64, prot: u32, flags: u32, file: FileRe
     let (start, map) = with_space(ctx, |s| {
         s.mmap_file(addr, len, prot, flags, |at| FileMap::new(as_mapped, at, offset, shared, may_write))
     })?;
-    if let Err(e) = filemap::each(ctx.user, &[(map, start, start + pages)], filemap::fill) {
+    let whole = [(map, start, start + pages)];
+    if let Err(e) = fill_backed(ctx, &whole) {
         let _ = with_space(ctx, |s| s.munmap(start, pages));
         return Err(e);
+    }
+    if flags & POPULATE != 0 || code.is_some() {
+        // (As on Linux, what cannot be filled now is filled when touched.)
+        let _ = populate(ctx, &whole);
     }
     if let Some(file) = code {
         // Code the dynamic loader (or dlopen) maps: its system calls rewritten.
@@ -147,12 +173,23 @@ pub fn mremap(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if new_pages < old_pages && old.is_multiple_of(PAGE_SIZE) && new_len != 0 {
         let _ = write_back(ctx, old + new_pages, old.saturating_add(old_pages));
     }
+    if flags & MREMAP_MAYMOVE != 0
+        && new_pages > old_pages
+        && !(old.is_multiple_of(HUGE_PAGE_SIZE) && new_pages >= HUGE_PAGE_SIZE)
+    {
+        // A mapping that moves copies only its filled blocks, and where the new
+        // place is not at the same distance from a block's start, a block it
+        // copies to also takes part of one not filled: file mappings are filled
+        // first (it is that small or misplaced).
+        let pieces = ctx.mm().lock().file_pieces(old, old.saturating_add(old_pages), false);
+        let _ = populate(ctx, &pieces);
+    }
     let at = with_space(ctx, |s| s.mremap(old, old_len, new_len, flags & MREMAP_MAYMOVE != 0))?;
     // A file mapping that grew maps more of the file.
     if new_pages > old_pages {
         let map = ctx.mm().lock().file_at(at); // not held while filling
         if let Some(map) = map {
-            filemap::each(ctx.user, &[(map, at + old_pages, at + new_pages)], filemap::fill)?;
+            fill_backed(ctx, &[(map, at + old_pages, at + new_pages)])?;
         }
     }
     Ok(at)

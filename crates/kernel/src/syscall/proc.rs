@@ -209,7 +209,14 @@ pub fn fork(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 /// process writes them as soon as it runs on (the return from the call, libc's
 /// bookkeeping of its new thread), and a copy made here costs far less than the
 /// write fault it saves (an exception and a hostcall for its address, here).
+/// Shared file mappings are filled first (a block filled after the fork would be
+/// the parent's or the child's alone, where the mapping is one memory).
 fn copy_space(ctx: &Ctx, settid: Option<u64>, tid: u64, hot: &[u64], sp: u64) -> Result<&'static Space, Errno> {
+    let shared = ctx.proc().space().mm.lock().file_pieces(0, onering_abi::layout::USER_END, true);
+    if !shared.is_empty() {
+        super::mm::populate(ctx, &shared)?;
+    }
+    drop(shared);
     let mut mm = ctx.proc().space().mm.lock();
     let mut child = mm.fork()?;
     mm.unshare(sp);
