@@ -69,6 +69,15 @@ if command -v passt >/dev/null; then
     sleep 0.3
     a2=$("$out/udpping" 127.0.0.1 "$q" "$UDPN" 200); kill $srv $rel
     udp_row "(e2) the same through a relay process" "$a2"
+    # (e3) Through two relays: the two user-mode hops passt without vhost-user
+    # needs (passt, then the VMM's I/O thread), still without any VM.
+    p=$(free_port); q=$(free_port); q2=$(free_port)
+    "$out/udpecho" "$p" 0 >/dev/null & srv=$!
+    "$out/udprelay" "$q" "$p" >/dev/null & rel=$!
+    "$out/udprelay" "$q2" "$q" >/dev/null & rel2=$!
+    sleep 0.3
+    a3=$("$out/udpping" 127.0.0.1 "$q2" "$UDPN" 200); kill $srv $rel $rel2
+    udp_row "(e3) the same through two relay processes" "$a3"
     p=$(free_port)
     "$onering" run --stats -p "127.0.0.1:$p:7/udp" "$out/udpecho" 7 0 >/dev/null 2>"$out/udp-p.stats" & srv=$!
     sleep 1
