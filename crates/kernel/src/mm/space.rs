@@ -301,6 +301,11 @@ struct Backing<M> {
 }
 
 impl<M: Mmu> Backing<M> {
+    /// Nothing backed yet, on the tables `mmu`.
+    fn new(chunks: Chunks, mmu: M) -> Self {
+        Backing { blocks: BTreeMap::new(), filling: BTreeSet::new(), spoiled: BTreeSet::new(), chunks, mmu }
+    }
+
     /// Backs every block of `[start, end)`; on failure nothing new stays backed.
     /// When chunks are short, the heap gives back what the page cache can free
     /// (`ChunkAllocator::reclaim`: clean cached chunks, oldest first, then the
@@ -638,13 +643,7 @@ impl<M: Mmu> AddressSpace<M> {
         let brk_start = align_up(brk_start, PAGE_SIZE);
         Self {
             vmas: VmaSet::new(),
-            backing: RefCell::new(Backing {
-                blocks: BTreeMap::new(),
-                filling: BTreeSet::new(),
-                spoiled: BTreeSet::new(),
-                chunks: chunks.clone(),
-                mmu,
-            }),
+            backing: RefCell::new(Backing::new(chunks.clone(), mmu)),
             chunks,
             hot: Cell::new(u64::MAX),
             brk_start,
@@ -1299,13 +1298,7 @@ impl<M: Mmu> AddressSpace<M> {
         let mmu = self.backing.get_mut().mmu.new_space(&mut chunks.lock())?;
         let mut child = AddressSpace {
             vmas: self.vmas.clone(),
-            backing: RefCell::new(Backing {
-                blocks: BTreeMap::new(),
-                filling: BTreeSet::new(),
-                spoiled: BTreeSet::new(),
-                chunks: chunks.clone(),
-                mmu,
-            }),
+            backing: RefCell::new(Backing::new(chunks.clone(), mmu)),
             chunks: chunks.clone(),
             hot: Cell::new(u64::MAX),
             brk_start: self.brk_start,
