@@ -31,13 +31,18 @@ pub fn advise_hugepages(host: *mut u8, len: usize) {
 
 /// The u64 at guest-physical `addr` as an atomic, for a word the guest and a VMM
 /// thread hand back and forth while the guest runs (`vstate::poller`); None if it
-/// is not 8-byte aligned guest memory.
+/// is not guest memory or not 8-byte aligned (in the guest or in the VMM).
 pub fn guest_atomic(mem: &vm_memory::GuestMemoryMmap, addr: u64) -> Option<&std::sync::atomic::AtomicU64> {
     use vm_memory::{GuestAddress, GuestMemoryBackend};
+    // (8-byte aligned in the guest, the word lies within one page, and regions
+    // are whole pages: its 8 bytes are contiguous in the VMM's mapping.)
     if !addr.is_multiple_of(8) {
         return None;
     }
     let ptr = mem.get_host_address(GuestAddress(addr)).ok()?;
+    if !(ptr as usize).is_multiple_of(8) {
+        return None;
+    }
     // The word lies in a mapping of `mem` (which owns it, and which the borrow
     // keeps alive), is aligned, and is only ever accessed atomically by the VMM;
     // the guest's concurrent stores are what atomics are for.

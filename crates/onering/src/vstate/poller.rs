@@ -11,8 +11,10 @@
 //! until nothing came for [`IDLE`]; then it closes the slots, serves what was
 //! posted meanwhile, and sleeps on a futex until the next burst of `Fs` exits. A vCPU that
 //! posts while the poller is descheduled or closing takes its call back and exits
-//! as before (the slot's compare-and-swap decides who serves it), so the poller
-//! only ever saves exits; it never delays a call by more than the guest's wait.
+//! as before (the slot's compare-and-swap decides who serves it), so a call not
+//! taken is delayed by at most the guest's wait. A call taken is the poller's
+//! until it is done: its vCPU spins meanwhile (where, by exit, its thread would
+//! block in the host call), however long the host call takes.
 //!
 //! Trust: the slot is guest memory. The call is served exactly as its exit would
 //! be (`exit::hostcall::deferred_ops` and `HostFs::serve` check everything); the
@@ -82,6 +84,9 @@ impl Poller {
 /// The thread: sleep until wanted, poll until idle, again.
 fn run(m: &'static Machine) -> ! {
     let p = &m.poller;
+    // (Spawned from a vCPU thread: the host's SIGINT and SIGTERM must still land
+    // on a vCPU thread, whose KVM_RUN they interrupt, never here.)
+    crate::sys::signals::block_forwarded();
     crate::sys::precise_timers();
     loop {
         while p.wanted.swap(0, Ordering::AcqRel) == 0 {
