@@ -260,10 +260,10 @@ fn poll_word(offset: u64) -> &'static core::sync::atomic::AtomicU64 {
 pub(crate) fn polled(nr: Hostcall, args: &[u64; 6]) -> u64 {
     use core::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
     use onering_abi::hostcall::{poll_offsets as off, POLL_DONE, POLL_IDLE, POLL_POSTED};
-    let cpu = crate::cpu::cpu_id();
     if poll_word(off::OPEN).load(Acquire) == 0 {
         return hostcall(nr, args);
     }
+    let cpu = crate::cpu::cpu_id();
     let skip = POLL_SKIP[cpu].load(Relaxed);
     if skip > 0 {
         POLL_SKIP[cpu].store(skip - 1, Relaxed);

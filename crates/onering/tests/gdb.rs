@@ -10,7 +10,7 @@
 //! These tests need /dev/kvm, musl-gcc and gdb; without them they fail, loudly.
 
 mod common;
-use common::{cmd, out_dir, root};
+use common::{cmd, musl_with, out_dir};
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -18,22 +18,7 @@ use std::time::Duration;
 /// tests/guest/c/gdb.c, static, with debugging information and no optimisation
 /// (once per process: the tests run in parallel).
 fn build() -> std::path::PathBuf {
-    static BUILT: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(compile).clone()
-}
-
-fn compile() -> std::path::PathBuf {
-    let bin = out_dir().join("gdb-debug");
-    let out = Command::new("musl-gcc")
-        .args(["-static", "-g", "-O0"])
-        .arg(root().join("tests/guest/c/gdb.c"))
-        .arg("-o")
-        .arg(&bin)
-        .arg("-lpthread")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run musl-gcc (apt-get install musl-tools): {e}"));
-    assert!(out.status.success(), "musl-gcc gdb.c failed:\n{}", String::from_utf8_lossy(&out.stderr));
-    bin
+    musl_with("gdb", &["-g", "-O0"], "-debug")
 }
 
 /// One debugging session: `onering run --gdb 127.0.0.1:0 EXTRA PROG ARGS` and gdb

@@ -18,6 +18,17 @@ static int failures __attribute__((unused));
             failures++;                                                      \
         }                                                                    \
     } while (0)
+/* A condition of which only a failure is printed, "FAIL line N: " and a
+   printf-style message (for tests whose output is "all ok" or their failures). */
+#define CHECKF(cond, ...)                                                    \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            printf("FAIL line %d: ", __LINE__);                              \
+            printf(__VA_ARGS__);                                             \
+            printf("\n");                                                    \
+            failures++;                                                      \
+        }                                                                    \
+    } while (0)
 /* Expect a call to fail with a given errno. */
 #define CHECK_ERR(call, err, what) CHECK((call) == -1 && errno == (err), what)
 /* Print what a call returned, and its error: "what: -1 Bad file descriptor". */

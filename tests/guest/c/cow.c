@@ -11,22 +11,13 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "check.h"
 
 #define PAGE 4096
 #define BIG (6 << 20)
 
 static unsigned char global[64 * PAGE];
-static int fails;
 
-#define CHECK(c, ...)                                                                                              \
-    do {                                                                                                           \
-        if (!(c)) {                                                                                                \
-            printf("FAIL line %d: ", __LINE__);                                                                    \
-            printf(__VA_ARGS__);                                                                                   \
-            printf("\n");                                                                                          \
-            fails++;                                                                                               \
-        }                                                                                                          \
-    } while (0)
 
 // Every page of p[0, len) holds byte `v` (checked at the start, the middle and
 // the end of each page).
@@ -40,7 +31,7 @@ static int all(const unsigned char *p, size_t len, unsigned char v) {
 
 static void wait_ok(pid_t p, const char *what) {
     int st = 0;
-    CHECK(waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %#x", what, st);
+    CHECKF(waitpid(p, &st, 0) == p && WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %#x", what, st);
 }
 
 // The parent writes first while its child waits, then the child writes and
@@ -78,8 +69,8 @@ static void who_writes_first(void) {
         char c;
         read(done[0], &c, 1);
         wait_ok(p, "child after the parent wrote");
-        CHECK(all(global, sizeof global, 5), "parent's global (%d pages)", pages);
-        CHECK(big[2 << 20] == 2 && big[(2 << 20) + PAGE] == 5 && all(heap, PAGE, 6) && stack[PAGE] == 7 &&
+        CHECKF(all(global, sizeof global, 5), "parent's global (%d pages)", pages);
+        CHECKF(big[2 << 20] == 2 && big[(2 << 20) + PAGE] == 5 && all(heap, PAGE, 6) && stack[PAGE] == 7 &&
                   stack[0] == 4,
               "parent's own writes only (%d pages)", pages);
         memset(global, 1, sizeof global);
@@ -106,7 +97,7 @@ static void kernel_writes(void) {
         _exit(ok && global[0] == 1 ? 0 : 1);
     }
     wait_ok(p, "kernel writes in the child");
-    CHECK(all(global, sizeof global, 1), "parent unchanged by the child's read");
+    CHECKF(all(global, sizeof global, 1), "parent unchanged by the child's read");
     close(fd[0]), close(fd[1]);
     printf("kernel writes: ok\n");
 }
@@ -129,7 +120,7 @@ static void grandchild(void) {
         _exit(WIFEXITED(st) && WEXITSTATUS(st) == 0 && global[0] == 1 && global[PAGE] == 2 ? 0 : 1);
     }
     wait_ok(p, "grandchild");
-    CHECK(global[0] == 1 && global[PAGE] == 1, "parent unchanged by its descendants");
+    CHECKF(global[0] == 1 && global[PAGE] == 1, "parent unchanged by its descendants");
     printf("grandchild: ok\n");
 }
 
@@ -153,7 +144,7 @@ static void remap_in_child(void) {
         _exit(ok ? 0 : 1);
     }
     wait_ok(p, "remapping in the child");
-    CHECK(all(a, 16 * PAGE, 7), "parent's mapping unchanged");
+    CHECKF(all(a, 16 * PAGE, 7), "parent's mapping unchanged");
     munmap(a, 16 * PAGE);
     printf("munmap, madvise, mremap in the child: ok\n");
 }
@@ -164,6 +155,6 @@ int main(void) {
     kernel_writes();
     grandchild();
     remap_in_child();
-    printf(fails ? "FAILED\n" : "all ok\n");
-    return fails != 0;
+    printf(failures ? "FAILED\n" : "all ok\n");
+    return failures != 0;
 }

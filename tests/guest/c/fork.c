@@ -9,22 +9,13 @@
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "check.h"
 
 #define N 100
 #define WORDS 1024
 
 static unsigned global[WORDS];
-static int fails;
 
-#define CHECK(c, ...)                                                                                              \
-    do {                                                                                                           \
-        if (!(c)) {                                                                                                \
-            printf("FAIL line %d: ", __LINE__);                                                                    \
-            printf(__VA_ARGS__);                                                                                   \
-            printf("\n");                                                                                          \
-            fails++;                                                                                               \
-        }                                                                                                          \
-    } while (0)
 
 static void fill(unsigned *p, unsigned tag) {
     for (int i = 0; i < WORDS; i++) p[i] = tag * 7919u + i;
@@ -57,12 +48,12 @@ static void many_children(void) {
                 ok = ok && same(global, 100 + i) && same(heap, 200 + i) && same(stack, 300 + i);
                 _exit(ok ? i : 255);
             }
-            CHECK(p > 0, "fork %d", i);
+            CHECKF(p > 0, "fork %d", i);
             pids[i] = p;
             if (round == 0) {
                 int st = 0;
-                CHECK(waitpid(p, &st, 0) == p, "waitpid %d", i);
-                CHECK(WIFEXITED(st) && WEXITSTATUS(st) == i, "child %d status %#x", i, st);
+                CHECKF(waitpid(p, &st, 0) == p, "waitpid %d", i);
+                CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == i, "child %d status %#x", i, st);
             }
         }
         if (round == 1) {
@@ -73,14 +64,14 @@ static void many_children(void) {
                 int k = -1;
                 for (int j = 0; j < N; j++)
                     if (pids[j] == p) k = j;
-                CHECK(k >= 0 && !seen[k], "reaped %d", p);
+                CHECKF(k >= 0 && !seen[k], "reaped %d", p);
                 if (k >= 0) seen[k] = 1;
-                CHECK(WIFEXITED(st) && WEXITSTATUS(st) == k, "child %d status %#x", k, st);
+                CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == k, "child %d status %#x", k, st);
             }
         }
-        CHECK(same(global, 1) && same(heap, 2) && same(stack, 3), "parent's memory changed");
+        CHECKF(same(global, 1) && same(heap, 2) && same(stack, 3), "parent's memory changed");
     }
-    CHECK(waitpid(-1, NULL, WNOHANG) == -1, "no children left");
+    CHECKF(waitpid(-1, NULL, WNOHANG) == -1, "no children left");
     free(heap);
     printf("100 children x2: ok\n");
 }
@@ -106,7 +97,7 @@ static void from_threads(void) {
         }
         int st = 0;
         waitpid(p, &st, 0);
-        CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "threaded fork %d: %#x", i, st);
+        CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "threaded fork %d: %#x", i, st);
     }
     stop = 1;
     pthread_join(t, NULL);
@@ -136,13 +127,13 @@ static void pipes(void) {
     for (unsigned i = 0; i < 1000; i++) {
         unsigned v = i;
         write(a[1], &v, sizeof v);
-        CHECK(read(b[0], &v, sizeof v) == sizeof v && v == i * 3 + 1, "pipe reply %u", i);
+        CHECKF(read(b[0], &v, sizeof v) == sizeof v && v == i * 3 + 1, "pipe reply %u", i);
         sum += v;
     }
     close(a[1]);
     int st = 0;
     waitpid(p, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 7, "pipe child %#x", st);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 7, "pipe child %#x", st);
     close(b[0]);
     printf("pipe ping-pong: sum %u\n", sum);
 }
@@ -165,12 +156,12 @@ static void shared_memory(void) {
     }
     while (sh[1] == 0) {
     }
-    CHECK(sh[0] == 42, "shared value %u", sh[0]);
-    CHECK(pv[0] == 1, "private value %u", pv[0]);
+    CHECKF(sh[0] == 42, "shared value %u", sh[0]);
+    CHECKF(pv[0] == 1, "private value %u", pv[0]);
     sh[2] = 99;
     int st = 0;
     waitpid(p, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "shared child %#x", st);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 0, "shared child %#x", st);
     munmap((void *)sh, 4096);
     munmap((void *)pv, 4096);
     printf("MAP_SHARED across fork: ok\n");
@@ -193,8 +184,8 @@ static void crash(void) {
     int st = 0;
     while (waitpid(p, &st, 0) < 0) {
     }
-    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "crash status %#x", st);
-    CHECK(chld >= 1, "no SIGCHLD");
+    CHECKF(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV, "crash status %#x", st);
+    CHECKF(chld >= 1, "no SIGCHLD");
     signal(SIGCHLD, SIG_DFL);
     printf("crashing child: signal %d\n", WTERMSIG(st));
 }
@@ -225,9 +216,9 @@ static void orphans(void) {
     close(fd[1]);
     int st = 0;
     waitpid(p, &st, 0);
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 3, "middle %#x", st);
+    CHECKF(WIFEXITED(st) && WEXITSTATUS(st) == 3, "middle %#x", st);
     char c = 0;
-    CHECK(read(fd[0], &c, 1) == 1 && c == 'y', "orphan's parent");
+    CHECKF(read(fd[0], &c, 1) == 1 && c == 'y', "orphan's parent");
     close(fd[0]);
     // The orphan ends; in the VM pid 1 may reap it (on the host it is not ours).
     if (me == 1) {
@@ -245,6 +236,6 @@ int main(void) {
     shared_memory();
     crash();
     orphans();
-    printf(fails ? "FAILED\n" : "all ok\n");
-    return fails != 0;
+    printf(failures ? "FAILED\n" : "all ok\n");
+    return failures != 0;
 }

@@ -67,7 +67,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         },
         Some(Hostcall::StdioSeek) => env.stdio_seek(args[0], args[1], args[2]),
         Some(Hostcall::StdioIoctl) => stdio_ioctl(args, env),
-        Some(Hostcall::Fs) => host_file(args, env),
+        Some(Hostcall::Fs) => env.host_file(args),
         Some(Hostcall::Rewrite) => rewrite(args, env.mem()),
         Some(Hostcall::SetRoot) => set_root(args[0], env),
         Some(Hostcall::Trace) => trace(args, env.mem()),
@@ -160,26 +160,27 @@ fn trace(args: [u64; 6], mem: &GuestMemoryMmap) -> i64 {
     0
 }
 
-/// An `Fs` hostcall: first the operations the guest deferred to it (left in its
-/// per-CPU page, `onering_abi::hostfs` "Deferred operations": only closes,
-/// unlocks, read locks and bounded writes, each checked as any call is), in
-/// order, then its own.
-fn host_file(args: [u64; 6], env: &mut impl Env) -> i64 {
-    let (ops, n) = match deferred_ops(env.mem(), env.cpu(), args[0]) {
+/// An `Fs` hostcall of vCPU `cpu` (made by exit or through its poll slot): first
+/// the operations the guest deferred to it (left in its per-CPU page,
+/// `onering_abi::hostfs` "Deferred operations": only closes, unlocks, read locks
+/// and bounded writes, each checked as any call is), in order, each through
+/// `serve(op, true)`, then its own through `serve(op, false)`: its result.
+pub fn fs_call(mem: &GuestMemoryMmap, cpu: u64, args: [u64; 6], serve: &mut dyn FnMut([u64; 6], bool) -> i64) -> i64 {
+    let (ops, n) = match deferred_ops(mem, cpu, args[0]) {
         Ok(d) => d,
         Err(e) => return e,
     };
     for item in &ops[..n] {
-        env.host_file_later(*item);
+        serve(*item, true);
     }
     let (op, _) = onering_abi::hostfs::split_op(args[0]);
-    env.host_file([op, args[1], args[2], args[3], args[4], args[5]])
+    serve([op, args[1], args[2], args[3], args[4], args[5]], false)
 }
 
 /// The deferred operations an `Fs` call whose first word is `op` carries, read
 /// from vCPU `cpu`'s area and checked to be ones that may wait (closes, unlocks,
 /// small writes): the operations and their count, or -errno.
-pub fn deferred_ops(
+fn deferred_ops(
     mem: &GuestMemoryMmap,
     cpu: u64,
     op: u64,
@@ -357,8 +358,11 @@ mod tests {
             Ok(())
         }
         fn host_file(&mut self, args: [u64; 6]) -> i64 {
-            self.fs.push(args);
-            7
+            let fs = &mut self.fs;
+            fs_call(&self.mem, 0, args, &mut |a, _| {
+                fs.push(a);
+                7
+            })
         }
         fn set_root(&mut self, root: u64) -> Result<(), i64> {
             self.roots.push(root);

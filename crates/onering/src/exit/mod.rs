@@ -146,16 +146,11 @@ pub trait Env {
         let _ = (fd, offset, whence);
         -9
     }
-    /// Serves an `Fs` hostcall (`-v`, `--rootfs DIR`: the host file server);
-    /// -ENOSYS when the VM has no mounts.
+    /// Serves an `Fs` hostcall (`-v`, `--rootfs DIR`: the host file server) with
+    /// the operations it carries (`hostcall::fs_call`); -ENOSYS for each when the
+    /// VM has no mounts.
     fn host_file(&mut self, args: [u64; 6]) -> i64 {
-        let _ = args;
-        -38
-    }
-    /// Serves an `Fs` operation the guest deferred (`onering_abi::hostfs`): its
-    /// result goes nowhere, but a failed write's error waits for the next fsync.
-    fn host_file_later(&mut self, args: [u64; 6]) {
-        self.host_file(args);
+        hostcall::fs_call(self.mem(), self.cpu(), args, &mut |_, _| -38)
     }
     /// Sets the exiting vCPU's CR3 to `root` (checked to be a page of guest RAM):
     /// Ok, or -errno.

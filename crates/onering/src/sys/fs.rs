@@ -52,8 +52,8 @@ pub fn stat_at(dir: BorrowedFd<'_>, name: &[u8]) -> io::Result<libc::stat> {
     // SAFETY: `stat` is plain integers: all-zero bytes are a valid value.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     let flags = libc::AT_SYMLINK_NOFOLLOW | libc::AT_NO_AUTOMOUNT;
-    // SAFETY: fstatat reads the NUL-terminated name `c` and writes one `stat` into
-    // `st`, both alive across the call; `dir` is borrowed.
+    // fstatat reads the NUL-terminated name `c` and writes one `stat` into `st`.
+    // SAFETY: `c` and `st` are alive across the call; `dir` is borrowed.
     let r = unsafe { libc::fstatat(dir.as_raw_fd(), c.as_ptr(), &mut st, flags) };
     check(r).map(|()| st)
 }

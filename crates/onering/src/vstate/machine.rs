@@ -214,16 +214,15 @@ impl Machine {
     /// An `Fs` hostcall of vCPU `cpu` (its exit's or its poll slot's arguments):
     /// the operations it carries, then its own; its result (-ENOSYS: no mounts).
     pub(super) fn serve_fs(&self, cpu: u64, args: [u64; 6]) -> i64 {
-        let Some(fs) = self.hostfs.get() else { return -38 };
-        let (ops, n) = match crate::exit::hostcall::deferred_ops(&self.mem, cpu, args[0]) {
-            Ok(d) => d,
-            Err(e) => return e,
-        };
-        for item in &ops[..n] {
-            fs.serve_later(*item, &self.mem);
-        }
-        let (op, _) = onering_abi::hostfs::split_op(args[0]);
-        fs.serve([op, args[1], args[2], args[3], args[4], args[5]], &self.mem)
+        let fs = self.hostfs.get();
+        crate::exit::hostcall::fs_call(&self.mem, cpu, args, &mut |op, later| match fs {
+            None => -38,
+            Some(fs) if later => {
+                fs.serve_later(op, &self.mem);
+                0
+            }
+            Some(fs) => fs.serve(op, &self.mem),
+        })
     }
 
     /// Runs vCPU 0 on the calling thread; ends the process when the VM ends.
@@ -444,16 +443,12 @@ impl Env for VcpuEnv<'_> {
         }
     }
     fn host_file(&mut self, args: [u64; 6]) -> i64 {
-        let Some(fs) = self.m.hostfs.get() else { return -38 };
-        let r = fs.serve(args, &self.m.mem);
+        let r = self.m.serve_fs(self.cpu, args);
         // More are likely to follow: serve them without exits.
-        self.m.poller.wake(self.m);
-        r
-    }
-    fn host_file_later(&mut self, args: [u64; 6]) {
-        if let Some(fs) = self.m.hostfs.get() {
-            fs.serve_later(args, &self.m.mem);
+        if self.m.hostfs.get().is_some() {
+            self.m.poller.wake(self.m);
         }
+        r
     }
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
         if fd == 2 {

@@ -25,17 +25,24 @@ pub fn require_kvm() {
 
 /// A musl static build of tests/guest/c/NAME.c (with pthreads), once per process.
 pub fn musl(name: &str) -> PathBuf {
+    musl_with(name, &["-O2"], "-common")
+}
+
+/// tests/guest/c/NAME.c built static with musl-gcc and `flags`, as NAME`suffix`
+/// in the output directory (once per process for each result).
+pub fn musl_with(name: &str, flags: &[&str], suffix: &str) -> PathBuf {
     static LOCK: Mutex<()> = Mutex::new(());
     static BUILT: OnceLock<Mutex<Vec<PathBuf>>> = OnceLock::new();
     let _g = LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let src = root().join("tests/guest/c").join(format!("{name}.c"));
-    let bin = out_dir().join(format!("{name}-common"));
+    let bin = out_dir().join(format!("{name}{suffix}"));
     let built = BUILT.get_or_init(|| Mutex::new(Vec::new()));
     if built.lock().unwrap().contains(&bin) {
         return bin;
     }
     let out = Command::new("musl-gcc")
-        .args(["-static", "-O2"])
+        .arg("-static")
+        .args(flags)
         .arg(&src)
         .arg("-o")
         .arg(&bin)
