@@ -74,7 +74,9 @@ pub enum Hostcall {
     Fs = 13,
     /// Plans the rewriting of the `syscall` instructions of an ELF file the kernel
     /// maps executable (`execve`, the dynamic loader, a library): `args[0]`/`args[1]`
-    /// the whole file (guest-virtual, length at most [`MAX_REWRITE_FILE`]),
+    /// an array of [`RewritePiece`]s and their count (at most
+    /// [`MAX_REWRITE_PIECES`]; guest-virtual): the whole file, in order, in pieces of
+    /// kernel memory (at most [`MAX_REWRITE_FILE`] bytes in all),
     /// `args[5]` the load bias to plan at and `args[2]` where the trampolines go
     /// (the plan holds at any other bias too, everything moved by the difference:
     /// its jumps are relative), `args[3]`/`args[4]` the output buffer. The VMM writes a [`crate::rewrite`] plan there
@@ -105,6 +107,18 @@ pub enum Hostcall {
 
 /// The largest file the VMM plans a rewrite for (larger ones run trapping).
 pub const MAX_REWRITE_FILE: u64 = 64 << 20;
+/// Most pieces a [`Hostcall::Rewrite`] file comes in.
+pub const MAX_REWRITE_PIECES: u64 = 4096;
+
+/// A piece of a file handed to [`Hostcall::Rewrite`]: `len` bytes at guest-virtual
+/// `addr`. (Kernel memory has no block as large as a big program, 33 MiB for gcc's
+/// `cc1`, once the program's memory has split it up.)
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RewritePiece {
+    pub addr: u64,
+    pub len: u64,
+}
 
 impl Hostcall {
     pub const fn from_u64(n: u64) -> Option<Self> {

@@ -194,12 +194,16 @@ pub fn stdio_ioctl(fd: u32, request: u64, arg: &mut [u8]) -> i64 {
 }
 
 /// Asks the VMM to plan the rewriting of the `syscall` instructions of the ELF
-/// file `file` as if loaded at `bias`, trampolines at `base`: the length of the
-/// plan (`onering_abi::rewrite`) it wrote into `out`, or -errno (-ENOSPC: `out`
-/// is too small). The VMM reads and writes the buffers this function holds.
-pub fn rewrite_plan(file: &[u8], base: u64, bias: u64, out: &mut [u8]) -> i64 {
-    let (f, o) = (file.as_ptr() as u64, out.as_mut_ptr() as u64);
-    hostcall(Hostcall::Rewrite, &[f, file.len() as u64, base, o, out.len() as u64, bias]) as i64
+/// file that is `pieces` one after the other, as if loaded at `bias`, trampolines
+/// at `base`: the length of the plan (`onering_abi::rewrite`) it wrote into `out`,
+/// or -errno (-ENOSPC: `out` is too small). The VMM reads and writes the buffers
+/// this function holds.
+pub fn rewrite_plan(pieces: &[&[u8]], base: u64, bias: u64, out: &mut [u8]) -> i64 {
+    use onering_abi::hostcall::RewritePiece;
+    let list: alloc::vec::Vec<RewritePiece> =
+        pieces.iter().map(|p| RewritePiece { addr: p.as_ptr() as u64, len: p.len() as u64 }).collect();
+    let (l, o) = (list.as_ptr() as u64, out.as_mut_ptr() as u64);
+    hostcall(Hostcall::Rewrite, &[l, list.len() as u64, base, o, out.len() as u64, bias]) as i64
 }
 
 #[cfg(target_os = "none")]

@@ -46,6 +46,10 @@ pub enum ElfError {
     Malformed(&'static str),
     #[error("has no loadable segments")]
     NoLoad,
+    /// Only for [`Program::parse_head`]: the headers and the interpreter's name
+    /// lie beyond the bytes given; the file's first this many bytes hold them.
+    #[error("its headers lie beyond the first bytes read ({0} needed)")]
+    NeedHead(u64),
 }
 
 /// One loadable segment.
@@ -111,7 +115,25 @@ impl Segment {
 impl Program {
     /// Parses and validates `file`.
     pub fn parse(file: &[u8]) -> Result<Program, ElfError> {
-        if file.len() < 16 || file.get(..4) != Some(b"\x7fELF") {
+        Self::parse_head(file, file.len() as u64)
+    }
+
+    /// [`parse`](Self::parse) of a file `len` bytes long from its first bytes
+    /// `head`, which need only hold the ELF header, the program headers and the
+    /// interpreter's name (the segments are checked to lie within `len`): the
+    /// same result as `parse` of the whole file, or [`ElfError::NeedHead`] with how
+    /// many first bytes do hold them (asked again with those, it may name more:
+    /// the interpreter's name is found through the program headers).
+    pub fn parse_head(head: &[u8], len: u64) -> Result<Program, ElfError> {
+        let file = head;
+        let have = file.len() as u64;
+        if have > len {
+            return Err(ElfError::Malformed("more bytes than the file holds"));
+        }
+        // What lies in the file but not in `head` is asked for.
+        let need = |end: u64| if end > have && end <= len { Err(ElfError::NeedHead(end)) } else { Ok(()) };
+        need(len.min(EHDR_SIZE as u64))?;
+        if len < 16 || file.get(..4) != Some(b"\x7fELF") {
             return Err(ElfError::NotElf);
         }
         match u8_at(file, 4) {
@@ -125,7 +147,7 @@ impl Program {
             _ => return Err(ElfError::Malformed("unknown data encoding")),
         }
         const SHORT: ElfError = ElfError::Malformed("file shorter than an ELF header");
-        if file.len() < EHDR_SIZE {
+        if len < EHDR_SIZE as u64 {
             return Err(SHORT);
         }
         let machine = u16_at(file, 18).ok_or(SHORT)?;
@@ -147,11 +169,12 @@ impl Program {
             return Err(ElfError::Malformed("unexpected program header size"));
         }
         const PAST_END: ElfError = ElfError::Malformed("program headers past the end of the file");
-        phnum
+        let headers_end = phnum
             .checked_mul(PHDR_SIZE as u64)
             .and_then(|n| n.checked_add(phoff))
-            .filter(|e| *e <= file.len() as u64)
+            .filter(|e| *e <= len)
             .ok_or(PAST_END)?;
+        need(headers_end)?;
         let mut segments = Vec::new();
         let mut phdr_vaddr = None;
         let mut eh_frame_hdr = None;
@@ -165,6 +188,9 @@ impl Program {
             let (offset, vaddr, filesz, memsz) = (field(8), field(16), field(32), field(40));
             match kind {
                 PT_INTERP => {
+                    if filesz <= PATH_MAX as u64 {
+                        need(offset.saturating_add(filesz))?;
+                    }
                     let bytes = slice(file, offset, filesz)
                         .filter(|b| b.len() <= PATH_MAX)
                         .ok_or(ElfError::Malformed("unreadable interpreter name"))?;
@@ -184,7 +210,7 @@ impl Program {
                     if filesz > memsz {
                         return Err(ElfError::Malformed("segment larger in the file than in memory"));
                     }
-                    if slice(file, offset, filesz).is_none() {
+                    if offset.checked_add(filesz).is_none_or(|end| end > len) {
                         return Err(ElfError::Malformed("segment extends past the end of the file"));
                     }
                     if vaddr.checked_add(memsz).is_none() {
@@ -323,6 +349,63 @@ mod tests {
         let mut f = good.clone();
         set_phdr(&mut f, 0, 4, 0, 0); // PT_NOTE only
         assert_eq!(Program::parse(&f), Err(ElfError::NoLoad));
+    }
+
+    /// `parse_head` of a file from its first bytes, asking for more as it says.
+    fn parse_growing(f: &[u8], first: usize) -> Result<Program, ElfError> {
+        let mut have = first.min(f.len());
+        loop {
+            match Program::parse_head(&f[..have], f.len() as u64) {
+                Err(ElfError::NeedHead(n)) => {
+                    assert!(n as usize > have && n as usize <= f.len(), "asks for more, within the file");
+                    have = n as usize;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    #[test]
+    fn parsing_from_the_first_bytes_is_parsing_the_whole_file() {
+        // Headers at the start, the interpreter's name and the code far behind.
+        let mut f = tiny_elf(&[0x90; 64]);
+        f.resize(0x3000, 0);
+        f.extend_from_slice(b"/lib/ld-musl-x86_64.so.1\0");
+        let off = f.len() as u64 - 25;
+        f[56] = 2;
+        set_phdr(&mut f, 1, PT_INTERP, off, 25);
+        let whole = Program::parse(&f).unwrap();
+        assert_eq!(Program::parse_head(&f[..4096], f.len() as u64), Err(ElfError::NeedHead(off + 25)));
+        for first in [0, 1, 16, 64, 100, 4096, f.len()] {
+            assert_eq!(parse_growing(&f, first), Ok(whole.clone()), "from {first} bytes");
+        }
+        // Program headers far behind too.
+        let mut g = f.clone();
+        let phoff = g.len() as u64;
+        g.extend_from_slice(&f[64..64 + 2 * 56]);
+        g[32..40].copy_from_slice(&phoff.to_le_bytes());
+        let moved = Program { phoff, ..whole.clone() };
+        assert_eq!(Program::parse_head(&g[..4096], g.len() as u64), Err(ElfError::NeedHead(phoff + 112)));
+        assert_eq!(parse_growing(&g, 64), Ok(moved));
+        // A segment past the end of the file is found from the headers alone.
+        let (p, end) = (phoff as usize, g.len() as u64);
+        g[p + 8..p + 16].copy_from_slice(&end.to_le_bytes());
+        assert!(matches!(parse_growing(&g, 64), Err(ElfError::Malformed(_))));
+        assert!(matches!(Program::parse_head(&f, f.len() as u64 - 1), Err(ElfError::Malformed(_))));
+        // Corrupted files: the same answer either way.
+        let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+        for _ in 0..3000 {
+            let mut h = f.clone();
+            for _ in 0..4 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let at = (x as usize >> 8) % 200;
+                h[at] = x as u8;
+            }
+            let first = (x as usize >> 20) % 300;
+            assert_eq!(parse_growing(&h, first), Program::parse(&h));
+        }
     }
 
     #[test]

@@ -3,12 +3,16 @@
 //! executable itself (shared libraries, `dlopen`).
 //!
 //! The VMM loads the first program before boot (fast, no guest work). Everything
-//! loaded later is loaded here, from the VM's own file tree: the program file is
-//! read whole into kernel memory, checked by the same total parser the VMM uses
-//! (`onering_rewrite::elf`), its segments copied into fresh anonymous memory, and
-//! its `syscall` instructions rewritten with a plan the VMM's rewriter makes
-//! (`Hostcall::Rewrite`: the decoder is a std crate and large, so it stays in the
-//! VMM, behind one exit). Plans are cached by file (device, inode, size, mtime) and
+//! loaded later is loaded here, from the VM's own file tree: the program file's
+//! headers are read and checked by the same total parser the VMM uses
+//! (`onering_rewrite::elf`), its segments read from the file straight into fresh
+//! anonymous memory, and its `syscall` instructions rewritten with a plan the VMM's
+//! rewriter makes (`Hostcall::Rewrite`: the decoder is a std crate and large, so it
+//! stays in the VMM, behind one exit; it gets the whole file, read into pieces of
+//! kernel memory, since the planner reads the symbol table too). Nothing needs a
+//! block of kernel memory as large as the file: once the program's memory has
+//! split the chunks up, a 33 MiB `cc1` found none. Plans are cached by file
+//! (device, inode, size, mtime) and
 //! by where the trampolines go relative to the code, so a program or library that
 //! is loaded again (every `fork`+`exec` of a shell command, libc each time) is
 //! patched with no exit at all.
@@ -49,9 +53,13 @@ use onering_rewrite::elf::{shebang, Program, PF_X};
 use onering_rewrite::stack::{self, StackSpec};
 use spin::{Mutex, Once};
 
-/// Largest program file `execve` reads (Linux has no such limit; 1 GiB of code is
-/// far beyond any real one).
-const MAX_EXEC_FILE: u64 = 1 << 30;
+/// First bytes read of a program file: its `#!` line, or the ELF header and
+/// program headers of every usual program (more are read when they lie further).
+const HEAD: u64 = 4096;
+/// Most first bytes read to find the headers (65535 program headers: 3.5 MiB).
+const MAX_HEAD: u64 = 4 << 20;
+/// Pieces a whole file is read in for the planner (small heap blocks).
+const PIECE: u64 = 256 << 10;
 /// `#!` lines are read up to this length (Linux's BINPRM_BUF_SIZE).
 const SHEBANG_MAX: usize = 256;
 /// Interpreters of interpreters followed (Linux: 4 levels of binfmt).
@@ -141,8 +149,8 @@ pub fn boot_interp(k: &'static Kernel, user: &dyn UserMem, sp: u64) -> Result<Op
     let shown = onering_rewrite::bytes::printable(path, 256);
     let fail = |e: Errno| format!("cannot load its interpreter {shown}: {e:?}");
     let file = open_in(k, crate::vfs::ROOT, path, true).map_err(fail)?;
-    let exe = read_exe(&file).map_err(fail)?;
-    let prog = Program::parse(&exe.bytes).map_err(|e| format!("its interpreter {shown}: {e}"))?;
+    let mut exe = Exe::open(file).map_err(fail)?;
+    let prog = exe.parse().map_err(|e| format!("its interpreter {shown}: {e}"))?;
     if prog.interp.is_some() {
         return Err(format!("its interpreter {shown} has an interpreter itself"));
     }
@@ -178,10 +186,24 @@ fn prot_of(flags: u32) -> u32 {
         | (if flags & PF_X != 0 { PROT_EXEC } else { 0 })
 }
 
-/// Bytes `0f 05` in the executable segments: an upper bound on the sites.
-fn site_bound(prog: &Program, file: &[u8]) -> u64 {
-    let segs = prog.segments.iter().filter(|s| s.flags & PF_X != 0);
-    segs.map(|s| s.bytes(file).windows(2).filter(|w| *w == [0x0f, 0x05]).count() as u64).sum()
+/// Bytes `0f 05` in the executable segments of the file that is `pieces` (each
+/// [`PIECE`] bytes long but the last): an upper bound on the sites.
+fn site_bound(prog: &Program, pieces: &[Vec<u8>]) -> u64 {
+    let mut n = 0;
+    for s in prog.segments.iter().filter(|s| s.flags & PF_X != 0) {
+        let (mut at, end, mut last) = (s.offset, s.offset.saturating_add(s.filesz), 0u8);
+        while at < end {
+            let Some(p) = pieces.get((at / PIECE) as usize) else { break };
+            let from = (at % PIECE) as usize;
+            let b = p.get(from..p.len().min(from.saturating_add((end - at) as usize))).unwrap_or(&[]);
+            let Some(&tail) = b.last() else { break };
+            let inside = b.windows(2).filter(|w| *w == [0x0f, 0x05]).count() as u64;
+            n += inside + u64::from(last == 0x0f && b[0] == 0x05);
+            last = tail;
+            at += b.len() as u64;
+        }
+    }
+    n
 }
 
 // ---------------------------------------------------------------------------
@@ -206,24 +228,40 @@ fn rewriting(k: &Kernel) -> bool {
     k.cfg.flags & onering_abi::flags::NO_REWRITE == 0
 }
 
-/// The plan for `file` with trampolines at `tramp` (both at bias 0): from the
-/// cache, else from the VMM (one exit). None: nothing to rewrite or no plan.
-fn plan_for(key: FileKey, file: &[u8], tramp: u64) -> Option<Arc<WirePlan>> {
-    if let Some(c) = cached_plan(key, tramp) {
+/// The plan for `exe` (parsed: `prog`) with trampolines at `tramp` (both at bias
+/// 0): from the cache, else from the VMM (one exit), which gets the whole file
+/// (`pieces`, read now if not given). None: nothing to rewrite or no plan.
+fn plan_for(exe: &Exe, prog: &Program, pieces: Option<&[Vec<u8>]>, tramp: u64) -> Option<Arc<WirePlan>> {
+    if let Some(c) = cached_plan(exe.key, tramp) {
         return Some(c);
     }
+    if exe.size > onering_abi::hostcall::MAX_REWRITE_FILE {
+        return None;
+    }
+    let read;
+    let pieces = match pieces {
+        Some(p) => p,
+        None => {
+            read = exe.pieces().ok()?;
+            &read
+        }
+    };
+    let slices: Vec<&[u8]> = pieces.iter().map(|p| &p[..]).collect();
     let mut out = core::mem::take(&mut *PLAN_OUT.lock());
-    let mut cap = 64 * 1024 + file.len() / 4;
+    // (A site's patch and trampolines take about a hundred bytes.)
+    let mut cap = (64 * 1024 + site_bound(prog, pieces) * 256).min(MAX_PLAN) as usize;
     let len = loop {
         if out.capacity() < cap && !onering_arch::heap::ensure_block(cap) {
             return None;
         }
         out.try_reserve_exact(cap.saturating_sub(out.len())).ok()?;
         out.resize(cap, 0);
-        let r = onering_arch::hostcall::rewrite_plan(file, tramp.wrapping_add(PLAN_BIAS), PLAN_BIAS, &mut out);
+        let r = onering_arch::hostcall::rewrite_plan(&slices, tramp.wrapping_add(PLAN_BIAS), PLAN_BIAS, &mut out);
         match r {
             n if n >= 0 => break n as usize,
-            n if n == -(Errno::ENOSPC as i64) && cap < 64 << 20 => cap *= 4,
+            n if n == -(Errno::ENOSPC as i64) && (cap as u64) < MAX_PLAN => {
+                cap = (cap as u64 * 4).min(MAX_PLAN) as usize
+            }
             _ => return None,
         }
     };
@@ -234,7 +272,7 @@ fn plan_for(key: FileKey, file: &[u8], tramp: u64) -> Option<Arc<WirePlan>> {
         p.addr = p.addr.wrapping_sub(PLAN_BIAS);
     }
     let c = Arc::new(plan);
-    remember(&PLANS, (key, tramp), &c);
+    remember(&PLANS, (exe.key, tramp), &c);
     Some(c)
 }
 
@@ -254,23 +292,19 @@ struct Library {
 
 static LIBRARIES: Mutex<BTreeMap<FileKey, Arc<Library>>> = Mutex::new(BTreeMap::new());
 
-/// The [`Library`] facts of `exe`.
-fn library(exe: &Exe) -> Option<Arc<Library>> {
-    if let Some(l) = LIBRARIES.lock().get(&exe.key).cloned() {
-        return Some(l);
-    }
-    let prog = Program::parse(&exe.bytes).ok()?;
+/// The [`Library`] facts of `exe` (parsed: `prog`; the whole file: `pieces`).
+fn library(exe: &Exe, prog: &Program, pieces: &[Vec<u8>]) -> Arc<Library> {
     let code = prog
         .segments
         .iter()
         .filter(|s| s.flags & PF_X != 0)
         .map(|s| (align_down(s.offset, PAGE_SIZE), align_down(s.vaddr, PAGE_SIZE)))
         .collect();
-    let sites = site_bound(&prog, &exe.bytes);
+    let sites = site_bound(prog, pieces);
     let room = if sites == 0 { 0 } else { align_up(sites * TRAMPOLINE_ROOM + 64, PAGE_SIZE) };
     let l = Arc::new(Library { code, lo: align_down(prog.span().0, PAGE_SIZE), room });
     remember(&LIBRARIES, exe.key, &l);
-    Some(l)
+    l
 }
 
 /// Writes `plan` over code loaded at `bias` (only patches inside `[lo, hi)`, the
@@ -296,11 +330,67 @@ fn apply(user: &dyn UserMem, plan: &WirePlan, bias: u64, tramp: u64, lo: u64, hi
 // ---------------------------------------------------------------------------
 // Files.
 
-/// A program file read for `execve`.
+/// A program file opened for `execve` (or a library to rewrite): what identifies
+/// it, its length, and its first bytes (the headers: [`Exe::parse`] reads more
+/// when they lie further). The segments are read from the file straight into the
+/// new image ([`load`]); the whole file only when the VMM plans its rewriting
+/// ([`Exe::pieces`]).
 struct Exe {
+    file: FileRef,
     key: FileKey,
-    bytes: Vec<u8>,
+    size: u64,
+    head: Vec<u8>,
 }
+
+impl Exe {
+    /// `file` with its first [`HEAD`] bytes.
+    fn open(file: FileRef) -> Result<Exe, Errno> {
+        let meta = file.obj().stat();
+        let head = read_at(&file, 0, meta.size.min(HEAD))?;
+        Ok(Exe { key: file_key(&meta), size: meta.size, head, file })
+    }
+
+    /// The file checked and parsed, its first bytes read further as the headers
+    /// need (up to [`MAX_HEAD`]).
+    fn parse(&mut self) -> Result<Program, onering_rewrite::elf::ElfError> {
+        use onering_rewrite::elf::ElfError;
+        loop {
+            match Program::parse_head(&self.head, self.size) {
+                Err(ElfError::NeedHead(n)) if n <= MAX_HEAD && n > self.head.len() as u64 => {
+                    self.head = read_at(&self.file, 0, n).map_err(|_| ElfError::Malformed("unreadable headers"))?;
+                    if (self.head.len() as u64) < n {
+                        return Err(ElfError::Malformed("the file shrank while it was read"));
+                    }
+                }
+                Err(ElfError::NeedHead(_)) => return Err(ElfError::Malformed("headers too far into the file")),
+                r => return r,
+            }
+        }
+    }
+
+    /// The whole file, in pieces of [`PIECE`] bytes (the last shorter): no block
+    /// of kernel memory as large as the file is needed.
+    fn pieces(&self) -> Result<Vec<Vec<u8>>, Errno> {
+        let mut out = Vec::new();
+        let mut at = 0;
+        while at < self.size {
+            let p = read_at(&self.file, at, (self.size - at).min(PIECE))?;
+            let n = p.len() as u64;
+            out.push(p);
+            if n < PIECE {
+                break;
+            }
+            at += n;
+        }
+        Ok(out)
+    }
+}
+
+/// The buffer the VMM writes plans into, kept for the next plan: on this
+/// hypervisor the first touch of each fresh page of kernel memory costs 4-20 µs.
+static PLAN_OUT: Mutex<Vec<u8>> = Mutex::new(Vec::new());
+/// Largest plan buffer.
+const MAX_PLAN: u64 = 64 << 20;
 
 /// Opens `path` (from `dirfd`) to run it: a regular file with an execute bit
 /// (EACCES otherwise, as for a directory).
@@ -330,80 +420,46 @@ fn open_in(k: &'static Kernel, start: crate::vfs::Ino, path: &[u8], follow: bool
     Ok(file)
 }
 
-/// The buffer the last program file was read into, kept for the next one: on this
-/// hypervisor the first touch of each fresh page of kernel memory costs 4-20 µs, so
-/// reading every library into new memory cost milliseconds (perf.md).
-static SCRATCH: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-/// The same for the plans the VMM writes.
-static PLAN_OUT: Mutex<Vec<u8>> = Mutex::new(Vec::new());
-/// Largest buffer kept.
-const MAX_SCRATCH: usize = 16 << 20;
-
-/// A buffer of `len` zero bytes, the kept one if there is one; ENOMEM when the
-/// kernel heap cannot grow to it.
-fn scratch(len: usize) -> Result<Vec<u8>, Errno> {
-    let mut v = core::mem::take(&mut *SCRATCH.lock());
-    v.clear();
-    if v.capacity() < len && !onering_arch::heap::ensure_block(len) {
-        return Err(Errno::ENOMEM);
-    }
-    v.try_reserve_exact(len).map_err(|_| Errno::ENOMEM)?;
-    v.resize(len, 0);
-    Ok(v)
-}
-
 /// Gives buffer `v` back to `slot` to be kept (if it is larger than the one kept).
 fn keep(slot: &Mutex<Vec<u8>>, v: Vec<u8>) {
     let mut s = slot.lock();
-    if v.capacity() > s.capacity() && v.capacity() <= MAX_SCRATCH {
+    if v.capacity() > s.capacity() {
         *s = v;
     }
 }
 
-impl Drop for Exe {
-    fn drop(&mut self) {
-        keep(&SCRATCH, core::mem::take(&mut self.bytes));
+/// Up to `len` bytes of `file` from `offset` (fewer at its end), in kernel memory.
+fn read_at(file: &FileRef, offset: u64, len: u64) -> Result<Vec<u8>, Errno> {
+    const BASE: u64 = 0x1000;
+    if !onering_arch::heap::ensure_block(len as usize) {
+        return Err(Errno::ENOMEM);
     }
-}
-
-/// Up to `len` bytes of `file` from its start.
-fn read_head(file: &FileRef, len: u64) -> Result<Vec<u8>, Errno> {
     let mut v = Vec::new();
     v.try_reserve_exact(len as usize).map_err(|_| Errno::ENOMEM)?;
     v.resize(len as usize, 0);
-    read_into(file, v)
-}
-
-/// As much of `file` from its start as fits in `buf` (zeroed), truncated to what
-/// was read.
-fn read_into(file: &FileRef, buf: Vec<u8>) -> Result<Vec<u8>, Errno> {
-    const BASE: u64 = 0x1000;
-    let len = buf.len() as u64;
-    let buf = BufferMem { base: BASE, mem: Mutex::new(buf) };
-    let mut done = 0;
-    while done < len {
-        let n = blocking(file, || file.read(&buf, BASE + done, len - done, Some(done)))?;
-        if n == 0 {
-            break;
-        }
-        done += n;
-    }
+    let buf = BufferMem { base: BASE, mem: Mutex::new(v) };
+    let done = read_to(file, &buf, BASE, offset, len)?;
     let mut bytes = buf.mem.into_inner();
     bytes.truncate(done as usize);
     Ok(bytes)
 }
 
-fn file_key(meta: &crate::file::Meta) -> FileKey {
-    (meta.dev.unwrap_or(0), meta.ino, meta.size, meta.mtime)
+/// Reads up to `len` bytes of `file` from `offset` to `addr` in `mem` (fewer at
+/// its end: what lies past it is left as it was); how many.
+fn read_to(file: &FileRef, mem: &dyn UserMem, addr: u64, offset: u64, len: u64) -> Result<u64, Errno> {
+    let mut done = 0;
+    while done < len {
+        let n = blocking(file, || file.read(mem, addr + done, len - done, Some(offset + done)))?;
+        if n == 0 {
+            break;
+        }
+        done += n;
+    }
+    Ok(done)
 }
 
-fn read_exe(file: &FileRef) -> Result<Exe, Errno> {
-    let meta = file.obj().stat();
-    if meta.size > MAX_EXEC_FILE {
-        return Err(Errno::ENOMEM);
-    }
-    let bytes = read_into(file, scratch(meta.size as usize)?)?;
-    Ok(Exe { key: file_key(&meta), bytes })
+fn file_key(meta: &crate::file::Meta) -> FileKey {
+    (meta.dev.unwrap_or(0), meta.ino, meta.size, meta.mtime)
 }
 
 // ---------------------------------------------------------------------------
@@ -434,7 +490,7 @@ struct Loaded {
 /// Loads `exe` into the current address space: its segments copied into a fresh
 /// anonymous mapping, rewritten, then each given its protection.
 fn load(k: &Kernel, mm: &Mm, user: &dyn UserMem, exe: &Exe, prog: &Program, place: Place) -> Result<Loaded, Errno> {
-    let plan = if rewriting(k) { plan_for(exe.key, &exe.bytes, tramp_base(prog)) } else { None };
+    let plan = if rewriting(k) { plan_for(exe, prog, None, tramp_base(prog)) } else { None };
     let tramp_len = plan.as_ref().map_or(0, |c| c.trampolines.len() as u64);
     let (lo, hi) = image_span(prog, tramp_len).ok_or(Errno::ENOEXEC)?;
     let len = hi - lo;
@@ -453,7 +509,7 @@ fn load(k: &Kernel, mm: &Mm, user: &dyn UserMem, exe: &Exe, prog: &Program, plac
         return Err(Errno::ENOEXEC);
     }
     for s in &prog.segments {
-        user.write(s.vaddr.wrapping_add(bias), s.bytes(&exe.bytes))?;
+        read_to(&exe.file, user, s.vaddr.wrapping_add(bias), s.offset, s.filesz)?;
     }
     if let Some(c) = &plan {
         apply(user, c, bias, tramp_base(prog), start, start + len)?;
@@ -640,9 +696,9 @@ fn exec_at(ctx: &Ctx, dirfd: u64, path_addr: u64, argv: u64, envp: u64, flags: u
     let mut file =
         if name.is_empty() { ctx.file(dirfd)? } else { open_exe(ctx, dirfd, &name, flags & AT_SYMLINK_NOFOLLOW == 0)? };
     let mut depth = 0;
-    let exe = loop {
-        let head = read_head(&file, SHEBANG_MAX as u64)?;
-        let Some(line) = shebang(&head) else { break read_exe(&file)? };
+    let mut exe = loop {
+        let e = Exe::open(file)?;
+        let Some(line) = shebang(&e.head[..e.head.len().min(SHEBANG_MAX)]) else { break e };
         let (interp, arg) = line.map_err(|_| Errno::ENOEXEC)?;
         depth += 1;
         if depth > MAX_SCRIPT_DEPTH {
@@ -658,7 +714,7 @@ fn exec_at(ctx: &Ctx, dirfd: u64, path_addr: u64, argv: u64, envp: u64, flags: u
         name = interp;
     };
     args.exe = absolute(ctx, &name);
-    let prog = Program::parse(&exe.bytes).map_err(|_| Errno::ENOEXEC)?;
+    let prog = exe.parse().map_err(|_| Errno::ENOEXEC)?;
     let interp = match &prog.interp {
         Some(p) => {
             let f = open_exe(ctx, super::fs::AT_FDCWD, p, true).map_err(|e| {
@@ -668,8 +724,8 @@ fn exec_at(ctx: &Ctx, dirfd: u64, path_addr: u64, argv: u64, envp: u64, flags: u
                     Errno::ENOENT
                 }
             })?;
-            let e = read_exe(&f)?;
-            let ip = Program::parse(&e.bytes).map_err(|_| Errno::ELIBBAD)?;
+            let mut e = Exe::open(f)?;
+            let ip = e.parse().map_err(|_| Errno::ELIBBAD)?;
             if ip.interp.is_some() {
                 return Err(Errno::ELIBBAD);
             }
@@ -677,7 +733,6 @@ fn exec_at(ctx: &Ctx, dirfd: u64, path_addr: u64, argv: u64, envp: u64, flags: u
         }
         None => None,
     };
-    drop(file);
     // The point of no return.
     let regs = replace_image(ctx, &exe, &prog, interp.as_ref().map(|(e, p)| (e, p)), &args);
     drop((exe, prog, interp, args));
@@ -766,14 +821,20 @@ pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: 
     }
     // Read the file only the first time it is mapped in this VM.
     let key = file_key(&meta);
+    let open = || -> Option<(Exe, Program, Vec<Vec<u8>>)> {
+        let mut e = Exe::open(file.clone()).ok()?;
+        let prog = e.parse().ok()?;
+        let pieces = e.pieces().ok()?;
+        Some((e, prog, pieces))
+    };
     let known = LIBRARIES.lock().get(&key).cloned();
-    let mut exe = None;
+    let mut read = None;
     let lib = match known {
         Some(l) => l,
         None => {
-            let Ok(e) = read_exe(file) else { return };
-            let Some(l) = library(&e) else { return };
-            exe = Some(e);
+            let Some(r) = open() else { return };
+            let l = library(&r.0, &r.1, &r.2);
+            read = Some(r);
             l
         }
     };
@@ -793,8 +854,8 @@ pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: 
         return;
     }
     let plan = cached_plan(key, tramp).or_else(|| {
-        let e = exe.take().or_else(|| read_exe(file).ok())?;
-        plan_for(key, &e.bytes, tramp)
+        let (e, prog, pieces) = read.take().or_else(open)?;
+        plan_for(&e, &prog, Some(&pieces), tramp)
     });
     let ok = plan.as_ref().is_some_and(|c| {
         c.trampolines.len() as u64 <= lib.room && apply(ctx.user, c, bias, tramp, start, start + len).is_ok()
@@ -817,5 +878,48 @@ mod tests {
         assert_eq!(prot_of(6), PROT_READ | PROT_WRITE);
         assert_eq!(prot_of(4), PROT_READ);
         assert_eq!(prot_of(0), 0);
+    }
+
+    /// Sites are counted in a file held in pieces as in the file itself, pairs
+    /// across a piece's end included, only in executable segments.
+    #[test]
+    fn sites_are_counted_across_pieces() {
+        use onering_rewrite::elf::Segment;
+        let len = 3 * PIECE as usize + 1000;
+        let mut file = alloc::vec![0x90u8; len];
+        let mut x: u64 = 88172645463325252;
+        for _ in 0..5000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let at = (x as usize) % (len - 1);
+            file[at..at + 2].copy_from_slice(&[0x0f, 0x05]);
+        }
+        for edge in 1..4 {
+            let at = edge * PIECE as usize - 1;
+            file[at..at + 2].copy_from_slice(&[0x0f, 0x05]);
+        }
+        let seg =
+            |offset: u64, filesz: u64, flags: u32| Segment { vaddr: offset, offset, filesz, memsz: filesz, flags };
+        let segments = alloc::vec![seg(0, 100, 4), seg(100, PIECE * 2, 5), seg(PIECE * 2 + 100, len as u64, 5)];
+        let prog = Program {
+            pie: false,
+            entry: 0,
+            phoff: 0,
+            phnum: 0,
+            phdr_vaddr: None,
+            eh_frame_hdr: None,
+            segments: segments.clone(),
+            interp: None,
+            exec_stack: false,
+        };
+        let pieces: Vec<Vec<u8>> = file.chunks(PIECE as usize).map(|c| c.to_vec()).collect();
+        let whole = |s: &Segment| {
+            let end = ((s.offset + s.filesz) as usize).min(len);
+            file[s.offset as usize..end].windows(2).filter(|w| *w == [0x0f, 0x05]).count() as u64
+        };
+        let expected: u64 = segments.iter().filter(|s| s.flags & PF_X != 0).map(whole).sum();
+        assert!(expected > 1000);
+        assert_eq!(site_bound(&prog, &pieces), expected);
     }
 }

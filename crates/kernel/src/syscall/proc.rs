@@ -174,7 +174,11 @@ pub fn pidfd_open(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     }
     let pid = pid as u32 as u64;
     if crate::task::process::life(pid) == Life::Gone {
-        return Err(if sched::thread(pid).is_some() { Errno::ENOENT } else { Errno::ESRCH });
+        // Another process's thread is ENOENT; a reaped process whose first thread
+        // is still on its way out is gone (ESRCH), as on Linux, where a process is
+        // reaped only after its threads ended.
+        let thread = sched::thread(pid).is_some_and(|t| t.pid() != pid);
+        return Err(if thread { Errno::ENOENT } else { Errno::ESRCH });
     }
     install_pidfd(ctx, pid, flags as u32)
 }

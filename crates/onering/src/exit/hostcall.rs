@@ -108,19 +108,19 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
     }
 }
 
-/// A `Rewrite` hostcall: plans the rewriting of the ELF file the guest holds at
-/// `args[0]` (`args[1]` bytes), trampolines at `args[2]` (bias 0), and writes the
-/// plan (`onering_abi::rewrite`) to `args[3]` (at most `args[4]` bytes). The file is
-/// as untrusted as the first program's: the same total parser and planner read it.
+/// A `Rewrite` hostcall: plans the rewriting of the ELF file the guest holds in
+/// the pieces listed at `args[0]` (`args[1]` of them), trampolines at `args[2]`
+/// (bias 0), and writes the plan (`onering_abi::rewrite`) to `args[3]` (at most
+/// `args[4]` bytes). The file is as untrusted as the first program's: the same
+/// total parser and planner read it.
 fn rewrite(args: [u64; 6], mem: &GuestMemoryMmap) -> i64 {
     use onering_abi::rewrite::{WirePatch, WirePlan};
     const ENOEXEC: i64 = 8;
     const ENOSPC: i64 = 28;
-    const EFBIG: i64 = 27;
-    if args[1] > onering_abi::hostcall::MAX_REWRITE_FILE {
-        return -EFBIG;
-    }
-    let Some(file) = read_guest(mem, args[0], args[1]) else { return -EFAULT };
+    let file = match read_pieces(mem, args[0], args[1]) {
+        Ok(f) => f,
+        Err(e) => return e,
+    };
     let Ok(prog) = onering_rewrite::elf::Program::parse(&file) else { return -ENOEXEC };
     let plan = crate::plancache::plan(&prog, &file, args[5], args[2]);
     let wire = WirePlan {
@@ -137,6 +137,26 @@ fn rewrite(args: [u64; 6], mem: &GuestMemoryMmap) -> i64 {
         Some(()) => wire.len() as i64,
         None => -EFAULT,
     }
+}
+
+/// The file a `Rewrite` hostcall hands over: its pieces (`n` of them, listed at
+/// guest-virtual `list`) joined; -EINVAL for too many pieces, -EFBIG for more than
+/// `MAX_REWRITE_FILE` bytes in all (checked before anything is read), -EFAULT.
+fn read_pieces(mem: &GuestMemoryMmap, list: u64, n: u64) -> Result<Vec<u8>, i64> {
+    use onering_abi::hostcall::{MAX_REWRITE_FILE, MAX_REWRITE_PIECES};
+    const EFBIG: i64 = 27;
+    if n > MAX_REWRITE_PIECES {
+        return Err(-EINVAL);
+    }
+    let raw = read_guest(mem, list, n * 16).ok_or(-EFAULT)?;
+    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or_default());
+    let pieces: Vec<(u64, u64)> = raw.chunks_exact(16).map(|p| (word(&p[..8]), word(&p[8..]))).collect();
+    let total = pieces.iter().try_fold(0u64, |t, p| t.checked_add(p.1).filter(|t| *t <= MAX_REWRITE_FILE));
+    let mut file = Vec::with_capacity(total.ok_or(-EFBIG)? as usize);
+    for (addr, len) in pieces {
+        file.extend(read_guest(mem, addr, len).ok_or(-EFAULT)?);
+    }
+    Ok(file)
 }
 
 /// A `Trace` hostcall: `--trace` lines (escaped on their way out) or the
