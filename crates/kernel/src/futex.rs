@@ -2,8 +2,9 @@
 //!
 //! Pure bookkeeping (tested on the host): the system call (`syscall::futex`) reads and
 //! compares the user word, then enqueues or wakes here under one lock, and asks the
-//! scheduler to block or wake the threads this table names. There is one address
-//! space, so private and shared futexes share a key: the user virtual address.
+//! scheduler to block or wake the threads this table names. A key names a word in
+//! one address space, or in memory processes share (`task::futex::key`); a thread
+//! that ends is taken off its queue (`task::futex::forget`).
 
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;

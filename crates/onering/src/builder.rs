@@ -218,7 +218,9 @@ pub fn run(
     let mut image = Vec::new();
     let dns = config.net.as_ref().and_then(|n| n.dns).map(|d| d.octets());
     rootfs::add_etc(&mut image, config.rootfs, dns);
-    let workdir = rootfs::workdir(config.workdir, config.rootfs)?;
+    let volumes: Vec<(&[u8], &std::path::Path)> =
+        config.volumes.iter().map(|v| (&v.guest[..], v.host.as_path())).collect();
+    let workdir = rootfs::workdir(config.workdir, config.rootfs, &volumes)?;
     let (uid, gid) = crate::sys::ids();
     let spec = LoadSpec {
         mem_size,

@@ -289,12 +289,17 @@ fn goroot_extras(pkg: &str) -> &'static [&'static str] {
 
 /// The file tree a package's tests run in: its source directory at the same path
 /// as on the host (the working directory: `go test` runs tests there), what else of
-/// GOROOT it reads, and the system files Go's tests look at on Linux
-/// (/etc/group, /etc/hosts, /etc/passwd, /etc/services, and a populated /usr/bin).
-fn std_rootfs(pkg: &str, goroot: &Path) -> PathBuf {
+/// GOROOT it reads, the system files Go's tests look at on Linux (/etc/group,
+/// /etc/hosts, /etc/passwd, /etc/services, and a populated /usr/bin), and the test
+/// binary itself at its host path.
+fn std_rootfs(pkg: &str, goroot: &Path, test_bin: &Path) -> PathBuf {
     let root = out_dir().join("std-root").join(pkg.replace('/', "_"));
     let _ = std::fs::remove_dir_all(&root);
     let inside = |p: &Path| root.join(p.strip_prefix("/").unwrap());
+    // The test binary at its host path: tests that run it again (os/exec of
+    // os.Executable(), as on the host) find it.
+    std::fs::create_dir_all(inside(test_bin.parent().unwrap())).unwrap();
+    std::fs::copy(test_bin, inside(test_bin)).unwrap();
     let src = goroot.join("src").join(pkg);
     copy_tree(&src, &inside(&src));
     for extra in goroot_extras(pkg) {
@@ -377,7 +382,7 @@ fn run_standard_library_tests(dir: &str, packages: &[&str]) {
             "1G".into(),
             "--quiet".into(),
             "--rootfs".into(),
-            std_rootfs(pkg, Path::new(&goroot)).to_str().unwrap().into(),
+            std_rootfs(pkg, Path::new(&goroot), &bin).to_str().unwrap().into(),
             "-w".into(),
             src.to_str().unwrap().into(),
             bin.to_str().unwrap().into(),

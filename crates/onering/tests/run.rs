@@ -1234,6 +1234,14 @@ fn pidfds_match_the_host() {
     same_as_host_on_1_2_4_vcpus(&build("pidfd", "musl-gcc", &["-static", "-pthread"], ""));
 }
 
+/// A thread killed while it waits on a futex (its process exits) leaves nothing
+/// in the futex queues: a later process's waiter at the same address gets its
+/// wake-up (a dead thread's entry took it, and Go children hung in `notesleep`).
+#[test]
+fn futex_waiters_that_die_waiting_take_no_later_wake_up() {
+    same_as_host_on_1_2_4_vcpus(&build("futexkill", "musl-gcc", &["-static", "-pthread"], ""));
+}
+
 /// Job control on a terminal (a pty from `script`, the program its session's
 /// leader on the host as in the VM, onering with -i so stdin is the terminal too):
 /// /dev/tty, tcgetpgrp/tcsetpgrp and their errors, TIOCGSID, TIOCSCTTY,

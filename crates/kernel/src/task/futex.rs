@@ -26,6 +26,17 @@ pub fn key(addr: u64, shared: bool) -> u64 {
     })
 }
 
+/// Takes thread `tid`, which is ending, off the futex queue it waits on, if any. A
+/// thread killed while it waits (its process exits or execs) ends in `block`
+/// without coming back to [`wait`]; its entry would otherwise stay first in the
+/// queue and take a later wake-up meant for a live waiter of the same key. (Seen:
+/// a Go child's first thread slept for ever in `notesleep`, its wake-up taken by
+/// the entry a dead thread of an earlier child, the same static binary in the
+/// same address-space slot, had left at the same address.)
+pub fn forget(tid: u64) {
+    super::kernel::kernel().futexes.lock().remove(tid);
+}
+
 /// Wakes the threads the table dequeued (after its lock is released); returns how many.
 pub fn wake_threads(tids: &[u64]) -> usize {
     for tid in tids {

@@ -662,6 +662,7 @@ pub fn exit_current() -> ! {
     // A vfork parent waits for this thread (Linux: until the child execs or ends).
     release_vfork_parent(me);
     super::exit::creator_ended(me);
+    super::futex::forget(me.tid());
     let cpu = this_cpu();
     let next = {
         let mut s = SCHED.lock();

@@ -61,8 +61,13 @@ pub fn add_etc(image: &mut Vec<u8>, root: Option<&Path>, dns: Option<[u8; 4]>) {
 }
 
 /// The `-w` directory as an absolute guest path (empty for none); it must exist in the
-/// VM: in the rootfs, or /, /dev or /tmp.
-pub fn workdir(workdir: Option<&OsStr>, rootfs: Option<&Path>) -> Result<Vec<u8>, RootfsError> {
+/// VM: in the rootfs, in one of the `volumes` (guest path, host directory), or /,
+/// /dev or /tmp.
+pub fn workdir(
+    workdir: Option<&OsStr>,
+    rootfs: Option<&Path>,
+    volumes: &[(&[u8], &Path)],
+) -> Result<Vec<u8>, RootfsError> {
     let Some(w) = workdir else {
         return Ok(Vec::new());
     };
@@ -75,7 +80,13 @@ pub fn workdir(workdir: Option<&OsStr>, rootfs: Option<&Path>) -> Result<Vec<u8>
     // (In a tar archive the kernel looks: a missing one is the root.)
     let in_rootfs = rootfs
         .is_some_and(|r| r.is_file() || r.join(OsStr::from_bytes(path.strip_prefix(b"/").unwrap_or(&path))).is_dir());
-    if !builtin && !in_rootfs {
+    let bare = path.strip_suffix(b"/").unwrap_or(&path);
+    let in_volume = volumes.iter().any(|(guest, host)| {
+        let rest = bare.strip_prefix(guest.strip_suffix(b"/").unwrap_or(guest));
+        let rest = rest.filter(|r| r.is_empty() || r.starts_with(b"/")).map(|r| r.strip_prefix(b"/").unwrap_or(r));
+        rest.is_some_and(|r| host.join(OsStr::from_bytes(r)).is_dir())
+    });
+    if !builtin && !in_rootfs && !in_volume {
         return Err(RootfsError::NoWorkdir(w.to_string_lossy().into_owned()));
     }
     Ok(path)
@@ -163,6 +174,25 @@ mod tests {
         assert_eq!(find_program(&dir, b"/bin/loop", b"/", path), None);
         assert_eq!(find_program(&dir, b"/bin", b"/", path), None);
         assert_eq!(find_program(&dir, b"", b"/", path), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `-w` may name a directory inside a volume (docker's `-v $PWD:/src -w /src`),
+    /// with no rootfs: the volume's mount point and what is below it on the host.
+    #[test]
+    fn the_workdir_may_lie_in_a_volume() {
+        let dir = std::env::temp_dir().join(format!("onering-workdir-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        let vols: &[(&[u8], &Path)] = &[(b"/data/src", &dir)];
+        let w = |p: &str| workdir(Some(OsStr::new(p)), None, vols).map_err(|e| e.to_string());
+        assert_eq!(w("/data/src"), Ok(b"/data/src".to_vec()));
+        assert_eq!(w("/data/src/"), Ok(b"/data/src/".to_vec()));
+        assert_eq!(w("/data/src/sub"), Ok(b"/data/src/sub".to_vec()));
+        assert_eq!(w("data/src/sub"), Ok(b"/data/src/sub".to_vec()));
+        assert!(w("/data/src/none").is_err());
+        assert!(w("/data/srcx").is_err());
+        assert!(w("/data").is_err(), "the mount point's parent is not a directory the user made");
+        assert_eq!(w("/tmp"), Ok(b"/tmp".to_vec()));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
