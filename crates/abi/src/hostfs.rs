@@ -31,6 +31,11 @@
 //!   bytes read (one exit for a readahead of many page-cache chunks).
 //! - [`STATAT`] `(dir, name, stat)`: the entry's stat (not following a link),
 //!   no handle made (a lookup that only checks, one exit).
+//! - [`PLAN`] `(h, base, out, out_len, bias)`: a `Hostcall::Rewrite` plan for the
+//!   whole file of I/O handle `h`, which the VMM reads itself (at most
+//!   `hostcall::MAX_REWRITE_FILE` bytes, else -EFBIG): its length in `out`, or
+//!   -ENOSPC, -ENOEXEC as that hostcall. For a file whose bytes the guest has not
+//!   changed: the guest need not read a large program to hand it over.
 //! - [`STAT`] `(h, stat)`; [`STATFS`] `(h, buf)`: [`FS_STATFS_SIZE`] bytes
 //!   (type, bsize, blocks, bfree, bavail, files, ffree, namelen, frsize as u64).
 //! - [`READDIR`] `(dir, index, buf, len)`: entries from number `index` on, as
@@ -91,6 +96,7 @@ pub const STATFS: u64 = 20;
 pub const LOCK: u64 = 21;
 pub const READV: u64 = 22;
 pub const STATAT: u64 = 23;
+pub const PLAN: u64 = 24;
 
 /// In OPEN's result: the call made the file (bit 32; handles are below it).
 pub const CREATED: i64 = 1 << 32;

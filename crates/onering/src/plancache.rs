@@ -68,6 +68,29 @@ pub fn plan(prog: &Program, file: &[u8], bias: u64, base: u64) -> Plan {
     p
 }
 
+/// The plan of ELF file `file` at `bias`, trampolines at `base`, as the guest
+/// receives it (`onering_abi::rewrite`, patch addresses at `bias`): -ENOEXEC if
+/// the file is not an x86-64 executable or shared object, -ENOSPC if the plan is
+/// longer than `room` (the guest asks again with more). The file is as untrusted
+/// as the guest: the same total parser and planner read it.
+pub fn wire_plan(file: &[u8], bias: u64, base: u64, room: u64) -> Result<Vec<u8>, i64> {
+    const ENOEXEC: i64 = 8;
+    const ENOSPC: i64 = 28;
+    let prog = Program::parse(file).map_err(|_| -ENOEXEC)?;
+    let p = plan(&prog, file, bias, base);
+    let wire = WirePlan {
+        sites: p.sites as u64,
+        rewritten: p.rewritten as u64,
+        patches: p.patches.into_iter().map(|x| WirePatch { addr: x.addr, bytes: x.bytes }).collect(),
+        trampolines: p.trampolines,
+    }
+    .encode();
+    if wire.len() as u64 > room {
+        return Err(-ENOSPC);
+    }
+    Ok(wire)
+}
+
 fn encode(k: &blake3::Hash, p: &Plan) -> Vec<u8> {
     let body = WirePlan {
         sites: p.sites as u64,

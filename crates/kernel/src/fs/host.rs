@@ -128,6 +128,14 @@ pub fn flush_writes() {
     fs::flush_writes();
 }
 
+/// The rewrite plan the VMM makes of the whole file of I/O handle `h`, reading it
+/// itself (`onering_abi::hostfs::PLAN`): its length in `out`, or -errno
+/// (-ENOSPC: `out` is too small).
+pub fn plan(h: u64, base: u64, bias: u64, out: &mut [u8]) -> i64 {
+    let (o, n) = (out.as_mut_ptr() as u64, out.len() as u64);
+    fs::simple(proto::PLAN, &[h, base, o, n, bias]).map_or_else(|e| e, |n| n as i64)
+}
+
 /// `fsync` of host handle `h` (the writes waiting go first, with it).
 pub fn sync(h: u64) -> Result<(), Errno> {
     fs::simple(proto::FSYNC, &[h]).map(|_| ()).map_err(Errno::from_host)

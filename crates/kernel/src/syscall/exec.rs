@@ -229,34 +229,47 @@ fn rewriting(k: &Kernel) -> bool {
 }
 
 /// The plan for `exe` (parsed: `prog`) with trampolines at `tramp` (both at bias
-/// 0): from the cache, else from the VMM (one exit), which gets the whole file
-/// (`pieces`, read now if not given). None: nothing to rewrite or no plan.
-fn plan_for(exe: &Exe, prog: &Program, pieces: Option<&[Vec<u8>]>, tramp: u64) -> Option<Arc<WirePlan>> {
+/// 0): from the cache, else from the VMM (one exit). A host file the VM has not
+/// changed the VMM reads itself (`fs::host::plan`: a 33 MiB `cc1` is then not
+/// read into the VM at every `execve`); any other file it gets whole (`pieces`,
+/// read now if not given). None: nothing to rewrite or no plan.
+fn plan_for(k: &Kernel, exe: &Exe, prog: &Program, pieces: Option<&[Vec<u8>]>, tramp: u64) -> Option<Arc<WirePlan>> {
     if let Some(c) = cached_plan(exe.key, tramp) {
         return Some(c);
     }
     if exe.size > onering_abi::hostcall::MAX_REWRITE_FILE {
         return None;
     }
+    let host = match exe.file.obj().node() {
+        Some(ino) if pieces.is_none() => k.vfs.lock().unchanged_host_file(ino),
+        _ => None,
+    };
     let read;
-    let pieces = match pieces {
-        Some(p) => p,
-        None => {
+    let pieces = match (pieces, host) {
+        (Some(p), _) => p,
+        (None, Some(_)) => &[][..],
+        (None, None) => {
             read = exe.pieces().ok()?;
             &read
         }
     };
     let slices: Vec<&[u8]> = pieces.iter().map(|p| &p[..]).collect();
     let mut out = core::mem::take(&mut *PLAN_OUT.lock());
-    // (A site's patch and trampolines take about a hundred bytes.)
-    let mut cap = (64 * 1024 + site_bound(prog, pieces) * 256).min(MAX_PLAN) as usize;
+    // (A site's patch and trampolines take about a hundred bytes; a host file's
+    // sites are not counted here.)
+    let sites = if host.is_some() { exe.size / 64 } else { site_bound(prog, pieces) * 256 };
+    let mut cap = (64 * 1024 + sites).min(MAX_PLAN) as usize;
     let len = loop {
         if out.capacity() < cap && !onering_arch::heap::ensure_block(cap) {
             return None;
         }
         out.try_reserve_exact(cap.saturating_sub(out.len())).ok()?;
         out.resize(cap, 0);
-        let r = onering_arch::hostcall::rewrite_plan(&slices, tramp.wrapping_add(PLAN_BIAS), PLAN_BIAS, &mut out);
+        let (base, bias) = (tramp.wrapping_add(PLAN_BIAS), PLAN_BIAS);
+        let r = match host {
+            Some(h) => crate::fs::host::plan(h, base, bias, &mut out),
+            None => onering_arch::hostcall::rewrite_plan(&slices, base, bias, &mut out),
+        };
         match r {
             n if n >= 0 => break n as usize,
             n if n == -(Errno::ENOSPC as i64) && (cap as u64) < MAX_PLAN => {
@@ -490,7 +503,7 @@ struct Loaded {
 /// Loads `exe` into the current address space: its segments copied into a fresh
 /// anonymous mapping, rewritten, then each given its protection.
 fn load(k: &Kernel, mm: &Mm, user: &dyn UserMem, exe: &Exe, prog: &Program, place: Place) -> Result<Loaded, Errno> {
-    let plan = if rewriting(k) { plan_for(exe, prog, None, tramp_base(prog)) } else { None };
+    let plan = if rewriting(k) { plan_for(k, exe, prog, None, tramp_base(prog)) } else { None };
     let tramp_len = plan.as_ref().map_or(0, |c| c.trampolines.len() as u64);
     let (lo, hi) = image_span(prog, tramp_len).ok_or(Errno::ENOEXEC)?;
     let len = hi - lo;
@@ -763,14 +776,21 @@ fn replace_image(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Pr
     }
     p.threads.store(1, Relaxed);
     // A fresh address space; the old one goes (unless a vfork parent shares it).
-    let kill = || -> ! { crate::task::signal::terminate(ctx.k, me, crate::sigframe::sig::SIGSEGV, 0, 0) };
-    let Ok(space) = crate::mm::spaces::fresh(&ctx.k.chunks) else { kill() };
+    // Past this point a failure ends the process: SIGSEGV as on Linux, or, when
+    // memory ran out, SIGKILL with the out-of-memory message (Linux's OOM killer).
+    let kill = |e: Errno| -> ! {
+        let signal = if e == Errno::ENOMEM {
+            ctx.k.report_oom();
+            crate::sigframe::sig::SIGKILL
+        } else {
+            crate::sigframe::sig::SIGSEGV
+        };
+        crate::task::signal::terminate(ctx.k, me, signal, 0, 0)
+    };
+    let space = crate::mm::spaces::fresh(&ctx.k.chunks).unwrap_or_else(|e| kill(e));
     p.replace_space(space);
     let user = space.user();
-    let start = match build(ctx, &space.mm, &user, exe, prog, interp, args) {
-        Ok(s) => s,
-        Err(_) => kill(),
-    };
+    let start = build(ctx, &space.mm, &user, exe, prog, interp, args).unwrap_or_else(|e| kill(e));
     space.mm.lock().set_brk_start(start.brk);
     let closing = p.fds.lock().take_cloexec();
     drop(closing);
@@ -855,7 +875,7 @@ pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: 
     }
     let plan = cached_plan(key, tramp).or_else(|| {
         let (e, prog, pieces) = read.take().or_else(open)?;
-        plan_for(&e, &prog, Some(&pieces), tramp)
+        plan_for(ctx.k, &e, &prog, Some(&pieces), tramp)
     });
     let ok = plan.as_ref().is_some_and(|c| {
         c.trampolines.len() as u64 <= lib.room && apply(ctx.user, c, bias, tramp, start, start + len).is_ok()

@@ -431,6 +431,15 @@ impl Vfs {
         self.node(ino).host.as_ref().map(|h| h.layer)
     }
 
+    /// An I/O handle on `ino` if it is a host file whose bytes are the host's (not
+    /// copied up into the VM): the VMM may read it itself.
+    pub fn unchanged_host_file(&mut self, ino: Ino) -> Option<u64> {
+        if !matches!(self.node(ino).data, Data::HostFile(_)) {
+            return None;
+        }
+        self.io_handle(ino, false).ok()
+    }
+
     /// An I/O handle on host file `ino` (opened for writing too if `write`).
     pub fn io_handle(&mut self, ino: Ino, write: bool) -> Result<u64, Errno> {
         let ops = self.hostops.ok_or(Errno::EIO)?;

@@ -114,28 +114,12 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
 /// `args[4]` bytes). The file is as untrusted as the first program's: the same
 /// total parser and planner read it.
 fn rewrite(args: [u64; 6], mem: &GuestMemoryMmap) -> i64 {
-    use onering_abi::rewrite::{WirePatch, WirePlan};
-    const ENOEXEC: i64 = 8;
-    const ENOSPC: i64 = 28;
-    let file = match read_pieces(mem, args[0], args[1]) {
-        Ok(f) => f,
-        Err(e) => return e,
-    };
-    let Ok(prog) = onering_rewrite::elf::Program::parse(&file) else { return -ENOEXEC };
-    let plan = crate::plancache::plan(&prog, &file, args[5], args[2]);
-    let wire = WirePlan {
-        sites: plan.sites as u64,
-        rewritten: plan.rewritten as u64,
-        patches: plan.patches.into_iter().map(|p| WirePatch { addr: p.addr, bytes: p.bytes }).collect(),
-        trampolines: plan.trampolines,
-    }
-    .encode();
-    if wire.len() as u64 > args[4] {
-        return -ENOSPC;
-    }
-    match write_guest(mem, args[3], &wire) {
-        Some(()) => wire.len() as i64,
-        None => -EFAULT,
+    let wire =
+        read_pieces(mem, args[0], args[1]).and_then(|f| crate::plancache::wire_plan(&f, args[5], args[2], args[4]));
+    match wire.map(|w| write_guest(mem, args[3], &w).map(|()| w.len() as i64)) {
+        Ok(Some(n)) => n,
+        Ok(None) => -EFAULT,
+        Err(e) => e,
     }
 }
 

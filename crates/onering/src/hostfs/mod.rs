@@ -261,6 +261,7 @@ impl HostFs {
                 )
             }
             proto::READ | proto::WRITE => self.io(op == proto::WRITE, a, &[(b, c)], d, mem),
+            proto::PLAN => self.plan(a, b, c, d, e, mem),
             proto::READV => {
                 if c > proto::MAX_IOV {
                     return -EINVAL;
@@ -551,6 +552,46 @@ impl HostFs {
     /// READ, WRITE and READV: `pread`/`pwrite` between the file from `off` and the
     /// guest-virtual `segments` (address, length) in order, through a bounded
     /// buffer, page run by page run; bytes moved (a short one ends it).
+    /// PLAN: the rewrite plan of the whole file of handle `h` (read here, up to
+    /// `MAX_REWRITE_FILE` bytes), trampolines at `base`, at `bias`, into guest
+    /// `out` (`out_len` bytes at most).
+    fn plan(&self, h: u64, base: u64, out: u64, out_len: u64, bias: u64, mem: &vm_memory::GuestMemoryMmap) -> i64 {
+        const EFBIG: i64 = 27;
+        let max = onering_abi::hostcall::MAX_REWRITE_FILE as usize;
+        let (file, tar) = {
+            let t = self.table();
+            let Some(en) = t.entries.get(h as usize).and_then(|e| e.as_ref()) else { return -EBADF };
+            let tar = en.tar.and_then(|x| Some((self.tars[en.mount].as_ref()?, x)));
+            (Arc::clone(&en.file), tar)
+        };
+        // (Read to its end, one byte past the bound at most: a file that grows
+        // meanwhile is read as it is.)
+        let mut bytes = Vec::new();
+        loop {
+            let at = bytes.len();
+            if at > max {
+                return -EFBIG;
+            }
+            bytes.resize(at + PIECE, 0);
+            let got = match tar {
+                Some((t, x)) => t.read(x, at as u64, &mut bytes[at..]),
+                None => file.read_at(&mut bytes[at..], at as u64),
+            };
+            match got {
+                Ok(0) => {
+                    bytes.truncate(at);
+                    break;
+                }
+                Ok(n) => bytes.truncate(at + n),
+                Err(e) => return err(e),
+            }
+        }
+        match crate::plancache::wire_plan(&bytes, bias, base, out_len) {
+            Ok(w) => write_guest(mem, out, &w).map_or(-EFAULT, |()| w.len() as i64),
+            Err(e) => e,
+        }
+    }
+
     fn io(&self, write: bool, h: u64, segments: &[(u64, u64)], off: u64, mem: &vm_memory::GuestMemoryMmap) -> i64 {
         // (The descriptor is shared, not the table's lock held, across the host's
         // I/O.)
