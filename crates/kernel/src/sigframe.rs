@@ -36,6 +36,8 @@ pub mod sa {
     pub const ONSTACK: u64 = 0x0800_0000;
     pub const NODEFER: u64 = 0x4000_0000;
     pub const RESETHAND: u64 = 0x8000_0000;
+    /// SIGCHLD only: no SIGCHLD when a child stops or continues.
+    pub const NOCLDSTOP: u64 = 1;
 }
 
 /// `si_code` values.
@@ -48,6 +50,11 @@ pub mod code {
     pub const FPE_INTDIV: i32 = 1;
     pub const BUS_ADRALN: i32 = 1;
     pub const TRAP_BRKPT: i32 = 1;
+    /// SIGCHLD's: a child exited, was killed, stopped, continued.
+    pub const CLD_EXITED: i32 = 1;
+    pub const CLD_KILLED: i32 = 2;
+    pub const CLD_STOPPED: i32 = 5;
+    pub const CLD_CONTINUED: i32 = 6;
 }
 
 pub const SIG_DFL: u64 = 0;
@@ -63,19 +70,25 @@ pub const fn bit(s: u64) -> u64 {
 /// KILL and STOP can be neither caught nor blocked.
 pub const UNBLOCKABLE: u64 = bit(sig::SIGKILL) | bit(sig::SIGSTOP);
 
+/// The job-control stop signals.
+pub const STOP_SIGNALS: u64 = bit(sig::SIGSTOP) | bit(sig::SIGTSTP) | bit(sig::SIGTTIN) | bit(sig::SIGTTOU);
+
 /// What happens to a signal nobody handles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Default {
     /// The program ends as killed by the signal.
     Terminate,
     Ignore,
+    /// The process stops until SIGCONT (`task::job`).
+    Stop,
 }
 
-/// Linux's default action (stop and continue count as ignore: nothing here stops).
+/// Linux's default action (SIGCONT's is to ignore: sending it is what continues).
 pub fn default_action(s: u64) -> Default {
     use sig::*;
     match s {
-        SIGCHLD | SIGCONT | SIGURG | SIGWINCH | SIGSTOP | SIGTSTP | SIGTTIN | SIGTTOU => Default::Ignore,
+        SIGCHLD | SIGCONT | SIGURG | SIGWINCH => Default::Ignore,
+        SIGSTOP | SIGTSTP | SIGTTIN | SIGTTOU => Default::Stop,
         _ => Default::Terminate,
     }
 }
@@ -85,9 +98,12 @@ pub fn default_action(s: u64) -> Default {
 pub struct Info {
     pub signo: u64,
     pub code: i32,
-    /// Sender pid and uid (kill, tgkill).
+    /// Sender pid and uid (kill, tgkill; the child for SIGCHLD).
     pub pid: u32,
     pub uid: u32,
+    /// SIGCHLD's `si_status`: the exit code, or the signal that killed,
+    /// stopped or continued the child.
+    pub status: i32,
     /// Faulting address (SIGSEGV, SIGBUS, SIGILL, SIGFPE).
     pub addr: u64,
     /// The exception vector and error code, for `sigcontext.trapno`/`err`.
@@ -191,6 +207,9 @@ impl Info {
             b[16..20].copy_from_slice(&self.pid.to_le_bytes());
             b[20..24].copy_from_slice(&self.uid.to_le_bytes());
         }
+        if self.signo == sig::SIGCHLD {
+            b[24..28].copy_from_slice(&self.status.to_le_bytes());
+        }
         b
     }
 }
@@ -285,6 +304,17 @@ mod tests {
         assert_eq!((frame + 8) % 16, 0);
         let (frame, fp) = place(0x1234, Some((0x10_0000, 0x8000)), 832);
         assert!(fp + 836 <= 0x10_8000 && frame > 0x10_0000);
+    }
+
+    #[test]
+    fn sigchld_carries_its_status() {
+        let i = Info { signo: sig::SIGCHLD, code: code::CLD_STOPPED, pid: 7, uid: 1000, status: 19, ..Info::default() };
+        let b = i.encode();
+        assert_eq!(&b[8..12], &5i32.to_le_bytes());
+        assert_eq!(&b[16..20], &7u32.to_le_bytes());
+        assert_eq!(&b[24..28], &19i32.to_le_bytes());
+        assert_eq!(default_action(sig::SIGTSTP), Default::Stop);
+        assert_eq!(default_action(sig::SIGCONT), Default::Ignore);
     }
 
     #[test]

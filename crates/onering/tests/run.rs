@@ -1246,11 +1246,23 @@ fn futex_waiters_that_die_waiting_take_no_later_wake_up() {
     same_as_host_on_1_2_4_vcpus(&build("futexkill", "musl-gcc", &["-static", "-pthread"], ""));
 }
 
+/// Job-control stops as on the host (issue 17): SIGSTOP, SIGTSTP (handled, at its
+/// default, blocked then let through, to an orphaned group) and SIGCONT of child
+/// processes, a stopped child's threads standing still and its blocked read()
+/// waiting for SIGCONT, waitpid WUNTRACED/WCONTINUED, waitid WSTOPPED/WCONTINUED
+/// with WNOWAIT, SIGCHLD's CLD_STOPPED/CLD_CONTINUED and SA_NOCLDSTOP, SIGKILL
+/// of a stopped child, /proc/PID/stat's 'T'. On 1, 2 and 4 vCPUs, rewritten and
+/// trapping.
+#[test]
+fn job_control_stops_match_the_host() {
+    same_as_host_on_1_2_4_vcpus(&build("jobstop", "musl-gcc", &["-static", "-pthread"], ""));
+}
+
 /// Job control on a terminal (a pty from `script`, the program its session's
 /// leader on the host as in the VM, onering with -i so stdin is the terminal too):
 /// /dev/tty, tcgetpgrp/tcsetpgrp and their errors, TIOCGSID, TIOCSCTTY,
 /// TIOCNOTTY, a background group's reads (SIGTTIN) and changes (SIGTTOU) ignored,
-/// blocked and handled, as on the host, on 1 and 2 vCPUs; without any terminal
+/// blocked, handled and at their default (the group stops), as on the host, on 1 and 2 vCPUs; without any terminal
 /// /dev/tty is ENXIO.
 #[test]
 fn terminal_job_control_matches_the_host() {

@@ -1,7 +1,8 @@
 // Job control on a terminal (run on a pseudo-terminal, as its session leader:
 // `script -qec PROGRAM`, onering with -i; with "none", without any terminal): /dev/tty, tcgetpgrp/tcsetpgrp, TIOCGSID, TIOCSCTTY,
 // TIOCNOTTY, and a background group's terminal reads and mode changes (SIGTTIN,
-// SIGTTOU ignored, blocked or handled), compared with the host. Output goes
+// SIGTTOU ignored, blocked, handled, or at their default: a stop), compared with
+// the host. Output goes
 // to the terminal, so lines end in \r\n there; only relations are printed (pids
 // differ).
 #define _GNU_SOURCE
@@ -137,6 +138,36 @@ int main(int argc, char **argv) {
 
     in_child(background);
     CHECK(tcgetpgrp(1) == getpgrp(), "we are the foreground again");
+
+    // At SIGTTIN's default a background read stops its group (and again once
+    // continued: the read starts over); at SIGTTOU's, tcsetpgrp does.
+    pid_t r = fork();
+    if (r == 0) {
+        setpgid(0, 0);
+        char b;
+        read(open("/dev/tty", O_RDWR | O_NOCTTY), &b, 1);
+        _exit(0);
+    }
+    setpgid(r, r);
+    CHECK(waitpid(r, &st, WUNTRACED) == r && WIFSTOPPED(st) && WSTOPSIG(st) == SIGTTIN,
+          "a background read at SIGTTIN's default stops");
+    kill(r, SIGCONT);
+    CHECK(waitpid(r, &st, WUNTRACED) == r && WIFSTOPPED(st) && WSTOPSIG(st) == SIGTTIN,
+          "continued, its read stops it again");
+    kill(r, SIGKILL);
+    CHECK(waitpid(r, &st, 0) == r && WIFSIGNALED(st), "and SIGKILL ends it");
+    r = fork();
+    if (r == 0) {
+        setpgid(0, 0);
+        tcsetpgrp(1, getpgrp());
+        _exit(0);
+    }
+    setpgid(r, r);
+    CHECK(waitpid(r, &st, WUNTRACED) == r && WIFSTOPPED(st) && WSTOPSIG(st) == SIGTTOU,
+          "a background tcsetpgrp at SIGTTOU's default stops");
+    kill(r, SIGKILL);
+    waitpid(r, &st, 0);
+    CHECK(tcgetpgrp(1) == getpgrp(), "the foreground is still ours");
 
     // The foreground moves to a child's group and back.
     pid_t c = fork();

@@ -381,7 +381,7 @@ fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, 
             _ => sig[2] |= 1 << i,
         }
     }
-    sig[3] = t.map_or(0, |t| t.pending.load(Relaxed));
+    sig[3] = t.map_or(0, |t| t.pending.load(Relaxed) & !crate::task::thread::STOP_MARK);
     let (mut vsize, mut stack, mut data, mut text, mut start_stack) = (0, 0, 0, 0, 0);
     let space = p.try_space().ok_or(Errno::ESRCH)?;
     let rss = {
@@ -410,7 +410,13 @@ fn info(k: &Kernel, p: &'static process::Process, tid: u64) -> Result<ProcInfo, 
             let c = *k.comm.lock();
             c.iter().take_while(|b| **b != 0).copied().collect()
         },
-        state: if t.is_some_and(|t| t.sleeping()) && me != Some(tid) { b'S' } else { b'R' },
+        state: if crate::task::job::is_stopped(p) {
+            b'T'
+        } else if t.is_some_and(|t| t.sleeping()) && me != Some(tid) {
+            b'S'
+        } else {
+            b'R'
+        },
         threads: p.threads.load(Relaxed) as u64,
         uid: k.cfg.uid,
         gid: k.cfg.gid,

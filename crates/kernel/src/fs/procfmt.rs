@@ -26,7 +26,7 @@ pub struct ProcInfo {
     pub tid: u64,
     pub ppid: u64,
     pub comm: Vec<u8>,
-    /// 'R' (running) or 'S' (sleeping).
+    /// 'R' (running), 'S' (sleeping) or 'T' (stopped).
     pub state: u8,
     pub threads: u64,
     pub uid: u64,
@@ -52,6 +52,7 @@ fn state_name(s: u8) -> &'static str {
     match s {
         b'R' => "R (running)",
         b'Z' => "Z (zombie)",
+        b'T' => "T (stopped)",
         _ => "S (sleeping)",
     }
 }

@@ -317,6 +317,9 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
         // Reset before the child can run (and, on another vCPU, exit).
         me.vfork_done.store(false, Relaxed);
     }
+    if thread {
+        crate::task::job::joined(proc, child);
+    }
     sched::start(child);
     if flags & CLONE_VFORK != 0 {
         vfork_wait(me);
@@ -375,7 +378,8 @@ pub fn wait4(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if want > 0 {
         child_of(ctx, want as u64)?;
     }
-    match reap(ctx, |z| want == -1 || want == 0 || z as i64 == want, options & WNOHANG != 0, false)? {
+    let what = Events { exited: true, stopped: options & WSTOPPED != 0, continued: options & WCONTINUED != 0 };
+    match reap(ctx, |z| want == -1 || want == 0 || z as i64 == want, what, options & WNOHANG != 0, false)? {
         Some((z, st)) => {
             if status != 0 {
                 ctx.user.write_u32(status, st as u32)?;
@@ -389,15 +393,37 @@ pub fn wait4(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     }
 }
 
-/// Waits for a zombie child that `wanted` accepts (None at once with `nohang`),
-/// reaping it unless `keep` (WNOWAIT); ECHILD when the caller has no children.
-fn reap(ctx: &Ctx, wanted: impl Fn(u64) -> bool, nohang: bool, keep: bool) -> Result<Option<(u64, u64)>, Errno> {
-    let key = wait_key(ctx.proc().pid());
+/// What a wait reports: children that ended (WEXITED), stopped (WSTOPPED,
+/// WUNTRACED) or were continued (WCONTINUED).
+#[derive(Clone, Copy)]
+struct Events {
+    exited: bool,
+    stopped: bool,
+    continued: bool,
+}
+
+/// Waits for a child that `wanted` accepts and that ended (a zombie, reaped
+/// unless `keep`: WNOWAIT), or stopped or continued, as `what` asks (that report
+/// taken unless `keep`): (pid, wait status); None at once with `nohang`. ECHILD
+/// when the caller has no such children.
+fn reap(
+    ctx: &Ctx,
+    wanted: impl Fn(u64) -> bool,
+    what: Events,
+    nohang: bool,
+    keep: bool,
+) -> Result<Option<(u64, u64)>, Errno> {
+    let me = ctx.proc().pid();
+    let key = wait_key(me);
+    // A signal ends the wait after one more look, as on Linux (the SIGCHLD of a
+    // child's change may come before the wake-up).
+    let mut interrupted = false;
     loop {
         sched::prepare_wait(key);
         let found = {
             let mut fam = ctx.proc().family.lock();
             match fam.zombies.iter().position(|&(z, _)| wanted(z)) {
+                Some(_) if !what.exited => None,
                 Some(i) if keep => Some(fam.zombies[i]),
                 Some(i) => {
                     let z = fam.zombies.remove(i);
@@ -413,15 +439,21 @@ fn reap(ctx: &Ctx, wanted: impl Fn(u64) -> bool, nohang: bool, keep: bool) -> Re
                 None => None,
             }
         };
+        let found = found.or_else(|| {
+            (what.stopped || what.continued)
+                .then(|| crate::task::job::report(me, &wanted, what.stopped, what.continued, keep))
+                .flatten()
+        });
         if found.is_some() || nohang {
             sched::finish_wait(key);
             return Ok(found);
         }
-        let w = sched::block(None);
-        sched::finish_wait(key);
-        if w == Wake::Interrupted {
+        if interrupted {
+            sched::finish_wait(key);
             return Err(Errno::ERESTARTSYS);
         }
+        interrupted = sched::block(None) == Wake::Interrupted;
+        sched::finish_wait(key);
     }
 }
 
@@ -445,9 +477,9 @@ const WNOWAIT: u64 = 0x0100_0000;
 const WAIT_THREADS: u64 = 0x2000_0000 | 0x4000_0000 | 0x8000_0000;
 
 /// `waitid(idtype, id, infop, options, rusage)`: as `wait4`, reporting through a
-/// `siginfo_t` (SIGCHLD, CLD_EXITED or CLD_KILLED, the pid, uid and status).
-/// Children never stop here, so only WEXITED finds anything; WNOWAIT leaves the
-/// zombie to be reaped again.
+/// `siginfo_t` (SIGCHLD, CLD_EXITED, CLD_KILLED, CLD_STOPPED or CLD_CONTINUED,
+/// the pid, uid and status); WNOWAIT leaves the zombie to be reaped again, or the
+/// stop or continuation to be reported again.
 pub fn waitid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [idtype, id, infop, options, rusage, ..] = f.args();
     if options & !(WNOHANG | WEXITED | WSTOPPED | WCONTINUED | WNOWAIT | WAIT_THREADS) != 0
@@ -480,18 +512,19 @@ pub fn waitid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if infop != 0 {
         ctx.user.check(infop, 128, true)?;
     }
-    let found = if options & WEXITED != 0 {
-        reap(ctx, wanted, options & WNOHANG != 0 || nonblock, options & WNOWAIT != 0)?
-    } else {
-        reap(ctx, |_| false, true, true)?
+    let what = Events {
+        exited: options & WEXITED != 0,
+        stopped: options & WSTOPPED != 0,
+        continued: options & WCONTINUED != 0,
     };
+    let found = reap(ctx, wanted, what, options & WNOHANG != 0 || nonblock, options & WNOWAIT != 0)?;
     if found.is_none() && nonblock && options & WNOHANG == 0 {
         return Err(Errno::EAGAIN);
     }
     if infop != 0 {
         let mut si = [0u8; 128];
         if let Some((pid, st)) = found {
-            let (code, value) = if st & 0x7f == 0 { (1u32, (st >> 8) & 0xff) } else { (2, st & 0x7f) };
+            let (code, value) = crate::task::exit::wait_info(st);
             si[..4].copy_from_slice(&(crate::sigframe::sig::SIGCHLD as u32).to_le_bytes());
             si[8..12].copy_from_slice(&code.to_le_bytes());
             si[16..20].copy_from_slice(&(pid as u32).to_le_bytes());

@@ -11,12 +11,31 @@ use super::sched;
 use super::thread::{current, Thread};
 use crate::futex::robust;
 use crate::mm::user::{UserMem, UserMemExt};
+use crate::sigframe::code::{CLD_CONTINUED, CLD_EXITED, CLD_KILLED, CLD_STOPPED};
 use crate::sigframe::sig;
 use core::sync::atomic::Ordering::Relaxed;
 
 /// Wait status of a normal exit with `code`.
 pub fn exited(code: u64) -> u64 {
     (code & 0xff) << 8
+}
+
+/// Wait status of a stop by signal `s` (WIFSTOPPED, WSTOPSIG).
+pub fn stopped(s: u64) -> u64 {
+    (s & 0xff) << 8 | 0x7f
+}
+
+/// Wait status of a continuation (WIFCONTINUED).
+pub const CONTINUED: u64 = 0xffff;
+
+/// What `waitid`'s `siginfo_t` says of wait status `st`: (si_code, si_status).
+pub fn wait_info(st: u64) -> (i32, u64) {
+    match st {
+        CONTINUED => (CLD_CONTINUED, sig::SIGCONT),
+        _ if st & 0xff == 0x7f => (CLD_STOPPED, (st >> 8) & 0xff),
+        _ if st & 0x7f == 0 => (CLD_EXITED, (st >> 8) & 0xff),
+        _ => (CLD_KILLED, st & 0x7f),
+    }
 }
 
 /// The wait-queue key of process `pid`'s wait4 callers.
@@ -45,6 +64,9 @@ pub fn exit_thread(k: &Kernel, user: &dyn UserMem, code: u64, group: bool) -> ! 
     let left = p.threads.fetch_sub(1, Relaxed).saturating_sub(1);
     if left == 0 || group {
         end_process(k, me, exited(code));
+    } else if me.stop_marked() {
+        // Its process is stopping: a thread that leaves takes part in the stop.
+        super::job::acknowledge(me);
     }
     sched::exit_current()
 }
@@ -79,8 +101,16 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
     super::tty::process_ended(p);
     // SIGCHLD for the parent (dropped unless it handles it, its default being
     // to ignore).
-    let code = if status & 0x7f != 0 { CLD_KILLED } else { CLD_EXITED };
-    let info = crate::sigframe::Info { signo: sig::SIGCHLD, code, pid: pid as u32, ..Default::default() };
+    let (code, value) = wait_info(status);
+    let uid = k.cfg.uid as u32;
+    let info = crate::sigframe::Info {
+        signo: sig::SIGCHLD,
+        code,
+        pid: pid as u32,
+        uid,
+        status: value as i32,
+        ..Default::default()
+    };
     let _ = super::signal::send_to_process(ppid, sig::SIGCHLD, info);
     // Other threads of the process end with it (they never run again).
     let threads = sched::threads_of(pid);
@@ -131,10 +161,6 @@ pub fn creator_ended(me: &Thread) {
         }
     }
 }
-
-/// `si_code`s of SIGCHLD.
-const CLD_EXITED: i32 = 1;
-const CLD_KILLED: i32 = 2;
 
 /// The children of ended process `p` (still running, or zombies no one reaped)
 /// become the program's (pid 1), as Linux gives orphans to init.
@@ -191,5 +217,19 @@ fn release_robust_list(k: &Kernel, user: &dyn UserMem, me: &Thread) {
                 Err(_) => break,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wait_statuses_decode_as_waitid_reports_them() {
+        assert_eq!(wait_info(exited(3)), (CLD_EXITED, 3));
+        assert_eq!(wait_info(sig::SIGKILL), (CLD_KILLED, 9));
+        assert_eq!(stopped(sig::SIGSTOP), 0x137f);
+        assert_eq!(wait_info(stopped(sig::SIGTTIN)), (CLD_STOPPED, 21));
+        assert_eq!(wait_info(CONTINUED), (CLD_CONTINUED, 18));
     }
 }

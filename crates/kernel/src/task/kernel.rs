@@ -9,7 +9,7 @@
 //! Lock order (a lock may be taken while holding the ones before it, never after):
 //!
 //! 1. the process table, then a process's own locks (fds, fs, actions, rlimits,
-//!    family);
+//!    family, job: its stop state, held while the scheduler's is taken);
 //! 2. `vfs`;
 //! 3. a file object's lock (a pipe, an eventfd, an epoll);
 //! 4. the console;

@@ -1,6 +1,6 @@
 //! Tasks: the layer that runs things. Threads and the scheduler, processes, the
 //! kernel's state and the context a system call runs in, signal delivery, futex
-//! and file-lock waits, how threads and processes end, job control on the terminal (`tty`), and the
+//! and file-lock waits, how threads and processes end, job-control stops (`job`) and job control on the terminal (`tty`), and the
 //! console and stdin devices (which must be able to make a thread wait).
 //!
 //! It builds on the pure libraries below it (memory, the file tree, the file
@@ -13,6 +13,7 @@ pub mod exit;
 pub mod filelock;
 pub mod futex;
 pub mod itimer;
+pub mod job;
 pub mod kernel;
 pub mod process;
 pub mod sched;

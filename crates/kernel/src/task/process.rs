@@ -1,7 +1,7 @@
 //! Processes: what a process owns besides its threads: its address space (shared
 //! with CLONE_VM children, `mm::spaces`), descriptors, working directory and
-//! umask, signal dispositions, resource limits, and its children (zombies to
-//! reap, a vfork parent to release).
+//! umask, signal dispositions, resource limits, its children (zombies to
+//! reap, a vfork parent to release) and its job-control stop (`task::job`).
 //!
 //! The program is pid 1, as in a container. Process structures live in an arena
 //! of `&'static Process` slots that are reused, like threads: a thread reaches its
@@ -82,6 +82,9 @@ pub struct Process {
     pub creator: AtomicU64,
     /// The terminal is its controlling terminal (`task::tty`).
     pub ctty: AtomicBool,
+    /// Whether it is stopped, and what its parent's waits have yet to report
+    /// (`task::job`).
+    pub job: Mutex<super::job::Job>,
 }
 
 /// What /proc shows of a program `execve` loaded.
@@ -238,6 +241,7 @@ impl Process {
                     sid: AtomicU64::new(0),
                     creator: AtomicU64::new(0),
                     ctty: AtomicBool::new(false),
+                    job: Mutex::new(super::job::Job::default()),
                 }));
                 ARENA[slot].call_once(|| p);
                 t.used += 1;
@@ -260,6 +264,7 @@ impl Process {
         p.started.store(crate::time::mono_now(), Relaxed);
         *p.family.lock() = Family::default();
         *p.itimers.lock() = Default::default();
+        *p.job.lock() = Default::default();
         p.ended.store(false, Release);
         t.by_pid.insert(start.pid, p.slot);
         Ok(p)

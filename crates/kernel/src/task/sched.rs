@@ -472,15 +472,32 @@ pub enum Wake {
 /// A `wake` that came after the caller registered itself (e.g. on a futex queue)
 /// but before this call is not lost.
 pub fn block(deadline: Option<u64>) -> Wake {
+    sleep(deadline, true)
+}
+
+/// Blocks the running thread of a stopped process (`task::job::park`) until
+/// `wake` or its end: signals do not end this wait (they wait for SIGCONT).
+pub fn block_stopped() -> Wake {
+    sleep(None, false)
+}
+
+fn sleep(deadline: Option<u64>, signals: bool) -> Wake {
     poll_devices(false);
     let me = current();
     let cpu = this_cpu();
     let (next, cpus) = {
         let mut s = SCHED.lock();
+        // Its process is stopping: blocking takes part in the stop (looked at
+        // under this lock, which `mark_stop` holds while it marks the threads).
+        if me.stop_marked() && !me.stop_ack.load(SeqCst) {
+            drop(s);
+            super::job::acknowledge(me);
+            s = SCHED.lock();
+        }
         if me.wakeup.swap(false, Relaxed) {
             return Wake::Woken;
         }
-        if me.wakes_for() != 0 || me.doomed.load(Relaxed) {
+        if signals && me.wakes_for() != 0 || me.doomed.load(Relaxed) {
             return Wake::Interrupted;
         }
         let now = mono_now();
@@ -535,6 +552,39 @@ pub fn interrupt(t: &'static Thread) {
         supervisor::reschedule(c);
     }
     notify(cpus);
+}
+
+/// Marks every thread of process `pid` for a stop (`thread::STOP_MARK`) and
+/// interrupts those running on other CPUs, so that each parks before it goes
+/// back to the program. Whether the stop is complete already: every thread is
+/// blocked in the kernel or has taken part.
+pub fn mark_stop(pid: u64) -> bool {
+    let mut cpus = 0u64;
+    let quiet = {
+        let s = SCHED.lock();
+        let mut quiet = true;
+        for t in s.live.values().filter(|t| t.pid() == pid) {
+            t.pending.fetch_or(super::thread::STOP_MARK, SeqCst);
+            let st = t.state.load(Relaxed);
+            quiet &= st == SLEEPING || t.stop_ack.load(SeqCst);
+            match t.task.last_cpu() {
+                Some(c) if st == RUNNING && c != this_cpu() => cpus |= 1 << c,
+                _ => {}
+            }
+        }
+        quiet
+    };
+    for c in (0..ncpus()).filter(|c| cpus & (1 << c) != 0) {
+        supervisor::reschedule(c);
+    }
+    quiet
+}
+
+/// Whether every thread of process `pid` is blocked in the kernel or has taken
+/// part in its stop (under the lock `block` looks at the stop under).
+pub fn stop_quiet(pid: u64) -> bool {
+    let s = SCHED.lock();
+    s.live.values().filter(|t| t.pid() == pid).all(|t| t.state.load(Relaxed) == SLEEPING || t.stop_ack.load(SeqCst))
 }
 
 /// Registers the running thread on wait queue `key` (before checking, under the

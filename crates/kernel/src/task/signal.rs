@@ -14,13 +14,19 @@
 //! has SA_RESTART, as on Linux: its frame is marked, and `rt_sigreturn` of a marked
 //! frame makes the call again. Otherwise, and for calls Linux never restarts
 //! (sleeps, poll, epoll, timed waits), the program gets EINTR.
+//!
+//! Job control is `task::job`: sending SIGCONT continues the process, and a stop
+//! signal at its default action stops it (when sent, or when a thread takes one
+//! that was blocked); a stopped thread parks on its way back to the program.
 
 use super::kernel::{kernel, Kernel};
 use super::sched;
-use super::thread::{current, Thread};
+use super::thread::{current, Thread, STOP_MARK};
 use crate::errno::Errno;
 use crate::mm::user::UserMem;
-use crate::sigframe::{self as sigs, bit, sa, sig, Info, Regs, SIG_DFL, SIG_IGN, SS_DISABLE, SS_ONSTACK, UNBLOCKABLE};
+use crate::sigframe::{
+    self as sigs, bit, sa, sig, Info, Regs, SIG_DFL, SIG_IGN, SS_DISABLE, SS_ONSTACK, STOP_SIGNALS, UNBLOCKABLE,
+};
 use alloc::vec::Vec;
 use core::sync::atomic::Ordering::Relaxed;
 
@@ -55,9 +61,22 @@ pub fn send(t: &'static Thread, tid: u64, s: u64, info: Info) -> bool {
         }
         return true;
     }
+    let blocked = t.sigmask.load(Relaxed) & bit(s) != 0;
+    // Job control, whatever the disposition: SIGCONT continues the process, a
+    // stop signal at its default action stops it now (unless blocked: then when
+    // a thread takes it, in `deliver`).
+    if s == sig::SIGCONT {
+        super::job::cont(p);
+    } else if bit(s) & STOP_SIGNALS != 0 {
+        super::job::stop_sent(p);
+        if act[0] == SIG_DFL && !blocked {
+            super::job::stop(p, s);
+            return true;
+        }
+    }
     // As on Linux, a blocked signal is kept even if ignored (its disposition may
     // change before it is unblocked, and `rt_sigtimedwait` takes blocked ones).
-    if ignored(&act, s) && t.sigmask.load(Relaxed) & bit(s) == 0 {
+    if ignored(&act, s) && !blocked {
         return true;
     }
     {
@@ -150,6 +169,10 @@ pub fn terminate(k: &Kernel, t: &'static Thread, s: u64, rip: u64, addr: u64) ->
 pub fn deliver(k: &Kernel, user: &dyn UserMem, regs: Regs) -> Regs {
     let t = current();
     loop {
+        // A stopped process's threads go no further until SIGCONT.
+        if t.stop_marked() {
+            super::job::park(t);
+        }
         let ready = t.deliverable();
         if ready == 0 {
             // No handler ran: the interrupted call stays EINTR, a temporary mask
@@ -176,6 +199,11 @@ pub fn deliver(k: &Kernel, user: &dyn UserMem, regs: Regs) -> Regs {
             SIG_IGN => continue,
             SIG_DFL => match sigs::default_action(s) {
                 sigs::Default::Ignore => continue,
+                // (A stop signal that was blocked when sent: the process stops now.)
+                sigs::Default::Stop => {
+                    super::job::stop(t.process(), s);
+                    continue;
+                }
                 // SIGPIPE ends the program silently, like a shell pipeline's writer.
                 sigs::Default::Terminate => terminate(k, t, s, regs.rip, info.addr),
             },
@@ -293,9 +321,10 @@ pub fn fault(k: &Kernel, user: &dyn UserMem, regs: Regs, s: u64, info: Info) -> 
         terminate(k, t, s, regs.rip, info.addr);
     }
     t.siginfo.lock()[s as usize - 1] = info;
-    // Deliver this one first, then anything else pending.
-    let bits = t.pending.swap(bit(s), Relaxed);
+    // Deliver this one first (after a stop), then anything else pending.
+    let bits = t.pending.fetch_and(STOP_MARK, Relaxed);
+    t.pending.fetch_or(bit(s), Relaxed);
     let n = deliver(k, user, regs);
-    t.pending.fetch_or(bits & !bit(s), Relaxed);
+    t.pending.fetch_or(bits & !bit(s) & !STOP_MARK, Relaxed);
     n
 }

@@ -77,7 +77,15 @@ pub struct Thread {
     pub pdeathsig: AtomicU64,
     /// It created a child process (whose parent-death signal its end may send).
     pub made_children: AtomicBool,
+    /// It has taken part in its process's stop (`task::job`): parked, or
+    /// blocked in the kernel since the stop began; cleared by SIGCONT.
+    pub stop_ack: AtomicBool,
 }
+
+/// In `pending`: its process is stopping or stopped, so the thread parks before
+/// it goes back to the program (`task::job`). SIGSTOP's bit, as SIGSTOP itself is
+/// never queued (its stop begins when it is sent); it interrupts no blocking call.
+pub const STOP_MARK: u64 = sigframe::bit(sigframe::sig::SIGSTOP);
 
 impl core::fmt::Debug for Thread {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -146,6 +154,7 @@ impl Thread {
             last_fault: AtomicU64::new(u64::MAX),
             pdeathsig: AtomicU64::new(0),
             made_children: AtomicBool::new(false),
+            stop_ack: AtomicBool::new(false),
         }))
     }
 
@@ -178,6 +187,7 @@ impl Thread {
         self.last_fault.store(u64::MAX, Relaxed);
         self.pdeathsig.store(0, Relaxed);
         self.made_children.store(false, Relaxed);
+        self.stop_ack.store(false, Relaxed);
         self.wakeup.store(false, Relaxed);
         self.timed_out.store(false, Relaxed);
     }
@@ -205,15 +215,21 @@ impl Thread {
         }
     }
 
-    /// Signals pending and not blocked.
+    /// Signals pending and not blocked (not the stop mark).
     pub fn deliverable(&self) -> u64 {
-        self.pending.load(Relaxed) & !self.sigmask.load(Relaxed)
+        self.pending.load(Relaxed) & !self.sigmask.load(Relaxed) & !STOP_MARK
     }
 
     /// Pending signals that end a wait: deliverable ones, and those
-    /// `rt_sigtimedwait` waits for.
+    /// `rt_sigtimedwait` waits for (a stop does not: the call goes on, and the
+    /// thread parks when it is done).
     pub fn wakes_for(&self) -> u64 {
-        self.pending.load(Relaxed) & (!self.sigmask.load(Relaxed) | self.sigwait.load(Relaxed))
+        self.pending.load(Relaxed) & (!self.sigmask.load(Relaxed) | self.sigwait.load(Relaxed)) & !STOP_MARK
+    }
+
+    /// Its process is stopping or stopped (it parks before going back to the program).
+    pub fn stop_marked(&self) -> bool {
+        self.pending.load(Relaxed) & STOP_MARK != 0
     }
 
     /// CPUs it may run on.

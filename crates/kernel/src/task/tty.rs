@@ -14,10 +14,11 @@
 //! (SIGTTOU): allowed in the foreground; EIO for reads with SIGTTIN ignored or
 //! blocked and for an orphaned group; changes allowed with SIGTTOU ignored or
 //! blocked; a handled signal is sent to the caller's group and the call restarts
-//! or fails with EINTR after the handler. Where Linux would stop the group (the
-//! signal's default action) the call fails with EIO instead: no process stops
-//! here. Background writes are never checked (the terminal's TOSTOP flag lives in
-//! the host's modes, not known here).
+//! or fails with EINTR after the handler; at the signal's default action the
+//! group stops (`task::job`) and the call starts over once it is continued.
+//! Background writes are never checked (the terminal's TOSTOP flag lives in the
+//! host's modes, not known here), and the terminal's special characters (Ctrl-C,
+//! Ctrl-Z) are the host's line discipline's, which signals onering itself.
 //!
 //! The state is one small lock, a leaf: nothing else is taken while it is held.
 
@@ -72,7 +73,7 @@ fn signal_group(pgid: u64, s: u64) {
 /// Whether group `pgid` of session `sid` is orphaned: no member has a parent in
 /// another group of the same session (pid 1 counts as a parent, as a
 /// container's init does on Linux).
-fn orphaned(pgid: u64, sid: u64) -> bool {
+pub(super) fn orphaned(pgid: u64, sid: u64) -> bool {
     let all = process::all();
     !all.iter().filter(|q| q.pgid.load(Relaxed) == pgid).any(|q| {
         let ppid = q.ppid.load(Relaxed);
@@ -85,24 +86,34 @@ fn orphaned(pgid: u64, sid: u64) -> bool {
 pub fn check(s: u64) -> Result<(), Errno> {
     let me = current();
     let p = me.process();
-    if !controls(p) {
-        return Ok(());
+    loop {
+        if !controls(p) {
+            return Ok(());
+        }
+        let fg = TERMINAL.lock().fg;
+        let pgid = p.pgid.load(Relaxed);
+        if fg == 0 || fg == pgid {
+            return Ok(());
+        }
+        let handler = p.actions.lock()[s as usize - 1][0];
+        if me.sigmask.load(Relaxed) & bit(s) != 0 || handler == SIG_IGN {
+            return if s == sig::SIGTTIN { Err(Errno::EIO) } else { Ok(()) };
+        }
+        if orphaned(pgid, p.sid.load(Relaxed)) {
+            return Err(Errno::EIO);
+        }
+        signal_group(pgid, s);
+        if handler != SIG_DFL {
+            return Err(Errno::ERESTARTSYS);
+        }
+        // The group stopped: this thread waits here for SIGCONT, then the call
+        // starts over, as Linux restarts it. (The program, pid 1, does not stop:
+        // EIO.)
+        if !me.stop_marked() {
+            return Err(Errno::EIO);
+        }
+        super::job::park(me);
     }
-    let fg = TERMINAL.lock().fg;
-    let pgid = p.pgid.load(Relaxed);
-    if fg == 0 || fg == pgid {
-        return Ok(());
-    }
-    let handler = p.actions.lock()[s as usize - 1][0];
-    if me.sigmask.load(Relaxed) & bit(s) != 0 || handler == SIG_IGN {
-        return if s == sig::SIGTTIN { Err(Errno::EIO) } else { Ok(()) };
-    }
-    // (SIG_DFL: Linux stops the group until SIGCONT; nothing stops here.)
-    if handler == SIG_DFL || orphaned(pgid, p.sid.load(Relaxed)) {
-        return Err(Errno::EIO);
-    }
-    signal_group(pgid, s);
-    Err(Errno::ERESTARTSYS)
 }
 
 /// The terminal leaves its session (its leader let it go or ended): every
