@@ -521,8 +521,15 @@ fn load(k: &Kernel, mm: &Mm, user: &dyn UserMem, exe: &Exe, prog: &Program, plac
     if start.checked_add(len).is_none_or(|e| e > USER_END) || prog.entry.wrapping_add(bias) >= USER_END {
         return Err(Errno::ENOEXEC);
     }
+    // The segments' file parts mapped from the file (filled as they are first
+    // touched, as Linux maps them: a large program's code is not read at every
+    // exec), unless two segments share a page; else read in.
+    let shared_page =
+        prog.segments.windows(2).any(|w| align_up(w[0].end(), PAGE_SIZE) > align_down(w[1].vaddr, PAGE_SIZE));
     for s in &prog.segments {
-        read_to(&exe.file, user, s.vaddr.wrapping_add(bias), s.offset, s.filesz)?;
+        if shared_page || !map_from_file(mm, user, exe, s, bias)? {
+            read_to(&exe.file, user, s.vaddr.wrapping_add(bias), s.offset, s.filesz)?;
+        }
     }
     if let Some(c) = &plan {
         apply(user, c, bias, tramp_base(prog), start, start + len)?;
@@ -549,6 +556,48 @@ fn load(k: &Kernel, mm: &Mm, user: &dyn UserMem, exe: &Exe, prog: &Program, plac
     }
     let phdr = prog.phdr_addr().map_or(0, |a| a.wrapping_add(bias));
     Ok(Loaded { entry: prog.entry.wrapping_add(bias), phdr, phnum: prog.phnum, end: start + len, start })
+}
+
+/// Maps the part of segment `s` (at `bias`) that lies in `exe`'s file, privately,
+/// from the file over the image's anonymous mapping (what lies in blocks backed
+/// already is filled now, the rest when first touched); the rest of its last
+/// page past the file part is zeroed when the segment goes on (its `.bss`).
+/// False (nothing done) when the segment's address and offset disagree within a
+/// page: it is read in instead.
+fn map_from_file(
+    mm: &Mm,
+    user: &dyn UserMem,
+    exe: &Exe,
+    s: &onering_rewrite::elf::Segment,
+    bias: u64,
+) -> Result<bool, Errno> {
+    use crate::mm::filemap::{FileMap, MappedFile};
+    let at = s.vaddr.wrapping_add(bias);
+    if s.filesz == 0 {
+        return Ok(true);
+    }
+    if at % PAGE_SIZE != s.offset % PAGE_SIZE {
+        return Ok(false);
+    }
+    let (lo, offset) = (align_down(at, PAGE_SIZE), align_down(s.offset, PAGE_SIZE));
+    let file_end = at.checked_add(s.filesz).ok_or(Errno::ENOEXEC)?;
+    let hi = align_up(file_end, PAGE_SIZE);
+    let file: Arc<dyn MappedFile> = exe.file.clone();
+    let flags = map_flags::PRIVATE | map_flags::FIXED;
+    let ((start, map), orphans) = {
+        let space = &mut *mm.lock();
+        let r =
+            space.mmap_file(lo, hi - lo, PROT_READ | PROT_WRITE, flags, |x| FileMap::new(file, x, offset, false, true));
+        (r?, space.take_orphans())
+    };
+    drop(orphans);
+    super::mm::fill_backed(mm, user, &[(map, start, hi)])?;
+    // (To the page's end, as Linux: glibc's loader takes its first allocations
+    // from past its `_end`, and counts on zeros there.)
+    if s.memsz > s.filesz && hi > file_end {
+        user.write(file_end, &alloc::vec![0u8; (hi - file_end) as usize])?;
+    }
+    Ok(true)
 }
 
 /// Maps a copy of the boot vDSO (clock page below it): AT_SYSINFO_EHDR, or 0.

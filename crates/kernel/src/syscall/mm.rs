@@ -74,9 +74,13 @@ fn replace(ctx: &Ctx, addr: u64, len: u64, flags: u32) {
 
 /// Fills the parts of `pieces` in blocks backed already (by other mappings there):
 /// the rest is filled when first touched (`AddressSpace::check_for`).
-fn fill_backed(ctx: &Ctx, pieces: &[filemap::FilePiece]) -> Result<(), Errno> {
-    let backed = ctx.mm().lock().backed_pieces(pieces.to_vec());
-    filemap::each(ctx.user, &backed, filemap::fill)
+pub(super) fn fill_backed(
+    mm: &spin::Mutex<UserSpace>,
+    user: &dyn crate::mm::user::UserMem,
+    pieces: &[filemap::FilePiece],
+) -> Result<(), Errno> {
+    let backed = mm.lock().backed_pieces(pieces.to_vec());
+    filemap::each(user, &backed, filemap::fill)
 }
 
 /// Fills the blocks of `pieces` now, up to the end of their files (MAP_POPULATE,
@@ -130,7 +134,7 @@ fn mmap_file(ctx: &Ctx, addr: u64, len: u64, prot: u32, flags: u32, file: FileRe
         s.mmap_file(addr, len, prot, flags, |at| FileMap::new(as_mapped, at, offset, shared, may_write))
     })?;
     let whole = [(map, start, start + pages)];
-    if let Err(e) = fill_backed(ctx, &whole) {
+    if let Err(e) = fill_backed(ctx.mm(), ctx.user, &whole) {
         let _ = with_space(ctx, |s| s.munmap(start, pages));
         return Err(e);
     }
@@ -189,7 +193,7 @@ pub fn mremap(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if new_pages > old_pages {
         let map = ctx.mm().lock().file_at(at); // not held while filling
         if let Some(map) = map {
-            fill_backed(ctx, &[(map, at + old_pages, at + new_pages)])?;
+            fill_backed(ctx.mm(), ctx.user, &[(map, at + old_pages, at + new_pages)])?;
         }
     }
     Ok(at)
