@@ -60,6 +60,8 @@ const HEAD: u64 = 4096;
 const MAX_HEAD: u64 = 4 << 20;
 /// Pieces a whole file is read in for the planner (small heap blocks).
 const PIECE: u64 = 256 << 10;
+/// A whole file in pieces of [`PIECE`] bytes (the last shorter).
+type Pieces = Vec<Vec<u8>>;
 /// `#!` lines are read up to this length (Linux's BINPRM_BUF_SIZE).
 const SHEBANG_MAX: usize = 256;
 /// Interpreters of interpreters followed (Linux: 4 levels of binfmt).
@@ -240,10 +242,7 @@ fn plan_for(k: &Kernel, exe: &Exe, prog: &Program, pieces: Option<&[Vec<u8>]>, t
     if exe.size > onering_abi::hostcall::MAX_REWRITE_FILE {
         return None;
     }
-    let host = match exe.file.obj().node() {
-        Some(ino) if pieces.is_none() => k.vfs.lock().unchanged_host_file(ino),
-        _ => None,
-    };
+    let host = if pieces.is_none() { host_handle(k, exe) } else { None };
     let read;
     let pieces = match (pieces, host) {
         (Some(p), _) => p,
@@ -289,6 +288,13 @@ fn plan_for(k: &Kernel, exe: &Exe, prog: &Program, pieces: Option<&[Vec<u8>]>, t
     Some(c)
 }
 
+/// An I/O handle on `exe`'s file if it is a host file the VM has not changed:
+/// the VMM plans it from the file itself.
+fn host_handle(k: &Kernel, exe: &Exe) -> Option<u64> {
+    let ino = exe.file.obj().node()?;
+    k.vfs.lock().unchanged_host_file(ino)
+}
+
 fn cached_plan(key: FileKey, tramp: u64) -> Option<Arc<WirePlan>> {
     PLANS.lock().get(&(key, tramp)).cloned()
 }
@@ -305,19 +311,47 @@ struct Library {
 
 static LIBRARIES: Mutex<BTreeMap<FileKey, Arc<Library>>> = Mutex::new(BTreeMap::new());
 
-/// The [`Library`] facts of `exe` (parsed: `prog`; the whole file: `pieces`).
-fn library(exe: &Exe, prog: &Program, pieces: &[Vec<u8>]) -> Arc<Library> {
+/// The [`Library`] facts of `exe` (parsed: `prog`), and the whole file if it was
+/// read for them. The room for its trampolines: for a host file the VM has not
+/// changed, what the VMM's plan takes (planned at a first guess of the room, and
+/// once more if it took more; the plan is then in the cache), else a bound from
+/// the `syscall` bytes in its code, which reads the file.
+fn library(k: &Kernel, exe: &Exe, prog: &Program) -> Option<(Arc<Library>, Option<Pieces>)> {
     let code = prog
         .segments
         .iter()
         .filter(|s| s.flags & PF_X != 0)
         .map(|s| (align_down(s.offset, PAGE_SIZE), align_down(s.vaddr, PAGE_SIZE)))
         .collect();
-    let sites = site_bound(prog, pieces);
-    let room = if sites == 0 { 0 } else { align_up(sites * TRAMPOLINE_ROOM + 64, PAGE_SIZE) };
-    let l = Arc::new(Library { code, lo: align_down(prog.span().0, PAGE_SIZE), room });
+    let lo = align_down(prog.span().0, PAGE_SIZE);
+    let (room, pieces) = if host_handle(k, exe).is_some() {
+        let mut room = align_up(exe.size / 32 + TRAMPOLINE_ROOM, PAGE_SIZE);
+        // (The trampolines' length does not depend on where they go: a second
+        // plan fits; a third is not asked for.)
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            if tries > 2 {
+                return None;
+            }
+            let plan = plan_for(k, exe, prog, None, lo.wrapping_sub(room))?;
+            let need = align_up(plan.trampolines.len() as u64, PAGE_SIZE);
+            if plan.trampolines.is_empty() {
+                break (0, None);
+            }
+            if need <= room {
+                break (room, None);
+            }
+            room = need;
+        }
+    } else {
+        let pieces = exe.pieces().ok()?;
+        let sites = site_bound(prog, &pieces);
+        (if sites == 0 { 0 } else { align_up(sites * TRAMPOLINE_ROOM + 64, PAGE_SIZE) }, Some(pieces))
+    };
+    let l = Arc::new(Library { code, lo, room });
     remember(&LIBRARIES, exe.key, &l);
-    l
+    Some((l, pieces))
 }
 
 /// Writes `plan` over code loaded at `bias` (only patches inside `[lo, hi)`, the
@@ -890,20 +924,19 @@ pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: 
     }
     // Read the file only the first time it is mapped in this VM.
     let key = file_key(&meta);
-    let open = || -> Option<(Exe, Program, Vec<Vec<u8>>)> {
+    let open = || -> Option<(Exe, Program)> {
         let mut e = Exe::open(file.clone()).ok()?;
         let prog = e.parse().ok()?;
-        let pieces = e.pieces().ok()?;
-        Some((e, prog, pieces))
+        Some((e, prog))
     };
     let known = LIBRARIES.lock().get(&key).cloned();
     let mut read = None;
     let lib = match known {
         Some(l) => l,
         None => {
-            let Some(r) = open() else { return };
-            let l = library(&r.0, &r.1, &r.2);
-            read = Some(r);
+            let Some((e, prog)) = open() else { return };
+            let Some((l, pieces)) = library(ctx.k, &e, &prog) else { return };
+            read = Some((e, prog, pieces));
             l
         }
     };
@@ -923,8 +956,8 @@ pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: 
         return;
     }
     let plan = cached_plan(key, tramp).or_else(|| {
-        let (e, prog, pieces) = read.take().or_else(open)?;
-        plan_for(ctx.k, &e, &prog, Some(&pieces), tramp)
+        let (e, prog, pieces) = read.take().or_else(|| open().map(|(e, p)| (e, p, None)))?;
+        plan_for(ctx.k, &e, &prog, pieces.as_deref(), tramp)
     });
     let ok = plan.as_ref().is_some_and(|c| {
         c.trampolines.len() as u64 <= lib.room && apply(ctx.user, c, bias, tramp, start, start + len).is_ok()
