@@ -14,6 +14,9 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 
 /// Capacity of a pipe, as Linux's default.
 pub const CAPACITY: usize = 64 * 1024;
+/// Writes to a pipe of at most this many bytes are atomic: all of it goes in at
+/// once, when there is room for all of it (POSIX, Linux: 4096).
+pub const PIPE_BUF: usize = 4096;
 
 /// Heap bytes all pipe buffers together may use, and use now.
 static BUDGET: AtomicUsize = AtomicUsize::new(usize::MAX);
@@ -156,7 +159,9 @@ impl PipeBuf {
 
     /// Appends up to `len` bytes (what fits), filled by `input` (at most two calls,
     /// in order; a failing call stops the write, and only what was filled before it
-    /// is kept). `EPIPE` without readers, `EAGAIN` when full.
+    /// is kept). `EPIPE` without readers, `EAGAIN` when full, and for a pipe's
+    /// write of at most [`PIPE_BUF`] bytes when not all of it fits (it is atomic:
+    /// no other write lands inside it, no reader sees half of it).
     pub fn write_with(
         &mut self,
         len: usize,
@@ -168,6 +173,9 @@ impl PipeBuf {
         let n = len.min(self.room());
         if n == 0 {
             return if len == 0 { Ok(0) } else { Err(Errno::EAGAIN) };
+        }
+        if n < len && len <= PIPE_BUF && !self.unbudgeted {
+            return Err(Errno::EAGAIN);
         }
         self.grow(n)?;
         let cap = self.data.len();
@@ -261,6 +269,18 @@ mod tests {
         let big = alloc::vec![1u8; CAPACITY + 10];
         assert_eq!(q.write(&big), Ok(CAPACITY));
         assert_eq!(q.write(b"x"), Err(Errno::EAGAIN));
+    }
+
+    #[test]
+    fn small_writes_are_atomic() {
+        let mut p = PipeBuf::new();
+        let fill = alloc::vec![1u8; CAPACITY - 10];
+        assert_eq!(p.write(&fill), Ok(CAPACITY - 10));
+        assert_eq!(p.write(&[2u8; 11]), Err(Errno::EAGAIN), "all of it or nothing");
+        assert_eq!(p.write(&[2u8; 10]), Ok(10));
+        let mut buf = alloc::vec![0u8; PIPE_BUF];
+        assert_eq!(p.read(&mut buf), Ok(PIPE_BUF));
+        assert_eq!(p.write(&[3u8; PIPE_BUF + 1]), Ok(PIPE_BUF), "a longer write takes what fits");
     }
 
     #[test]

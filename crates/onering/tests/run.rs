@@ -1246,6 +1246,14 @@ fn futex_waiters_that_die_waiting_take_no_later_wake_up() {
     same_as_host_on_1_2_4_vcpus(&build("futexkill", "musl-gcc", &["-static", "-pthread"], ""));
 }
 
+/// Writes of at most PIPE_BUF bytes to a pipe are atomic, `writev`'s too (musl's
+/// stdio writes a line as two iovecs): four writers' lines arrive whole, and no
+/// read ends inside one.
+#[test]
+fn small_pipe_writes_are_atomic_as_on_the_host() {
+    same_as_host_on_1_2_4_vcpus(&musl("pipeatomic"));
+}
+
 /// Job-control stops as on the host (issue 17): SIGSTOP, SIGTSTP (handled, at its
 /// default, blocked then let through, to an orphaned group) and SIGCONT of child
 /// processes, a stopped child's threads standing still and its blocked read()

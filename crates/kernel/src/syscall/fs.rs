@@ -212,9 +212,15 @@ pub fn write(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         }
     }
     let of = ctx.file(fd)?;
-    // A blocking pipe takes everything, waiting for room as needed.
+    write_waiting(&of, ctx.user, buf, len, done)
+}
+
+/// Writes `[buf + done, buf + len)` of `mem` to `of`: a blocking pipe takes
+/// everything, waiting for room as needed; the count written (`done` included),
+/// or the error (SIGPIPE raised for EPIPE) if nothing was.
+fn write_waiting(of: &OpenFile, mem: &dyn UserMem, buf: u64, len: u64, mut done: u64) -> SysResult {
     loop {
-        match blocking(&of, || of.write(ctx.user, buf + done, len - done, None)) {
+        match blocking(of, || of.write(mem, buf + done, len - done, None)) {
             Ok(n) => {
                 done += n;
                 if n == 0 || done >= len || of.nonblocking() || of.wait_key().is_none() {
@@ -222,7 +228,7 @@ pub fn write(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
                 }
             }
             Err(e) => {
-                let e = write_error(&of, e);
+                let e = write_error(of, e);
                 return if done > 0 { Ok(done) } else { Err(e) };
             }
         }
@@ -294,11 +300,44 @@ pub fn readv(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     blocking(&of, || vectored(&v, |b, l| of.read(ctx.user, b, l, None)))
 }
 
+/// A `writev` of at most this many bytes in all is gathered and written as one
+/// write: a pipe's writes of up to PIPE_BUF bytes are atomic, and a reader or
+/// another writer must never see half of one (musl's stdio writes each line as
+/// two iovecs: what it buffered, then the rest).
+const GATHER_MAX: u64 = 64 << 10;
+
 pub fn writev(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [fd, iov, count, ..] = f.args();
     let of = ctx.file(fd)?;
     let v = iovecs(ctx.user, iov, count)?;
+    let total = v.iter().fold(0u64, |t, (_, l)| t.saturating_add(*l));
+    if v.len() > 1 && total <= GATHER_MAX {
+        const BASE: u64 = 0x1000;
+        let data = gather(ctx.user, &v)?;
+        let len = data.len() as u64;
+        let buf = crate::mm::user::BufferMem { base: BASE, mem: spin::Mutex::new(data) };
+        return write_waiting(&of, &buf, BASE, len, 0);
+    }
     blocking(&of, || vectored(&v, |b, l| of.write(ctx.user, b, l, None))).map_err(|e| write_error(&of, e))
+}
+
+/// The bytes of iovecs `v` one after the other, up to the first that cannot be
+/// read (EFAULT if that is the first, as Linux copies them as it goes).
+fn gather(user: &dyn UserMem, v: &[(u64, u64)]) -> Result<Vec<u8>, Errno> {
+    let mut out = Vec::new();
+    for &(base, len) in v {
+        let at = out.len();
+        out.try_reserve(len as usize).map_err(|_| Errno::ENOMEM)?;
+        out.resize(at + len as usize, 0);
+        if user.read(base, &mut out[at..]).is_err() {
+            out.truncate(at);
+            if at == 0 {
+                return Err(Errno::EFAULT);
+            }
+            break;
+        }
+    }
+    Ok(out)
 }
 
 // ---- opening and closing ----------------------------------------------------------
