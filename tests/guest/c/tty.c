@@ -1,7 +1,8 @@
 // Job control on a terminal (run on a pseudo-terminal, as its session leader:
 // `script -qec PROGRAM`, onering with -i; with "none", without any terminal): /dev/tty, tcgetpgrp/tcsetpgrp, TIOCGSID, TIOCSCTTY,
 // TIOCNOTTY, and a background group's terminal reads and mode changes (SIGTTIN,
-// SIGTTOU ignored, blocked, handled, or at their default: a stop), compared with
+// SIGTTOU ignored, blocked, handled, or at their default: a stop), a background
+// write with and without TOSTOP, compared with
 // the host. Output goes
 // to the terminal, so lines end in \r\n there; only relations are printed (pids
 // differ).
@@ -168,6 +169,33 @@ int main(int argc, char **argv) {
     kill(r, SIGKILL);
     waitpid(r, &st, 0);
     CHECK(tcgetpgrp(1) == getpgrp(), "the foreground is still ours");
+
+    // A background write: allowed without TOSTOP; with it, at SIGTTOU's default
+    // it stops the writer's group, and with SIGTTOU ignored it goes through.
+    struct termios modes;
+    tcgetattr(1, &modes);
+    for (int tostop = 0; tostop < 3; tostop++) {
+        struct termios m = modes;
+        if (tostop) m.c_lflag |= TOSTOP;
+        tcsetattr(1, TCSANOW, &m);
+        r = fork();
+        if (r == 0) {
+            setpgid(0, 0);
+            if (tostop == 2) signal(SIGTTOU, SIG_IGN);
+            _exit(write(1, ".", 1) == 1 && write(open("/dev/tty", O_WRONLY | O_NOCTTY), ".", 1) == 1 ? 0 : 1);
+        }
+        setpgid(r, r);
+        if (tostop == 1) {
+            CHECK(waitpid(r, &st, WUNTRACED) == r && WIFSTOPPED(st) && WSTOPSIG(st) == SIGTTOU,
+                  "a background write with TOSTOP stops at SIGTTOU's default");
+            kill(r, SIGKILL);
+            waitpid(r, &st, 0);
+        } else {
+            CHECK(waitpid(r, &st, WUNTRACED) == r && WIFEXITED(st) && WEXITSTATUS(st) == 0,
+                  tostop ? "with TOSTOP and SIGTTOU ignored it goes through" : "a background write without TOSTOP goes through");
+        }
+    }
+    tcsetattr(1, TCSANOW, &modes);
 
     // The foreground moves to a child's group and back.
     pid_t c = fork();

@@ -65,6 +65,15 @@ impl HostStream {
         }
     }
 
+    /// Whether the host terminal's TOSTOP flag is set (its modes asked for).
+    fn tostop(&self) -> bool {
+        const TOSTOP: u32 = 0o400;
+        let mut termios = [0u8; kind::TERMIOS_SIZE as usize];
+        let r = onering_arch::hostcall::stdio_ioctl(self.fd, kind::TCGETS, &mut termios);
+        // (c_lflag is the fourth word.)
+        r >= 0 && u32::from_le_bytes([termios[12], termios[13], termios[14], termios[15]]) & TOSTOP != 0
+    }
+
     /// A terminal ioctl: job control is the kernel's (`task::tty`; a change of
     /// modes from a background group is checked there), the rest forwarded if it
     /// is one the VMM takes; ENOTTY otherwise.
@@ -185,6 +194,9 @@ impl File for StdoutFile {
     fn write(&self, _: &OpenFile, user: &dyn UserMem, buf: u64, len: u64, off: Option<u64>) -> SysResult {
         if off.is_some() {
             return Err(Errno::ESPIPE); // (pwrite of the host's stdout: not offered)
+        }
+        if self.host.kind == kind::TTY {
+            tty::check_write(|| self.host.tostop())?;
         }
         self.console.write(user, self.host.fd, buf, len.min(MAX_RW_COUNT))
     }

@@ -16,9 +16,10 @@
 //! blocked; a handled signal is sent to the caller's group and the call restarts
 //! or fails with EINTR after the handler; at the signal's default action the
 //! group stops (`task::job`) and the call starts over once it is continued.
-//! Background writes are never checked (the terminal's TOSTOP flag lives in the
-//! host's modes, not known here), and the terminal's special characters (Ctrl-C,
-//! Ctrl-Z) are the host's line discipline's, which signals onering itself.
+//! A background write is checked as a change (SIGTTOU) when the terminal's
+//! TOSTOP flag is set (`check_write`: the modes are the host terminal's, asked
+//! for only then, one exit). The terminal's special characters (Ctrl-C, Ctrl-Z)
+//! are the host's line discipline's, which signals onering itself.
 //!
 //! The state is one small lock, a leaf: nothing else is taken while it is held.
 
@@ -114,6 +115,22 @@ pub fn check(s: u64) -> Result<(), Errno> {
         }
         super::job::park(me);
     }
+}
+
+/// A write to the terminal: from a background process group, when `tostop()`
+/// (the terminal's TOSTOP flag, asked for only then) says so, it is checked as a
+/// change is (SIGTTOU: the group stops, or the handler runs; allowed with
+/// SIGTTOU ignored or blocked; EIO for an orphaned group), as Linux does.
+pub fn check_write(tostop: impl FnOnce() -> bool) -> Result<(), Errno> {
+    let p = current().process();
+    if !controls(p) {
+        return Ok(());
+    }
+    let fg = TERMINAL.lock().fg;
+    if fg == 0 || fg == p.pgid.load(Relaxed) || !tostop() {
+        return Ok(());
+    }
+    check(sig::SIGTTOU)
 }
 
 /// The terminal leaves its session (its leader let it go or ended): every
