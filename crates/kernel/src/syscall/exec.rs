@@ -555,13 +555,15 @@ fn load(k: &Kernel, mm: &Mm, user: &dyn UserMem, exe: &Exe, prog: &Program, plac
     if start.checked_add(len).is_none_or(|e| e > USER_END) || prog.entry.wrapping_add(bias) >= USER_END {
         return Err(Errno::ENOEXEC);
     }
-    // The segments' file parts mapped from the file (filled as they are first
+    // A large image's segments mapped from the file (filled as they are first
     // touched, as Linux maps them: a large program's code is not read at every
-    // exec), unless two segments share a page; else read in.
+    // exec), unless two segments share a page; a small one (backed at once by
+    // its anonymous mapping anyway) read in.
     let shared_page =
         prog.segments.windows(2).any(|w| align_up(w[0].end(), PAGE_SIZE) > align_down(w[1].vaddr, PAGE_SIZE));
+    let mapped = len >= crate::mm::space::LAZY_MIN && !shared_page;
     for s in &prog.segments {
-        if shared_page || !map_from_file(mm, user, exe, s, bias)? {
+        if !mapped || !map_from_file(mm, user, exe, s, bias)? {
             read_to(&exe.file, user, s.vaddr.wrapping_add(bias), s.offset, s.filesz)?;
         }
     }
