@@ -429,6 +429,11 @@ fn threads_match_the_host() {
     same_as_host_both_paths("threads");
 }
 
+/// A musl static build of a test program that makes threads.
+fn musl_pthread(name: &str) -> PathBuf {
+    build(name, "musl-gcc", &["-static", "-pthread"], "")
+}
+
 /// A glibc static build of a test program (glibc makes threads with clone3, 8 MiB
 /// stacks, futexes without spinning).
 fn glibc(name: &str) -> PathBuf {
@@ -1226,7 +1231,7 @@ fn process_groups_and_sessions_match_the_host() {
 /// execve (the program execs itself from its directory, a volume), on 1 and 2 vCPUs.
 #[test]
 fn parent_death_signal_matches_the_host() {
-    same_as_host_from_its_directory(&build("pdeath", "musl-gcc", &["-static", "-pthread"], ""));
+    same_as_host_from_its_directory(&musl_pthread("pdeath"));
 }
 
 /// pidfds as on the host: pidfd_open, pidfd_send_signal (its flags and errors),
@@ -1235,7 +1240,7 @@ fn parent_death_signal_matches_the_host() {
 /// is ECHILD. On 1, 2 and 4 vCPUs, rewritten and trapping.
 #[test]
 fn pidfds_match_the_host() {
-    same_as_host_on_1_2_4_vcpus(&build("pidfd", "musl-gcc", &["-static", "-pthread"], ""));
+    same_as_host_on_1_2_4_vcpus(&musl_pthread("pidfd"));
 }
 
 /// A thread killed while it waits on a futex (its process exits) leaves nothing
@@ -1243,7 +1248,7 @@ fn pidfds_match_the_host() {
 /// wake-up (a dead thread's entry took it, and Go children hung in `notesleep`).
 #[test]
 fn futex_waiters_that_die_waiting_take_no_later_wake_up() {
-    same_as_host_on_1_2_4_vcpus(&build("futexkill", "musl-gcc", &["-static", "-pthread"], ""));
+    same_as_host_on_1_2_4_vcpus(&musl_pthread("futexkill"));
 }
 
 /// Writes of at most PIPE_BUF bytes to a pipe are atomic, `writev`'s too (musl's
@@ -1263,7 +1268,7 @@ fn small_pipe_writes_are_atomic_as_on_the_host() {
 /// trapping.
 #[test]
 fn job_control_stops_match_the_host() {
-    same_as_host_on_1_2_4_vcpus(&build("jobstop", "musl-gcc", &["-static", "-pthread"], ""));
+    same_as_host_on_1_2_4_vcpus(&musl_pthread("jobstop"));
 }
 
 /// Job control on a terminal (a pty from `script`, the program its session's

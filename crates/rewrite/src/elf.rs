@@ -283,7 +283,7 @@ pub const PF_X: u32 = 1;
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::tiny_elf;
+    use crate::testing::{tiny_elf, xorshift};
 
     fn set_phdr(f: &mut [u8], i: usize, kind: u32, offset: u64, filesz: u64) {
         let p = 64 + i * 56;
@@ -397,9 +397,7 @@ mod tests {
         for _ in 0..3000 {
             let mut h = f.clone();
             for _ in 0..4 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                xorshift(&mut x);
                 let at = (x as usize >> 8) % 200;
                 h[at] = x as u8;
             }
@@ -433,9 +431,7 @@ mod tests {
         for _ in 0..2000 {
             let mut f = good.clone();
             for _ in 0..8 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                xorshift(&mut x);
                 let i = (x % 128) as usize;
                 f[i] = (x >> 32) as u8;
             }

@@ -1,10 +1,20 @@
 //! Support for tests and fuzzing, here and in the VMM's tests: small hand-made ELF
-//! files. Not used by onering itself.
+//! files, and a pseudo-random sequence to corrupt them with. Not used by onering
+//! itself.
 
 use crate::elf::PT_LOAD;
 
 const ET_EXEC: u16 = 2;
 const EM_X86_64: u16 = 62;
+
+/// The next number of a xorshift sequence (state `x`, never 0): cheap, repeatable
+/// noise for corrupting files in tests.
+pub fn xorshift(x: &mut u64) -> u64 {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    *x
+}
 
 /// A minimal valid static executable: one PT_LOAD of `code` at 0x401000.
 pub fn tiny_elf(code: &[u8]) -> Vec<u8> {

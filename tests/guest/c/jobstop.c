@@ -40,6 +40,21 @@ static int reaches(int i, long v) {
     return ctr[i] >= v;
 }
 
+// Blocks (SIG_BLOCK) or unblocks (SIG_UNBLOCK) signal `sig`.
+static void mask(int how, int sig) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, sig);
+    sigprocmask(how, &s, NULL);
+}
+
+// Whether signal `sig` is pending.
+static int pending(int sig) {
+    sigset_t s;
+    sigpending(&s);
+    return sigismember(&s, sig);
+}
+
 static void spin(int i) {
     for (;;) ctr[i]++;
 }
@@ -210,14 +225,10 @@ static void sigtstp(void) {
     pid_t pid = fork();
     if (pid == 0) {
         signal(SIGTSTP, on_tstp);
-        sigset_t s;
-        sigemptyset(&s);
-        sigaddset(&s, SIGCONT);
-        sigprocmask(SIG_BLOCK, &s, NULL);
+        mask(SIG_BLOCK, SIGCONT);
         ctr[2] = 1;
         while (ctr[2] != 2) ctr[0]++;
-        sigpending(&s);
-        ctr[3] = sigismember(&s, SIGCONT);
+        ctr[3] = pending(SIGCONT);
         spin(0);
     }
     reaches(2, 1);
@@ -245,20 +256,13 @@ static void sigtstp(void) {
     pid = fork();
     if (pid == 0) {
         setpgid(0, 0);
-        sigset_t s;
-        sigemptyset(&s);
-        sigaddset(&s, SIGTSTP);
-        sigprocmask(SIG_BLOCK, &s, NULL);
+        mask(SIG_BLOCK, SIGTSTP);
         ctr[2] = 1;
         while (ctr[2] != 2) ctr[0]++;
-        sigpending(&s);
-        ctr[3] = sigismember(&s, SIGTSTP);
+        ctr[3] = pending(SIGTSTP);
         while (ctr[2] != 3) ctr[0]++;
-        sigpending(&s);
-        ctr[4] = sigismember(&s, SIGTSTP);
-        sigemptyset(&s);
-        sigaddset(&s, SIGTSTP);
-        sigprocmask(SIG_UNBLOCK, &s, NULL);
+        ctr[4] = pending(SIGTSTP);
+        mask(SIG_UNBLOCK, SIGTSTP);
         spin(0);
     }
     setpgid(pid, pid);

@@ -5,14 +5,15 @@
 //! The VMM loads the first program before boot (fast, no guest work). Everything
 //! loaded later is loaded here, from the VM's own file tree: the program file's
 //! headers are read and checked by the same total parser the VMM uses
-//! (`onering_rewrite::elf`), its segments read from the file straight into fresh
-//! anonymous memory, and its `syscall` instructions rewritten with a plan the VMM's
-//! rewriter makes (`Hostcall::Rewrite`: the decoder is a std crate and large, so it
-//! stays in the VMM, behind one exit; it gets the whole file, read into pieces of
-//! kernel memory, since the planner reads the symbol table too). Nothing needs a
-//! block of kernel memory as large as the file: once the program's memory has
-//! split the chunks up, a 33 MiB `cc1` found none. Plans are cached by file
-//! (device, inode, size, mtime) and
+//! (`onering_rewrite::elf`), its segments mapped from the file (an image of 4 MiB
+//! or more: filled as touched) or read into fresh anonymous memory, and its
+//! `syscall` instructions rewritten with a plan the VMM's rewriter makes (the
+//! decoder is a std crate and large, so it stays in the VMM, behind one exit). The
+//! VMM reads a host file the VM has not changed itself (`hostfs::PLAN`); any
+//! other file it gets whole (`Hostcall::Rewrite`, in pieces of kernel memory: the
+//! planner reads the symbol table too). Nothing needs a block of kernel memory as
+//! large as the file: once the program's memory has split the chunks up, a 33 MiB
+//! `cc1` found none. Plans are cached by file (device, inode, size, mtime) and
 //! by where the trampolines go relative to the code, so a program or library that
 //! is loaded again (every `fork`+`exec` of a shell command, libc each time) is
 //! patched with no exit at all.
@@ -325,25 +326,20 @@ fn library(k: &Kernel, exe: &Exe, prog: &Program) -> Option<(Arc<Library>, Optio
         .collect();
     let lo = align_down(prog.span().0, PAGE_SIZE);
     let (room, pieces) = if host_handle(k, exe).is_some() {
-        let mut room = align_up(exe.size / 32 + TRAMPOLINE_ROOM, PAGE_SIZE);
         // (The trampolines' length does not depend on where they go: a second
         // plan fits; a third is not asked for.)
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            if tries > 2 {
-                return None;
-            }
+        let mut room = align_up(exe.size / 32 + TRAMPOLINE_ROOM, PAGE_SIZE);
+        let mut fits = None;
+        for _ in 0..2 {
             let plan = plan_for(k, exe, prog, None, lo.wrapping_sub(room))?;
             let need = align_up(plan.trampolines.len() as u64, PAGE_SIZE);
-            if plan.trampolines.is_empty() {
-                break (0, None);
-            }
-            if need <= room {
-                break (room, None);
+            if plan.trampolines.is_empty() || need <= room {
+                fits = Some(if plan.trampolines.is_empty() { 0 } else { room });
+                break;
             }
             room = need;
         }
+        (fits?, None)
     } else {
         let pieces = exe.pieces().ok()?;
         let sites = site_bound(prog, &pieces);
@@ -379,9 +375,9 @@ fn apply(user: &dyn UserMem, plan: &WirePlan, bias: u64, tramp: u64, lo: u64, hi
 
 /// A program file opened for `execve` (or a library to rewrite): what identifies
 /// it, its length, and its first bytes (the headers: [`Exe::parse`] reads more
-/// when they lie further). The segments are read from the file straight into the
-/// new image ([`load`]); the whole file only when the VMM plans its rewriting
-/// ([`Exe::pieces`]).
+/// when they lie further). The segments go from the file straight into the new
+/// image ([`load`]); the whole file is read only when the VMM plans the rewriting
+/// of a file it cannot read itself ([`Exe::pieces`]).
 struct Exe {
     file: FileRef,
     key: FileKey,
@@ -417,7 +413,7 @@ impl Exe {
 
     /// The whole file, in pieces of [`PIECE`] bytes (the last shorter): no block
     /// of kernel memory as large as the file is needed.
-    fn pieces(&self) -> Result<Vec<Vec<u8>>, Errno> {
+    fn pieces(&self) -> Result<Pieces, Errno> {
         let mut out = Vec::new();
         let mut at = 0;
         while at < self.size {
@@ -438,6 +434,8 @@ impl Exe {
 static PLAN_OUT: Mutex<Vec<u8>> = Mutex::new(Vec::new());
 /// Largest plan buffer.
 const MAX_PLAN: u64 = 64 << 20;
+/// Largest plan buffer kept for the next plan (a larger one goes back to the heap).
+const MAX_KEPT: usize = 16 << 20;
 
 /// Opens `path` (from `dirfd`) to run it: a regular file with an execute bit
 /// (EACCES otherwise, as for a directory).
@@ -467,10 +465,11 @@ fn open_in(k: &'static Kernel, start: crate::vfs::Ino, path: &[u8], follow: bool
     Ok(file)
 }
 
-/// Gives buffer `v` back to `slot` to be kept (if it is larger than the one kept).
+/// Gives buffer `v` back to `slot` to be kept (if it is larger than the one kept,
+/// and not larger than [`MAX_KEPT`]).
 fn keep(slot: &Mutex<Vec<u8>>, v: Vec<u8>) {
     let mut s = slot.lock();
-    if v.capacity() > s.capacity() {
+    if v.capacity() > s.capacity() && v.capacity() <= MAX_KEPT {
         *s = v;
     }
 }
@@ -534,8 +533,9 @@ struct Loaded {
     start: u64,
 }
 
-/// Loads `exe` into the current address space: its segments copied into a fresh
-/// anonymous mapping, rewritten, then each given its protection.
+/// Loads `exe` into the current address space: a fresh anonymous mapping, its
+/// segments mapped from the file over it or read into it, rewritten, then each
+/// given its protection.
 fn load(k: &Kernel, mm: &Mm, user: &dyn UserMem, exe: &Exe, prog: &Program, place: Place) -> Result<Loaded, Errno> {
     let plan = if rewriting(k) { plan_for(k, exe, prog, None, tramp_base(prog)) } else { None };
     let tramp_len = plan.as_ref().map_or(0, |c| c.trampolines.len() as u64);
@@ -620,13 +620,9 @@ fn map_from_file(
     let hi = align_up(file_end, PAGE_SIZE);
     let file: Arc<dyn MappedFile> = exe.file.clone();
     let flags = map_flags::PRIVATE | map_flags::FIXED;
-    let ((start, map), orphans) = {
-        let space = &mut *mm.lock();
-        let r =
-            space.mmap_file(lo, hi - lo, PROT_READ | PROT_WRITE, flags, |x| FileMap::new(file, x, offset, false, true));
-        (r?, space.take_orphans())
-    };
-    drop(orphans);
+    let (start, map) = super::mm::with_mm(mm, |space| {
+        space.mmap_file(lo, hi - lo, PROT_READ | PROT_WRITE, flags, |x| FileMap::new(file, x, offset, false, true))
+    })?;
     super::mm::fill_backed(mm, user, &[(map, start, hi)])?;
     // (To the page's end, as Linux: glibc's loader takes its first allocations
     // from past its `_end`, and counts on zeros there.)

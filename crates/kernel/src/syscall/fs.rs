@@ -311,33 +311,20 @@ pub fn writev(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let of = ctx.file(fd)?;
     let v = iovecs(ctx.user, iov, count)?;
     let total = v.iter().fold(0u64, |t, (_, l)| t.saturating_add(*l));
-    if v.len() > 1 && total <= GATHER_MAX {
+    let iov = crate::file::socket::Iov { parts: v };
+    if iov.parts.len() > 1 && total <= GATHER_MAX {
         const BASE: u64 = 0x1000;
-        let data = gather(ctx.user, &v)?;
-        let len = data.len() as u64;
-        let buf = crate::mm::user::BufferMem { base: BASE, mem: spin::Mutex::new(data) };
-        return write_waiting(&of, &buf, BASE, len, 0);
-    }
-    blocking(&of, || vectored(&v, |b, l| of.write(ctx.user, b, l, None))).map_err(|e| write_error(&of, e))
-}
-
-/// The bytes of iovecs `v` one after the other, up to the first that cannot be
-/// read (EFAULT if that is the first, as Linux copies them as it goes).
-fn gather(user: &dyn UserMem, v: &[(u64, u64)]) -> Result<Vec<u8>, Errno> {
-    let mut out = Vec::new();
-    for &(base, len) in v {
-        let at = out.len();
-        out.try_reserve(len as usize).map_err(|_| Errno::ENOMEM)?;
-        out.resize(at + len as usize, 0);
-        if user.read(base, &mut out[at..]).is_err() {
-            out.truncate(at);
-            if at == 0 {
-                return Err(Errno::EFAULT);
-            }
-            break;
+        let mut data = Vec::new();
+        data.try_reserve_exact(total as usize).map_err(|_| Errno::ENOMEM)?;
+        data.resize(total as usize, 0);
+        // (An unreadable buffer: written one iovec at a time below, up to it, as
+        // Linux copies them as it goes.)
+        if iov.read_at(ctx.user, 0, &mut data).is_ok() {
+            let buf = crate::mm::user::BufferMem { base: BASE, mem: spin::Mutex::new(data) };
+            return write_waiting(&of, &buf, BASE, total, 0);
         }
     }
-    Ok(out)
+    blocking(&of, || vectored(&iov.parts, |b, l| of.write(ctx.user, b, l, None))).map_err(|e| write_error(&of, e))
 }
 
 // ---- opening and closing ----------------------------------------------------------

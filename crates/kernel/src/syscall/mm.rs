@@ -25,8 +25,13 @@ pub fn brk(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 /// Runs `f` on the address space under the memory lock; the file mapping records
 /// it let go of are dropped after the lock (closing a file may take other locks).
 fn with_space<R>(ctx: &Ctx, f: impl FnOnce(&mut UserSpace) -> R) -> R {
+    with_mm(ctx.mm(), f)
+}
+
+/// [`with_space`] on the address space under lock `mm`.
+pub(super) fn with_mm<R>(mm: &spin::Mutex<UserSpace>, f: impl FnOnce(&mut UserSpace) -> R) -> R {
     let (r, orphans) = {
-        let space = &mut *ctx.mm().lock();
+        let space = &mut *mm.lock();
         (f(space), space.take_orphans())
     };
     drop(orphans);

@@ -123,6 +123,14 @@ pub fn read_guest(mem: &GuestMemoryMmap, virt: u64, len: u64) -> Option<Vec<u8>>
     read_guest_in(mem, current_root(), virt, len)
 }
 
+/// `n` (address, length) pairs of u64 at guest-virtual `virt` (an iovec array, a
+/// list of pieces), through the calling vCPU's page tables.
+pub fn read_guest_pairs(mem: &GuestMemoryMmap, virt: u64, n: u64) -> Option<Vec<(u64, u64)>> {
+    let raw = read_guest(mem, virt, n.checked_mul(16)?)?;
+    let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or_default());
+    Some(raw.chunks_exact(16).map(|p| (word(&p[..8]), word(&p[8..]))).collect())
+}
+
 /// Copies `data` into the guest at guest-virtual `virt`, through the calling
 /// vCPU's page tables; `None` (nothing written) if any byte has no translation.
 pub fn write_guest(mem: &GuestMemoryMmap, virt: u64, data: &[u8]) -> Option<()> {

@@ -6,7 +6,7 @@
 //! so no guest-chosen length sizes a VMM allocation; an unknown number ends the VM.
 
 use super::{Action, Env, Outcome};
-use crate::arch::paging::{read_guest, write_guest};
+use crate::arch::paging::{read_guest, read_guest_pairs, write_guest};
 use crate::arch::translate;
 use crate::layout;
 use onering_abi::hostcall::RET_OFFSET;
@@ -132,9 +132,7 @@ fn read_pieces(mem: &GuestMemoryMmap, list: u64, n: u64) -> Result<Vec<u8>, i64>
     if n > MAX_REWRITE_PIECES {
         return Err(-EINVAL);
     }
-    let raw = read_guest(mem, list, n * 16).ok_or(-EFAULT)?;
-    let word = |c: &[u8]| u64::from_le_bytes(c.try_into().unwrap_or_default());
-    let pieces: Vec<(u64, u64)> = raw.chunks_exact(16).map(|p| (word(&p[..8]), word(&p[8..]))).collect();
+    let pieces = read_guest_pairs(mem, list, n).ok_or(-EFAULT)?;
     let total = pieces.iter().try_fold(0u64, |t, p| t.checked_add(p.1).filter(|t| *t <= MAX_REWRITE_FILE));
     let mut file = Vec::with_capacity(total.ok_or(-EFBIG)? as usize);
     for (addr, len) in pieces {

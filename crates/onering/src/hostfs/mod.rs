@@ -18,7 +18,7 @@
 
 pub mod tar;
 
-use crate::arch::paging::{read_guest, write_guest};
+use crate::arch::paging::{read_guest, read_guest_pairs, write_guest};
 use crate::sys::fs as sysfs;
 use onering_abi::hostfs::{self as proto, DirRecord, MountRecord};
 use onering_abi::HostStat;
@@ -65,6 +65,22 @@ pub struct MountSpec {
     pub rootfs: bool,
     /// `host` is a tar archive served in place (`--rootfs FILE.tar`).
     pub tar: bool,
+}
+
+/// An open handle's bytes: its host file, or for an archive's entry the entry
+/// in the archive (its index and number).
+struct Source<'a> {
+    file: Arc<File>,
+    tar: Option<(&'a tar::TarIndex, usize)>,
+}
+
+impl Source<'_> {
+    fn read_at(&self, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+        match self.tar {
+            Some((t, x)) => t.read(x, at, buf),
+            None => self.file.read_at(buf, at),
+        }
+    }
 }
 
 struct Entry {
@@ -266,9 +282,7 @@ impl HostFs {
                 if c > proto::MAX_IOV {
                     return -EINVAL;
                 }
-                let Some(raw) = read_guest(mem, b, c * 16) else { return -EFAULT };
-                let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or_default());
-                let segments: Vec<(u64, u64)> = raw.chunks_exact(16).map(|p| (word(&p[..8]), word(&p[8..]))).collect();
+                let Some(segments) = read_guest_pairs(mem, b, c) else { return -EFAULT };
                 self.io(false, a, &segments, d, mem)
             }
             proto::STATAT => {
@@ -552,17 +566,28 @@ impl HostFs {
     /// READ, WRITE and READV: `pread`/`pwrite` between the file from `off` and the
     /// guest-virtual `segments` (address, length) in order, through a bounded
     /// buffer, page run by page run; bytes moved (a short one ends it).
+    /// What handle `h` reads and writes (-EBADF; -EROFS for a write in a
+    /// read-only mount). The descriptor is shared, not the table's lock held,
+    /// across the host's I/O.
+    fn source(&self, h: u64, write: bool) -> Result<Source<'_>, i64> {
+        let t = self.table();
+        let en = t.entries.get(h as usize).and_then(|e| e.as_ref()).ok_or(-EBADF)?;
+        if write && self.read_only(en.mount) {
+            return Err(-EROFS);
+        }
+        let tar = en.tar.and_then(|x| Some((self.tars[en.mount].as_ref()?, x)));
+        Ok(Source { file: Arc::clone(&en.file), tar })
+    }
+
     /// PLAN: the rewrite plan of the whole file of handle `h` (read here, up to
     /// `MAX_REWRITE_FILE` bytes), trampolines at `base`, at `bias`, into guest
     /// `out` (`out_len` bytes at most).
     fn plan(&self, h: u64, base: u64, out: u64, out_len: u64, bias: u64, mem: &vm_memory::GuestMemoryMmap) -> i64 {
         const EFBIG: i64 = 27;
         let max = onering_abi::hostcall::MAX_REWRITE_FILE as usize;
-        let (file, tar) = {
-            let t = self.table();
-            let Some(en) = t.entries.get(h as usize).and_then(|e| e.as_ref()) else { return -EBADF };
-            let tar = en.tar.and_then(|x| Some((self.tars[en.mount].as_ref()?, x)));
-            (Arc::clone(&en.file), tar)
+        let src = match self.source(h, false) {
+            Ok(s) => s,
+            Err(e) => return e,
         };
         // (Read to its end, one byte past the bound at most: a file that grows
         // meanwhile is read as it is.)
@@ -573,11 +598,7 @@ impl HostFs {
                 return -EFBIG;
             }
             bytes.resize(at + PIECE, 0);
-            let got = match tar {
-                Some((t, x)) => t.read(x, at as u64, &mut bytes[at..]),
-                None => file.read_at(&mut bytes[at..], at as u64),
-            };
-            match got {
+            match src.read_at(&mut bytes[at..], at as u64) {
                 Ok(0) => {
                     bytes.truncate(at);
                     break;
@@ -593,16 +614,9 @@ impl HostFs {
     }
 
     fn io(&self, write: bool, h: u64, segments: &[(u64, u64)], off: u64, mem: &vm_memory::GuestMemoryMmap) -> i64 {
-        // (The descriptor is shared, not the table's lock held, across the host's
-        // I/O.)
-        let (file, tar) = {
-            let t = self.table();
-            let Some(en) = t.entries.get(h as usize).and_then(|e| e.as_ref()) else { return -EBADF };
-            if write && self.read_only(en.mount) {
-                return -EROFS;
-            }
-            let tar = en.tar.and_then(|x| Some((self.tars[en.mount].as_ref()?, x)));
-            (Arc::clone(&en.file), tar)
+        let src = match self.source(h, write) {
+            Ok(s) => s,
+            Err(e) => return e,
         };
         let mut total = 0u64;
         for &(va, len) in segments {
@@ -613,18 +627,16 @@ impl HostFs {
                 let Some(at) = off.checked_add(total + done) else { return -EINVAL };
                 let moved = if write {
                     match read_guest(mem, va.wrapping_add(done), n) {
-                        Some(data) => file.write_at(&data, at),
+                        Some(data) => src.file.write_at(&data, at),
                         None => Err(std::io::Error::from_raw_os_error(EFAULT as i32)),
                     }
                 } else {
                     let mut data = vec![0u8; n as usize];
-                    let got = match tar {
-                        Some((t, x)) => t.read(x, at, &mut data),
-                        None => file.read_at(&mut data, at),
-                    };
-                    got.and_then(|got| match write_guest(mem, va.wrapping_add(done), &data[..got]) {
-                        Some(()) => Ok(got),
-                        None => Err(std::io::Error::from_raw_os_error(EFAULT as i32)),
+                    src.read_at(&mut data, at).and_then(|got| {
+                        match write_guest(mem, va.wrapping_add(done), &data[..got]) {
+                            Some(()) => Ok(got),
+                            None => Err(std::io::Error::from_raw_os_error(EFAULT as i32)),
+                        }
                     })
                 };
                 let got = match moved {
