@@ -54,6 +54,12 @@ pub enum Hostcall {
     /// starts it at the kernel's entry if it has not run yet. Returns 0, or a
     /// negative errno for a vCPU number the VM does not have.
     Kick = 9,
+    /// This vCPU has spun long waiting for another vCPU's progress (a lock its
+    /// holder keeps, a block another vCPU fills): the VMM gives the calling vCPU
+    /// thread's host CPU away once (`sched_yield`), so that a vCPU thread the host
+    /// preempted, waiting on the same host CPU, runs sooner. No arguments; the
+    /// VMM writes no result (the call may come from any point of the kernel).
+    Yield = 15,
     /// `fstat` of the host's standard stream `args[0]` (0, 1, 2): the VMM writes a
     /// [`crate::HostStat`] to the guest-virtual address `args[1]`. Returns 0 or a
     /// negative errno (-EBADF for a stream the program does not get from the host:
@@ -137,6 +143,7 @@ impl Hostcall {
             12 => Self::StdioIoctl,
             13 => Self::Fs,
             14 => Self::SetRoot,
+            15 => Self::Yield,
             20 => Self::Rewrite,
             30 => Self::Trace,
             31 => Self::Debug,

@@ -23,7 +23,7 @@ pub mod sysnames;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 23;
+pub const ABI_VERSION: u64 = 24;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -139,6 +139,11 @@ pub mod flags {
     /// `--gdb`: the program's breakpoint and single-step traps (#BP, #DB) go to
     /// the VMM's gdb stub (`Hostcall::Debug`) instead of becoming SIGTRAP.
     pub const GDB: u64 = 1 << 11;
+    /// The VMM runs under a real-time host policy (started with `chrt -f`/`-r`):
+    /// a halted vCPU thread then runs as soon as its halt ends, and the host caps
+    /// real-time threads at 95% of a CPU, so an idle vCPU halts until its next
+    /// deadline instead of spinning up to it.
+    pub const REALTIME: u64 = 1 << 12;
 }
 
 /// What `Hostcall::Trace` carries (`args[0]`), and the shapes of its data.

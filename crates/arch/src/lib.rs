@@ -15,6 +15,7 @@
 //! - `boot`, `heap`, `hostcall`, `events`, `supervisor`, `panic`: boot resources,
 //!   the kernel heap, the VMM doorbell, the VMM's device completions, the
 //!   privileged operations, the panic handler.
+//! - `sync`: the kernel's lock, whose long waits yield the host CPU.
 //! - `virtio`: the network device (`virtio-drivers` over the MMIO transport).
 //!
 //! Layering: this crate names nothing above it. It depends only on `onering-abi`
@@ -43,6 +44,7 @@ pub mod mm;
 pub mod panic;
 pub mod sref;
 pub mod supervisor;
+pub mod sync;
 pub mod task;
 pub mod user;
 pub mod virtio;

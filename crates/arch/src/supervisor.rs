@@ -91,6 +91,12 @@ pub fn kick(cpu: usize) {
     hostcall(Hostcall::Kick, &[cpu as u64]);
 }
 
+/// Gives this vCPU thread's host CPU away once (`sync`: a long wait on another
+/// vCPU that the host may have preempted). The VMM writes no result.
+pub fn yield_host() {
+    hostcall(Hostcall::Yield, &[]);
+}
+
 /// Stores `v` into local-APIC register `reg` (an offset in `onering_abi::lapic`).
 fn lapic_write(reg: u64, v: u32) {
     #[cfg(target_os = "none")]

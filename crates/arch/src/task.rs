@@ -506,7 +506,7 @@ fn go(cpu: usize, save: &AtomicU64, off: &AtomicBool, next: Option<&'static Task
             // It may still be leaving another CPU: wait until its context is saved,
             // then take it.
             while n.on_cpu.compare_exchange_weak(false, true, Acquire, Relaxed).is_err() {
-                core::hint::spin_loop();
+                crate::sync::relax();
             }
             let sp = n.ctx.swap(0, Relaxed);
             if sp == 0 {

@@ -38,7 +38,7 @@ fn setup(boot: Boot) {
         boot_realtime_ns: bi.boot_realtime_ns,
     });
     onering_arch::panic::set_note(panic_note);
-    let chunks = alloc::sync::Arc::new(spin::Mutex::new(boot.chunks));
+    let chunks = alloc::sync::Arc::new(onering_arch::sync::Mutex::new(boot.chunks));
     let space = address_space(chunks.clone(), boot.page_tables, boot.user_blocks, bi);
     let Ok(space) = crate::mm::spaces::install(space) else { panic!("cannot install the first address space") };
     let mut vfs = Vfs::new();
@@ -73,6 +73,7 @@ fn setup(boot: Boot) {
     write_vvar(k, bi);
     protect_image(&mut space.mm.lock(), bi);
     sched::set_ncpus(bi.ncpus as usize);
+    sched::set_realtime(bi.flags & onering_abi::flags::REALTIME != 0);
     crate::fs::epoll::set_max_watches(space.mm.lock().total_bytes());
     // The program: pid 1, with the standard streams on descriptors 0, 1 and 2.
     let mut fds = FdTable::new();

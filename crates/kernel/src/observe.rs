@@ -16,7 +16,8 @@ use alloc::vec::Vec;
 use core::fmt::Write;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use onering_abi::trace as wire;
-use spin::{Mutex, Once};
+use onering_arch::sync::Mutex;
+use spin::Once;
 
 pub struct Observer {
     trace: bool,

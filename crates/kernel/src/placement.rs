@@ -139,6 +139,46 @@ impl Default for SpinBudget {
     }
 }
 
+/// A CPU's spin budgets per wait site (issue 20: as an adaptive mutex keeps its
+/// own spin count): the budget an idle CPU spins is the one of the site where
+/// its last thread blocked, a futex word, a wait queue's key (a pipe, a socket) or
+/// the kernel's call site, so a hand-off that comes back in microseconds and a
+/// wait for a slow event on the same CPU each learn their own. `N` sites are kept,
+/// the longest unused one making room for a new site (which starts at
+/// [`SpinBudget::new`]).
+#[derive(Clone, Debug)]
+pub struct SiteBudgets<const N: usize> {
+    sites: [(u64, SpinBudget, u64); N],
+    clock: u64,
+}
+
+impl<const N: usize> SiteBudgets<N> {
+    pub const fn new() -> Self {
+        SiteBudgets { sites: [(0, SpinBudget::new(), 0); N], clock: 0 }
+    }
+
+    /// Site `site`'s budget (made if it has none).
+    pub fn get(&mut self, site: u64) -> &mut SpinBudget {
+        self.clock += 1;
+        let i = match self.sites.iter().position(|e| e.0 == site) {
+            Some(i) => i,
+            None => {
+                let i = (0..N).min_by_key(|&i| self.sites[i].2).unwrap_or(0);
+                self.sites[i] = (site, SpinBudget::new(), 0);
+                i
+            }
+        };
+        self.sites[i].2 = self.clock;
+        &mut self.sites[i].1
+    }
+}
+
+impl<const N: usize> Default for SiteBudgets<N> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Whether the host keeps our vCPUs waiting for its CPUs (issue 20), judged from
 /// the vCPUs' total steal time (`supervisor::steal_ns`) over windows of at least
 /// `WINDOW_NS`: a window in which the vCPUs waited `SHARE_PERCENT` of their time
@@ -190,6 +230,27 @@ mod tests {
 
     fn v(list: &[(CpuState, usize)]) -> Vec<CpuView> {
         list.iter().map(|&(state, queued)| CpuView { state, queued }).collect()
+    }
+
+    #[test]
+    fn each_wait_site_learns_its_own_spin() {
+        let mut b: SiteBudgets<2> = SiteBudgets::new();
+        // Site 1's hand-offs come back soon after a halt: its budget grows.
+        for _ in 0..3 {
+            b.get(1).woken_after(10_000);
+        }
+        // Site 2's waits run out: its budget shrinks.
+        for _ in 0..10 {
+            b.get(2).spun_out();
+        }
+        assert_eq!(b.get(1).ns, 8 * SpinBudget::START_NS);
+        assert!(b.get(2).ns < SpinBudget::START_NS);
+        // A third site takes the place of the one used longest ago (site 1 was
+        // just used after site 2: site 2 goes), starting afresh.
+        b.get(1);
+        assert_eq!(b.get(3).ns, SpinBudget::START_NS);
+        assert_eq!(b.get(1).ns, 8 * SpinBudget::START_NS, "kept");
+        assert_eq!(b.get(2).ns, SpinBudget::START_NS, "forgotten, made anew");
     }
 
     #[test]

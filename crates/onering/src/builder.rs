@@ -215,6 +215,9 @@ pub fn run(
     if config.gdb.is_some() {
         flags |= onering_abi::flags::GDB;
     }
+    if crate::sys::realtime_policy() {
+        flags |= onering_abi::flags::REALTIME;
+    }
     let mut image = Vec::new();
     let dns = config.net.as_ref().and_then(|n| n.dns).map(|d| d.octets());
     rootfs::add_etc(&mut image, config.rootfs, dns);

@@ -466,6 +466,26 @@ fn threads_match_the_host_on_1_2_4_vcpus() {
     same_as_host_on_1_2_4_vcpus(&glibc("threads"));
 }
 
+/// Started under a real-time host policy (as `chrt -f` starts it: the kernel
+/// then halts idle vCPUs instead of spinning, `onering_abi::flags::REALTIME`),
+/// threads, timers and hand-offs still give the host's output.
+#[test]
+fn threads_match_the_host_under_a_real_time_policy() {
+    require_kvm();
+    let bin = glibc("threads");
+    let host = Command::new(&bin).output().unwrap();
+    for smp in ["1", "2"] {
+        let o = Command::new("chrt")
+            .args(["-f", "10", env!("CARGO_BIN_EXE_onering"), "run", "--smp", smp, bin.to_str().unwrap()])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!stderr(&o).contains("chrt:"), "this test needs SCHED_FIFO (root or CAP_SYS_NICE): {}", stderr(&o));
+        assert_eq!(stdout(&o), stdout(&host), "--smp {smp}: stderr: {}", stderr(&o));
+        assert_eq!(status(&o), 0, "--smp {smp}");
+    }
+}
+
 #[test]
 fn thread_stress_matches_the_host_on_1_2_4_vcpus() {
     // Many more threads than vCPUs on every primitive, busy loops that must not

@@ -8,7 +8,7 @@ use crate::mm::user::UserMem;
 use crate::rng::Rng;
 use crate::vfs::{Device, Ino};
 use core::any::Any;
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 pub struct DevFile {
     pub node: NodeRef,

@@ -17,7 +17,7 @@ use alloc::collections::BTreeMap;
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 use core::any::Any;
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 /// `epoll_ctl` operations.
 pub const EPOLL_CTL_ADD: u64 = 1;

@@ -7,7 +7,7 @@ use crate::file::{ev, key_of, File, Meta, OpenFile, Readiness};
 use crate::mm::user::{UserMem, UserMemExt};
 use crate::task::sched;
 use core::any::Any;
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 /// The largest value an eventfd counter holds.
 pub const EVENTFD_MAX: u64 = u64::MAX - 1;

@@ -14,7 +14,7 @@ use crate::vfs::notify::Group;
 use crate::vfs::Vfs;
 use alloc::sync::Arc;
 use core::any::Any;
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 const FIONREAD: u64 = 0x541b;
 

@@ -24,7 +24,7 @@ pub mod stdio;
 use crate::file::{oflag, FileRef, Meta, OpenFile};
 use crate::task::Kernel;
 use crate::vfs::{Device, Hold, Ino, Vfs};
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 /// A node of the tree an open file refers to, kept alive while it is open.
 pub struct NodeRef {

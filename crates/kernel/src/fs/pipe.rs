@@ -12,7 +12,7 @@ use crate::task::sched;
 use crate::vfs::Hold;
 use alloc::sync::Arc;
 use core::any::Any;
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 const FIONREAD: u64 = 0x541b;
 

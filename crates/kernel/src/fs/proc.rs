@@ -22,7 +22,8 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::any::Any;
 use core::sync::atomic::Ordering::Relaxed;
-use spin::{Mutex, Once};
+use onering_arch::sync::Mutex;
+use spin::Once;
 
 /// Makes /proc (filled on first use) and /sys for `ncpus` CPUs: at boot, before
 /// the rootfs is read (whose own /proc and /sys they hide).

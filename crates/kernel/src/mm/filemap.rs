@@ -28,7 +28,7 @@ use alloc::sync::Arc;
 use alloc::vec;
 use alloc::vec::Vec;
 use onering_abi::layout::{align_down, align_up, PAGE_SIZE};
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 /// A file as a mapping needs it: positioned reads and writes through user memory,
 /// and its size.

@@ -48,7 +48,7 @@ use alloc::vec::Vec;
 use core::cell::{Cell, RefCell};
 use onering_abi::layout::{align_down, align_up, HUGE_PAGE_SIZE, PAGE_SIZE, USER_END};
 use onering_arch::mm::{Chunk, ChunkAllocator};
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 /// Page-table operations on the live address space, and the contents of the
 /// chunks behind it.
@@ -662,7 +662,7 @@ impl<M: Mmu> AddressSpace<M> {
 
     /// The chunk allocator (shared by every space; thread kernel stacks come
     /// from it too), locked.
-    pub fn chunks(&self) -> spin::MutexGuard<'_, ChunkAllocator> {
+    pub fn chunks(&self) -> onering_arch::sync::MutexGuard<'_, ChunkAllocator> {
         self.chunks.lock()
     }
 

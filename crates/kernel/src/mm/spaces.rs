@@ -23,7 +23,8 @@ use crate::errno::Errno;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use onering_abi::MAX_CPUS;
-use spin::{Mutex, Once};
+use onering_arch::sync::Mutex;
+use spin::Once;
 
 /// Most address spaces at once (one per process at most).
 pub const MAX_SPACES: usize = crate::task::process::MAX_PROCS;

@@ -15,7 +15,7 @@ use super::UserSpace;
 use crate::errno::Errno;
 use alloc::vec;
 use alloc::vec::Vec;
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 pub trait UserMem: Sync {
     /// Checks that the program may access `[addr, addr + len)` (`write`: writably),
@@ -152,7 +152,7 @@ impl UserMem for GuestUser<'_> {
                     drop(pieces);
                     r?;
                 }
-                None => core::hint::spin_loop(),
+                None => onering_arch::sync::relax(),
             }
         }
     }

@@ -27,7 +27,7 @@ use crate::errno::Errno;
 use crate::pipebuf::PipeBuf;
 use alloc::sync::Arc;
 use core::sync::atomic::{AtomicU64, Ordering};
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 /// The published word's flags (below the generation, from bit 8).
 /// The ring holds bytes.

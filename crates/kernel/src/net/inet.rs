@@ -49,12 +49,13 @@ use alloc::vec::Vec;
 use core::any::Any;
 use core::net::{Ipv4Addr, Ipv6Addr};
 use core::sync::atomic::{AtomicU64, Ordering};
+use onering_arch::sync::Mutex;
 use smoltcp::iface::{Config, Interface, SocketHandle, SocketSet};
 use smoltcp::phy::{self, ChecksumCapabilities, Device, DeviceCapabilities, Medium};
 use smoltcp::socket::{tcp, udp};
 use smoltcp::time::Instant;
 use smoltcp::wire::{HardwareAddress, IpAddress, IpCidr, IpEndpoint, IpListenEndpoint};
-use spin::{Mutex, Once};
+use spin::Once;
 
 pub const IPPROTO_TCP: u64 = 6;
 pub const IPPROTO_UDP: u64 = 17;

@@ -29,7 +29,7 @@ use alloc::boxed::Box;
 use alloc::collections::{BTreeSet, VecDeque};
 use alloc::vec::Vec;
 use core::any::Any;
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 pub const AF_NETLINK: u16 = 16;
 pub const NETLINK_ROUTE: u64 = 0;

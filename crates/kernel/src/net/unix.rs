@@ -32,7 +32,7 @@ use alloc::collections::VecDeque;
 use alloc::sync::{Arc, Weak};
 use alloc::vec::Vec;
 use core::any::Any;
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 /// Bytes a receive queue holds (Linux's default socket buffer, 208 KiB).
 pub const QUEUE_BYTES: usize = 212_992;

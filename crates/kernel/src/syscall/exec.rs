@@ -50,9 +50,10 @@ use alloc::vec::Vec;
 use core::sync::atomic::Ordering::Relaxed;
 use onering_abi::layout::{align_down, align_up, HUGE_PAGE_SIZE, PAGE_SIZE, PIE_BASE, STACK_SIZE, STACK_TOP, USER_END};
 use onering_abi::rewrite::WirePlan;
+use onering_arch::sync::Mutex;
 use onering_rewrite::elf::{shebang, Program, PF_X};
 use onering_rewrite::stack::{self, StackSpec};
-use spin::{Mutex, Once};
+use spin::Once;
 
 /// First bytes read of a program file: its `#!` line, or the ELF header and
 /// program headers of every usual program (more are read when they lie further).

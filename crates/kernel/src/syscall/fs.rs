@@ -320,7 +320,7 @@ pub fn writev(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         // (An unreadable buffer: written one iovec at a time below, up to it, as
         // Linux copies them as it goes.)
         if iov.read_at(ctx.user, 0, &mut data).is_ok() {
-            let buf = crate::mm::user::BufferMem { base: BASE, mem: spin::Mutex::new(data) };
+            let buf = crate::mm::user::BufferMem { base: BASE, mem: onering_arch::sync::Mutex::new(data) };
             return write_waiting(&of, &buf, BASE, total, 0);
         }
     }

@@ -29,7 +29,7 @@ fn with_space<R>(ctx: &Ctx, f: impl FnOnce(&mut UserSpace) -> R) -> R {
 }
 
 /// [`with_space`] on the address space under lock `mm`.
-pub(super) fn with_mm<R>(mm: &spin::Mutex<UserSpace>, f: impl FnOnce(&mut UserSpace) -> R) -> R {
+pub(super) fn with_mm<R>(mm: &onering_arch::sync::Mutex<UserSpace>, f: impl FnOnce(&mut UserSpace) -> R) -> R {
     let (r, orphans) = {
         let space = &mut *mm.lock();
         (f(space), space.take_orphans())
@@ -80,7 +80,7 @@ fn replace(ctx: &Ctx, addr: u64, len: u64, flags: u32) {
 /// Fills the parts of `pieces` in blocks backed already (by other mappings there):
 /// the rest is filled when first touched (`AddressSpace::check_for`).
 pub(super) fn fill_backed(
-    mm: &spin::Mutex<UserSpace>,
+    mm: &onering_arch::sync::Mutex<UserSpace>,
     user: &dyn crate::mm::user::UserMem,
     pieces: &[filemap::FilePiece],
 ) -> Result<(), Errno> {

@@ -35,7 +35,7 @@ impl TestEnv {
         let mut chunks = ChunkAllocator::new();
         chunks.add_range(0x4000_0000, 0x4000_0000 + (64 << 20));
         let stack_chunk = chunks.alloc();
-        let chunks = alloc::sync::Arc::new(spin::Mutex::new(chunks));
+        let chunks = alloc::sync::Arc::new(onering_arch::sync::Mutex::new(chunks));
         let space = AddressSpace::new(
             chunks.clone(),
             onering_arch::mm::host_page_tables(),

@@ -22,7 +22,7 @@ use crate::console::{ConsoleBuf, Step, DELAY};
 use crate::errno::{Errno, SysResult};
 use crate::mm::user::UserMem;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 struct State {
     buf: ConsoleBuf,
@@ -192,7 +192,7 @@ impl Console {
 
     /// Sends what is buffered (`st` is the held lock; released while sending), and
     /// again whatever others appended meanwhile.
-    fn send_locked<'a>(&'a self, mut st: spin::MutexGuard<'a, State>) -> Result<(), Errno> {
+    fn send_locked<'a>(&'a self, mut st: onering_arch::sync::MutexGuard<'a, State>) -> Result<(), Errno> {
         let mut result = Ok(());
         while let Some((fd, bytes)) = st.buf.take() {
             st.flushing = true;

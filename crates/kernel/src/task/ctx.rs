@@ -25,7 +25,7 @@ impl Ctx<'_> {
 
     /// The calling process's address space.
     #[inline]
-    pub fn mm(&self) -> &'static spin::Mutex<crate::mm::UserSpace> {
+    pub fn mm(&self) -> &'static onering_arch::sync::Mutex<crate::mm::UserSpace> {
         &self.proc().space().mm
     }
 

@@ -21,7 +21,7 @@ use crate::errno::Errno;
 use crate::file::{key_of, OpenFile};
 use crate::filelock::{FileId, HostLock, Kind, LockTable, Owner};
 use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 static LOCKS: Mutex<LockTable> = Mutex::new(LockTable::new());
 

@@ -79,6 +79,7 @@ pub fn wait(
         }
         table.enqueue(key, me.tid(), bitset);
     }
+    sched::wait_site(key);
     let w = sched::block(until);
     // Still queued means nobody woke us: a timeout or a signal.
     let queued = k.futexes.lock().remove(me.tid());

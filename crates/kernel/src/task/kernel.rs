@@ -36,7 +36,8 @@ use alloc::collections::BTreeSet;
 use alloc::format;
 use alloc::vec::Vec;
 use onering_abi::flags;
-use spin::{Mutex, Once};
+use onering_arch::sync::Mutex;
+use spin::Once;
 
 /// What boot fixed and nothing changes.
 #[derive(Debug, Default)]

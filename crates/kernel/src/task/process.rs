@@ -24,7 +24,8 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use onering_arch::sref::StaticRef;
-use spin::{Mutex, Once};
+use onering_arch::sync::Mutex;
+use spin::Once;
 
 /// Most processes alive (or not yet reusable) at once.
 pub const MAX_PROCS: usize = 4096;

@@ -18,7 +18,7 @@
 use super::process::Process;
 use super::thread::{current, set_current, Thread, DEAD, RUNNABLE, RUNNING, SLEEPING};
 use crate::errno::Errno;
-use crate::placement::{self, Contention, CpuState, CpuView, SpinBudget};
+use crate::placement::{self, Contention, CpuState, CpuView, SiteBudgets, SpinBudget};
 use crate::sigframe;
 use crate::time::mono_now;
 use alloc::collections::{BTreeMap, VecDeque};
@@ -28,8 +28,8 @@ use onering_abi::MAX_CPUS;
 use onering_arch::frame::SyscallFrame;
 use onering_arch::mm::Chunk;
 use onering_arch::supervisor;
+use onering_arch::sync::Mutex;
 use onering_arch::task::{self as arch_task, Task};
-use spin::Mutex;
 
 /// What each CPU does (`placement::CpuState`) and how many threads wait in its run
 /// queue: published for wakers and idle CPUs, which read them without the lock.
@@ -471,13 +471,39 @@ pub enum Wake {
 /// Blocks the running thread until `wake`, the deadline (monotonic ns), or a signal.
 /// A `wake` that came after the caller registered itself (e.g. on a futex queue)
 /// but before this call is not lost.
+#[track_caller]
 pub fn block(deadline: Option<u64>) -> Wake {
+    note_site(core::panic::Location::caller());
     sleep(deadline, true)
+}
+
+/// The wait site (`placement::SiteBudgets`) the running thread blocks on next
+/// (per CPU: set by `wait_site` or `prepare_wait` just before `block` on the same
+/// CPU), and the site of the thread that blocked last on each CPU, for its idle
+/// loop.
+static NEXT_SITE: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+static IDLE_SITE: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+/// Names what the running thread's next `block` waits for (a futex's key, a wait
+/// queue's), so that the idle CPU spins as long as waits on it have recently paid.
+pub fn wait_site(site: u64) {
+    NEXT_SITE[this_cpu()].store(site, Relaxed);
+}
+
+/// The site of the `block` about to happen: the one named, else the kernel's call
+/// site.
+fn note_site(caller: &'static core::panic::Location<'static>) {
+    let cpu = this_cpu();
+    let named = NEXT_SITE[cpu].swap(0, Relaxed);
+    let site = if named != 0 { named } else { caller as *const _ as u64 };
+    IDLE_SITE[cpu].store(site, Relaxed);
 }
 
 /// Blocks the running thread of a stopped process (`task::job::park`) until
 /// `wake` or its end: signals do not end this wait (they wait for SIGCONT).
+#[track_caller]
 pub fn block_stopped() -> Wake {
+    note_site(core::panic::Location::caller());
     sleep(None, false)
 }
 
@@ -590,6 +616,7 @@ pub fn stop_quiet(pid: u64) -> bool {
 /// Registers the running thread on wait queue `key` (before checking, under the
 /// lock that guards the condition, whether it must block).
 pub fn prepare_wait(key: u64) {
+    wait_site(key);
     let me = current();
     let mut s = SCHED.lock();
     let q = s.waitq.entry(key).or_default();
@@ -600,6 +627,7 @@ pub fn prepare_wait(key: u64) {
 
 /// Takes the running thread off wait queue `key` (after `block` returned).
 pub fn finish_wait(key: u64) {
+    NEXT_SITE[this_cpu()].store(0, Relaxed);
     let me = current();
     let mut s = SCHED.lock();
     if let Some(q) = s.waitq.get_mut(&key) {
@@ -633,6 +661,17 @@ pub fn ncpus() -> usize {
 
 pub fn set_ncpus(n: usize) {
     NCPUS.store(n.clamp(1, MAX_CPUS), Relaxed);
+}
+
+/// The VMM runs under a real-time host policy (`onering_abi::flags::REALTIME`).
+static REALTIME: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+
+/// Tells the scheduler that the VMM runs under a real-time host policy: a halted
+/// vCPU then wakes on time, and spinning would only spend the host's real-time
+/// budget (95% of a CPU; past it the host stops real-time threads for the rest of
+/// its period, tens of milliseconds): an idle CPU halts until its deadline at once.
+pub fn set_realtime(on: bool) {
+    REALTIME.store(on, Relaxed);
 }
 
 /// Restricts the running thread to the CPUs in `mask` (already checked to hold
@@ -747,7 +786,8 @@ fn stealable(cpu: usize) -> bool {
 
 /// CPU `cpu`'s scheduling: runs threads forever, idling in between. The idle CPU
 /// polls its queue, the timers and other CPUs' queues for an adaptive while
-/// (`placement::SpinBudget`), then halts in the VMM until shortly before the next
+/// (`placement::SpinBudget`, one per wait site: that of the thread that blocked
+/// last on this CPU, `placement::SiteBudgets`), then halts in the VMM until shortly before the next
 /// deadline or until kicked, and polls the rest of the way.
 /// The chunk an idle vCPU is warming (`onering_arch::mm`'s warm pool), and its
 /// next page. One vCPU warms at a time.
@@ -811,7 +851,8 @@ fn contended(now: u64) -> bool {
 
 pub fn idle_loop() -> ! {
     let cpu = this_cpu();
-    let mut budget = SpinBudget::new();
+    let mut budgets: SiteBudgets<8> = SiteBudgets::new();
+    let mut site = 0;
     let mut cbudget = SpinBudget::contended();
     let mut idle_since = mono_now();
     // How long the last halt lasted, and whether the host was contended then,
@@ -827,7 +868,7 @@ pub fn idle_loop() -> ! {
                 if contended {
                     cbudget.woken_after(ns);
                 } else {
-                    budget.woken_after(ns);
+                    budgets.get(site).woken_after(ns);
                 }
             }
         }
@@ -842,17 +883,19 @@ pub fn idle_loop() -> ! {
             notify_others(cpus);
             if let Some(n) = next {
                 switch(None, Some(n));
+                // Idle again: the thread that ran last here blocked (or left).
+                site = IDLE_SITE[cpu].load(Relaxed);
                 idle_since = mono_now();
                 continue;
             }
         }
         let deadline = NEXT_DEADLINE.load(Relaxed);
         let left = deadline.saturating_sub(now);
-        let contended = contended(now);
+        let contended = REALTIME.load(Relaxed) || contended(now);
         let (spin, early) = if contended {
             (now - idle_since < cbudget.ns || left <= CONTENDED_SPIN_NS, 0)
         } else {
-            (now - idle_since < budget.ns || left <= 2 * HALT_EARLY_NS, HALT_EARLY_NS)
+            (now - idle_since < budgets.get(site).ns || left <= 2 * HALT_EARLY_NS, HALT_EARLY_NS)
         };
         if spin {
             // A few pauses between looks: lighter on the core (and on the
@@ -875,7 +918,7 @@ pub fn idle_loop() -> ! {
         if contended {
             cbudget.spun_out();
         } else {
-            budget.spun_out();
+            budgets.get(site).spun_out();
         }
         set_state(cpu, CpuState::Halted);
         if !has_work(cpu, now) {

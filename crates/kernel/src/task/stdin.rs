@@ -21,7 +21,7 @@ use crate::mm::user::UserMem;
 use alloc::boxed::Box;
 use alloc::vec;
 use onering_arch::hostcall::{stdin_done, stdin_request, stdin_watch, StdinRefused};
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 /// Largest request.
 const CAPACITY: usize = 64 * 1024;

@@ -14,8 +14,9 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::Relaxed};
 use onering_arch::cpu::CurrentSlot;
 use onering_arch::sref::StaticRef;
+use onering_arch::sync::Mutex;
 use onering_arch::task::Task;
-use spin::{Mutex, Once};
+use spin::Once;
 
 /// Scheduling states.
 pub const RUNNING: u8 = 0;

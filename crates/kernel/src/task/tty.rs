@@ -29,7 +29,7 @@ use crate::errno::{Errno, SysResult};
 use crate::mm::user::{UserMem, UserMemExt};
 use crate::sigframe::{bit, code, sig, Info, SIG_DFL, SIG_IGN};
 use core::sync::atomic::Ordering::Relaxed;
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 pub const TIOCSCTTY: u64 = 0x540e;
 pub const TIOCGPGRP: u64 = 0x540f;

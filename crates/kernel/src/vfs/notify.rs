@@ -17,7 +17,7 @@ use alloc::collections::{BTreeMap, VecDeque};
 use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::sync::atomic::{AtomicUsize, Ordering};
-use spin::Mutex;
+use onering_arch::sync::Mutex;
 
 pub const IN_ACCESS: u32 = 0x1;
 pub const IN_MODIFY: u32 = 0x2;

@@ -46,7 +46,7 @@ pub enum Data {
     Symlink(Vec<u8>),
     Device(Device),
     /// A named pipe (`mkfifo`): opening it gives an end of this pipe.
-    Fifo(alloc::sync::Arc<spin::Mutex<crate::pipebuf::PipeBuf>>),
+    Fifo(alloc::sync::Arc<onering_arch::sync::Mutex<crate::pipebuf::PipeBuf>>),
     /// A socket's name (`bind` of an AF_UNIX path): leads to the socket while it
     /// is open (`net::unix`); opening it is ENXIO.
     Socket(alloc::sync::Weak<dyn core::any::Any + Send + Sync>),
@@ -656,12 +656,13 @@ impl Vfs {
     /// Creates a named pipe `name` in `dir`.
     pub fn mkfifo(&mut self, dir: Ino, name: &[u8], mode: u32, now: u64) -> Result<Ino, Errno> {
         let ino = self.create(dir, name, mode, false, now)?;
-        self.node_mut(ino).data = Data::Fifo(alloc::sync::Arc::new(spin::Mutex::new(crate::pipebuf::PipeBuf::fifo())));
+        self.node_mut(ino).data =
+            Data::Fifo(alloc::sync::Arc::new(onering_arch::sync::Mutex::new(crate::pipebuf::PipeBuf::fifo())));
         Ok(ino)
     }
 
     /// The pipe of named pipe `ino`.
-    pub fn fifo(&self, ino: Ino) -> Option<alloc::sync::Arc<spin::Mutex<crate::pipebuf::PipeBuf>>> {
+    pub fn fifo(&self, ino: Ino) -> Option<alloc::sync::Arc<onering_arch::sync::Mutex<crate::pipebuf::PipeBuf>>> {
         match &self.node(ino).data {
             Data::Fifo(p) => Some(p.clone()),
             _ => None,

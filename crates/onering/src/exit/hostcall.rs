@@ -84,6 +84,11 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
             Ok(()) => 0,
             Err(e) => return Action::Stop(Outcome::GuestError(e)),
         },
+        // No result is written: the guest may ask from any point (see the ABI).
+        Some(Hostcall::Yield) => {
+            std::thread::yield_now();
+            return Action::Resume;
+        }
         Some(Hostcall::Exit) => return Action::Stop(Outcome::Exited(args[0] as u8)),
         Some(Hostcall::Killed) if !(1..=64).contains(&args[0]) => {
             return Action::Stop(Outcome::GuestError(format!("killed by an invalid signal number {}", args[0])))
@@ -508,6 +513,14 @@ mod tests {
             assert_eq!(ret(&e), -EINVAL);
         }
         assert_eq!(e.kicks, [1]);
+    }
+
+    #[test]
+    fn yield_writes_no_result() {
+        let mut e = env();
+        e.mem.write_obj(0x1234u64, GuestAddress(layout::hostcall_block(0) + RET_OFFSET)).unwrap();
+        assert_eq!(call(&mut e, Hostcall::Yield, &[]), Action::Resume);
+        assert_eq!(ret(&e), 0x1234, "a yield may come between another call's doorbell and its result");
     }
 
     #[test]

@@ -68,6 +68,14 @@ pub fn precise_timers() {
     }
 }
 
+/// Whether this process runs under a real-time policy (SCHED_FIFO or SCHED_RR,
+/// as `chrt -f`/`-r` starts it); its threads inherit it.
+pub fn realtime_policy() -> bool {
+    // SAFETY: sched_getscheduler(0) reads the calling thread's policy; no memory.
+    let p = unsafe { libc::sched_getscheduler(0) };
+    p == libc::SCHED_FIFO || p == libc::SCHED_RR
+}
+
 /// The host user and group ids.
 pub fn ids() -> (u64, u64) {
     // SAFETY: getuid and getgid cannot fail and touch no memory.
