@@ -23,7 +23,7 @@ pub mod sysnames;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 24;
+pub const ABI_VERSION: u64 = 25;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -103,6 +103,10 @@ pub mod events {
     /// u64: signals sent to onering on the host, for the program (bit n-1 for
     /// signal n), or'ed in by the VMM and swapped to 0 by the guest.
     pub const SIGNALS: u64 = 16;
+    /// u64: signals the host's terminal made (Ctrl-C, Ctrl-\, Ctrl-Z, a window
+    /// change: `si_code` SI_KERNEL), for the VM terminal's foreground group, as
+    /// `SIGNALS` (posted with the same pending bit).
+    pub const TTY_SIGNALS: u64 = 24;
     /// Device bits.
     pub const STDIN: u64 = 1 << 0;
     pub const SIGNAL: u64 = 1 << 1;

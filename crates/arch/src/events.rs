@@ -54,9 +54,16 @@ pub fn take_signals() -> u64 {
     word(onering_abi::events::SIGNALS).swap(0, Ordering::Acquire)
 }
 
+/// Takes the signals the host's terminal made (bit n-1 for signal n), for the
+/// terminal's foreground group.
+pub fn take_tty_signals() -> u64 {
+    word(onering_abi::events::TTY_SIGNALS).swap(0, Ordering::Acquire)
+}
+
 /// Gives back signals taken too early (no program to send them to yet).
-pub fn put_back_signals(bits: u64) {
+pub fn put_back_signals(bits: u64, tty: u64) {
     word(onering_abi::events::SIGNALS).fetch_or(bits, Ordering::Release);
+    word(onering_abi::events::TTY_SIGNALS).fetch_or(tty, Ordering::Release);
     word(onering_abi::events::PENDING).fetch_or(onering_abi::events::SIGNAL, Ordering::Release);
 }
 

@@ -340,6 +340,49 @@ fn polling_stdin_waits_for_input() {
     assert!(child.wait().unwrap().success());
 }
 
+/// The terminal's signals reach the VM's foreground job, as a shell's terminal
+/// sends them (busybox sh with `-i` under a pty, job control on): Ctrl-Z stops
+/// the running `sleep` (the shell reports it stopped, status 148), Ctrl-C ends the
+/// next one (status 130), and the shell, which took neither, goes on. Before,
+/// Ctrl-Z stopped onering itself and Ctrl-C went to the shell, leaving the sleep
+/// running. (`exec`: no shell of `script`'s between the terminal and onering, to
+/// take the terminal's signals too.)
+#[test]
+fn terminal_signals_reach_the_foreground_job() {
+    use std::io::Write;
+    assert!(std::path::Path::new("/bin/busybox").exists(), "this test needs /bin/busybox (busybox-static)");
+    let ring = env!("CARGO_BIN_EXE_onering");
+    let mut child = Command::new("script")
+        .args(["-qec", &format!("exec {ring} run -i --rootfs / -e PATH=/bin:/usr/bin /bin/busybox sh"), "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let mut input = child.stdin.take().unwrap();
+    let steps: [&[u8]; 7] = [
+        b"busybox sleep 30\n",
+        b"\x1a",
+        b"echo after-stop $?; jobs\n",
+        b"busybox sleep 30\n",
+        b"\x03",
+        b"echo after-int $?\n",
+        b"kill -9 %1; exit 4\n",
+    ];
+    for step in steps {
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        input.write_all(step).unwrap();
+    }
+    drop(input);
+    let o = child.wait_with_output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).replace('\r', "");
+    assert!(out.contains("after-stop 148"), "{out}");
+    assert!(out.contains("Stopped") && out.contains("busybox sleep 30"), "{out}");
+    assert!(out.contains("after-int 130"), "{out}");
+    assert_eq!(o.status.code(), Some(4), "{out}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(25), "a sleep ran on: {out}");
+}
+
 /// An interactive shell on a terminal (busybox sh with `-i`, under a pty): its
 /// line editor polls stdin and puts the terminal in raw mode; commands run.
 #[test]

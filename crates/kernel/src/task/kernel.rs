@@ -139,17 +139,28 @@ pub fn service_events(idle: bool) -> u64 {
 }
 
 /// Signals sent to onering on the host go to the program, as `docker run --init`
-/// forwards them (kept until the program exists).
+/// forwards them; those the host's terminal made (Ctrl-C, Ctrl-\, Ctrl-Z, a
+/// window change) go to the VM terminal's foreground group, as a terminal sends
+/// them, or to the program when no group holds the terminal. Kept until the
+/// program exists.
 fn forward_host_signals() {
     let bits = onering_arch::events::take_signals();
-    if bits == 0 {
+    let tty = onering_arch::events::take_tty_signals();
+    if bits | tty == 0 {
         return;
     }
     if super::sched::threads_of(1).is_empty() {
-        onering_arch::events::put_back_signals(bits);
+        onering_arch::events::put_back_signals(bits, tty);
         return;
     }
-    for s in (1..=64u64).filter(|s| bits & crate::sigframe::bit(*s) != 0) {
+    let each = |set: u64| (1..=64u64).filter(move |s| set & crate::sigframe::bit(*s) != 0);
+    for s in each(tty) {
+        if !super::tty::signal_foreground(s) {
+            let info = crate::sigframe::Info { signo: s, code: crate::sigframe::code::SI_KERNEL, ..Default::default() };
+            let _ = super::signal::send_to_process(1, s, info);
+        }
+    }
+    for s in each(bits) {
         let info = crate::sigframe::Info { signo: s, code: crate::sigframe::code::SI_USER, ..Default::default() };
         let _ = super::signal::send_to_process(1, s, info);
     }

@@ -71,6 +71,17 @@ fn signal_group(pgid: u64, s: u64) {
     }
 }
 
+/// Sends signal `s` made by the host's terminal (Ctrl-C, Ctrl-\, Ctrl-Z, a window
+/// change) to the terminal's foreground group; false if no live group holds it.
+pub fn signal_foreground(s: u64) -> bool {
+    let fg = TERMINAL.lock().fg;
+    if fg == 0 || !process::all().iter().any(|q| q.pgid.load(Relaxed) == fg) {
+        return false;
+    }
+    signal_group(fg, s);
+    true
+}
+
 /// Whether group `pgid` of session `sid` is orphaned: no member has a parent in
 /// another group of the same session (pid 1 counts as a parent, as a
 /// container's init does on Linux).

@@ -2,7 +2,8 @@
 //! where almost nothing is allowed.
 //!
 //! `forward_signals` installs one handler for the signals onering passes to the
-//! program (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH). The
+//! program (SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, and
+//! SIGTSTP when the program reads the terminal). The
 //! handler only calls the hook it was given, which must be async-signal-safe
 //! (atomics, and system calls such as `futex` and KVM's `KVM_SIGNAL_MSI`); it runs
 //! without SA_RESTART, so a vCPU thread waiting in KVM_RUN or in a halt wakes with
@@ -22,40 +23,49 @@ pub const FORWARDED: [i32; 7] =
 /// The hook, as a plain function address (0: none).
 static HOOK: AtomicUsize = AtomicUsize::new(0);
 
-extern "C" fn handler(sig: libc::c_int) {
+extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     let h = HOOK.load(Ordering::Acquire);
     if h != 0 {
-        // SAFETY: HOOK only ever holds 0 or the address of a `fn(i32)` stored by
-        // `forward_signals`.
-        let f = unsafe { std::mem::transmute::<usize, fn(i32)>(h) };
+        // SAFETY: HOOK only ever holds 0 or the address of a `fn(i32, bool)` stored
+        // by `forward_signals`.
+        let f = unsafe { std::mem::transmute::<usize, fn(i32, bool)>(h) };
+        // A terminal's signals (its special characters, a window change) come
+        // with SI_KERNEL; kill(2) gives SI_USER, sigqueue SI_QUEUE.
+        // SAFETY: the kernel hands an SA_SIGINFO handler a valid siginfo (or null).
+        let from_tty = !info.is_null() && unsafe { (*info).si_code } == libc::SI_KERNEL;
         // errno is the interrupted code's: keep it.
         // SAFETY: __errno_location gives this thread's errno, valid while it runs.
         let saved = unsafe { *libc::__errno_location() };
-        f(sig);
+        f(sig, from_tty);
         // SAFETY: as above.
         unsafe { *libc::__errno_location() = saved };
     }
 }
 
-/// Has `hook` called for each forwarded signal (instead of their default action).
-/// `hook` must be async-signal-safe.
-pub fn forward_signals(hook: fn(i32)) {
+/// Has `hook` called for each forwarded signal (instead of their default action),
+/// with whether the host's terminal made it; with `stop` SIGTSTP too (the VM owns
+/// the terminal: Ctrl-Z is for the program's jobs, not for onering). `hook` must
+/// be async-signal-safe.
+pub fn forward_signals(hook: fn(i32, bool), stop: bool) {
     HOOK.store(hook as usize, Ordering::Release);
-    for sig in FORWARDED {
-        install(sig, handler);
+    let tstp = stop.then_some(libc::SIGTSTP);
+    for sig in FORWARDED.into_iter().chain(tstp) {
+        install(sig, handler as *const () as usize, libc::SA_SIGINFO);
     }
 }
 
 /// Installs `f` (async-signal-safe) as the handler of `sig`, with an empty mask
-/// and no flags: no SA_RESTART, so a wait in the VMM that the signal interrupts
-/// ends with EINTR.
-fn install(sig: i32, f: extern "C" fn(libc::c_int)) {
+/// and `flags` (never SA_RESTART, so a wait in the VMM that the signal interrupts
+/// ends with EINTR).
+fn install(sig: i32, f: usize, flags: libc::c_int) {
     // SAFETY: a zeroed sigaction is valid plain data; the handler set only makes
-    // async-signal-safe calls (the callers' contract: `handler`, `interrupt_only`);
-    // sigaction reads our struct and writes nothing (a null old action).
+    // async-signal-safe calls (the callers' contract: `handler`, `interrupt_only`)
+    // and has the shape `flags` says; sigaction reads our struct and writes
+    // nothing (a null old action).
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
-        sa.sa_sigaction = f as usize;
+        sa.sa_sigaction = f;
+        sa.sa_flags = flags;
         libc::sigemptyset(&mut sa.sa_mask);
         libc::sigaction(sig, &sa, std::ptr::null_mut());
     }
@@ -68,7 +78,7 @@ pub fn block_forwarded() {
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
-        for sig in FORWARDED {
+        for sig in FORWARDED.into_iter().chain([libc::SIGTSTP]) {
             libc::sigaddset(&mut set, sig);
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
@@ -122,7 +132,7 @@ extern "C" fn interrupt_only(_: libc::c_int) {}
 /// Installs a handler for `sample_signal` that does nothing: its only effect is that
 /// the thread's KVM_RUN (or futex wait) returns with EINTR (no SA_RESTART).
 pub fn install_sample_signal() {
-    install(sample_signal(), interrupt_only);
+    install(sample_signal(), interrupt_only as *const () as usize, 0);
 }
 
 /// The calling thread's handle, for `interrupt_thread`.

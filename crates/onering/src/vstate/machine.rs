@@ -9,7 +9,9 @@
 //! lose a wake-up.
 //!
 //! Host signals: SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 and SIGWINCH sent to
-//! onering go to the program (`forward_host_signal`, run in the signal handler: it
+//! onering go to the program, those the host's terminal made (Ctrl-C, Ctrl-\,
+//! Ctrl-Z with `-i` on a terminal, a window change) to the VM terminal's
+//! foreground group (`forward_host_signal`, run in the signal handler: it
 //! only posts the signal in the events page, wakes halted vCPUs through their
 //! futexes and interrupts vCPU 0, all async-signal-safe). If the program has not
 //! ended `GRACE` after a SIGINT or SIGTERM, the next one stops the VM at once
@@ -52,9 +54,9 @@ pub const GRACE: Duration = Duration::from_secs(3);
 /// The machine, for the signal handler.
 static MACHINE: OnceLock<&'static Machine> = OnceLock::new();
 
-fn on_host_signal(sig: i32) {
+fn on_host_signal(sig: i32, from_tty: bool) {
     if let Some(m) = MACHINE.get() {
-        m.forward_host_signal(sig);
+        m.forward_host_signal(sig, from_tty);
     }
 }
 
@@ -129,7 +131,7 @@ impl Machine {
             poller: super::poller::Poller::default(),
         }));
         if MACHINE.set(m).is_ok() {
-            crate::sys::signals::forward_signals(on_host_signal);
+            crate::sys::signals::forward_signals(on_host_signal, m.reads_terminal());
         }
         m
     }
@@ -137,7 +139,7 @@ impl Machine {
     /// A host signal for the program (in the signal handler: async-signal-safe
     /// only). Posts it in the events page and tells the guest, or, past the grace
     /// period, marks the VM to stop.
-    fn forward_host_signal(&self, sig: i32) {
+    fn forward_host_signal(&self, sig: i32, from_tty: bool) {
         if (sig == libc::SIGINT && !self.reads_terminal()) || sig == libc::SIGTERM {
             let now = crate::sys::signals::monotonic_ns().max(1);
             match self.first_stop.compare_exchange(0, now, Ordering::AcqRel, Ordering::Acquire) {
@@ -150,7 +152,7 @@ impl Machine {
                 Err(_) => {}
             }
         }
-        super::stdin::post_signal(&self.mem, sig as u64);
+        super::stdin::post_signal(&self.mem, sig as u64, from_tty);
         self.wake_all();
         self.interrupt_cpu0();
     }

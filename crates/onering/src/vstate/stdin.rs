@@ -106,13 +106,14 @@ pub fn post_ready(mem: &GuestMemoryMmap) {
 }
 
 /// Posts host signal `sig` for the program in the events page: its bit in the
-/// signals word, then the pending bit. Async-signal-safe (atomics on guest memory;
-/// no allocation, no lock).
-pub fn post_signal(mem: &GuestMemoryMmap, sig: u64) {
+/// signals word (the terminal's signals word when `from_tty`), then the pending
+/// bit. Async-signal-safe (atomics on guest memory; no allocation, no lock).
+pub fn post_signal(mem: &GuestMemoryMmap, sig: u64, from_tty: bool) {
     if !(1..=64).contains(&sig) {
         return;
     }
-    for (off, bits) in [(events::SIGNALS, 1u64 << (sig - 1)), (events::PENDING, events::SIGNAL)] {
+    let word = if from_tty { events::TTY_SIGNALS } else { events::SIGNALS };
+    for (off, bits) in [(word, 1u64 << (sig - 1)), (events::PENDING, events::SIGNAL)] {
         if let Ok(slice) = mem.get_slice(GuestAddress(layout::EVENTS_PHYS + off), 8) {
             if let Ok(word) = slice.get_atomic_ref::<AtomicU64>(0) {
                 word.fetch_or(bits, Ordering::AcqRel);
