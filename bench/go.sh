@@ -6,7 +6,8 @@
 #          over its channel, each goroutine writes 30 bytes and sends a result
 #          back, the main goroutine writes 30 bytes per goroutine (target: 2x).
 # Also time.Now (a rewritten clock_gettime system call in onering, the vDSO on the
-# host) for the vDSO decision.
+# host) for the vDSO decision. Then the profiler's cost (issue 19), on the write and
+# channel loops and as time lost by a spinning program (bench/gaps.c).
 # usage: bench/go.sh [N] [R]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,3 +54,16 @@ for what in "write $N" "chan $R"; do
     done
     awk -v p="$plain" -v q="$prof" -v w="$1 $2" 'BEGIN{printf "  %-30s %10s ms plain %10s ms profiled  %+.1f%%%s\n", w, p, q, 100 * (q - p) / p, (100 * (q - p) / p < 3 ? "  (target < 3%: met)" : "  (target < 3%: NOT met)")}'
 done
+# The same cost as time lost by a program that only spins (bench/gaps.c: gaps
+# under 1 ms in its TSC readings), which leaves out the host scheduler's share of
+# the CPU, the noise that moves the figures above by +-10% on a busy machine.
+musl-gcc -O2 -static -o "$out/gaps" bench/gaps.c
+echo "time lost to interruptions by a spinning program (bench/gaps.c 2 s, median of 3, --smp 1):"
+p=()
+q=()
+for _ in 1 2 3; do
+    p+=("$("$onering" run --smp 1 "$out/gaps" 2 | awk '{print $2}')")
+    q+=("$("$onering" run --smp 1 --profile "$out/gaps.svg" "$out/gaps" 2 2>/dev/null | awk '{print $2}')")
+done
+med() { printf '%s\n' "$@" | tr -d % | sort -g | sed -n 2p; }
+awk -v p="$(med "${p[@]}")" -v q="$(med "${q[@]}")" -v all="${p[*]} / ${q[*]}" 'BEGIN{printf "  %.2f%% plain, %.2f%% profiled: %+.2f%% (all: %s)\n", p, q, q - p, all}'

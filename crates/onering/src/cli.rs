@@ -104,7 +104,9 @@ struct RunArgs {
     /// Sample the program and the kernel and print the N hottest functions at exit.
     #[arg(long, value_name = "N")]
     profile_top: Option<usize>,
-    /// Samples a second per running vCPU for --profile and --profile-top.
+    /// Samples a second of each vCPU's running time for --profile and --profile-top
+    /// (stacks are read at the host's timer tick, at most its rate: each counts for
+    /// the periods it covers).
     #[arg(long, value_name = "HZ", default_value_t = 1000)]
     profile_hz: u32,
     /// Wait for gdb on ADDR (host:port) before the program's first instruction;
@@ -582,10 +584,11 @@ fn report_profile(
 ) {
     let (samples, took) = sampler.take();
     say!(
-        "onering: profile: {} samples at {} Hz a vCPU over {:.2} s (halted vCPUs are not sampled)",
+        "onering: profile: {} samples at {} Hz a vCPU over {:.2} s ({} stacks read at the host's timer ticks; halted vCPUs are not sampled)",
         samples.total(),
         sampler.hz,
-        took.as_secs_f64()
+        took.as_secs_f64(),
+        samples.stacks()
     );
     if let Some(n) = top {
         say!("{}", profile::top(&samples, symbols, n).trim_end());

@@ -16,20 +16,31 @@ use std::fmt::Write as _;
 pub const MAX_FRAMES: usize = 96;
 
 /// Counted samples: (vCPU, stack with the sampled instruction first) -> samples.
+/// A stack read once may count for several samples (the sampling periods it
+/// stands for: `vstate::sampler`).
 #[derive(Default)]
 pub struct Samples {
     counts: HashMap<(u64, Vec<u64>), u64>,
     total: u64,
+    stacks: u64,
 }
 
 impl Samples {
-    pub fn add(&mut self, cpu: u64, stack: Vec<u64>) {
-        *self.counts.entry((cpu, stack)).or_insert(0) += 1;
-        self.total += 1;
+    /// One stack read on vCPU `cpu`, counting for `n` samples.
+    pub fn add(&mut self, cpu: u64, stack: Vec<u64>, n: u64) {
+        *self.counts.entry((cpu, stack)).or_insert(0) += n;
+        self.total += n;
+        self.stacks += 1;
     }
 
+    /// Samples, counted in sampling periods.
     pub fn total(&self) -> u64 {
         self.total
+    }
+
+    /// Stacks read (each an exit of a vCPU).
+    pub fn stacks(&self) -> u64 {
+        self.stacks
     }
 
     /// Samples by the sampled instruction's address, most first (for reading a hot
@@ -191,9 +202,9 @@ mod tests {
         let mut samples = Samples::default();
         // The kernel's write, called from the end of main (a return address one past
         // main's last byte still names main).
-        samples.add(0, vec![0xffff_8000_0000_1010, 0x10_1100]);
-        samples.add(0, vec![0xffff_8000_0000_1010, 0x10_1100]);
-        samples.add(1, vec![0x10_1110, 0x10_1004]);
+        samples.add(0, vec![0xffff_8000_0000_1010, 0x10_1100], 1);
+        samples.add(0, vec![0xffff_8000_0000_1010, 0x10_1100], 1);
+        samples.add(1, vec![0x10_1110, 0x10_1004], 1);
         let f = folded(&samples, &s);
         assert_eq!(f, ["vcpu0;main;onering_kernel::fs::write 2", "vcpu1;main;hot_loop 1"]);
         let t = top(&samples, &s, 5);
@@ -203,6 +214,11 @@ mod tests {
         assert!(lines[2].contains("33.33%") && lines[2].ends_with("hot loop"), "{t}");
         assert_eq!(lines.len(), 3);
         assert_eq!(samples.total(), 3);
+        // A stack read once counts for the periods it covers: one tick's for four
+        // periods of a 1 kHz timer on a 250 Hz host.
+        samples.add(1, vec![0x10_1110, 0x10_1004], 4);
+        assert_eq!((samples.total(), samples.stacks()), (7, 4));
+        assert_eq!(folded(&samples, &s)[1], "vcpu1;main;hot_loop 5");
     }
 
     #[test]

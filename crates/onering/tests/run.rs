@@ -950,6 +950,8 @@ fn a_closed_pipe_ends_the_program_with_sigpipe_as_on_linux() {
 /// profiled; the table names that function first, the folded stacks hold the
 /// kernel's write path under the program's calls and parse (`frames count`, vCPU
 /// at the root), and the flame graph is an SVG document. The program's output and status are untouched.
+/// Stacks are read at the host's tick, each counting for the 1 ms periods of CPU
+/// time it covers: at least one stack, no more samples than milliseconds passed.
 #[test]
 fn the_profiler_names_the_hot_function_and_the_kernel_path() {
     let bin = musl("hot");
@@ -962,6 +964,13 @@ fn the_profiler_names_the_hot_function_and_the_kernel_path() {
     let err = stderr(&o);
     let table: Vec<&str> = err.lines().skip_while(|l| !l.contains("self%")).skip(1).collect();
     assert!(table.first().is_some_and(|l| l.ends_with("burn_cycles")), "{err}");
+    // "onering: profile: N samples at 1000 Hz a vCPU over T s (K stacks read ..."
+    let line = err.lines().find(|l| l.contains(" samples at 1000 Hz")).unwrap_or_else(|| panic!("{err}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let samples: u64 = words[2].parse().unwrap();
+    let secs: f64 = words[10].parse().unwrap();
+    let stacks: u64 = words[12].trim_start_matches('(').parse().unwrap();
+    assert!(stacks >= 1 && stacks <= samples && samples as f64 <= secs * 1000.0 + 2.0, "{line}");
     let folded = std::fs::read_to_string(dir.join("hot.folded")).unwrap();
     // (The kernel's write path under the program's write calls, wherever sampled.)
     assert!(folded.lines().any(|l| l.contains(";onering_kernel::syscall::fs::write")), "{folded}");

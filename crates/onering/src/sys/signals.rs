@@ -14,7 +14,7 @@
 //! plain system calls, usable from the handler.
 #![allow(unsafe_code)]
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 
 /// The signals forwarded to the program.
 pub const FORWARDED: [i32; 7] =
@@ -59,7 +59,7 @@ pub fn forward_signals(hook: fn(i32, bool), stop: bool) {
 /// ends with EINTR).
 fn install(sig: i32, f: usize, flags: libc::c_int) {
     // SAFETY: a zeroed sigaction is valid plain data; the handler set only makes
-    // async-signal-safe calls (the callers' contract: `handler`, `interrupt_only`)
+    // async-signal-safe calls (the callers' contract: `handler`, `on_sample_signal`)
     // and has the shape `flags` says; sigaction reads our struct and writes
     // nothing (a null old action).
     unsafe {
@@ -127,12 +127,77 @@ pub fn sample_signal() -> i32 {
     libc::SIGRTMIN() + 3
 }
 
-extern "C" fn interrupt_only(_: libc::c_int) {}
+thread_local! {
+    /// This thread's `ThreadTimer` fired since `take_timer_fired` last looked.
+    static TIMER_FIRED: AtomicBool = const { AtomicBool::new(false) };
+}
 
-/// Installs a handler for `sample_signal` that does nothing: its only effect is that
-/// the thread's KVM_RUN (or futex wait) returns with EINTR (no SA_RESTART).
+extern "C" fn on_sample_signal(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: for an SA_SIGINFO handler the kernel passes a valid siginfo.
+    if unsafe { (*info).si_code } == libc::SI_TIMER {
+        // (A const-initialized thread-local without a destructor: a plain access to
+        // this thread's static TLS block, safe in a handler.)
+        TIMER_FIRED.with(|f| f.store(true, Ordering::Relaxed));
+    }
+}
+
+/// Whether this thread's `ThreadTimer` sent it `sample_signal` since the last call
+/// (rather than gdb's stop or nothing); clears the mark.
+pub fn take_timer_fired() -> bool {
+    TIMER_FIRED.with(|f| f.swap(false, Ordering::Relaxed))
+}
+
+/// Installs the handler of `sample_signal`: its only effect is that the thread's
+/// KVM_RUN (or futex wait) returns with EINTR (no SA_RESTART), and, when the
+/// thread's own timer sent it, the mark `take_timer_fired` reads.
 pub fn install_sample_signal() {
-    install(sample_signal(), interrupt_only as *const () as usize, 0);
+    install(sample_signal(), on_sample_signal as *const () as usize, libc::SA_SIGINFO);
+}
+
+/// A POSIX timer on the calling thread's own CPU-time clock
+/// (CLOCK_THREAD_CPUTIME_ID, SIGEV_THREAD_ID): it sends `sample_signal` to that
+/// thread after each `period` of CPU time the thread used. The host checks such
+/// timers at its scheduler tick, so the signal comes with a timer interrupt the
+/// thread's CPU takes anyway: it adds the signal's exit from KVM_RUN and nothing
+/// else (no interrupt of its own, no other thread woken, no signal across CPUs),
+/// and a thread that sleeps (a halted vCPU) uses no CPU time and is not signalled.
+/// A period shorter than the host's tick fires once a tick, with the periods it
+/// covered in `overrun`. The timer lives until the process exits.
+pub struct ThreadTimer(usize);
+
+impl ThreadTimer {
+    /// A timer armed to fire every `period` of the calling thread's CPU time; None
+    /// if the host refuses one.
+    pub fn for_this_thread(period: std::time::Duration) -> Option<ThreadTimer> {
+        let ts = libc::timespec {
+            tv_sec: period.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: libc::c_long::from(period.subsec_nanos() as i32),
+        };
+        let every = libc::itimerspec { it_interval: ts, it_value: ts };
+        // SAFETY: a zeroed sigevent is valid plain data; timer_create reads it and
+        // writes the new timer's id into `id`, timer_settime reads `every`, all on
+        // our stack; gettid has no preconditions. The timer is never deleted.
+        unsafe {
+            let mut ev: libc::sigevent = std::mem::zeroed();
+            ev.sigev_notify = libc::SIGEV_THREAD_ID;
+            ev.sigev_signo = sample_signal();
+            ev.sigev_notify_thread_id = libc::gettid();
+            let mut id: libc::timer_t = std::mem::zeroed();
+            if libc::timer_create(libc::CLOCK_THREAD_CPUTIME_ID, &mut ev, &mut id) != 0
+                || libc::timer_settime(id, 0, &every, std::ptr::null_mut()) != 0
+            {
+                return None;
+            }
+            Some(ThreadTimer(id as usize))
+        }
+    }
+
+    /// The periods that passed beyond the one signalled, when the last signal was
+    /// taken (0 when each period was signalled on its own).
+    pub fn overrun(&self) -> u64 {
+        // SAFETY: the id came from timer_create and the timer is never deleted.
+        u64::try_from(unsafe { libc::timer_getoverrun(self.0 as libc::timer_t) }).unwrap_or(0)
+    }
 }
 
 /// The calling thread's handle, for `interrupt_thread`.

@@ -185,7 +185,8 @@ impl Machine {
     /// VM runs.
     pub fn profile_with(&'static self, sampler: &'static super::sampler::Sampler) -> std::io::Result<()> {
         if self.sampler.set(sampler).is_ok() {
-            sampler.start()?;
+            let sync = self.vm.check_extension_int(kvm_ioctls::Cap::SyncRegs);
+            sampler.start(sync & kvm_bindings::KVM_SYNC_X86_REGS as i32 != 0);
         }
         Ok(())
     }
@@ -248,7 +249,7 @@ impl Machine {
             }
             let sampler = self.sampler.get();
             if let Some(s) = sampler {
-                s.enter(cpu);
+                s.enter(cpu, vcpu);
             }
             let timer = crate::observe::start_timer(cpu, false);
             let run = vcpu.run().map(VmExit::from_kvm);
@@ -257,7 +258,7 @@ impl Machine {
                 g.leave(cpu);
             }
             if let Some(s) = sampler {
-                s.leave(cpu, vcpu, &self.mem);
+                s.leave(cpu, run.as_ref().is_err_and(|e| e.errno() == libc::EINTR), vcpu, &self.mem);
             }
             crate::observe::count_exit(match &run {
                 Ok(e) => e.reason(),

@@ -1,104 +1,105 @@
-//! The profiler's sampling half (`--profile`, `--profile-top`): a host thread wakes
-//! `hz` times a second and interrupts every vCPU that is running guest code with a
-//! signal; its KVM_RUN returns EINTR, the vCPU thread reads its registers
-//! (KVM_GET_REGS), follows the frame-pointer chain through guest memory (the VMM
-//! knows the guest's one page table, which the guest cannot switch), records the
-//! stack and goes back in. A halted vCPU is not interrupted: idle time is not in the
-//! profile. Nothing runs in the guest, so the kernel needs no profiler of its own
-//! and the guest cannot tell it is watched except by the time the exits cost.
+//! The profiler's sampling half (`--profile`, `--profile-top`): every vCPU thread
+//! arms a timer of its own on its CPU-time clock (`sys::signals::ThreadTimer`, a
+//! period of 1/`hz` s). The host checks it at its scheduler tick, which interrupts
+//! the running guest anyway; the signal then makes the vCPU's KVM_RUN return EINTR,
+//! and the vCPU thread takes the guest's registers from the `kvm_run` page (KVM
+//! synchronizes them at each exit, KVM_CAP_SYNC_REGS: no KVM_GET_REGS ioctl),
+//! follows the frame-pointer chain through guest memory (the VMM knows the guest's
+//! one page table, which the guest cannot switch), records the stack and goes back
+//! in. So a sample costs one exit to the VMM and nothing more: no interrupt of its
+//! own (on this platform an interrupt of the guest costs as much as the exit), no
+//! sampling thread to wake, no signal sent across CPUs. A stack stands for the
+//! periods its signal covered (one, plus the timer's overrun: with `hz` above the
+//! host's tick rate, each tick's stack counts for the periods since the last), so
+//! counts stay in periods of CPU time whatever the host's tick. A halted vCPU uses
+//! no CPU time and is not sampled. Nothing runs in the guest, so the kernel needs no
+//! profiler of its own and the guest cannot tell it is watched except by the time
+//! the exits cost.
 //!
 //! The stack is whatever the guest's memory says: a walk stops at a frame pointer
 //! that is zero, misaligned, untranslatable or repeats, and after
 //! `profile::MAX_FRAMES` frames, so a hostile guest only gets itself a wrong profile.
 
 use crate::profile::{Samples, MAX_FRAMES};
-use crate::sys::signals;
-use kvm_ioctls::VcpuFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use crate::sys::signals::{self, ThreadTimer};
+use kvm_ioctls::{SyncReg, VcpuFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
 
-#[derive(Default)]
-struct Slot {
-    /// The vCPU thread's handle (0: not running yet).
-    thread: AtomicU64,
-    /// In KVM_RUN (or about to be).
-    in_guest: AtomicBool,
-    /// A sample was asked for.
-    wanted: AtomicBool,
-}
-
 pub struct Sampler {
     pub hz: u32,
-    slots: Vec<Slot>,
+    /// Each vCPU thread's timer, made as it first enters the guest (None: the host
+    /// refused one, and that vCPU is not sampled).
+    timers: Vec<OnceLock<Option<ThreadTimer>>>,
     samples: Mutex<Samples>,
     started: Mutex<Option<Instant>>,
+    /// KVM puts the registers in the `kvm_run` page at each exit (KVM_CAP_SYNC_REGS).
+    sync_regs: AtomicBool,
 }
 
 impl Sampler {
-    /// A sampler for `ncpus` vCPUs at `hz` samples a second each; it lives until the
-    /// process exits.
+    /// A sampler for `ncpus` vCPUs at `hz` samples a second of each one's running
+    /// time; it lives until the process exits.
     pub fn new(hz: u32, ncpus: u64) -> &'static Sampler {
         Box::leak(Box::new(Sampler {
             hz: hz.clamp(1, 10_000),
-            slots: (0..ncpus).map(|_| Slot::default()).collect(),
+            timers: (0..ncpus).map(|_| OnceLock::new()).collect(),
             samples: Mutex::new(Samples::default()),
             started: Mutex::new(None),
+            sync_regs: AtomicBool::new(false),
         }))
     }
 
-    /// Starts the sampling thread (once the signal's handler is in place).
-    pub fn start(&'static self) -> std::io::Result<()> {
+    /// Starts sampling (before the VM runs): each vCPU thread arms its timer as it
+    /// first enters the guest. `sync_regs`: the host's KVM can put the registers in
+    /// the `kvm_run` page at each exit.
+    pub fn start(&self, sync_regs: bool) {
+        self.sync_regs.store(sync_regs, Ordering::Relaxed);
         signals::install_sample_signal();
         *self.started.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
-        std::thread::Builder::new().name("sampler".into()).stack_size(64 * 1024).spawn(move || {
-            signals::block_forwarded();
-            crate::sys::precise_timers();
-            let period = Duration::from_nanos(1_000_000_000 / u64::from(self.hz));
-            let mut next = Instant::now() + period;
-            loop {
-                std::thread::sleep(next.saturating_duration_since(Instant::now()));
-                next += period;
-                for slot in &self.slots {
-                    let thread = slot.thread.load(Ordering::Acquire);
-                    if thread != 0 && slot.in_guest.load(Ordering::Acquire) {
-                        slot.wanted.store(true, Ordering::Release);
-                        signals::interrupt_thread(thread);
-                    }
-                }
-            }
-        })?;
-        Ok(())
     }
 
-    /// vCPU `cpu`'s thread is about to enter the guest.
-    pub fn enter(&self, cpu: u64) {
-        if let Some(slot) = self.slots.get(cpu as usize) {
-            if slot.thread.load(Ordering::Relaxed) == 0 {
-                slot.thread.store(signals::this_thread(), Ordering::Release);
-            }
-            slot.in_guest.store(true, Ordering::Release);
-        }
-    }
-
-    /// vCPU `cpu`'s thread is out of the guest (the vCPU's registers are the guest's
-    /// as it left); takes the sample asked for, if any.
-    pub fn leave(&self, cpu: u64, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
-        let Some(slot) = self.slots.get(cpu as usize) else {
+    /// vCPU `cpu`'s thread is about to enter the guest. The first time, it asks KVM
+    /// for the registers at every exit and arms its timer; each time, it forgets a
+    /// timer signal taken outside the guest (while the VMM ran for it).
+    pub fn enter(&self, cpu: u64, vcpu: &mut VcpuFd) {
+        let Some(timer) = self.timers.get(cpu as usize) else {
             return;
         };
-        slot.in_guest.store(false, Ordering::Release);
-        if !slot.wanted.swap(false, Ordering::AcqRel) {
+        timer.get_or_init(|| {
+            if self.sync_regs.load(Ordering::Relaxed) {
+                vcpu.set_sync_valid_reg(SyncReg::Register);
+            }
+            ThreadTimer::for_this_thread(Duration::from_nanos(1_000_000_000 / u64::from(self.hz)))
+        });
+        signals::take_timer_fired();
+    }
+
+    /// vCPU `cpu`'s thread is out of the guest (`interrupted`: KVM_RUN returned
+    /// EINTR; the vCPU's registers are the guest's as it left); if its timer's
+    /// signal did that, this is a sample.
+    pub fn leave(&self, cpu: u64, interrupted: bool, vcpu: &VcpuFd, mem: &GuestMemoryMmap) {
+        if !interrupted || !signals::take_timer_fired() {
             return;
         }
-        let Ok(regs) = vcpu.get_regs() else {
+        let Some(Some(timer)) = self.timers.get(cpu as usize).and_then(OnceLock::get) else {
             return;
+        };
+        let regs = if self.sync_regs.load(Ordering::Relaxed) {
+            vcpu.sync_regs().regs
+        } else {
+            let Ok(regs) = vcpu.get_regs() else {
+                return;
+            };
+            regs
         };
         // (On the vCPU's own thread: the root it translates through is the
         // address space it ran, a forked child's too.)
         let stack = walk(mem, crate::arch::paging::current_root(), regs.rip, regs.rbp);
-        self.samples.lock().unwrap_or_else(|e| e.into_inner()).add(cpu, stack);
+        let periods = 1 + timer.overrun();
+        self.samples.lock().unwrap_or_else(|e| e.into_inner()).add(cpu, stack, periods);
     }
 
     /// The samples so far and the time since sampling started.
