@@ -467,7 +467,8 @@ fn delete(store: &Store, id: &str, force: bool, log: &Log) -> Result<(), OciErro
         // No record, or a broken one: a create that died half-way. Its directory
         // (and with it the gate, whose process then exits) goes.
         Err(state::StateError::NotFound(_) | state::StateError::Corrupt(..)) => {
-            return match store.remove(id)? {
+            // (As runc: with --force, a container that is not there is deleted.)
+            return match store.remove(id)? || force {
                 true => Ok(()),
                 false => Err(state::StateError::NotFound(id.to_string()).into()),
             };

@@ -10,8 +10,8 @@
 //! resources). What the VM already provides is accepted without an option: the
 //! kernel file systems podman and containerd always mount (proc, sysfs, tmpfs,
 //! devpts, mqueue, cgroup: the guest kernel has its own), the files podman binds
-//! over /etc/hosts, /etc/hostname, /etc/resolv.conf and /run/.containerenv
-//! (onering writes its own /etc files), namespaces, capabilities, seccomp, masked
+//! over /etc/hosts, /etc/hostname, /etc/resolv.conf, /run/.containerenv and
+//! /dev/shm (onering writes its own /etc files; the guest's /dev is its own), namespaces, capabilities, seccomp, masked
 //! and read-only paths, cgroup paths, pids and device rules: a VM already
 //! isolates the program, and the host-side process is only the VMM. Everything
 //! else (another user, other rlimits, other mount types, sysctls outside net.*,
@@ -40,8 +40,9 @@ pub struct Plan {
     pub terminal: bool,
 }
 
-/// Files podman bind-mounts into every container, which onering writes itself.
-const OWN_FILES: &[&str] = &["/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/run/.containerenv"];
+/// What podman bind-mounts into every container and onering has of its own: the
+/// /etc files it writes, and the guest's in-memory /dev/shm.
+const OWN_FILES: &[&str] = &["/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/run/.containerenv", "/dev/shm"];
 
 /// Mount types the guest kernel provides on its own.
 const OWN_TYPES: &[&str] = &["proc", "sysfs", "tmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "shm"];
