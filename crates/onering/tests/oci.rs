@@ -1,8 +1,9 @@
 //! onering as an OCI runtime: runc's command line driven directly (create, state,
 //! start, kill, delete, ps, features, exec's refusal, hooks, a crash's leftovers),
 //! then real clients: podman (Debian's 4.3, rootful, vfs storage, cgroupfs) and
-//! containerd's `ctr` with the runc shim, each given onering as the runtime, on
-//! an image of busybox and a static C program.
+//! containerd's `ctr` with the runc shim (a containerd of the test's own), each
+//! given onering as the runtime, on a root file system of busybox and a static C
+//! program.
 //!
 //! Needs /dev/kvm, /bin/busybox, musl-gcc, podman and containerd (scripts/setup.sh
 //! installs them); without them these tests fail, loudly.
@@ -305,4 +306,85 @@ fn podman_runs_containers_as_onering_vms() {
     assert!(status(&o) != 0 && stderr(&o).contains("onering: config.json: process.user 1000:"), "{}", stderr(&o));
     let o = p.run(&["ps", "-a", "-q"]);
     assert_eq!(stdout(&o), "", "no containers left");
+}
+
+/// A containerd of the test's own (its root, state and sockets in `dir`),
+/// stopped when dropped.
+struct Containerd {
+    dir: PathBuf,
+    daemon: std::process::Child,
+}
+
+impl Containerd {
+    fn start(dir: PathBuf) -> Containerd {
+        let d = dir.display();
+        let config = format!(
+            "version = 2\nroot = \"{d}/root\"\nstate = \"{d}/state\"\n[grpc]\n  address = \"{d}/sock\"\n\
+             [ttrpc]\n  address = \"{d}/sock.ttrpc\"\n[debug]\n  address = \"{d}/debug.sock\"\n\
+             [metrics]\n  address = \"\"\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n"
+        );
+        std::fs::write(dir.join("config.toml"), config).unwrap();
+        let daemon = Command::new("containerd")
+            .arg("--config")
+            .arg(dir.join("config.toml"))
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.join("containerd.log")).unwrap())
+            .stderr(std::fs::File::create(dir.join("containerd.err")).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("containerd (apt-get install containerd): {e}"));
+        let c = Containerd { dir, daemon };
+        eventually("containerd to answer", || c.ctr(&["version"]).status.success());
+        c
+    }
+    fn ctr(&self, args: &[&str]) -> Output {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(self.dir.join("sock"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+}
+
+#[test]
+fn containerd_runs_containers_as_onering_vms() {
+    let rf = rootfs();
+    let c = Containerd::start(temp_dir("oci-containerd"));
+    let rootfs = rf.to_str().unwrap();
+    let ctr_run = |extra: &[&str], id: &str, args: &[&str]| {
+        let mut a = vec!["run", "--runtime", "io.containerd.runc.v2", "--runc-binary", BIN];
+        a.extend(extra);
+        a.extend(["--rootfs", rootfs, id]);
+        a.extend(args);
+        c.ctr(&a)
+    };
+    // ctr run: output, --env, the exit status.
+    let o = ctr_run(&["--rm", "--env", "GREETING=ctr"], "c1", &["sh", "-c", "echo hi $GREETING; exit 4"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (4, "hi ctr\n"), "{}", stderr(&o));
+    // Detached: ctr task kill's SIGTERM reaches the program; exec is refused.
+    let log = c.dir.join("c2.log");
+    let uri = format!("file://{}", log.display());
+    let script = "echo started; trap 'echo got TERM; exit 5' TERM; while true; do sleep 0.05; done";
+    let o = ctr_run(&["-d", "--log-uri", &uri], "c2", &["sh", "-c", script]);
+    assert_eq!(status(&o), 0, "ctr run -d: {}", stderr(&o));
+    eventually("the task's output", || std::fs::read_to_string(&log).is_ok_and(|s| s.contains("started")));
+    assert!(stdout(&c.ctr(&["task", "ls"])).contains("RUNNING"));
+    let o = c.ctr(&["task", "exec", "--exec-id", "e1", "c2", "echo", "hi"]);
+    assert!(status(&o) != 0 && stderr(&o).contains("onering: exec is not supported"), "{}", stderr(&o));
+    let o = c.ctr(&["task", "kill", "c2"]);
+    assert_eq!(status(&o), 0, "ctr task kill: {}", stderr(&o));
+    eventually("the task to stop", || stdout(&c.ctr(&["task", "ls"])).contains("STOPPED"));
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "started\ngot TERM\n");
+    for args in [&["task", "rm", "c2"][..], &["container", "rm", "c2"]] {
+        let o = c.ctr(args);
+        assert_eq!(status(&o), 0, "ctr {args:?}: {}", stderr(&o));
+    }
 }
