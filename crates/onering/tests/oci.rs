@@ -281,6 +281,9 @@ fn podman_runs_containers_as_onering_vms() {
     assert_eq!(status(&o), 0, "{}", stderr(&o));
     assert_eq!(stdout(&o), "podman\nfrom the host\n201326592\nro\n", "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(vol.join("out")).unwrap(), "back\n");
+    // -t: the program's stdio is the terminal onering sent over the console socket.
+    let o = run(&["-t", image, "sh", "-c", "test -t 0 && test -t 1 && echo tty; exit 2"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (2, "tty\r\n"), "{}", stderr(&o));
     // A program that is not in the image: the runtime's failure, as podman reports it.
     let o = run(&[image, "/bin/nothere"]);
     assert_ne!(status(&o), 0);
