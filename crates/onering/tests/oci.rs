@@ -33,7 +33,7 @@ fn make_rootfs() -> PathBuf {
         std::fs::create_dir_all(dir.join(d)).unwrap();
     }
     std::fs::copy("/bin/busybox", dir.join("bin/busybox")).unwrap();
-    for applet in ["sh", "cat", "echo", "grep", "sleep", "test", "true", "ls"] {
+    for applet in ["sh", "cat", "echo", "grep", "sleep", "test", "true", "ls", "mkdir"] {
         std::os::unix::fs::symlink("busybox", dir.join("bin").join(applet)).unwrap();
     }
     std::fs::copy(musl("hello"), dir.join("bin/hello")).unwrap();
@@ -213,6 +213,17 @@ fn runc_refusals_force_and_leftovers() {
     assert!(stdout(&o).starts_with("hello from onering"), "{}", stderr(&o));
 }
 
+/// GET / from `addr` (HTTP/1.0): the whole response.
+fn http_get(addr: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(2))?;
+    c.set_read_timeout(Some(Duration::from_secs(5)))?;
+    c.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+    let mut page = String::new();
+    c.read_to_string(&mut page)?;
+    Ok(page)
+}
+
 /// podman with onering as its runtime, on its own storage under the test's
 /// temporary directory.
 struct Podman {
@@ -281,6 +292,10 @@ fn podman_runs_containers_as_onering_vms() {
     assert_eq!(status(&o), 0, "{}", stderr(&o));
     assert_eq!(stdout(&o), "podman\nfrom the host\n201326592\nro\n", "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(vol.join("out")).unwrap(), "back\n");
+    // --read-only and --cpus.
+    let o = run(&["--read-only", "--cpus", "2", image, "sh", "-c", "cat /sys/devices/system/cpu/online; echo x > /f"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (1, "0-1\n"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("Read-only file system"), "{}", stderr(&o));
     // -t: the program's stdio is the terminal onering sent over the console socket.
     let o = run(&["-t", image, "sh", "-c", "test -t 0 && test -t 1 && echo tty; exit 2"]);
     assert_eq!((status(&o), stdout(&o).as_str()), (2, "tty\r\n"), "{}", stderr(&o));
@@ -304,6 +319,22 @@ fn podman_runs_containers_as_onering_vms() {
     assert_eq!(stdout(&o).trim(), "0");
     let o = p.run(&["rm", &id]);
     assert_eq!(status(&o), 0, "rm: {}", stderr(&o));
+    // Pod networking: the default (netavark bridge) network's address is the
+    // VM's; the pod IP and a published port reach a server in the VM.
+    let server = "mkdir -p /www; echo pod says hi > /www/index.html; exec busybox httpd -f -p 8080 -h /www";
+    let o = p.run(&["run", "-d", "-p", "127.0.0.1:18089:8080", image, "sh", "-c", server]);
+    assert_eq!(status(&o), 0, "run -d -p: {}", stderr(&o));
+    let id = stdout(&o).trim().to_string();
+    let ip = stdout(&p.run(&["inspect", &id, "--format", "{{.NetworkSettings.IPAddress}}"])).trim().to_string();
+    for addr in [format!("{ip}:8080"), "127.0.0.1:18089".to_string()] {
+        let mut page = String::new();
+        eventually(&format!("a page from {addr}"), || {
+            page = http_get(&addr).unwrap_or_default();
+            page.ends_with("pod says hi\n")
+        });
+        assert!(page.starts_with("HTTP/1.") && page.contains(" 200 "), "{page}");
+    }
+    assert_eq!(status(&p.run(&["rm", "-f", "-t", "5", &id])), 0);
     // A bundle onering refuses: podman says why.
     let o = run(&["--user", "1000", image, "true"]);
     assert!(status(&o) != 0 && stderr(&o).contains("onering: config.json: process.user 1000:"), "{}", stderr(&o));

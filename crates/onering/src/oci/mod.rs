@@ -3,7 +3,7 @@
 //!
 //! A container is one `onering run` process, the VMM, whose command line
 //! `spec::plan` makes from the bundle. `create` starts it detached, as
-//! `onering oci-init GATE [--tty] run ...`: a new session, the stdio `create`
+//! `onering oci-init [--tty] [--netns NAME] GATE run ...`: a new session, the stdio `create`
 //! was given (or a pseudo-terminal whose master goes to `--console-socket`), and
 //! a wait on the FIFO GATE in the state directory. `start` writes a byte to the
 //! FIFO and removes it; the waiting process then execs `onering run` in place,
@@ -23,6 +23,7 @@
 //! too (one JSON object a line with `--log-format json`, which conmon and the
 //! shim read back).
 
+pub mod podnet;
 pub mod spec;
 pub mod state;
 
@@ -44,6 +45,8 @@ pub enum OciError {
     Spec(#[from] spec::SpecError),
     #[error(transparent)]
     State(#[from] state::StateError),
+    #[error(transparent)]
+    PodNet(#[from] podnet::PodNetError),
     #[error("{0}")]
     Usage(String),
     #[error("{0}")]
@@ -313,13 +316,14 @@ fn create(store: &Store, id: &str, f: &Flags) -> Result<(), OciError> {
     let bundle = cwd.join(f.get("bundle").unwrap_or("."));
     let config = bundle.join("config.json");
     let spec = Spec::load(&config).map_err(|e| failed(config.display(), e))?;
-    let plan = spec::plan(&spec, &bundle)?;
+    let mut plan = spec::plan(&spec, &bundle)?;
     if plan.terminal && f.get("console-socket").is_none() {
         return Err(OciError::Usage("process.terminal is true but there is no --console-socket".into()));
     }
     let dir = store.make(id)?;
     let made = (|| {
-        let r = spawn(id, &dir, &bundle, &spec, &plan, f.get("console-socket"))?;
+        let net = pod_network(&spec, &mut plan)?;
+        let r = spawn(id, &dir, &bundle, &spec, &plan, net.as_ref(), f.get("console-socket"))?;
         let started = (|| {
             store.save(&r)?;
             let hooks = r.hooks.clone().unwrap_or_default();
@@ -347,6 +351,25 @@ fn create(store: &Store, id: &str, f: &Flags) -> Result<(), OciError> {
     made
 }
 
+/// The pod network the bundle's network namespace holds, if any (and no
+/// `onering.net` annotation chose another): attached, and its options added.
+fn pod_network(spec: &Spec, plan: &mut spec::Plan) -> Result<Option<podnet::PodNet>, OciError> {
+    use oci_spec::runtime::LinuxNamespaceType;
+    if plan.run_args.iter().any(|a| a == "--net") {
+        return Ok(None);
+    }
+    let namespaces = spec.linux().as_ref().and_then(|l| l.namespaces().clone()).unwrap_or_default();
+    let Some(path) = namespaces.iter().find(|n| n.typ() == LinuxNamespaceType::Network).and_then(|n| n.path().clone())
+    else {
+        return Ok(None);
+    };
+    let Some(net) = podnet::discover(&path)? else { return Ok(None) };
+    podnet::attach(&net)?;
+    let at = plan.run_args.iter().position(|a| a == "--").unwrap_or(plan.run_args.len());
+    plan.run_args.splice(at..at, net.run_options().into_iter().map(OsString::from));
+    Ok(Some(net))
+}
+
 /// Starts `onering oci-init` for container `id`: the VMM process, waiting at the
 /// gate, with the pseudo-terminal's slave as its stdio if the bundle asks for a
 /// terminal (the master goes to `console` first).
@@ -356,13 +379,17 @@ fn spawn(
     bundle: &Path,
     spec: &Spec,
     plan: &spec::Plan,
+    net: Option<&podnet::PodNet>,
     console: Option<&str>,
 ) -> Result<Record, OciError> {
     let gate_path = dir.join(GATE);
     host::mkfifo(&gate_path).map_err(|e| failed(gate_path.display(), e))?;
     let exe = std::env::current_exe().map_err(|e| failed("/proc/self/exe", e))?;
     let mut cmd = Command::new(exe);
-    cmd.arg0("onering").arg("oci-init").arg(&gate_path);
+    cmd.arg0("onering").arg("oci-init");
+    if let Some(net) = net {
+        cmd.args(["--netns", &net.ns]);
+    }
     if plan.terminal {
         cmd.arg("--tty");
         let (master, slave) = host::open_pty().map_err(|e| failed("a pseudo-terminal", e))?;
@@ -374,7 +401,7 @@ fn spawn(
         let dup = |fd: &std::os::fd::OwnedFd| fd.try_clone().map_err(|e| failed("a pseudo-terminal", e));
         cmd.stdin(Stdio::from(dup(&slave)?)).stdout(Stdio::from(dup(&slave)?)).stderr(Stdio::from(slave));
     }
-    cmd.args(&plan.run_args).current_dir(bundle);
+    cmd.arg(&gate_path).args(&plan.run_args).current_dir(bundle);
     let child = cmd.spawn().map_err(|e| failed("starting the VMM", e))?;
     let pid = child.id() as i32;
     // (Not waited for: once `create` exits, the subreaper that ran it, conmon or
@@ -392,15 +419,15 @@ fn spawn(
     })
 }
 
-/// `onering oci-init GATE [--tty] run ...`: the container's process before
-/// `start`. Leads a new session (with the terminal on stdin as its controlling
-/// one), waits for the byte `start` writes to GATE, then becomes `onering run`.
-/// If GATE disappears first (the container was deleted, or `create` failed), it
-/// exits.
+/// `onering oci-init [--tty] [--netns NAME] GATE run ...`: the container's
+/// process before `start`. Leads a new session (with the terminal on stdin as
+/// its controlling one), waits for the byte `start` writes to GATE, then becomes
+/// `onering run` (through `ip netns exec NAME` with a pod network). If GATE
+/// disappears first (the container was deleted, or `create` failed), it exits.
 fn gate(args: &[OsString]) -> u8 {
-    let Some(path) = args.first().map(PathBuf::from) else { return 125 };
-    let tty = args.get(1).is_some_and(|a| a == "--tty");
-    let run = &args[if tty { 2 } else { 1 }..];
+    let Ok(f) = parse(args, &[("tty", false), ("netns", true)], true) else { return 125 };
+    let Some((path, run)) = f.rest.split_first() else { return 125 };
+    let (path, tty) = (PathBuf::from(path), f.has("tty"));
     if let Err(e) = host::new_session(tty) {
         say!("onering: a new session: {e}");
         return 125;
@@ -430,7 +457,10 @@ fn gate(args: &[OsString]) -> u8 {
     let _ = fifo.read(&mut [0u8]);
     drop(fifo);
     let exe = std::env::current_exe().unwrap_or_else(|_| "/proc/self/exe".into());
-    let e = Command::new(exe).arg0("onering").args(run).exec();
+    let e = match f.get("netns") {
+        Some(ns) => Command::new("ip").args(["netns", "exec", ns]).arg(exe).args(run).exec(),
+        None => Command::new(exe).arg0("onering").args(run).exec(),
+    };
     say!("onering: starting the VM: {e}");
     125
 }
