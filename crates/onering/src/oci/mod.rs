@@ -473,12 +473,21 @@ fn start(store: &Store, id: &str, log: &Log) -> Result<(), OciError> {
         return Err(OciError::Failed(format!("cannot start a container that is {}", status.name())));
     }
     let path = store.dir(id)?.join(GATE);
-    // Non-blocking: with no reader (the gate process died) the open fails.
-    let mut fifo = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(&path)
-        .map_err(|e| failed(path.display(), e))?;
+    // Non-blocking: with no reader the open fails. The process may not have
+    // opened its end yet (a `start` right after `create`): it is given until it
+    // does, or dies.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut fifo = loop {
+        match std::fs::OpenOptions::new().write(true).custom_flags(libc::O_NONBLOCK).open(&path) {
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) && state::alive(r.pid, r.start_time) => {
+                if Instant::now() > deadline {
+                    return Err(failed(path.display(), "the container's process does not open its end"));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            opened => break opened.map_err(|e| failed(path.display(), e))?,
+        }
+    };
     fifo.write_all(b"0").map_err(|e| failed(path.display(), e))?;
     std::fs::remove_file(&path).map_err(|e| failed(path.display(), e))?;
     let hooks = r.hooks.clone().unwrap_or_default();
