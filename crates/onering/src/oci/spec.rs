@@ -50,6 +50,12 @@ const OWN_TYPES: &[&str] = &["proc", "sysfs", "tmpfs", "devpts", "mqueue", "cgro
 /// Plans the run of `spec`, whose bundle is the directory `bundle`.
 pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
     let unsupported = |what: String| Err(SpecError::Unsupported(what));
+    let version = spec.version();
+    let mut parts = version.split(['.', '-', '+']);
+    let numeric = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    if parts.next() != Some("1") || !numeric(parts.next()) || !numeric(parts.next()) {
+        return unsupported(format!("ociVersion {version:?} (onering reads 1.x)"));
+    }
     let process = spec.process().as_ref().ok_or_else(|| SpecError::Invalid("no process".into()))?;
     let args = process.args().as_deref().unwrap_or_default();
     if args.is_empty() {
@@ -283,6 +289,9 @@ mod tests {
                 other => panic!("{extra}: {other:?}"),
             }
         }
+        let s = base("").replace("1.0.2", "invalid");
+        assert!(matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(m)) if m.contains("ociVersion")));
+        assert!(plan(&spec(&base("").replace("1.0.2", "1.1.0-rc.1")), Path::new("/b")).is_ok());
         let s = base("").replace(r#""uid":0"#, r#""uid":1000"#);
         assert!(matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(_))));
         let s = base("").replace(r#""user""#, r#""rlimits":[{"type":"RLIMIT_CORE","hard":0,"soft":0}],"user""#);
