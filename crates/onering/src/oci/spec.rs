@@ -11,11 +11,13 @@
 //! kernel file systems podman and containerd always mount (proc, sysfs, tmpfs,
 //! devpts, mqueue, cgroup: the guest kernel has its own), the files podman binds
 //! over /etc/hosts, /etc/hostname, /etc/resolv.conf, /run/.containerenv and
-//! /dev/shm (onering writes its own /etc files; the guest's /dev is its own), namespaces, capabilities, seccomp, masked
-//! and read-only paths, cgroup paths, pids and device rules: a VM already
-//! isolates the program, and the host-side process is only the VMM. Everything
-//! else (another user, other rlimits, other mount types, sysctls outside net.*,
-//! block I/O and huge-page limits, a startContainer hook) is refused.
+//! /dev/shm (the program sees the image's /etc files, or onering's; the guest's
+//! /dev is its own), namespaces, capabilities, seccomp, masked and read-only
+//! paths, cgroup paths, pids and device rules: a VM already isolates the
+//! program, and the host-side process is only the VMM. Everything else (another
+//! user, other rlimits, other mount types, sysctls outside net.*, block I/O and
+//! huge-page limits, a startContainer hook, an ociVersion other than 1.x) is
+//! refused.
 
 use oci_spec::runtime::{PosixRlimitType, Spec};
 use std::ffi::OsString;
