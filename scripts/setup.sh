@@ -4,7 +4,7 @@
 # glibc's static libraries (the onering binary is linked statically), busybox-static
 # (a glibc static program the rewriter is tested on), passt (the user-mode network
 # back end of -p and --net user), gdb (tests/gdb.rs drives it against --gdb), zstd (a .tar.zst --rootfs in the
-# tests), and the
+# tests), podman and containerd (clients of onering as an OCI runtime, tests/oci.rs), and the
 # x86_64-unknown-none target for the guest kernel. Safe to run again.
 set -euo pipefail
 need=()
@@ -15,6 +15,8 @@ command -v cc >/dev/null || need+=(gcc)
 command -v passt >/dev/null || need+=(passt)  # user-mode networking for -p and --net user
 command -v gdb >/dev/null || need+=(gdb)      # the --gdb test
 command -v zstd >/dev/null || need+=(zstd)    # a .tar.zst rootfs in the tests
+command -v podman >/dev/null || need+=(podman) # tests/oci.rs: podman with onering as its OCI runtime
+command -v ctr >/dev/null || need+=(containerd) # tests/oci.rs: containerd's runc shim running onering
 if [ ${#need[@]} -gt 0 ]; then
     sudo=""
     [ "$(id -u)" = 0 ] || sudo=sudo

@@ -230,7 +230,12 @@ fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
 /// onering's `main`: runs the command line of this process and returns the exit
 /// status (unless the VM ran: then the process ends with it).
 pub fn main() -> u8 {
-    let cli = match Cli::try_parse_from(separate_program(std::env::args_os().collect())) {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    // runc's command line (podman, containerd): `create`, `start`, ... (oci/).
+    if let Some(status) = crate::oci::dispatch(&args) {
+        return status;
+    }
+    let cli = match Cli::try_parse_from(separate_program(args)) {
         Ok(c) => c,
         Err(e) if !e.use_stderr() => {
             // --help, --version

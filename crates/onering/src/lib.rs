@@ -6,6 +6,8 @@
 //! Modules by layer, each using only those below it (`tests/layers.rs` checks):
 //!
 //! - `cli`: options, exit statuses, messages.
+//! - `oci`: the OCI runtime command line (runc's, for podman and containerd):
+//!   bundles become `onering run` processes.
 //! - `builder`: builds the VM from a `VmConfig` and starts it.
 //! - `vstate`: KVM's VM and vCPU state: file descriptors, guest memory, vCPU
 //!   threads, halting and kicking.
@@ -56,6 +58,7 @@ pub mod hostfs;
 pub mod layout;
 pub mod loader;
 pub mod observe;
+pub mod oci;
 pub mod plancache;
 pub mod profile;
 pub mod sys;

@@ -15,7 +15,7 @@ const LAYERS: &[&[&str]] = &[
     &["arch", "devices", "event_loop"],
     &["loader", "exit", "hostfs"],
     &["vstate"],
-    &["builder"],
+    &["builder", "oci"],
     &["cli"],
 ];
 

@@ -5,6 +5,7 @@
 
 pub mod fs;
 pub mod net;
+pub mod oci;
 pub mod perf;
 pub mod signals;
 pub mod stdio;

@@ -1,0 +1,305 @@
+//! A bundle's `config.json` (OCI runtime spec 1.x, parsed by the `oci-spec` crate)
+//! turned into the arguments of `onering run`: the container's VMM is that same
+//! command, so whatever the bundle asks is either one of run's options or refused
+//! here, before anything starts, with a message naming the field.
+//!
+//! What maps: process.args/env/cwd (the program, `-e`, `-w`), root.path and
+//! root.readonly (`--rootfs`, `--read-only`), bind mounts of directories (`-v`),
+//! linux.resources.memory.limit (`--mem`), cpu quota/period (`--smp`, rounded
+//! up), and the `onering.*` annotations (our own options; they win over the
+//! resources). What the VM already provides is accepted without an option: the
+//! kernel file systems podman and containerd always mount (proc, sysfs, tmpfs,
+//! devpts, mqueue, cgroup: the guest kernel has its own), the files podman binds
+//! over /etc/hosts, /etc/hostname, /etc/resolv.conf, /run/.containerenv and
+//! /dev/shm (the program sees the image's /etc files, or onering's; the guest's
+//! /dev is its own), namespaces, capabilities, seccomp, masked and read-only
+//! paths, cgroup paths, pids and device rules: a VM already isolates the
+//! program, and the host-side process is only the VMM. Everything else (another
+//! user, other rlimits, other mount types, sysctls outside net.*, block I/O and
+//! huge-page limits, a startContainer hook, an ociVersion other than 1.x) is
+//! refused.
+
+use oci_spec::runtime::{PosixRlimitType, Spec};
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// Why a bundle cannot run as an onering VM.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SpecError {
+    /// The bundle asks for something onering does not do.
+    #[error("config.json: {0} is not supported by onering")]
+    Unsupported(String),
+    /// The bundle is incomplete or malformed.
+    #[error("config.json: {0}")]
+    Invalid(String),
+}
+
+/// What `create` needs from a bundle: the `onering run` arguments (options, `--`,
+/// the program and its arguments) and whether the program gets a terminal.
+#[derive(Debug, PartialEq)]
+pub struct Plan {
+    pub run_args: Vec<OsString>,
+    pub terminal: bool,
+}
+
+/// What podman bind-mounts into every container and onering has of its own: the
+/// /etc files it writes, and the guest's in-memory /dev/shm.
+const OWN_FILES: &[&str] = &["/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/run/.containerenv", "/dev/shm"];
+
+/// Mount types the guest kernel provides on its own.
+const OWN_TYPES: &[&str] = &["proc", "sysfs", "tmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "shm"];
+
+/// Plans the run of `spec`, whose bundle is the directory `bundle`.
+pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
+    let unsupported = |what: String| Err(SpecError::Unsupported(what));
+    let version = spec.version();
+    let mut parts = version.split(['.', '-', '+']);
+    let numeric = |p: Option<&str>| p.is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    if parts.next() != Some("1") || !numeric(parts.next()) || !numeric(parts.next()) {
+        return unsupported(format!("ociVersion {version:?} (onering reads 1.x)"));
+    }
+    let process = spec.process().as_ref().ok_or_else(|| SpecError::Invalid("no process".into()))?;
+    let args = process.args().as_deref().unwrap_or_default();
+    if args.is_empty() {
+        return Err(SpecError::Invalid("process.args is empty".into()));
+    }
+    let user = process.user();
+    if user.uid() != 0 || user.gid() != 0 {
+        return unsupported(format!(
+            "process.user {}:{} (the program runs as root inside its VM)",
+            user.uid(),
+            user.gid()
+        ));
+    }
+    for r in process.rlimits().as_deref().unwrap_or_default() {
+        if !matches!(r.typ(), PosixRlimitType::RlimitNofile | PosixRlimitType::RlimitNproc) {
+            return unsupported(format!("process.rlimits {:?}", r.typ()));
+        }
+    }
+    let mut out: Vec<OsString> = vec!["run".into(), "-i".into()];
+    let mut opt = |name: &str, value: OsString| {
+        out.push(name.into());
+        out.push(value);
+    };
+    for e in process.env().as_deref().unwrap_or_default() {
+        if !e.contains('=') {
+            return Err(SpecError::Invalid(format!("process.env entry {e:?} has no '='")));
+        }
+        opt("-e", e.into());
+    }
+    opt("-w", process.cwd().clone().into_os_string());
+    let root = spec.root().as_ref().ok_or_else(|| SpecError::Invalid("no root".into()))?;
+    let rootfs = if root.path().is_absolute() { root.path().clone() } else { bundle.join(root.path()) };
+    opt("--rootfs", rootfs.into_os_string());
+    for m in spec.mounts().as_deref().unwrap_or_default() {
+        if let Some(volume) = mount(m)? {
+            opt("-v", volume);
+        }
+    }
+    let (mut mem, mut smp) = (None, None);
+    if let Some(linux) = spec.linux() {
+        if let Some(maps) = linux.uid_mappings().as_ref().filter(|m| !m.is_empty()) {
+            return unsupported(format!("linux.uidMappings ({} entries: a user namespace)", maps.len()));
+        }
+        for key in linux.sysctl().iter().flat_map(|s| s.keys()) {
+            if !key.starts_with("net.") {
+                return unsupported(format!("linux.sysctl {key}"));
+            }
+        }
+        if let Some(res) = linux.resources() {
+            if let Some(limit) = res.memory().as_ref().and_then(|m| m.limit()).filter(|l| *l > 0) {
+                mem = Some(limit.to_string());
+            }
+            if let Some(cpu) = res.cpu() {
+                if let (Some(q), Some(p)) = (cpu.quota().filter(|q| *q > 0), cpu.period().filter(|p| *p > 0)) {
+                    smp = Some((q as u64).div_ceil(p).max(1).to_string());
+                }
+            }
+            if res.block_io().is_some() {
+                return unsupported("linux.resources.blockIO".into());
+            }
+            if res.hugepage_limits().as_ref().is_some_and(|h| !h.is_empty()) {
+                return unsupported("linux.resources.hugepageLimits".into());
+            }
+        }
+    }
+    if let Some(hooks) = spec.hooks() {
+        if hooks.start_container().as_ref().is_some_and(|h| !h.is_empty()) {
+            return unsupported("hooks.startContainer (nothing of the host runs inside the VM)".into());
+        }
+    }
+    let mut extra = Vec::new();
+    let mut notes: Vec<(&String, &String)> = spec.annotations().iter().flatten().collect();
+    notes.sort();
+    for (key, value) in notes {
+        let Some(name) = key.strip_prefix("onering.") else { continue };
+        match name {
+            "mem" => mem = Some(value.clone()),
+            "smp" => smp = Some(value.clone()),
+            "net" => extra.extend(["--net".into(), value.into()]),
+            "quiet" if value == "true" => extra.push("-q".into()),
+            "quiet" if value == "false" => {}
+            _ => return unsupported(format!("annotation {key}={value:?} (known: onering.mem, .smp, .net, .quiet)")),
+        }
+    }
+    let mut opt = |name: &str, value: Option<String>| {
+        if let Some(v) = value {
+            out.push(name.into());
+            out.push(v.into());
+        }
+    };
+    opt("--mem", mem);
+    opt("--smp", smp);
+    if root.readonly() == Some(true) {
+        out.push("--read-only".into());
+    }
+    out.extend(extra);
+    out.push("--".into());
+    out.extend(args.iter().map(OsString::from));
+    Ok(Plan { run_args: out, terminal: process.terminal() == Some(true) })
+}
+
+/// One of `mounts`: a volume (`HOST:GUEST[:ro]`) for a bind mount of a directory,
+/// None for what the VM has of its own, an error for the rest.
+fn mount(m: &oci_spec::runtime::Mount) -> Result<Option<OsString>, SpecError> {
+    let dest = m.destination();
+    let options = m.options().as_deref().unwrap_or_default();
+    let bind = options.iter().any(|o| o == "bind" || o == "rbind");
+    let typ = m.typ().as_deref().unwrap_or(if bind { "bind" } else { "" });
+    let shown = || format!("mount of {} on {}", typ, dest.display());
+    if typ != "bind" && !(bind && typ == "none") {
+        return if OWN_TYPES.contains(&typ) { Ok(None) } else { Err(SpecError::Unsupported(shown())) };
+    }
+    if OWN_FILES.iter().any(|f| Path::new(f) == dest) {
+        return Ok(None);
+    }
+    let source: PathBuf = m.source().clone().ok_or_else(|| SpecError::Invalid(format!("{}: no source", shown())))?;
+    if !source.is_dir() {
+        return Err(SpecError::Unsupported(format!(
+            "{} from {} (only directories are shared)",
+            shown(),
+            source.display()
+        )));
+    }
+    let reserved = ["/dev", "/tmp"].iter().any(|r| dest.starts_with(r)) || dest == Path::new("/");
+    if reserved || !dest.is_absolute() {
+        return Err(SpecError::Unsupported(format!("{} (/, /dev and /tmp are the VM's own)", shown())));
+    }
+    let mut v = source.into_os_string();
+    v.push(":");
+    v.push(dest);
+    if options.iter().any(|o| o == "ro") {
+        v.push(":ro");
+    }
+    Ok(Some(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(json: &str) -> Spec {
+        serde_json::from_str(json).unwrap()
+    }
+
+    fn base(extra: &str) -> String {
+        format!(
+            r#"{{"ociVersion":"1.0.2","root":{{"path":"rootfs"}},
+              "process":{{"args":["sh","-c","echo hi"],"env":["PATH=/bin","A=1"],"cwd":"/work",
+                          "user":{{"uid":0,"gid":0}}}}{extra}}}"#
+        )
+    }
+
+    fn args(p: &Plan) -> Vec<String> {
+        p.run_args.iter().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn process_and_root() {
+        let p = plan(&spec(&base("")), Path::new("/b")).unwrap();
+        assert_eq!(
+            args(&p),
+            [
+                "run",
+                "-i",
+                "-e",
+                "PATH=/bin",
+                "-e",
+                "A=1",
+                "-w",
+                "/work",
+                "--rootfs",
+                "/b/rootfs",
+                "--",
+                "sh",
+                "-c",
+                "echo hi"
+            ]
+        );
+        assert!(!p.terminal);
+    }
+
+    #[test]
+    fn resources_annotations_and_readonly() {
+        let s = base(r#","linux":{"resources":{"memory":{"limit":134217728},"cpu":{"quota":150000,"period":100000}}}"#)
+            .replace(r#""path":"rootfs""#, r#""path":"/abs","readonly":true"#);
+        let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
+        let tail = ["--rootfs", "/abs", "--mem", "134217728", "--smp", "2", "--read-only", "--"];
+        assert!(a.windows(tail.len()).any(|w| w == tail), "{a:?}");
+        let s = base(r#","annotations":{"onering.mem":"1G","onering.quiet":"true","other":"x"}"#);
+        let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
+        assert!(a.windows(3).any(|w| w == ["--mem", "1G", "-q"]), "{a:?}");
+        let s = base(r#","annotations":{"onering.bogus":"1"}"#);
+        assert!(
+            matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(m)) if m.contains("onering.bogus"))
+        );
+    }
+
+    #[test]
+    fn mounts() {
+        let dir = std::env::temp_dir();
+        let d = dir.display();
+        let s = base(&format!(
+            r#","mounts":[{{"destination":"/proc","type":"proc","source":"proc"}},
+                {{"destination":"/dev/pts","type":"devpts","source":"devpts"}},
+                {{"destination":"/etc/hosts","type":"bind","source":"/etc/hosts","options":["rbind"]}},
+                {{"destination":"/data","type":"bind","source":"{d}","options":["rbind","ro"]}},
+                {{"destination":"/data2","source":"{d}","options":["bind"]}}]"#
+        ));
+        let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
+        assert!(a.contains(&format!("{d}:/data:ro")) && a.contains(&format!("{d}:/data2")), "{a:?}");
+        assert_eq!(a.iter().filter(|x| *x == "-v").count(), 2);
+        for bad in [
+            r#"{"destination":"/x","type":"nfs","source":"srv:/x"}"#.to_string(),
+            r#"{"destination":"/x","type":"bind","source":"/etc/passwd","options":["bind"]}"#.to_string(),
+            format!(r#"{{"destination":"/tmp/x","type":"bind","source":"{d}","options":["bind"]}}"#),
+        ] {
+            let s = base(&format!(r#","mounts":[{bad}]"#));
+            assert!(matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn refusals() {
+        for (extra, word) in [
+            (r#","linux":{"sysctl":{"kernel.shmmax":"1"}}"#, "kernel.shmmax"),
+            (r#","linux":{"uidMappings":[{"containerID":0,"hostID":1000,"size":1}]}"#, "uidMappings"),
+            (r#","hooks":{"startContainer":[{"path":"/bin/true"}]}"#, "startContainer"),
+        ] {
+            match plan(&spec(&base(extra)), Path::new("/b")) {
+                Err(e @ SpecError::Unsupported(_)) => assert!(e.to_string().contains(word), "{e}"),
+                other => panic!("{extra}: {other:?}"),
+            }
+        }
+        let s = base("").replace("1.0.2", "invalid");
+        assert!(matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(m)) if m.contains("ociVersion")));
+        assert!(plan(&spec(&base("").replace("1.0.2", "1.1.0-rc.1")), Path::new("/b")).is_ok());
+        let s = base("").replace(r#""uid":0"#, r#""uid":1000"#);
+        assert!(matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(_))));
+        let s = base("").replace(r#""user""#, r#""rlimits":[{"type":"RLIMIT_CORE","hard":0,"soft":0}],"user""#);
+        assert!(matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(_))));
+        let s = base(r#","linux":{"sysctl":{"net.ipv4.ping_group_range":"0 0"}}"#)
+            .replace(r#""user""#, r#""terminal":true,"rlimits":[{"type":"RLIMIT_NOFILE","hard":1,"soft":1}],"user""#);
+        assert!(plan(&spec(&s), Path::new("/b")).unwrap().terminal);
+    }
+}

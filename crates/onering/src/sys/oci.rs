@@ -1,0 +1,66 @@
+//! The host calls of the OCI runtime (`oci/`) that the standard library does not
+//! wrap: a FIFO for the start gate, a new session with a controlling terminal, a
+//! pseudo-terminal pair, signals to a container's VMM and a wait on a descriptor.
+//! All take and return plain integers or descriptors this process owns.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// Makes the FIFO `path` (mode 0600).
+pub fn mkfifo(path: &Path) -> io::Result<()> {
+    let c = CString::new(path.as_os_str().as_bytes()).map_err(|_| io::ErrorKind::InvalidInput)?;
+    // SAFETY: `c` is a NUL-terminated string that lives across the call.
+    check(unsafe { libc::mkfifo(c.as_ptr(), 0o600) })
+}
+
+/// Makes the calling process the leader of a new session; with `tty`, its stdin
+/// (a terminal) becomes the session's controlling terminal.
+pub fn new_session(tty: bool) -> io::Result<()> {
+    // SAFETY: setsid takes no arguments and changes only this process's session.
+    check(unsafe { libc::setsid() })?;
+    if tty {
+        // SAFETY: TIOCSCTTY on descriptor 0 with an integer argument; it reads no
+        // memory of ours.
+        check(unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) })?;
+    }
+    Ok(())
+}
+
+/// A new pseudo-terminal: (master, slave).
+pub fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty writes the two descriptors into the integers we pass and
+    // reads nothing else (null name, termios and window size).
+    check(unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) })?;
+    // SAFETY: openpty succeeded: both are new descriptors that only we own.
+    Ok(unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) })
+}
+
+/// Sends `sig` to process `pid` (0 only checks that it exists).
+pub fn kill(pid: i32, sig: i32) -> io::Result<()> {
+    // SAFETY: kill takes integers only.
+    check(unsafe { libc::kill(pid, sig) })
+}
+
+/// Waits at most `ms` milliseconds for `fd` to be readable; true if it is.
+pub fn readable(fd: BorrowedFd<'_>, ms: i32) -> io::Result<bool> {
+    let mut p = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll reads and writes the one pollfd we pass, which lives across it.
+    let n = unsafe { libc::poll(&mut p, 1, ms) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(n > 0 && p.revents & libc::POLLIN != 0)
+}

@@ -1,0 +1,424 @@
+//! onering as an OCI runtime: runc's command line driven directly (create, state,
+//! start, kill, delete, ps, features, exec's refusal, hooks, a crash's leftovers),
+//! then real clients: podman (Debian's 4.3, rootful, vfs storage, cgroupfs) and
+//! containerd's `ctr` with the runc shim (a containerd of the test's own), each
+//! given onering as the runtime, on a root file system of busybox and a static C
+//! program.
+//!
+//! Needs /dev/kvm, /bin/busybox, musl-gcc, podman and containerd (scripts/setup.sh
+//! installs them); without them these tests fail, loudly.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_onering");
+
+/// A root file system: static busybox (with its applets as links) and the static
+/// C program `hello` in /bin.
+/// (Made once per process: the tests share it.)
+fn rootfs() -> PathBuf {
+    static ROOTFS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ROOTFS.get_or_init(make_rootfs).clone()
+}
+
+fn make_rootfs() -> PathBuf {
+    require_kvm();
+    assert!(Path::new("/bin/busybox").exists(), "this test needs /bin/busybox (apt-get install busybox-static)");
+    let dir = temp_dir(&format!("oci-rootfs-{}", std::process::id()));
+    for d in ["bin", "proc", "sys", "data", "etc"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    std::fs::copy("/bin/busybox", dir.join("bin/busybox")).unwrap();
+    for applet in ["sh", "cat", "echo", "grep", "sleep", "test", "true", "ls", "mkdir"] {
+        std::os::unix::fs::symlink("busybox", dir.join("bin").join(applet)).unwrap();
+    }
+    std::fs::copy(musl("hello"), dir.join("bin/hello")).unwrap();
+    dir
+}
+
+/// The mounts every bundle has (unless `extra` gives its own).
+const DEFAULT_MOUNTS: &str = r#""mounts":[{"destination":"/proc","type":"proc","source":"proc"},
+    {"destination":"/dev/pts","type":"devpts","source":"devpts"}],"#;
+
+/// A bundle in a fresh directory NAME: config.json with `args`, and `extra`
+/// (JSON members after the process) spliced in.
+fn bundle(name: &str, rootfs: &Path, args: &[&str], extra: &str) -> PathBuf {
+    let dir = temp_dir(name);
+    let config = format!(
+        r#"{{"ociVersion":"1.0.2","root":{{"path":"{}"}},
+            "process":{{"args":{},"env":["PATH=/bin","A=oci"],"cwd":"/","user":{{"uid":0,"gid":0}},
+                        "rlimits":[{{"type":"RLIMIT_NOFILE","hard":1024,"soft":1024}}]}},
+            {mounts}"linux":{{"namespaces":[{{"type":"pid"}},{{"type":"mount"}},{{"type":"network"}}],
+                      "maskedPaths":["/proc/kcore"],"readonlyPaths":["/proc/sys"]}}{extra}}}"#,
+        rootfs.display(),
+        serde_json::to_string(args).unwrap(),
+        mounts = if extra.contains(r#""mounts""#) { "" } else { DEFAULT_MOUNTS },
+    );
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    dir
+}
+
+/// `onering --root ROOT ARGS`, its output collected (not for `create`, whose
+/// VMM keeps the pipes).
+fn runc(root: &Path, args: &[&str]) -> Output {
+    Command::new(BIN).arg("--root").arg(root).args(args).stdin(Stdio::null()).output().unwrap()
+}
+
+/// `create` of bundle B as ID, the container's stdout and stderr going to
+/// B/out; returns create's status and stderr.
+fn create(root: &Path, b: &Path, id: &str, log: &Path) -> (i32, String) {
+    let out = std::fs::File::create(b.join("out")).unwrap();
+    let err = std::fs::File::create(b.join("create.err")).unwrap();
+    let s = Command::new(BIN)
+        .arg("--root")
+        .arg(root)
+        .arg("--log")
+        .arg(log)
+        .args(["--log-format", "json", "--systemd-cgroup", "create", "--bundle"])
+        .arg(b)
+        .arg("--pid-file")
+        .arg(b.join("pid"))
+        .arg(id)
+        .stdin(Stdio::null())
+        .stdout(out.try_clone().unwrap())
+        .stderr(err)
+        .status()
+        .unwrap();
+    (s.code().unwrap(), std::fs::read_to_string(b.join("create.err")).unwrap())
+}
+
+fn state(root: &Path, id: &str) -> serde_json::Value {
+    let o = runc(root, &["state", id]);
+    assert_eq!(status(&o), 0, "state {id}: {}", stderr(&o));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Waits (10 s at most) until `f` holds.
+fn eventually(what: &str, mut f: impl FnMut() -> bool) {
+    let end = Instant::now() + Duration::from_secs(10);
+    while !f() {
+        assert!(Instant::now() < end, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn runc_lifecycle_hooks_and_signals() {
+    let root = temp_dir("oci-state-lifecycle");
+    let rf = rootfs();
+    let script = "echo hello $A; trap 'echo got TERM; exit 7' TERM; echo ready; while true; do sleep 0.05; done";
+    let b = temp_dir("oci-bundle-lifecycle");
+    let hooks = format!(
+        r#","hooks":{{"prestart":[{{"path":"/bin/sh","args":["sh","-c","cat > {0}/prestart.json"]}}],
+                     "poststop":[{{"path":"/bin/sh","args":["sh","-c","cat > {0}/poststop.json"]}}]}}"#,
+        b.display()
+    );
+    let b = bundle("oci-bundle-lifecycle", &rf, &["sh", "-c", script], &hooks);
+    let (code, err) = create(&root, &b, "life", &b.join("log.json"));
+    assert_eq!(code, 0, "create: {err}");
+    let pid: i64 = std::fs::read_to_string(b.join("pid")).unwrap().parse().unwrap();
+    let s = state(&root, "life");
+    assert_eq!((s["status"].as_str(), s["pid"].as_i64(), s["id"].as_str()), (Some("created"), Some(pid), Some("life")));
+    assert_eq!(s["bundle"].as_str(), b.to_str());
+    // The prestart hook ran on the host with the state on its stdin.
+    let hook: serde_json::Value = serde_json::from_slice(&std::fs::read(b.join("prestart.json")).unwrap()).unwrap();
+    assert_eq!((hook["pid"].as_i64(), hook["status"].as_str()), (Some(pid), Some("created")));
+    // Created: the process waits at the gate; the program has not run.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(std::fs::read_to_string(b.join("out")).unwrap(), "");
+    let ps = runc(&root, &["ps", "--format", "json", "life"]);
+    assert_eq!(String::from_utf8_lossy(&ps.stdout).trim(), format!("[{pid}]"));
+    let o = runc(&root, &["start", "life"]);
+    assert_eq!(status(&o), 0, "start: {}", stderr(&o));
+    eventually("the program's output", || std::fs::read_to_string(b.join("out")).unwrap().contains("ready"));
+    assert_eq!(state(&root, "life")["status"], "running");
+    // The container's pid is the VMM's, running onering run.
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    assert!(cmdline.starts_with(b"onering\0run\0"), "{}", String::from_utf8_lossy(&cmdline));
+    let o = runc(&root, &["start", "life"]);
+    assert_eq!(status(&o), 1, "a second start fails");
+    let o = runc(&root, &["delete", "life"]);
+    assert!(status(&o) == 1 && stderr(&o).contains("onering: cannot delete container life that is not stopped"));
+    // SIGTERM reaches the program, whose trap runs.
+    let o = runc(&root, &["kill", "life", "TERM"]);
+    assert_eq!(status(&o), 0, "kill: {}", stderr(&o));
+    eventually("the container to stop", || state(&root, "life")["status"] == "stopped");
+    assert_eq!(state(&root, "life")["pid"], 0);
+    assert_eq!(std::fs::read_to_string(b.join("out")).unwrap(), "hello oci\nready\ngot TERM\n");
+    let o = runc(&root, &["kill", "life", "KILL"]);
+    assert!(status(&o) == 1 && stderr(&o).contains("not running"));
+    let o = runc(&root, &["delete", "life"]);
+    assert_eq!(status(&o), 0, "delete: {}", stderr(&o));
+    let hook: serde_json::Value = serde_json::from_slice(&std::fs::read(b.join("poststop.json")).unwrap()).unwrap();
+    assert_eq!(hook["status"], "stopped");
+    assert!(!root.join("life").exists());
+    let o = runc(&root, &["state", "life"]);
+    assert!(status(&o) == 1 && stderr(&o).contains("onering: container life does not exist"));
+}
+
+#[test]
+fn runc_refusals_force_and_leftovers() {
+    let root = temp_dir("oci-state-refusals");
+    let rf = rootfs();
+    // A mount onering cannot honour: refused by create, with a JSON log line,
+    // and nothing left behind.
+    let b =
+        bundle("oci-bundle-nfs", &rf, &["true"], r#","mounts":[{"destination":"/x","type":"nfs","source":"s:/x"}]"#);
+    let log = b.join("log.json");
+    let (code, err) = create(&root, &b, "nfs", &log);
+    assert_eq!(code, 1);
+    assert!(err.contains("onering: config.json: mount of nfs on /x is not supported by onering"), "{err}");
+    let line: serde_json::Value = serde_json::from_str(std::fs::read_to_string(&log).unwrap().trim()).unwrap();
+    assert_eq!(line["level"], "error");
+    assert!(line["msg"].as_str().unwrap().starts_with("onering: config.json"));
+    assert!(!root.join("nfs").exists());
+    // A created container goes with delete (its gate process killed); a running
+    // one with delete --force.
+    let b = bundle("oci-bundle-force", &rf, &["sleep", "100"], "");
+    for (id, start) in [("gated", false), ("forced", true)] {
+        assert_eq!(create(&root, &b, id, &log).0, 0);
+        let pid: i32 = std::fs::read_to_string(b.join("pid")).unwrap().parse().unwrap();
+        if start {
+            assert_eq!(status(&runc(&root, &["start", id])), 0);
+            assert_eq!(state(&root, id)["status"], "running");
+            let o = runc(&root, &["exec", id, "echo", "hi"]);
+            assert!(status(&o) == 1 && stderr(&o).contains("onering: exec is not supported"), "{}", stderr(&o));
+        }
+        let o = runc(&root, &["delete", "--force", id]);
+        assert_eq!(status(&o), 0, "delete --force {id}: {}", stderr(&o));
+        assert!(!root.join(id).exists());
+        let dead = || std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "));
+        eventually("the VMM process to end", dead);
+    }
+    // What a crash half-way through create leaves: a directory without a
+    // record, and a gate process waiting on it. delete removes both.
+    std::fs::create_dir_all(root.join("half")).unwrap();
+    let o = runc(&root, &["delete", "half"]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert!(!root.join("half").exists());
+    let o = runc(&root, &["delete", "half"]);
+    assert!(status(&o) == 1 && stderr(&o).contains("does not exist"));
+    assert_eq!(status(&runc(&root, &["delete", "--force", "half"])), 0, "as runc: --force deletes what is not there");
+    let f = runc(&root, &["features"]);
+    let f: serde_json::Value = serde_json::from_slice(&f.stdout).unwrap();
+    assert_eq!(f["ociVersionMax"], "1.1.0");
+    let o = runc(&root, &["pause", "x"]);
+    assert!(status(&o) == 1 && stderr(&o).contains("onering: pause is not supported"));
+    // onering's own `run` is untouched by the OCI commands.
+    let o = onering(&["run", rf.join("bin/hello").to_str().unwrap()]);
+    assert!(stdout(&o).starts_with("hello from onering"), "{}", stderr(&o));
+}
+
+/// GET / from `addr` (HTTP/1.0): the whole response.
+fn http_get(addr: &str) -> std::io::Result<String> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect_timeout(&addr.parse().unwrap(), Duration::from_secs(2))?;
+    c.set_read_timeout(Some(Duration::from_secs(5)))?;
+    c.write_all(b"GET / HTTP/1.0\r\n\r\n")?;
+    let mut page = String::new();
+    c.read_to_string(&mut page)?;
+    Ok(page)
+}
+
+/// podman with onering as its runtime, on its own storage under the test's
+/// temporary directory.
+struct Podman {
+    base: PathBuf,
+}
+
+impl Podman {
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("podman");
+        c.arg("--root")
+            .arg(self.base.join("storage"))
+            .arg("--runroot")
+            .arg(self.base.join("run"))
+            .args(["--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "file"])
+            .args(["--runtime", BIN])
+            .args(args)
+            .stdin(Stdio::null());
+        c
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap_or_else(|e| panic!("podman (apt-get install podman): {e}"))
+    }
+}
+
+#[test]
+fn podman_runs_containers_as_onering_vms() {
+    let rf = rootfs();
+    let base = temp_dir("oci-podman");
+    let p = Podman { base: base.clone() };
+    let tarball = base.join("image.tar");
+    let t = Command::new("tar").arg("-C").arg(&rf).arg("-cf").arg(&tarball).arg(".").output().unwrap();
+    assert!(t.status.success());
+    let o = p.run(&["import", tarball.to_str().unwrap(), "localhost/onering-test:1"]);
+    assert_eq!(status(&o), 0, "podman import: {}", stderr(&o));
+    let image = "localhost/onering-test:1";
+    let run = |args: &[&str]| {
+        let mut a = vec!["run", "--rm", "--network", "none"];
+        a.extend(args);
+        p.run(&a)
+    };
+    // Output, arguments, the exit status.
+    let o = run(&[image, "hello", "a b"]);
+    assert_eq!((status(&o), stdout(&o).lines().nth(2)), (0, Some("argv[1]=a b")), "{}", stderr(&o));
+    let o = run(&[image, "sh", "-c", "echo out; echo err >&2; exit 3"]);
+    assert_eq!((status(&o), stdout(&o).as_str(), stderr(&o).as_str()), (3, "out\n", "err\n"));
+    // -e, -v (read-write and :ro), --memory.
+    let vol = base.join("vol");
+    std::fs::create_dir_all(&vol).unwrap();
+    std::fs::write(vol.join("in"), "from the host\n").unwrap();
+    let v = format!("{}:/data", vol.display());
+    let v_ro = format!("{}:/ro:ro", vol.display());
+    let o = run(&[
+        "-e",
+        "GREETING=podman",
+        "-v",
+        &v,
+        "-v",
+        &v_ro,
+        "--memory",
+        "192m",
+        image,
+        "sh",
+        "-c",
+        "echo $GREETING; cat /data/in; echo back > /data/out; cat /sys/fs/cgroup/memory.max; echo x > /ro/no || echo ro",
+    ]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert_eq!(stdout(&o), "podman\nfrom the host\n201326592\nro\n", "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(vol.join("out")).unwrap(), "back\n");
+    // --read-only and --cpus.
+    let o = run(&["--read-only", "--cpus", "2", image, "sh", "-c", "cat /sys/devices/system/cpu/online; echo x > /f"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (1, "0-1\n"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("Read-only file system"), "{}", stderr(&o));
+    // -t: the program's stdio is the terminal onering sent over the console socket.
+    let o = run(&["-t", image, "sh", "-c", "test -t 0 && test -t 1 && echo tty; exit 2"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (2, "tty\r\n"), "{}", stderr(&o));
+    // A program that is not in the image: the runtime's failure, as podman reports it.
+    let o = run(&[image, "/bin/nothere"]);
+    assert_ne!(status(&o), 0);
+    // Detached: logs, stop (SIGTERM reaches the program's trap), the exit status, rm.
+    let script = "echo started; trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.05; done";
+    let o = p.run(&["run", "-d", "--network", "none", image, "sh", "-c", script]);
+    assert_eq!(status(&o), 0, "run -d: {}", stderr(&o));
+    let id = stdout(&o).trim().to_string();
+    eventually("podman logs", || stdout(&p.run(&["logs", &id])).contains("started"));
+    let o = p.run(&["exec", &id, "echo", "hi"]);
+    assert!(status(&o) != 0 && stderr(&o).contains("onering: exec is not supported"), "{}", stderr(&o));
+    let started = Instant::now();
+    let o = p.run(&["stop", "-t", "20", &id]);
+    assert_eq!(status(&o), 0, "stop: {}", stderr(&o));
+    assert!(started.elapsed() < Duration::from_secs(10), "stop took {:?}: SIGTERM was not handled", started.elapsed());
+    assert_eq!(stdout(&p.run(&["logs", &id])), "started\ngot TERM\n");
+    let o = p.run(&["inspect", &id, "--format", "{{.State.ExitCode}}"]);
+    assert_eq!(stdout(&o).trim(), "0");
+    let o = p.run(&["rm", &id]);
+    assert_eq!(status(&o), 0, "rm: {}", stderr(&o));
+    // Pod networking: the default (netavark bridge) network's address is the
+    // VM's; the pod IP and a published port reach a server in the VM.
+    let server = "mkdir -p /www; echo pod says hi > /www/index.html; exec busybox httpd -f -p 8080 -h /www";
+    let o = p.run(&["run", "-d", "-p", "127.0.0.1:18089:8080", image, "sh", "-c", server]);
+    assert_eq!(status(&o), 0, "run -d -p: {}", stderr(&o));
+    let id = stdout(&o).trim().to_string();
+    let ip = stdout(&p.run(&["inspect", &id, "--format", "{{.NetworkSettings.IPAddress}}"])).trim().to_string();
+    for addr in [format!("{ip}:8080"), "127.0.0.1:18089".to_string()] {
+        let mut page = String::new();
+        eventually(&format!("a page from {addr}"), || {
+            page = http_get(&addr).unwrap_or_default();
+            page.ends_with("pod says hi\n")
+        });
+        assert!(page.starts_with("HTTP/1.") && page.contains(" 200 "), "{page}");
+    }
+    assert_eq!(status(&p.run(&["rm", "-f", "-t", "5", &id])), 0);
+    // A bundle onering refuses: podman says why.
+    let o = run(&["--user", "1000", image, "true"]);
+    assert!(status(&o) != 0 && stderr(&o).contains("onering: config.json: process.user 1000:"), "{}", stderr(&o));
+    let o = p.run(&["ps", "-a", "-q"]);
+    assert_eq!(stdout(&o), "", "no containers left");
+}
+
+/// A containerd of the test's own (its root, state and sockets in `dir`),
+/// stopped when dropped.
+struct Containerd {
+    dir: PathBuf,
+    daemon: std::process::Child,
+}
+
+impl Containerd {
+    fn start(dir: PathBuf) -> Containerd {
+        let d = dir.display();
+        let config = format!(
+            "version = 2\nroot = \"{d}/root\"\nstate = \"{d}/state\"\n[grpc]\n  address = \"{d}/sock\"\n\
+             [ttrpc]\n  address = \"{d}/sock.ttrpc\"\n[debug]\n  address = \"{d}/debug.sock\"\n\
+             [metrics]\n  address = \"\"\n[plugins.\"io.containerd.grpc.v1.cri\"]\n  disable_tcp_service = true\n"
+        );
+        std::fs::write(dir.join("config.toml"), config).unwrap();
+        let daemon = Command::new("containerd")
+            .arg("--config")
+            .arg(dir.join("config.toml"))
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(dir.join("containerd.log")).unwrap())
+            .stderr(std::fs::File::create(dir.join("containerd.err")).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("containerd (apt-get install containerd): {e}"));
+        let c = Containerd { dir, daemon };
+        eventually("containerd to answer", || c.ctr(&["version"]).status.success());
+        c
+    }
+    fn ctr(&self, args: &[&str]) -> Output {
+        Command::new("ctr")
+            .arg("--address")
+            .arg(self.dir.join("sock"))
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Containerd {
+    fn drop(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+    }
+}
+
+#[test]
+fn containerd_runs_containers_as_onering_vms() {
+    let rf = rootfs();
+    let c = Containerd::start(temp_dir("oci-containerd"));
+    let rootfs = rf.to_str().unwrap();
+    let ctr_run = |extra: &[&str], id: &str, args: &[&str]| {
+        let mut a = vec!["run", "--runtime", "io.containerd.runc.v2", "--runc-binary", BIN];
+        a.extend(extra);
+        a.extend(["--rootfs", rootfs, id]);
+        a.extend(args);
+        c.ctr(&a)
+    };
+    // ctr run: output, --env, the exit status.
+    let o = ctr_run(&["--rm", "--env", "GREETING=ctr"], "c1", &["sh", "-c", "echo hi $GREETING; exit 4"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (4, "hi ctr\n"), "{}", stderr(&o));
+    // Detached: ctr task kill's SIGTERM reaches the program; exec is refused.
+    let log = c.dir.join("c2.log");
+    let uri = format!("file://{}", log.display());
+    let script = "echo started; trap 'echo got TERM; exit 5' TERM; while true; do sleep 0.05; done";
+    let o = ctr_run(&["-d", "--log-uri", &uri], "c2", &["sh", "-c", script]);
+    assert_eq!(status(&o), 0, "ctr run -d: {}", stderr(&o));
+    eventually("the task's output", || std::fs::read_to_string(&log).is_ok_and(|s| s.contains("started")));
+    assert!(stdout(&c.ctr(&["task", "ls"])).contains("RUNNING"));
+    let o = c.ctr(&["task", "exec", "--exec-id", "e1", "c2", "echo", "hi"]);
+    assert!(status(&o) != 0 && stderr(&o).contains("onering: exec is not supported"), "{}", stderr(&o));
+    let o = c.ctr(&["task", "kill", "c2"]);
+    assert_eq!(status(&o), 0, "ctr task kill: {}", stderr(&o));
+    eventually("the task to stop", || stdout(&c.ctr(&["task", "ls"])).contains("STOPPED"));
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "started\ngot TERM\n");
+    for args in [&["task", "rm", "c2"][..], &["container", "rm", "c2"]] {
+        let o = c.ctr(args);
+        assert_eq!(status(&o), 0, "ctr {args:?}: {}", stderr(&o));
+    }
+}
