@@ -23,7 +23,7 @@ pub mod sysnames;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 25;
+pub const ABI_VERSION: u64 = 26;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -233,6 +233,34 @@ pub struct BootInfo {
     /// `--trace=SET`: bit n of word n/64 set: system call n is traced (with
     /// [`flags::TRACE`]).
     pub trace_set: [u64; trace::SET_WORDS],
+    /// `--hostname`: the VM's host name, NUL-padded (all zero: the default,
+    /// [`DEFAULT_HOSTNAME`]).
+    pub hostname: [u64; HOSTNAME_WORDS],
+}
+
+/// The longest host name, as Linux's `__NEW_UTS_LEN`.
+pub const MAX_HOSTNAME: usize = 64;
+pub const HOSTNAME_WORDS: usize = MAX_HOSTNAME / 8;
+/// The VM's host name unless `--hostname` says otherwise.
+pub const DEFAULT_HOSTNAME: &[u8] = b"onering";
+
+/// `name` (at most [`MAX_HOSTNAME`] bytes, longer is cut) as [`BootInfo::hostname`].
+pub fn hostname_words(name: &[u8]) -> [u64; HOSTNAME_WORDS] {
+    let mut w = [0u64; HOSTNAME_WORDS];
+    for (i, b) in name.iter().take(MAX_HOSTNAME).enumerate() {
+        w[i / 8] |= u64::from(*b) << (8 * (i % 8));
+    }
+    w
+}
+
+/// The host name in [`BootInfo::hostname`] (the default when it is empty).
+pub fn hostname_of(words: &[u64; HOSTNAME_WORDS]) -> alloc::vec::Vec<u8> {
+    let bytes: alloc::vec::Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).take_while(|b| *b != 0).collect();
+    if bytes.is_empty() {
+        DEFAULT_HOSTNAME.to_vec()
+    } else {
+        bytes
+    }
 }
 
 /// The VM's network device: a virtio-net device at `layout::VIRTIO_NET_PHYS`

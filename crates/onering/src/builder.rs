@@ -44,6 +44,8 @@ pub struct VmConfig<'a> {
     pub volumes: Vec<crate::hostfs::MountSpec>,
     pub read_only: bool,
     pub workdir: Option<&'a OsStr>,
+    /// `--hostname` (None: `onering_abi::DEFAULT_HOSTNAME`).
+    pub hostname: Option<&'a [u8]>,
     /// `-i`, `-q`; rewrite `syscall` instructions (not `--no-rewrite`); map the vDSO
     /// (not `--no-vdso`).
     pub interactive: bool,
@@ -220,7 +222,7 @@ pub fn run(
     }
     let mut image = Vec::new();
     let dns = config.net.as_ref().and_then(|n| n.dns).map(|d| d.octets());
-    rootfs::add_etc(&mut image, config.rootfs, dns);
+    rootfs::add_etc(&mut image, config.rootfs, dns, config.hostname.unwrap_or(onering_abi::DEFAULT_HOSTNAME));
     let volumes: Vec<(&[u8], &std::path::Path)> =
         config.volumes.iter().map(|v| (&v.guest[..], v.host.as_path())).collect();
     let workdir = rootfs::workdir(config.workdir, config.rootfs, &volumes)?;
@@ -251,6 +253,7 @@ pub fn run(
         workdir: &workdir,
         net: config.net.as_ref().map_or_else(NetInfo::default, net_info),
         trace_set: config.trace_set.unwrap_or_default(),
+        hostname: config.hostname.unwrap_or_default(),
     };
 
     let (mut bi, rewritten) =

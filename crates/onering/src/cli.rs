@@ -61,6 +61,10 @@ struct RunArgs {
     /// The program's working directory inside the VM (default /).
     #[arg(short = 'w', long = "workdir", value_name = "DIR")]
     workdir: Option<OsString>,
+    /// The VM's host name (uname, /etc/hostname, /etc/hosts; default onering), as
+    /// `docker run --hostname`: 1 to 64 bytes, no NUL or newline.
+    #[arg(long, value_name = "NAME", value_parser = parse_hostname)]
+    hostname: Option<OsString>,
     /// Keep stdin open: the program reads the host's (as `docker run -i`); without
     /// it the program's stdin is empty.
     #[arg(short = 'i', long)]
@@ -138,6 +142,14 @@ struct RunArgs {
 }
 
 /// Parses sizes like `256M`, `1G`, `512m`, `64MiB`, `1048576`.
+/// `--hostname`: 1 to 64 bytes (Linux's limit), no NUL or newline.
+fn parse_hostname(s: &str) -> Result<OsString, String> {
+    if s.is_empty() || s.len() > onering_abi::MAX_HOSTNAME || s.contains(['\0', '\n']) {
+        return Err(format!("a host name is 1 to {} bytes without NUL or newline", onering_abi::MAX_HOSTNAME));
+    }
+    Ok(s.into())
+}
+
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();
@@ -194,6 +206,7 @@ fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
         "--volume",
         "-w",
         "--workdir",
+        "--hostname",
         "--profile",
         "--profile-top",
         "--profile-hz",
@@ -521,6 +534,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         volumes: volumes(&args)?,
         read_only: args.read_only,
         workdir: args.workdir.as_deref().or(host_cwd.as_deref()),
+        hostname: args.hostname.as_deref().map(|h| h.as_bytes()),
         interactive: args.interactive,
         quiet: args.quiet,
         rewrite: !args.no_rewrite,

@@ -466,6 +466,34 @@ fn threads_match_the_host_on_1_2_4_vcpus() {
     same_as_host_on_1_2_4_vcpus(&glibc("threads"));
 }
 
+/// `--hostname`: uname's nodename, /proc/sys/kernel/hostname and, in a root file
+/// system without them, /etc/hostname and /etc/hosts; root in the VM changes it
+/// with sethostname. A name that is empty or longer than 64 bytes is refused.
+#[test]
+fn hostname_is_what_was_given() {
+    let busybox = "/bin/busybox";
+    assert!(Path::new(busybox).exists(), "this test needs /bin/busybox (busybox-static)");
+    let root = out_dir().join("hostname-root");
+    std::fs::create_dir_all(root.join("bin")).unwrap();
+    std::fs::copy(busybox, root.join("bin/busybox")).unwrap();
+    let r = root.to_str().unwrap();
+    let script = "busybox uname -n; busybox cat /proc/sys/kernel/hostname /etc/hostname; \
+                  busybox grep -c box1 /etc/hosts; busybox hostname second && busybox uname -n";
+    let o = onering(&["run", "--hostname", "box1", "--rootfs", r, "/bin/busybox", "sh", "-c", script]);
+    // The VM's uid is the host's: root may rename it (sethostname).
+    let uid = Command::new("id").arg("-u").output().unwrap();
+    let root_in_vm = String::from_utf8_lossy(&uid.stdout).trim() == "0";
+    let expected = if root_in_vm { "box1\nbox1\nbox1\n1\nsecond\n" } else { "box1\nbox1\nbox1\n1\n" };
+    assert_eq!(stdout(&o), expected, "{}", stderr(&o));
+    let o = onering(&["run", "--rootfs", r, "/bin/busybox", "uname", "-n"]);
+    assert_eq!(stdout(&o), "onering\n", "the default");
+    for bad in ["", &"x".repeat(65)] {
+        let o = onering(&["run", "--hostname", bad, "--rootfs", r, "/bin/busybox", "true"]);
+        assert_eq!(status(&o), 125, "{bad:?}");
+        assert!(stderr(&o).contains("host name is 1 to 64 bytes"), "{}", stderr(&o));
+    }
+}
+
 /// Started under a real-time host policy (as `chrt -f` starts it: the kernel
 /// then halts idle vCPUs instead of spinning, `onering_abi::flags::REALTIME`),
 /// threads, timers and hand-offs still give the host's output.

@@ -315,7 +315,7 @@ fn sysctl(k: &Kernel, path: &[&[u8]]) -> Result<String, Errno> {
         [b"kernel", b"ostype"] => line(fmt::OSTYPE),
         [b"kernel", b"osrelease"] => line(fmt::RELEASE),
         [b"kernel", b"version"] => line(fmt::VERSION),
-        [b"kernel", b"hostname"] => line(fmt::HOSTNAME),
+        [b"kernel", b"hostname"] => line(&String::from_utf8_lossy(&k.hostname.lock())),
         [b"kernel", b"domainname"] => line("(none)"),
         [b"kernel", b"pid_max"] => line("4194304"),
         [b"kernel", b"threads-max"] => alloc::format!("{}\n", k.cfg.mem / (128 << 10)),

@@ -13,7 +13,6 @@ use core::fmt::Write;
 pub const OSTYPE: &str = "Linux";
 pub const RELEASE: &str = "6.1.0-onering";
 pub const VERSION: &str = "#1 SMP onering";
-pub const HOSTNAME: &str = "onering";
 /// Clock ticks per second of /proc's times (USER_HZ).
 pub const HZ: u64 = 100;
 const PAGE: u64 = 4096;

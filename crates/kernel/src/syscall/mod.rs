@@ -175,6 +175,7 @@ syscall_table! {
     157 prctl => proc::prctl,
     158 arch_prctl => proc::arch_prctl,
     162 sync => fsmeta::sync,
+    170 sethostname => proc::sethostname,
     186 gettid => proc::gettid,
     188 setxattr => fsmeta::setxattr,
     189 lsetxattr => fsmeta::lsetxattr,

@@ -10,6 +10,7 @@
 use super::SyscallFrame;
 use crate::errno::{Errno, SysResult};
 use crate::fs::pidfd::PidFd;
+use crate::fs::procfmt as fmt;
 use crate::futex::robust;
 use crate::mm::spaces::{self, Space};
 use crate::mm::user::UserMemExt;
@@ -706,12 +707,31 @@ pub fn prlimit64(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 
 pub fn uname(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let mut b = [0u8; 65 * 6];
+    let host = ctx.k.hostname.lock().clone();
     for (i, field) in
-        [&b"Linux"[..], b"onering", b"6.1.0-onering", b"#1 SMP onering", b"x86_64", b"(none)"].iter().enumerate()
+        [fmt::OSTYPE.as_bytes(), &host, fmt::RELEASE.as_bytes(), fmt::VERSION.as_bytes(), b"x86_64", b"(none)"]
+            .iter()
+            .enumerate()
     {
         b[i * 65..i * 65 + field.len()].copy_from_slice(field);
     }
     ctx.user.write(f.rdi, &b)?;
+    Ok(0)
+}
+
+/// sethostname(2): root only (the VM's uid 0, which holds every capability);
+/// EINVAL past 64 bytes.
+pub fn sethostname(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [name, len, ..] = f.args();
+    if len > onering_abi::MAX_HOSTNAME as u64 {
+        return Err(Errno::EINVAL);
+    }
+    if ctx.k.cfg.uid != 0 {
+        return Err(Errno::EPERM);
+    }
+    let mut b = alloc::vec![0u8; len as usize];
+    ctx.user.read(name, &mut b)?;
+    *ctx.k.hostname.lock() = b;
     Ok(0)
 }
 

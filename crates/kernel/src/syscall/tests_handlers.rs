@@ -255,6 +255,13 @@ fn identity_limits_time_and_randomness() {
     assert_eq!(e.call(63, &[B]), 0, "uname");
     assert_eq!(e.bytes(B, 5), b"Linux");
     assert_eq!(e.call(63, &[BAD]), EFAULT);
+    // The host name: sethostname is root's (this test's uid is 1000).
+    e.user.write(B + 0x300, b"box").unwrap();
+    assert_eq!(e.call(170, &[B + 0x300, 3]), EPERM, "sethostname as uid 1000");
+    assert_eq!(e.call(170, &[B + 0x300, 65]), EINVAL, "longer than 64 bytes");
+    *e.k.hostname.lock() = b"box".to_vec();
+    assert_eq!(e.call(63, &[B]), 0);
+    assert_eq!(e.bytes(B + 65, 4), b"box\0", "uname's nodename");
     assert_eq!(e.call(97, &[7, B]), 0, "getrlimit NOFILE");
     assert_eq!(e.user.read_u64(B), Ok(1024));
     e.user.write(B, &[100u64.to_le_bytes(), 200u64.to_le_bytes()].concat()).unwrap();

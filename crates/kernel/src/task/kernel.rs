@@ -63,6 +63,8 @@ pub struct Config {
     pub vdso: u64,
     /// The volumes (`-v`): where, and whether read-only (for /proc's mounts).
     pub volumes: Vec<(Vec<u8>, bool)>,
+    /// The host name at boot (`--hostname`).
+    pub hostname: Vec<u8>,
 }
 
 pub struct Kernel {
@@ -77,6 +79,8 @@ pub struct Kernel {
     pub futexes: Mutex<FutexTable>,
     /// The thread name (`prctl(PR_SET_NAME)`), NUL padded.
     pub comm: Mutex<[u8; 16]>,
+    /// The host name (uname's nodename, /proc/sys/kernel/hostname; `sethostname`).
+    pub hostname: Mutex<Vec<u8>>,
     /// `prctl(PR_SET_KEEPCAPS)`'s flag (capabilities never change here).
     pub keepcaps: core::sync::atomic::AtomicBool,
     /// Unsupported system calls and messages already reported.
@@ -183,7 +187,9 @@ impl Kernel {
         comm[..n].copy_from_slice(&name[..n]);
         let stdin = Stdin::new(cfg.flags & flags::STDIN != 0);
         let lines = line_streams(cfg.stdio);
+        let hostname = Mutex::new(cfg.hostname.clone());
         Kernel {
+            hostname,
             cfg,
             chunks,
             vfs: Mutex::new(vfs),

@@ -95,6 +95,8 @@ pub struct LoadSpec<'a> {
     pub net: NetInfo,
     /// The system calls `--trace` shows (a bit each; with `flags::TRACE`).
     pub trace_set: [u64; onering_abi::trace::SET_WORDS],
+    /// `--hostname` (empty: the default).
+    pub hostname: &'a [u8],
 }
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
@@ -335,6 +337,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         nsegments,
         net: spec.net,
         trace_set: spec.trace_set,
+        hostname: onering_abi::hostname_words(spec.hostname),
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
@@ -403,6 +406,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     w.extend([n.present, n.mac, n.ipv4, n.prefix4, n.gateway4, n.dns4, n.mtu]);
     w.push(bi.vdso_len);
     w.extend(bi.trace_set);
+    w.extend(bi.hostname);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }
@@ -432,6 +436,7 @@ mod tests {
             vdso: None,
             net: NetInfo::default(),
             trace_set: [0; onering_abi::trace::SET_WORDS],
+            hostname: b"",
         }
     }
 
@@ -442,12 +447,18 @@ mod tests {
         let net = NetInfo { present: 1, mac: 0x5634_1200_5452, mtu: 1500, ..Default::default() };
         let mut trace_set = [0; onering_abi::trace::SET_WORDS];
         trace_set[onering_abi::trace::SET_WORDS - 1] = 0x55;
-        let bi = BootInfo { magic: BOOT_MAGIC, nsegments: 77, net, vdso_len: 9, trace_set, ..Default::default() };
+        let hostname = onering_abi::hostname_words(b"box");
+        let bi =
+            BootInfo { magic: BOOT_MAGIC, nsegments: 77, net, vdso_len: 9, trace_set, hostname, ..Default::default() };
         write_boot_info(&m, &bi).unwrap();
-        let end = layout::BOOT_INFO_PHYS + std::mem::size_of::<BootInfo>() as u64;
-        let last: u64 = m.read_obj(GuestAddress(end - 8)).unwrap();
-        assert_eq!(last, 0x55, "the trace set last");
         let at = |off: usize| m.read_obj::<u64>(GuestAddress(layout::BOOT_INFO_PHYS + off as u64)).unwrap();
+        assert_eq!(
+            at(std::mem::offset_of!(BootInfo, hostname)),
+            u64::from_le_bytes(*b"box\0\0\0\0\0"),
+            "the host name last"
+        );
+        let trace_end = std::mem::offset_of!(BootInfo, hostname) - 8;
+        assert_eq!(at(trace_end), 0x55, "the trace set before it");
         assert_eq!(at(std::mem::offset_of!(BootInfo, vdso_len)), 9);
         assert_eq!(at(std::mem::offset_of!(BootInfo, net) + std::mem::offset_of!(NetInfo, mtu)), 1500);
         assert_eq!(at(std::mem::offset_of!(BootInfo, nsegments)), 77);

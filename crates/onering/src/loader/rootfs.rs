@@ -36,8 +36,9 @@ pub fn normal_path(path: &[u8]) -> Option<Vec<u8>> {
     (path.first() == Some(&b'/')).then(|| onering_abi::path::absolute(b"/", path))
 }
 
-pub fn add_etc(image: &mut Vec<u8>, root: Option<&Path>, dns: Option<[u8; 4]>) {
-    const HOSTS: &[u8] = b"127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\tonering\n";
+pub fn add_etc(image: &mut Vec<u8>, root: Option<&Path>, dns: Option<[u8; 4]>, hostname: &[u8]) {
+    let name = String::from_utf8_lossy(hostname);
+    let hosts = format!("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n127.0.1.1\t{name}\n");
     let has = |rel: &str| root.and_then(|r| std::fs::symlink_metadata(r.join(rel)).ok());
     match has("etc") {
         Some(m) if !m.is_dir() => return,
@@ -51,8 +52,9 @@ pub fn add_etc(image: &mut Vec<u8>, root: Option<&Path>, dns: Option<[u8; 4]>) {
         Some([a, b, c, d]) => format!("# onering: the network back end's resolver\nnameserver {a}.{b}.{c}.{d}\n"),
         None => "# onering: this VM has loopback only; names resolve from /etc/hosts\nnameserver 127.0.0.1\n".into(),
     };
+    let hostname = [hostname, b"\n"].concat();
     for (name, data) in
-        [("etc/hosts", HOSTS), ("etc/hostname", &b"onering\n"[..]), ("etc/resolv.conf", resolv.as_bytes())]
+        [("etc/hosts", hosts.as_bytes()), ("etc/hostname", &hostname[..]), ("etc/resolv.conf", resolv.as_bytes())]
     {
         if has(name).is_none() {
             push(image, FILE, 0o644, 0, name.as_bytes(), data);

@@ -88,6 +88,12 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
         opt("-e", e.into());
     }
     opt("-w", process.cwd().clone().into_os_string());
+    if let Some(h) = spec.hostname().as_deref().filter(|h| !h.is_empty()) {
+        if h.len() > onering_abi::MAX_HOSTNAME || h.contains(['\0', '\n']) {
+            return Err(SpecError::Invalid(format!("hostname {h:?}: 1 to 64 bytes without NUL or newline")));
+        }
+        opt("--hostname", h.into());
+    }
     let root = spec.root().as_ref().ok_or_else(|| SpecError::Invalid("no root".into()))?;
     let rootfs = if root.path().is_absolute() { root.path().clone() } else { bundle.join(root.path()) };
     opt("--rootfs", rootfs.into_os_string());
@@ -246,6 +252,9 @@ mod tests {
         let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
         let tail = ["--rootfs", "/abs", "--mem", "134217728", "--smp", "2", "--read-only", "--"];
         assert!(a.windows(tail.len()).any(|w| w == tail), "{a:?}");
+        let s = base(r#","hostname":"box1""#);
+        let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
+        assert!(a.windows(2).any(|w| w == ["--hostname", "box1"]), "{a:?}");
         let s = base(r#","annotations":{"onering.mem":"1G","onering.quiet":"true","other":"x"}"#);
         let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
         assert!(a.windows(3).any(|w| w == ["--mem", "1G", "-q"]), "{a:?}");
