@@ -349,17 +349,8 @@ fn polling_stdin_waits_for_input() {
 /// take the terminal's signals too.)
 #[test]
 fn terminal_signals_reach_the_foreground_job() {
-    use std::io::Write;
-    assert!(std::path::Path::new("/bin/busybox").exists(), "this test needs /bin/busybox (busybox-static)");
     let ring = env!("CARGO_BIN_EXE_onering");
-    let mut child = Command::new("script")
-        .args(["-qec", &format!("exec {ring} run -i --rootfs / -e PATH=/bin:/usr/bin /bin/busybox sh"), "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
     let start = std::time::Instant::now();
-    let mut input = child.stdin.take().unwrap();
     let steps: [&[u8]; 7] = [
         b"busybox sleep 30\n",
         b"\x1a",
@@ -369,12 +360,8 @@ fn terminal_signals_reach_the_foreground_job() {
         b"echo after-int $?\n",
         b"kill -9 %1; exit 4\n",
     ];
-    for step in steps {
-        std::thread::sleep(std::time::Duration::from_millis(700));
-        input.write_all(step).unwrap();
-    }
-    drop(input);
-    let o = child.wait_with_output().unwrap();
+    let o =
+        busybox_sh_on_a_pty(&format!("exec {ring} run -i --rootfs / -e PATH=/bin:/usr/bin /bin/busybox sh"), &steps);
     let out = String::from_utf8_lossy(&o.stdout).replace('\r', "");
     assert!(out.contains("after-stop 148"), "{out}");
     assert!(out.contains("Stopped") && out.contains("busybox sleep 30"), "{out}");
@@ -383,25 +370,32 @@ fn terminal_signals_reach_the_foreground_job() {
     assert!(start.elapsed() < std::time::Duration::from_secs(25), "a sleep ran on: {out}");
 }
 
-/// An interactive shell on a terminal (busybox sh with `-i`, under a pty): its
-/// line editor polls stdin and puts the terminal in raw mode; commands run.
-#[test]
-fn an_interactive_shell_on_a_terminal() {
+/// Runs `cmd` (a busybox sh in onering) under `script`'s pseudo-terminal, typing
+/// each of `steps` after a pause, then the end of input.
+fn busybox_sh_on_a_pty(cmd: &str, steps: &[&[u8]]) -> std::process::Output {
     use std::io::Write;
     assert!(std::path::Path::new("/bin/busybox").exists(), "this test needs /bin/busybox (busybox-static)");
-    let ring = env!("CARGO_BIN_EXE_onering");
     let mut child = Command::new("script")
-        .args(["-qec", &format!("{ring} run -i /bin/busybox sh"), "/dev/null"])
+        .args(["-qec", cmd, "/dev/null"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
     let mut input = child.stdin.take().unwrap();
-    for line in ["echo hello-from-sh\n", "exit 3\n"] {
-        std::thread::sleep(std::time::Duration::from_millis(500));
-        input.write_all(line.as_bytes()).unwrap();
+    for step in steps {
+        std::thread::sleep(std::time::Duration::from_millis(700));
+        input.write_all(step).unwrap();
     }
-    let o = child.wait_with_output().unwrap();
+    drop(input);
+    child.wait_with_output().unwrap()
+}
+
+/// An interactive shell on a terminal (busybox sh with `-i`, under a pty): its
+/// line editor polls stdin and puts the terminal in raw mode; commands run.
+#[test]
+fn an_interactive_shell_on_a_terminal() {
+    let ring = env!("CARGO_BIN_EXE_onering");
+    let o = busybox_sh_on_a_pty(&format!("{ring} run -i /bin/busybox sh"), &[b"echo hello-from-sh\n", b"exit 3\n"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("\nhello-from-sh"), "{out}");
     assert_eq!(o.status.code(), Some(3), "{out}");
