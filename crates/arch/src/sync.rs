@@ -5,11 +5,12 @@
 //! any instruction (the lock-holder preemption problem, issue 20). Its waiters
 //! would then spin for the rest of the host's time slice (milliseconds) while the
 //! holder waits for a CPU, possibly the very one they spin on. The kernel's
-//! critical sections take well under a microsecond, so a wait that has lasted
-//! `YIELD_AFTER_CYCLES` (~40 µs) is almost surely one on a preempted holder: the
-//! waiter then asks the VMM to yield its host CPU once (`Hostcall::Yield`, one
-//! exit, ~20 µs here) and spins on. A quiet host never gets that far, so the
-//! common path is the plain spin with one `rdtsc` per failed look.
+//! critical sections take well under a microsecond, or a few exits (tens of
+//! microseconds each here) for the few that call the VMM, so a wait that has
+//! lasted `YIELD_AFTER_CYCLES` (~1 ms) is almost surely one on a preempted
+//! holder: the waiter then asks the VMM to yield its host CPU once
+//! (`Hostcall::Yield`, one exit) and spins on. A quiet host never gets that far,
+//! so the common path is the plain spin with one `rdtsc` per failed look.
 //!
 //! KVM's own answer, the `KVM_HC_SCHED_YIELD` hypercall that yields to the
 //! holder's vCPU, needs `vmcall` from ring 0; this kernel runs in ring 3 and Linux
@@ -25,8 +26,11 @@ use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 pub type Mutex<T> = spin::mutex::Mutex<T, HostRelax>;
 pub type MutexGuard<'a, T> = spin::mutex::MutexGuard<'a, T>;
 
-/// Spinning this long on one wait (TSC cycles, ~40 µs at 2.5 GHz) yields.
-pub const YIELD_AFTER_CYCLES: u64 = 100_000;
+/// Spinning this long on one wait (TSC cycles, ~1 ms at 2.5-2.8 GHz) yields. (40
+/// µs was tried first: a holder that makes an exit or two inside its critical
+/// section, as fork's copy does, is not preempted but holds the lock that long,
+/// and the waiters' yields, an exit each, made fork+exit+wait slower.)
+pub const YIELD_AFTER_CYCLES: u64 = 2_500_000;
 /// Two looks further apart than this (~2 µs) belong to different waits.
 pub const GAP_CYCLES: u64 = 5_000;
 
@@ -84,12 +88,14 @@ mod tests {
         let mut t = 1_000_000;
         assert!(!waited(&s, &l, t), "the first look starts a wait");
         let mut yields = 0;
-        for _ in 0..1000 {
-            t += 1_000;
+        let step = 1_000;
+        let periods = 5;
+        for _ in 0..periods * (YIELD_AFTER_CYCLES / step + 1) {
+            t += step;
             yields += usize::from(waited(&s, &l, t));
         }
-        // 1,000,000 cycles of looks 1,000 apart: one yield per 100,000.
-        assert_eq!(yields, 9);
+        // Looks `step` apart: one yield per period of spinning.
+        assert_eq!(yields as u64, periods);
         t += GAP_CYCLES + 1;
         assert!(!waited(&s, &l, t), "a gap: a new wait");
         t += YIELD_AFTER_CYCLES / 2;
