@@ -31,6 +31,7 @@ export PATH="$PATH:/usr/local/go/bin"
 (cd bench/go && CGO_ENABLED=0 go build -o "../../$out/gobench" .)
 onering=${ONERING:-./target/release/onering} # ONERING=path compares another build
 ratio() { awk -v h="$1" -v r="$2" 'BEGIN{printf "%.2fx", h/r}'; }
+p99() { echo "$1" | awk '{print $2}'; } # of timerlat's "median p99 max"
 
 spinners=()
 stop_spinners() {
@@ -61,7 +62,6 @@ for busy in 0 1 2; do
     r1=$("$onering" run --smp 1 "$out/gobench" chan "$ROUNDS")
     printf '%-8s %-40s %18s %18s %8s\n' "$busy" "(b) go chan $ROUNDS ms smp2" "$h" "$r" "$(ratio "$h" "$r")"
     printf '%-8s %-40s %18s %18s %8s\n' "$busy" "(b) go chan $ROUNDS ms smp1 (onering)" "" "$r1" "$(ratio "$h" "$r1")"
-    p99() { echo "$1" | awk '{print $2}'; }
     hd=$("$out/timerlat" "$SLEEPS" 200)
     r=$("$onering" run "$out/timerlat" "$SLEEPS" 200)
     printf '%-8s %-40s %18s %18s %8s\n' "$busy" "(c) timerlat $SLEEPS x200us med/p99/max" "$hd" "$r" "p99 $(ratio "$(p99 "$hd")" "$(p99 "$r")")"

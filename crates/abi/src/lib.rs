@@ -244,6 +244,13 @@ pub const HOSTNAME_WORDS: usize = MAX_HOSTNAME / 8;
 /// The VM's host name unless `--hostname` says otherwise.
 pub const DEFAULT_HOSTNAME: &[u8] = b"onering";
 
+/// Whether `name` may be given as the VM's host name (`--hostname`, an OCI
+/// bundle's): 1 to [`MAX_HOSTNAME`] bytes, no NUL (it ends the name in
+/// [`BootInfo::hostname`]) and no newline (/etc/hostname, /etc/hosts are lines).
+pub fn hostname_ok(name: &[u8]) -> bool {
+    !name.is_empty() && name.len() <= MAX_HOSTNAME && !name.iter().any(|b| matches!(b, 0 | b'\n'))
+}
+
 /// `name` (at most [`MAX_HOSTNAME`] bytes, longer is cut) as [`BootInfo::hostname`].
 pub fn hostname_words(name: &[u8]) -> [u64; HOSTNAME_WORDS] {
     let mut w = [0u64; HOSTNAME_WORDS];

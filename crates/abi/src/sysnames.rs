@@ -1,5 +1,5 @@
 //! Names of the x86-64 Linux system calls, for messages (generated from
-//! `asm/unistd_64.h`).
+//! `asm/unistd_64.h`), and of its standard signals.
 
 /// Number of entries in [`NAMES`]: one past the highest system-call number.
 pub const COUNT: usize = 463;
@@ -673,6 +673,42 @@ pub fn parse_set(spec: &str) -> Result<[u64; SET_WORDS], alloc::string::String> 
 pub fn in_set(set: &[u64; SET_WORDS], nr: u64) -> bool {
     set.get((nr / 64) as usize).is_some_and(|w| w & (1 << (nr % 64)) != 0)
 }
+
+/// `SIGNALS[n]` is the name of standard signal `n` (1-31; `SIGNALS[0]` is "").
+pub const SIGNALS: [&str; 32] = [
+    "",
+    "SIGHUP",
+    "SIGINT",
+    "SIGQUIT",
+    "SIGILL",
+    "SIGTRAP",
+    "SIGABRT",
+    "SIGBUS",
+    "SIGFPE",
+    "SIGKILL",
+    "SIGUSR1",
+    "SIGSEGV",
+    "SIGUSR2",
+    "SIGPIPE",
+    "SIGALRM",
+    "SIGTERM",
+    "SIGSTKFLT",
+    "SIGCHLD",
+    "SIGCONT",
+    "SIGSTOP",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+    "SIGURG",
+    "SIGXCPU",
+    "SIGXFSZ",
+    "SIGVTALRM",
+    "SIGPROF",
+    "SIGWINCH",
+    "SIGIO",
+    "SIGPWR",
+    "SIGSYS",
+];
 
 #[cfg(test)]
 mod tests {

@@ -36,8 +36,6 @@ pub const GAP_CYCLES: u64 = 5_000;
 
 static WAIT_START: [AtomicU64; onering_abi::MAX_CPUS] = [const { AtomicU64::new(0) }; onering_abi::MAX_CPUS];
 static LAST_LOOK: [AtomicU64; onering_abi::MAX_CPUS] = [const { AtomicU64::new(0) }; onering_abi::MAX_CPUS];
-/// Yields so far, all CPUs (for `--stats` through the VMM's hostcall counts).
-pub static YIELDS: AtomicU64 = AtomicU64::new(0);
 
 /// The relax strategy of [`Mutex`].
 pub struct HostRelax;
@@ -58,7 +56,7 @@ pub fn relax() {
     let now = crate::cpu::rdtsc();
     let cpu = crate::cpu::cpu_id();
     if waited(&WAIT_START[cpu], &LAST_LOOK[cpu], now) {
-        YIELDS.fetch_add(1, Relaxed);
+        // (`--stats` counts them among the hostcalls by kind.)
         crate::supervisor::yield_host();
     }
 }

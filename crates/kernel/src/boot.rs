@@ -65,10 +65,10 @@ fn setup(boot: Boot) {
     let (cmdline, environ) = (start_strings(bi.user_sp, 0), start_strings(bi.user_sp, 1));
     let image = image_span(bi);
     let (flags, stdio, uid, gid, vdso) = (bi.flags, bi.stdio, bi.uid, bi.gid, bi.vdso_base);
-    let hostname = onering_abi::hostname_of(&bi.hostname);
-    let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes, hostname };
+    let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes };
     crate::observe::install(bi.flags, bi.trace_set);
     let k = kernel::install(Kernel::new(cfg, chunks, vfs, bi.seed));
+    *k.hostname.lock() = onering_abi::hostname_of(&bi.hostname);
     onering_arch::heap::set_chunk_source(|n| kernel().chunks.lock().alloc_run(n));
     onering_arch::mm::set_reclaim(reclaim_cache);
     write_vvar(k, bi);

@@ -157,8 +157,9 @@ impl<const N: usize> SiteBudgets<N> {
         SiteBudgets { sites: [(0, SpinBudget::new(), 0); N], clock: 0 }
     }
 
-    /// Site `site`'s budget (made if it has none).
-    pub fn get(&mut self, site: u64) -> &mut SpinBudget {
+    /// Site `site`'s slot (made if it has none, in place of the one used longest
+    /// ago): valid for [`SiteBudgets::at`] until the next call.
+    pub fn slot(&mut self, site: u64) -> usize {
         self.clock += 1;
         let i = match self.sites.iter().position(|e| e.0 == site) {
             Some(i) => i,
@@ -169,7 +170,19 @@ impl<const N: usize> SiteBudgets<N> {
             }
         };
         self.sites[i].2 = self.clock;
-        &mut self.sites[i].1
+        i
+    }
+
+    /// The budget in slot `i` (from [`SiteBudgets::slot`]).
+    pub fn at(&mut self, i: usize) -> &mut SpinBudget {
+        &mut self.sites[i % N].1
+    }
+
+    /// Site `site`'s budget (made if it has none).
+    #[cfg(test)]
+    pub fn get(&mut self, site: u64) -> &mut SpinBudget {
+        let i = self.slot(site);
+        self.at(i)
     }
 }
 

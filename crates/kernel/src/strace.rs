@@ -367,7 +367,7 @@ fn clone_flags(out: &mut String, v: u64) {
 }
 
 fn signal(out: &mut String, v: u64) {
-    match SIGNALS.get(v as usize) {
+    match onering_abi::sysnames::SIGNALS.get(v as usize) {
         Some(n) if !n.is_empty() => out.push_str(n),
         _ if (34..=64).contains(&v) => {
             let _ = write!(out, "SIGRTMIN+{}", v - 34);
@@ -475,40 +475,6 @@ const FUTEX: &[(u64, &str)] = &[
     (5, "FUTEX_WAKE_OP"),
     (9, "FUTEX_WAIT_BITSET"),
     (10, "FUTEX_WAKE_BITSET"),
-];
-const SIGNALS: [&str; 32] = [
-    "",
-    "SIGHUP",
-    "SIGINT",
-    "SIGQUIT",
-    "SIGILL",
-    "SIGTRAP",
-    "SIGABRT",
-    "SIGBUS",
-    "SIGFPE",
-    "SIGKILL",
-    "SIGUSR1",
-    "SIGSEGV",
-    "SIGUSR2",
-    "SIGPIPE",
-    "SIGALRM",
-    "SIGTERM",
-    "SIGSTKFLT",
-    "SIGCHLD",
-    "SIGCONT",
-    "SIGSTOP",
-    "SIGTSTP",
-    "SIGTTIN",
-    "SIGTTOU",
-    "SIGURG",
-    "SIGXCPU",
-    "SIGXFSZ",
-    "SIGVTALRM",
-    "SIGPROF",
-    "SIGWINCH",
-    "SIGIO",
-    "SIGPWR",
-    "SIGSYS",
 ];
 
 /// Errno names and messages as glibc's (`-1 ENOENT (No such file or directory)`).

@@ -80,8 +80,6 @@ pub enum BuildError {
     Rootfs(#[from] RootfsError),
     #[error("{0}")]
     Bus(#[from] BusError),
-    #[error("cannot start the profiler: {0}")]
-    Sampler(String),
     #[error("{0}")]
     Gdb(String),
     #[error("{0}")]
@@ -294,7 +292,7 @@ pub fn run(
         machine.serve_files(fs);
     }
     if let Some(s) = config.sampler {
-        machine.profile_with(s).map_err(|e| BuildError::Sampler(e.to_string()))?;
+        machine.profile_with(s);
     }
     if let Some(listener) = config.gdb {
         // The program starts once gdb continues it.

@@ -141,15 +141,15 @@ struct RunArgs {
     args: Vec<OsString>,
 }
 
-/// Parses sizes like `256M`, `1G`, `512m`, `64MiB`, `1048576`.
 /// `--hostname`: 1 to 64 bytes (Linux's limit), no NUL or newline.
 fn parse_hostname(s: &str) -> Result<OsString, String> {
-    if s.is_empty() || s.len() > onering_abi::MAX_HOSTNAME || s.contains(['\0', '\n']) {
+    if !onering_abi::hostname_ok(s.as_bytes()) {
         return Err(format!("a host name is 1 to {} bytes without NUL or newline", onering_abi::MAX_HOSTNAME));
     }
     Ok(s.into())
 }
 
+/// Parses sizes like `256M`, `1G`, `512m`, `64MiB`, `1048576`.
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let lower = t.to_ascii_lowercase();

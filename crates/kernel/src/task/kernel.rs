@@ -63,8 +63,6 @@ pub struct Config {
     pub vdso: u64,
     /// The volumes (`-v`): where, and whether read-only (for /proc's mounts).
     pub volumes: Vec<(Vec<u8>, bool)>,
-    /// The host name at boot (`--hostname`).
-    pub hostname: Vec<u8>,
 }
 
 pub struct Kernel {
@@ -79,7 +77,8 @@ pub struct Kernel {
     pub futexes: Mutex<FutexTable>,
     /// The thread name (`prctl(PR_SET_NAME)`), NUL padded.
     pub comm: Mutex<[u8; 16]>,
-    /// The host name (uname's nodename, /proc/sys/kernel/hostname; `sethostname`).
+    /// The host name (uname's nodename, /proc/sys/kernel/hostname; set at boot
+    /// from `--hostname`, changed by `sethostname`).
     pub hostname: Mutex<Vec<u8>>,
     /// `prctl(PR_SET_KEEPCAPS)`'s flag (capabilities never change here).
     pub keepcaps: core::sync::atomic::AtomicBool,
@@ -157,16 +156,16 @@ fn forward_host_signals() {
         onering_arch::events::put_back_signals(bits, tty);
         return;
     }
-    let each = |set: u64| (1..=64u64).filter(move |s| set & crate::sigframe::bit(*s) != 0);
-    for s in each(tty) {
-        if !super::tty::signal_foreground(s) {
-            let info = crate::sigframe::Info { signo: s, code: crate::sigframe::code::SI_KERNEL, ..Default::default() };
-            let _ = super::signal::send_to_process(1, s, info);
-        }
+    use crate::sigframe::{bit, code, Info};
+    let each = |set: u64| (1..=64u64).filter(move |s| set & bit(*s) != 0);
+    let to_program = |s: u64, code: i32| {
+        let _ = super::signal::send_to_process(1, s, Info { signo: s, code, ..Default::default() });
+    };
+    for s in each(tty).filter(|s| !super::tty::signal_foreground(*s)) {
+        to_program(s, code::SI_KERNEL);
     }
     for s in each(bits) {
-        let info = crate::sigframe::Info { signo: s, code: crate::sigframe::code::SI_USER, ..Default::default() };
-        let _ = super::signal::send_to_process(1, s, info);
+        to_program(s, code::SI_USER);
     }
 }
 
@@ -187,9 +186,8 @@ impl Kernel {
         comm[..n].copy_from_slice(&name[..n]);
         let stdin = Stdin::new(cfg.flags & flags::STDIN != 0);
         let lines = line_streams(cfg.stdio);
-        let hostname = Mutex::new(cfg.hostname.clone());
         Kernel {
-            hostname,
+            hostname: Mutex::new(Vec::new()),
             cfg,
             chunks,
             vfs: Mutex::new(vfs),

@@ -784,11 +784,6 @@ fn stealable(cpu: usize) -> bool {
     (0..ncpus()).any(|c| c != cpu && QUEUED[c].load(Relaxed) > 0 && state(c) != CpuState::Polling)
 }
 
-/// CPU `cpu`'s scheduling: runs threads forever, idling in between. The idle CPU
-/// polls its queue, the timers and other CPUs' queues for an adaptive while
-/// (`placement::SpinBudget`, one per wait site: that of the thread that blocked
-/// last on this CPU, `placement::SiteBudgets`), then halts in the VMM until shortly before the next
-/// deadline or until kicked, and polls the rest of the way.
 /// The chunk an idle vCPU is warming (`onering_arch::mm`'s warm pool), and its
 /// next page. One vCPU warms at a time.
 static WARMING: Mutex<Option<(Chunk, u64)>> = Mutex::new(None);
@@ -849,10 +844,17 @@ fn contended(now: u64) -> bool {
     now < CONTENDED_UNTIL.load(Relaxed)
 }
 
+/// CPU `cpu`'s scheduling: runs threads forever, idling in between. The idle CPU
+/// polls its queue, the timers and other CPUs' queues for an adaptive while
+/// (`placement::SpinBudget`, one per wait site: that of the thread that blocked
+/// last on this CPU, `placement::SiteBudgets`), then halts in the VMM until
+/// shortly before the next deadline or until kicked, and polls the rest of the way.
 pub fn idle_loop() -> ! {
     let cpu = this_cpu();
     let mut budgets: SiteBudgets<8> = SiteBudgets::new();
-    let mut site = 0;
+    // The budget of the site where the thread that ran last here blocked
+    // (looked up once per idle spell, not at every look of the spin).
+    let mut slot = budgets.slot(0);
     let mut cbudget = SpinBudget::contended();
     let mut idle_since = mono_now();
     // How long the last halt lasted, and whether the host was contended then,
@@ -868,7 +870,7 @@ pub fn idle_loop() -> ! {
                 if contended {
                     cbudget.woken_after(ns);
                 } else {
-                    budgets.get(site).woken_after(ns);
+                    budgets.at(slot).woken_after(ns);
                 }
             }
         }
@@ -884,7 +886,7 @@ pub fn idle_loop() -> ! {
             if let Some(n) = next {
                 switch(None, Some(n));
                 // Idle again: the thread that ran last here blocked (or left).
-                site = IDLE_SITE[cpu].load(Relaxed);
+                slot = budgets.slot(IDLE_SITE[cpu].load(Relaxed));
                 idle_since = mono_now();
                 continue;
             }
@@ -895,7 +897,7 @@ pub fn idle_loop() -> ! {
         let (spin, early) = if contended {
             (now - idle_since < cbudget.ns || left <= CONTENDED_SPIN_NS, 0)
         } else {
-            (now - idle_since < budgets.get(site).ns || left <= 2 * HALT_EARLY_NS, HALT_EARLY_NS)
+            (now - idle_since < budgets.at(slot).ns || left <= 2 * HALT_EARLY_NS, HALT_EARLY_NS)
         };
         if spin {
             // A few pauses between looks: lighter on the core (and on the
@@ -918,7 +920,7 @@ pub fn idle_loop() -> ! {
         if contended {
             cbudget.spun_out();
         } else {
-            budgets.get(site).spun_out();
+            budgets.at(slot).spun_out();
         }
         set_state(cpu, CpuState::Halted);
         if !has_work(cpu, now) {

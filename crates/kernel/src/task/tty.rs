@@ -18,8 +18,10 @@
 //! group stops (`task::job`) and the call starts over once it is continued.
 //! A background write is checked as a change (SIGTTOU) when the terminal's
 //! TOSTOP flag is set (`check_write`: the modes are the host terminal's, asked
-//! for only then, one exit). The terminal's special characters (Ctrl-C, Ctrl-Z)
-//! are the host's line discipline's, which signals onering itself.
+//! for only then, one exit). The terminal's special characters (Ctrl-C, Ctrl-\,
+//! Ctrl-Z) are the host's line discipline's, which signals onering; onering
+//! passes those signals on and `signal_foreground` sends them to the foreground
+//! group.
 //!
 //! The state is one small lock, a leaf: nothing else is taken while it is held.
 

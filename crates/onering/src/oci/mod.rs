@@ -293,20 +293,11 @@ fn signal(s: &str) -> Result<i32, OciError> {
         return Ok(n);
     }
     let name = s.strip_prefix("SIG").unwrap_or(s);
-    let n = match name {
-        "HUP" => libc::SIGHUP,
-        "INT" => libc::SIGINT,
-        "QUIT" => libc::SIGQUIT,
-        "KILL" => libc::SIGKILL,
-        "USR1" => libc::SIGUSR1,
-        "USR2" => libc::SIGUSR2,
-        "TERM" => libc::SIGTERM,
-        "WINCH" => libc::SIGWINCH,
-        "STOP" => libc::SIGSTOP,
-        "CONT" => libc::SIGCONT,
-        _ => return Err(OciError::Usage(format!("unknown signal {s:?}"))),
-    };
-    Ok(n)
+    onering_abi::sysnames::SIGNALS
+        .iter()
+        .position(|n| n.strip_prefix("SIG") == Some(name))
+        .map(|n| n as i32)
+        .ok_or_else(|| OciError::Usage(format!("unknown signal {s:?}")))
 }
 
 /// `create`: checks the bundle, starts the gated VMM process, records it, runs

@@ -89,7 +89,7 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
     }
     opt("-w", process.cwd().clone().into_os_string());
     if let Some(h) = spec.hostname().as_deref().filter(|h| !h.is_empty()) {
-        if h.len() > onering_abi::MAX_HOSTNAME || h.contains(['\0', '\n']) {
+        if !onering_abi::hostname_ok(h.as_bytes()) {
             return Err(SpecError::Invalid(format!("hostname {h:?}: 1 to 64 bytes without NUL or newline")));
         }
         opt("--hostname", h.into());

@@ -31,8 +31,8 @@ pub fn new_session(tty: bool) -> io::Result<()> {
     // SAFETY: setsid takes no arguments and changes only this process's session.
     check(unsafe { libc::setsid() })?;
     if tty {
-        // SAFETY: TIOCSCTTY on descriptor 0 with an integer argument; it reads no
-        // memory of ours.
+        // TIOCSCTTY on descriptor 0 takes an integer argument.
+        // SAFETY: the ioctl reads no memory of ours.
         check(unsafe { libc::ioctl(0, libc::TIOCSCTTY, 0) })?;
     }
     Ok(())
@@ -41,8 +41,9 @@ pub fn new_session(tty: bool) -> io::Result<()> {
 /// A new pseudo-terminal: (master, slave).
 pub fn open_pty() -> io::Result<(OwnedFd, OwnedFd)> {
     let (mut master, mut slave) = (-1, -1);
-    // SAFETY: openpty writes the two descriptors into the integers we pass and
-    // reads nothing else (null name, termios and window size).
+    // openpty writes the two descriptors into the integers we pass; the name,
+    // termios and window size are null.
+    // SAFETY: it writes only our two integers and reads nothing else.
     check(unsafe { libc::openpty(&mut master, &mut slave, std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) })?;
     // SAFETY: openpty succeeded: both are new descriptors that only we own.
     Ok(unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) })

@@ -26,8 +26,9 @@ static HOOK: AtomicUsize = AtomicUsize::new(0);
 extern "C" fn handler(sig: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     let h = HOOK.load(Ordering::Acquire);
     if h != 0 {
-        // SAFETY: HOOK only ever holds 0 or the address of a `fn(i32, bool)` stored
-        // by `forward_signals`.
+        // HOOK only ever holds 0 or the address of a `fn(i32, bool)` stored by
+        // `forward_signals`.
+        // SAFETY: a non-zero HOOK is such a function's address.
         let f = unsafe { std::mem::transmute::<usize, fn(i32, bool)>(h) };
         // A terminal's signals (its special characters, a window change) come
         // with SI_KERNEL; kill(2) gives SI_USER, sigqueue SI_QUEUE.
@@ -174,9 +175,10 @@ impl ThreadTimer {
             tv_nsec: libc::c_long::from(period.subsec_nanos() as i32),
         };
         let every = libc::itimerspec { it_interval: ts, it_value: ts };
-        // SAFETY: a zeroed sigevent is valid plain data; timer_create reads it and
-        // writes the new timer's id into `id`, timer_settime reads `every`, all on
-        // our stack; gettid has no preconditions. The timer is never deleted.
+        // A zeroed sigevent is valid plain data; timer_create reads it and writes
+        // the new timer's id into `id`, timer_settime reads `every`; gettid has no
+        // preconditions. The timer is never deleted.
+        // SAFETY: every pointer passed is to a live value on our stack.
         unsafe {
             let mut ev: libc::sigevent = std::mem::zeroed();
             ev.sigev_notify = libc::SIGEV_THREAD_ID;

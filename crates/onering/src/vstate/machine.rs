@@ -183,12 +183,11 @@ impl Machine {
 
     /// Has the vCPUs sampled by `sampler` (`--profile`) and starts it; before the
     /// VM runs.
-    pub fn profile_with(&'static self, sampler: &'static super::sampler::Sampler) -> std::io::Result<()> {
+    pub fn profile_with(&'static self, sampler: &'static super::sampler::Sampler) {
         if self.sampler.set(sampler).is_ok() {
             let sync = self.vm.check_extension_int(kvm_ioctls::Cap::SyncRegs);
             sampler.start(sync & kvm_bindings::KVM_SYNC_X86_REGS as i32 != 0);
         }
-        Ok(())
     }
 
     /// Waits for gdb on `listener` and has it debug the program, which starts at
