@@ -53,6 +53,18 @@ pub(crate) fn flush_tlb() {
     }
 }
 
+/// What one [`set_root`] to another address space costs, roughly (ns): on PVM the
+/// exit, the VMM's two ioctls and the shadow tables rebuilt (35-90 µs measured,
+/// docs/perf.md); on hardware KVM a `mov cr3` and the TLB refilled after it.
+/// The scheduler weighs a switch against waiting with this.
+pub fn switch_cost_ns() -> u64 {
+    if PRIVILEGED.load(Ordering::Relaxed) {
+        2_000
+    } else {
+        60_000
+    }
+}
+
 /// Makes this vCPU translate through the page tables rooted at `root` (an
 /// address space's `mm::PageTables::root`, whose upper half is the kernel's):
 /// a context switch to a thread of another address space. On PVM a hostcall

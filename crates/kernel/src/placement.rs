@@ -42,37 +42,71 @@ pub struct CpuView {
     pub state: CpuState,
     /// Threads waiting in its run queue.
     pub queued: usize,
+    /// The address space it has loaded (an id, `mm::spaces`).
+    pub space: u64,
 }
 
-/// The CPU for a thread that last ran on `last` (None if it never ran) and may run
-/// on the CPUs in `allowed` (bit n for CPU n; bits for CPUs that do not exist are
-/// ignored), made runnable by CPU `me`:
-/// 1. its last CPU, if idle with nothing queued (warm caches, nothing to move);
-/// 2. a polling CPU with nothing queued (it starts the thread at once, no exit);
-/// 3. a halted or never started CPU with nothing queued (one kick);
-/// 4. all busy: the least loaded, preferring `last`, then `me`.
+/// The thread to place: the CPU it last ran on (None if it never ran), the CPUs it
+/// may run on (bit n for CPU n; bits for CPUs that do not exist are ignored), and
+/// its address space (an id; 0 when unknown).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Want {
+    pub last: Option<usize>,
+    pub allowed: u64,
+    pub space: u64,
+}
+
+/// The CPU for thread `t`, made runnable by CPU `me`:
+/// 1. a free CPU (idle, nothing queued) that has the thread's address space
+///    loaded: its last CPU, else a polling one, else a halted one;
+/// 2. a busy CPU that has its space loaded and nothing queued, while a polling CPU
+///    is there to take the thread if it waits too long (`sched`'s steal, after
+///    twice a switch's cost);
+/// 3. its last CPU, if free (warm caches, nothing to move);
+/// 4. a polling CPU with nothing queued (it starts the thread at once, no exit);
+/// 5. a halted or never started CPU with nothing queued (one kick);
+/// 6. all busy: the least loaded, preferring one with the thread's space, then
+///    `last`, then `me`.
+///
+/// A CPU of another space would switch spaces to run the thread (and likely back):
+/// `SetRoot`, an exit and PVM's shadow rebuild, ~35-90 µs each here, more than a
+/// kick; so processes that hand work to each other (a pipeline, a client and its
+/// server) each keep a CPU rather than take turns on both. A program that never
+/// forks has one space everywhere, and the rules are the plain ones.
 ///
 /// Candidates are tried from `me + 1` on, so wake-ups spread over the CPUs. With
 /// `pack` (the host is contended, see [`Contention`]) the thread goes to `me`
-/// whenever it may run there.
-pub fn choose(last: Option<usize>, allowed: u64, me: usize, cpus: &[CpuView], pack: bool) -> usize {
+/// whenever it may run there, unless `me` runs another space and a polling CPU
+/// runs the thread's.
+pub fn choose(t: Want, me: usize, cpus: &[CpuView], pack: bool) -> usize {
     let n = cpus.len().min(64);
-    let ok = |c: usize| c < n && allowed & (1 << c) != 0;
-    if pack && ok(me) {
-        return me;
-    }
+    let ok = |c: usize| c < n && t.allowed & (1 << c) != 0;
+    let home = |c: usize| t.space != 0 && cpus[c].space == t.space;
     let free = |c: usize| cpus[c].state.idle() && cpus[c].queued == 0;
-    if let Some(l) = last.filter(|&l| ok(l) && free(l)) {
-        return l;
-    }
+    let polling = |c: usize| free(c) && cpus[c].state == CpuState::Polling;
     let order = (1..=n).map(|i| (me + i) % n.max(1)).filter(|&c| ok(c));
-    if let Some(c) = order.clone().find(|&c| free(c) && cpus[c].state == CpuState::Polling) {
-        return c;
+    if pack && ok(me) {
+        if home(me) {
+            return me;
+        }
+        return order.clone().find(|&c| polling(c) && home(c)).unwrap_or(me);
     }
-    if let Some(c) = order.clone().find(|&c| free(c)) {
-        return c;
+    let last = t.last.filter(|&l| ok(l));
+    let rules: [&dyn Fn(usize) -> bool; 7] = [
+        &|c| free(c) && home(c) && last == Some(c),
+        &|c| polling(c) && home(c),
+        &|c| free(c) && home(c),
+        &|c| home(c) && cpus[c].queued == 0 && order.clone().any(|o| o != c && polling(o)),
+        &|c| free(c) && last == Some(c),
+        &polling,
+        &free,
+    ];
+    for rule in rules {
+        if let Some(c) = order.clone().find(|&c| rule(c)) {
+            return c;
+        }
     }
-    let load = |c: usize| (cpus[c].queued, last != Some(c), c != me);
+    let load = |c: usize| (cpus[c].queued, !home(c), last != Some(c), c != me);
     order.min_by_key(|&c| load(c)).unwrap_or(if ok(me) { me } else { 0 })
 }
 
@@ -242,7 +276,7 @@ mod tests {
     use CpuState::*;
 
     fn v(list: &[(CpuState, usize)]) -> Vec<CpuView> {
-        list.iter().map(|&(state, queued)| CpuView { state, queued }).collect()
+        list.iter().map(|&(state, queued)| CpuView { state, queued, space: 1 }).collect()
     }
 
     #[test]
@@ -269,37 +303,89 @@ mod tests {
     #[test]
     fn the_last_cpu_when_it_is_free() {
         let cpus = v(&[(Running, 0), (Halted, 0), (Polling, 0)]);
-        assert_eq!(choose(Some(1), !0, 0, &cpus, false), 1, "warm and free, even if halted");
-        assert_eq!(choose(Some(0), !0, 0, &cpus, false), 2, "last is busy: a polling CPU");
-        assert_eq!(choose(None, !0, 0, &cpus, false), 2);
+        assert_eq!(
+            choose(Want { last: Some(1), allowed: !0, space: 1 }, 0, &cpus, false),
+            1,
+            "warm and free, even if halted"
+        );
+        assert_eq!(
+            choose(Want { last: Some(0), allowed: !0, space: 1 }, 0, &cpus, false),
+            2,
+            "last is busy: a polling CPU"
+        );
+        assert_eq!(choose(Want { last: None, allowed: !0, space: 1 }, 0, &cpus, false), 2);
     }
 
     #[test]
     fn polling_before_halted_before_busy() {
         let cpus = v(&[(Running, 0), (Offline, 0), (Halted, 0), (Running, 0)]);
-        assert_eq!(choose(Some(3), !0, 0, &cpus, false), 1, "first free from me + 1");
-        assert_eq!(choose(Some(3), !0, 1, &cpus, false), 2);
+        assert_eq!(choose(Want { last: Some(3), allowed: !0, space: 1 }, 0, &cpus, false), 1, "first free from me + 1");
+        assert_eq!(choose(Want { last: Some(3), allowed: !0, space: 1 }, 1, &cpus, false), 2);
         let cpus = v(&[(Polling, 1), (Halted, 0)]);
-        assert_eq!(choose(None, !0, 0, &cpus, false), 1, "a polling CPU with work queued is not free");
+        assert_eq!(
+            choose(Want { last: None, allowed: !0, space: 1 }, 0, &cpus, false),
+            1,
+            "a polling CPU with work queued is not free"
+        );
     }
 
     #[test]
     fn all_busy_least_loaded() {
         let cpus = v(&[(Running, 2), (Running, 1), (Running, 1)]);
-        assert_eq!(choose(Some(2), !0, 0, &cpus, false), 2, "ties go to the last CPU");
-        assert_eq!(choose(None, !0, 1, &cpus, false), 1, "then to the waker's");
-        assert_eq!(choose(None, !0, 0, &cpus, false), 1);
+        assert_eq!(
+            choose(Want { last: Some(2), allowed: !0, space: 1 }, 0, &cpus, false),
+            2,
+            "ties go to the last CPU"
+        );
+        assert_eq!(choose(Want { last: None, allowed: !0, space: 1 }, 1, &cpus, false), 1, "then to the waker's");
+        assert_eq!(choose(Want { last: None, allowed: !0, space: 1 }, 0, &cpus, false), 1);
         let one = v(&[(Running, 0)]);
-        assert_eq!(choose(Some(0), !0, 0, &one, false), 0);
+        assert_eq!(choose(Want { last: Some(0), allowed: !0, space: 1 }, 0, &one, false), 0);
     }
 
     #[test]
     fn affinity_is_obeyed() {
         let cpus = v(&[(Polling, 0), (Running, 3), (Running, 5)]);
-        assert_eq!(choose(Some(0), 0b110, 0, &cpus, false), 1);
-        assert_eq!(choose(None, 0b100, 0, &cpus, false), 2);
+        assert_eq!(choose(Want { last: Some(0), allowed: 0b110, space: 1 }, 0, &cpus, false), 1);
+        assert_eq!(choose(Want { last: None, allowed: 0b100, space: 1 }, 0, &cpus, false), 2);
         // Bits beyond the CPUs that exist mean nothing; an empty set falls back.
-        assert_eq!(choose(None, 1 << 40, 1, &cpus, false), 0);
+        assert_eq!(choose(Want { last: None, allowed: 1 << 40, space: 1 }, 1, &cpus, false), 0);
+    }
+
+    #[test]
+    fn a_cpu_that_runs_the_threads_space_first() {
+        let sp = |list: &[(CpuState, usize, u64)]| -> Vec<CpuView> {
+            list.iter().map(|&(state, queued, space)| CpuView { state, queued, space }).collect()
+        };
+        let want = |last, space| Want { last, allowed: !0, space };
+        // Two processes (spaces 2 and 3) handing work to each other on two CPUs.
+        let cpus = sp(&[(Running, 0, 2), (Polling, 0, 3)]);
+        assert_eq!(choose(want(Some(0), 3), 0, &cpus, false), 1, "its space's CPU");
+        let cpus = sp(&[(Polling, 0, 2), (Halted, 0, 3)]);
+        assert_eq!(choose(want(Some(0), 3), 0, &cpus, false), 1, "a kick rather than a switch");
+        assert_eq!(choose(want(Some(1), 2), 1, &cpus, false), 0);
+        // Its space's CPU is busy: it waits there while a polling CPU could take
+        // it later; with no polling CPU, a halted one is kicked.
+        let cpus = sp(&[(Running, 0, 3), (Polling, 0, 2)]);
+        assert_eq!(choose(want(Some(1), 3), 0, &cpus, false), 0);
+        let cpus = sp(&[(Running, 0, 3), (Halted, 0, 2)]);
+        assert_eq!(choose(want(Some(1), 3), 0, &cpus, false), 1);
+        let cpus = sp(&[(Running, 1, 3), (Polling, 0, 2)]);
+        assert_eq!(choose(want(Some(0), 3), 0, &cpus, false), 1, "not behind another thread");
+        // No CPU runs its space: the plain rules (its last CPU when free).
+        let cpus = sp(&[(Polling, 0, 2), (Halted, 0, 3)]);
+        assert_eq!(choose(want(Some(1), 4), 0, &cpus, false), 1);
+        assert_eq!(choose(want(None, 4), 1, &cpus, false), 0, "polling first");
+        // All busy: equally loaded, the one with its space.
+        let cpus = sp(&[(Running, 1, 2), (Running, 1, 3), (Running, 2, 3)]);
+        assert_eq!(choose(want(Some(0), 3), 0, &cpus, false), 1);
+        // Contended: the waker, unless the waker runs another space and a polling
+        // CPU runs the thread's.
+        let cpus = sp(&[(Running, 0, 2), (Polling, 0, 3)]);
+        assert_eq!(choose(want(None, 2), 0, &cpus, true), 0);
+        assert_eq!(choose(want(None, 3), 0, &cpus, true), 1);
+        let cpus = sp(&[(Running, 0, 2), (Halted, 0, 3)]);
+        assert_eq!(choose(want(None, 3), 0, &cpus, true), 0, "no kick while contended");
     }
 
     #[test]
@@ -323,8 +409,8 @@ mod tests {
     #[test]
     fn contended_wakeups_pack_onto_the_waker() {
         let cpus = v(&[(Running, 0), (Halted, 0), (Polling, 0)]);
-        assert_eq!(choose(Some(1), !0, 0, &cpus, true), 0);
-        assert_eq!(choose(Some(1), 0b110, 0, &cpus, true), 1, "affinity first");
+        assert_eq!(choose(Want { last: Some(1), allowed: !0, space: 1 }, 0, &cpus, true), 0);
+        assert_eq!(choose(Want { last: Some(1), allowed: 0b110, space: 1 }, 0, &cpus, true), 1, "affinity first");
     }
 
     #[test]

@@ -358,7 +358,8 @@ fn program_in_archive(args: &RunArgs) -> Result<Option<Vec<u8>>, Failure> {
     Ok(None)
 }
 
-fn read_program(path: &OsString) -> Result<Vec<u8>, Failure> {
+/// The program file, checked to be an executable file, and mapped.
+fn read_program(path: &OsString) -> Result<ProgramBytes, Failure> {
     let shown = path.to_string_lossy();
     let meta = std::fs::metadata(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => Failure::NotFound(format!("{shown}: no such file")),
@@ -371,7 +372,19 @@ fn read_program(path: &OsString) -> Result<Vec<u8>, Failure> {
     if meta.permissions().mode() & 0o111 == 0 {
         return Err(Failure::NotRunnable(format!("{shown}: permission denied (not executable)")));
     }
-    std::fs::read(path).map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))
+    let mapped = std::fs::File::open(path).and_then(|f| crate::sys::fs::MappedFile::new(&f));
+    Ok(Box::new(mapped.map_err(|e| Failure::NotRunnable(format!("{shown}: {e}")))?))
+}
+
+/// The program file's bytes: mapped from the host's file, or read from a tar archive.
+type ProgramBytes = Box<dyn std::ops::Deref<Target = [u8]>>;
+
+/// The program's bytes: from the `--rootfs` archive, else the host's file.
+fn program_bytes(args: &RunArgs) -> Result<ProgramBytes, Failure> {
+    match program_in_archive(args)? {
+        Some(bytes) => Ok(Box::new(bytes)),
+        None => read_program(&program_file(args)),
+    }
 }
 
 /// The `-v HOST:GUEST[:ro]` mounts: HOST must be a directory (made absolute),
@@ -492,10 +505,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
     crate::observe::STATS_ON.store(stats_on || args.perf, std::sync::atomic::Ordering::Relaxed);
     crate::observe::PERF_ON.store(args.perf, std::sync::atomic::Ordering::Relaxed);
     let mut args = args;
-    let mut file = match program_in_archive(&args)? {
-        Some(bytes) => bytes,
-        None => read_program(&program_file(&args))?,
-    };
+    let mut file = program_bytes(&args)?;
     // A script runs its `#!` interpreter (one level, as the kernel's execve does
     // for what the program runs later): argv becomes the interpreter, its
     // argument, the script's path, then the arguments.
@@ -505,10 +515,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         let script = std::mem::replace(&mut args.program, OsString::from_vec(interp));
         let rest = std::mem::take(&mut args.args);
         args.args = arg.map(OsString::from_vec).into_iter().chain(std::iter::once(script)).chain(rest).collect();
-        file = match program_in_archive(&args)? {
-            Some(bytes) => bytes,
-            None => read_program(&program_file(&args))?,
-        };
+        file = program_bytes(&args)?;
     }
     let path = &args.program;
     let shown = path.to_string_lossy().into_owned();

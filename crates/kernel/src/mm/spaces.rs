@@ -183,6 +183,11 @@ impl Space {
     }
 }
 
+/// The id of the space CPU `cpu` has loaded (or had, the moment it is read).
+pub fn loaded(cpu: usize) -> u64 {
+    LOADED.get(cpu).map_or(0, |l| l.load(Relaxed))
+}
+
 /// Makes this vCPU run `space` (before a thread of it runs here): nothing if it
 /// does already.
 pub fn switch_to(space: &Space) {

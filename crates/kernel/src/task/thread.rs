@@ -39,6 +39,8 @@ pub struct Thread {
     pub(super) wakeup: AtomicBool,
     pub(super) timed_out: AtomicBool,
     pub(super) deadline: AtomicU64,
+    /// When it last joined a run queue (monotonic ns): how long it waited there.
+    pub(super) queued_at: AtomicU64,
     /// Blocked and pending signals (bit n-1 for signal n), and what each pending
     /// signal carries.
     pub sigmask: AtomicU64,
@@ -137,6 +139,7 @@ impl Thread {
             wakeup: AtomicBool::new(false),
             timed_out: AtomicBool::new(false),
             deadline: AtomicU64::new(0),
+            queued_at: AtomicU64::new(0),
             sigmask: AtomicU64::new(0),
             pending: AtomicU64::new(0),
             siginfo: Mutex::new([Info::default(); 64]),
@@ -204,6 +207,11 @@ impl Thread {
     /// Whether it waits (blocked, not running or runnable): /proc's `S`.
     pub fn sleeping(&self) -> bool {
         self.state.load(Relaxed) == SLEEPING
+    }
+
+    /// The id of its process's address space (0 once the process let it go).
+    pub fn space_id(&self) -> u64 {
+        self.process().try_space().map_or(0, |s| s.id())
     }
 
     /// Its process. A process is not reused while a thread structure refers to it

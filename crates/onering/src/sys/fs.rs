@@ -193,3 +193,59 @@ pub fn raise_nofile() {
     // SAFETY: setrlimit reads one `struct rlimit`, `l`, alive across the call.
     let _ = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) };
 }
+
+/// A whole file mapped read-only and private: the program file at start-up, read
+/// through the host's page cache without a copy (reading 2.4 MB into fresh memory
+/// costs ~1.3 ms here, mapping it ~0.15 ms). Empty files are not mapped.
+pub struct MappedFile {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only and owned by this value: sharing or sending it
+// between threads only shares immutable bytes.
+unsafe impl Send for MappedFile {}
+// SAFETY: as for Send: nothing ever writes through the mapping.
+unsafe impl Sync for MappedFile {}
+
+impl MappedFile {
+    /// Maps all of `file` (its length now).
+    pub fn new(file: &std::fs::File) -> io::Result<MappedFile> {
+        let len = usize::try_from(file.metadata()?.len()).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        if len == 0 {
+            return Ok(MappedFile { ptr: std::ptr::null_mut(), len: 0 });
+        }
+        // SAFETY: a new private read-only mapping chosen by the kernel; it aliases no
+        // Rust object, and the descriptor may be closed once it exists.
+        let ptr =
+            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, file.as_raw_fd(), 0) };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(MappedFile { ptr, len })
+    }
+}
+
+impl std::ops::Deref for MappedFile {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `ptr` maps `len` readable bytes for this value's life, and nothing
+        // writes them through this process. (A host process that truncates the file
+        // meanwhile makes a read past the new end raise SIGBUS, as with any mapped
+        // file; see docs/design.md, "Threat model".)
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
+    }
+}
+
+impl Drop for MappedFile {
+    fn drop(&mut self) {
+        if self.len != 0 {
+            // SAFETY: unmaps exactly the mapping `new` made; no slice of it outlives
+            // `self` (Deref borrows it).
+            unsafe { libc::munmap(self.ptr, self.len) };
+        }
+    }
+}
