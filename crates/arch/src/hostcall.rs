@@ -350,6 +350,7 @@ pub fn host_complete_stdin(data: &[u8]) {
 /// the doorbell keeps the compiler from reading it before the call returned).
 pub mod fs {
     use super::{polled, Shared};
+    use alloc::boxed::Box;
     use alloc::vec::Vec;
     use onering_abi::hostfs as proto;
     use onering_abi::{HostStat, Hostcall, HOST_STAT_SIZE};
@@ -583,6 +584,54 @@ pub mod fs {
             iov[2 * i + 1] = b.len() as u64;
         }
         ok(call(proto::READV, &[h, iov.as_ptr() as u64, n as u64, offset])).map(|n| n as usize)
+    }
+
+    /// `pread` from `offset` into up to `count` new kernel buffers of `len` bytes
+    /// each, in order, that are not zeroed first: the host writes them, and only
+    /// what it did not write (past the file's end) is zeroed here. On PVM the first
+    /// touch of each fresh page of guest memory costs 4-20 µs, so a buffer the host
+    /// fills is left for the kernel's later reads to touch, page by page, as they
+    /// need it (a readahead fills pages that may never be read). Fewer buffers if
+    /// the heap runs out (none: an empty list); Err: the host's -errno.
+    pub fn read_chunks(h: u64, offset: u64, count: usize, len: usize) -> Result<Vec<Box<[u8]>>, i64> {
+        let mut bufs: Vec<Vec<u8>> = Vec::new();
+        let n = count.min(proto::MAX_IOV as usize);
+        if bufs.try_reserve_exact(n).is_err() {
+            return Ok(Vec::new());
+        }
+        while bufs.len() < n {
+            let mut v = Vec::new();
+            if v.try_reserve_exact(len).is_err() {
+                break;
+            }
+            bufs.push(v);
+        }
+        if bufs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut iov = [0u64; 2 * proto::MAX_IOV as usize];
+        for (i, b) in bufs.iter_mut().enumerate() {
+            iov[2 * i] = b.spare_capacity_mut().as_mut_ptr() as u64;
+            iov[2 * i + 1] = len as u64;
+        }
+        let got = ok(call(proto::READV, &[h, iov.as_ptr() as u64, bufs.len() as u64, offset]))? as usize;
+        let mut out = Vec::new();
+        if out.try_reserve_exact(bufs.len()).is_err() {
+            return Ok(Vec::new());
+        }
+        for (i, mut b) in bufs.into_iter().enumerate() {
+            let filled = got.saturating_sub(i * len).min(len);
+            for byte in &mut b.spare_capacity_mut()[filled..len] {
+                byte.write(0);
+            }
+            // The host wrote the first `filled` bytes (READV fills the buffers in
+            // order and reported `got` bytes in all) and the rest were zeroed just
+            // above, so all `len` bytes of the reserved capacity are initialized.
+            // SAFETY: `len` <= capacity (reserved exactly), and every byte below it is initialized.
+            unsafe { b.set_len(len) };
+            out.push(b.into_boxed_slice());
+        }
+        Ok(out)
     }
 
     /// `pread`/`pwrite` between the file and the program's memory at `addr` (the

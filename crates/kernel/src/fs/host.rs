@@ -117,6 +117,10 @@ impl HostOps for Hostcalls {
         fs::readv(h, bufs, offset).map_err(Errno::from_host)
     }
 
+    fn read_chunks(&self, h: u64, offset: u64, count: usize) -> Result<Vec<alloc::boxed::Box<[u8]>>, Errno> {
+        fs::read_chunks(h, offset, count, crate::vfs::pages::CHUNK).map_err(Errno::from_host)
+    }
+
     fn close(&self, h: u64) {
         fs::close(h)
     }

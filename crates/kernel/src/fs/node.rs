@@ -287,18 +287,8 @@ impl NodeFile {
                 } else {
                     usize::from(onering_arch::heap::ensure(CHUNK))
                 };
-                let mut chunks = Vec::new();
-                if chunks.try_reserve_exact(count).is_ok() {
-                    while chunks.len() < count {
-                        match crate::vfs::pages::zeroed_chunk() {
-                            Ok(c) => chunks.push(c),
-                            Err(_) => break,
-                        }
-                    }
-                }
+                let chunks = super::host::HOSTCALLS.read_chunks(p.handle, (p.first * CHUNK) as u64, count)?;
                 if !chunks.is_empty() {
-                    let mut bufs: Vec<&mut [u8]> = chunks.iter_mut().map(|c| &mut c[..]).collect();
-                    super::host::HOSTCALLS.read(p.handle, (p.first * CHUNK) as u64, &mut bufs)?;
                     self.node.vfs.lock().cache_fill(ino, p.first, chunks);
                 }
             }

@@ -58,6 +58,25 @@ pub trait HostOps: Sync {
     fn make_room(&self, bytes: usize, block: bool) -> bool;
     /// `pread` into `bufs` in order: bytes read.
     fn read(&self, h: u64, offset: u64, bufs: &mut [&mut [u8]]) -> Result<usize, Errno>;
+    /// `pread` from `offset` into up to `count` new chunks of [`CHUNK`] bytes (what
+    /// lies past the file's end reads as zeros): fewer, or none, when the heap runs
+    /// short. The host's version does not zero what the host writes anyway.
+    fn read_chunks(&self, h: u64, offset: u64, count: usize) -> Result<Vec<Box<[u8]>>, Errno> {
+        let mut chunks = Vec::new();
+        if chunks.try_reserve_exact(count).is_ok() {
+            while chunks.len() < count {
+                match super::pages::zeroed_chunk() {
+                    Ok(c) => chunks.push(c),
+                    Err(_) => break,
+                }
+            }
+        }
+        if !chunks.is_empty() {
+            let mut bufs: Vec<&mut [u8]> = chunks.iter_mut().map(|c| &mut c[..]).collect();
+            self.read(h, offset, &mut bufs)?;
+        }
+        Ok(chunks)
+    }
     fn close(&self, h: u64);
 }
 
@@ -976,6 +995,18 @@ mod tests {
         let n = v.read(ino, off, &mut b).unwrap();
         b.truncate(n);
         b
+    }
+
+    #[test]
+    fn chunks_read_past_the_end_hold_zeros() {
+        let (fake, mut v) = setup();
+        let big = v.lookup(ROOT, b"/etc/big", true).unwrap();
+        let plan = v.read_plan(big, 3 * CHUNK as u64, 10).unwrap().expect("not cached yet");
+        let chunks = fake.read_chunks(plan.handle, (plan.first * CHUNK) as u64, 2).unwrap();
+        assert_eq!(chunks.len(), 2);
+        assert!(chunks.iter().all(|c| c.len() == CHUNK));
+        assert!(chunks[0][..5].iter().all(|b| *b == 7), "the file's last bytes");
+        assert!(chunks[0][5..].iter().chain(chunks[1].iter()).all(|b| *b == 0), "past its end");
     }
 
     #[test]
