@@ -125,6 +125,18 @@ impl Program {
     /// many first bytes do hold them (asked again with those, it may name more:
     /// the interpreter's name is found through the program headers).
     pub fn parse_head(head: &[u8], len: u64) -> Result<Program, ElfError> {
+        Self::parse_head_with(head, len, true)
+    }
+
+    /// [`parse_head`](Self::parse_head) for mapping a library's code, which does
+    /// not need its interpreter: an interpreter's name that lies past `head` is not
+    /// asked for, and `interp` is then None. (glibc's libc.so.6 names one 1.6 MB
+    /// into the file.) The checks are the same.
+    pub fn parse_code(head: &[u8], len: u64) -> Result<Program, ElfError> {
+        Self::parse_head_with(head, len, false)
+    }
+
+    fn parse_head_with(head: &[u8], len: u64, want_interp: bool) -> Result<Program, ElfError> {
         let file = head;
         let have = file.len() as u64;
         if have > len {
@@ -187,6 +199,7 @@ impl Program {
             let kind = u32_at(p, 0).unwrap_or(0);
             let (offset, vaddr, filesz, memsz) = (field(8), field(16), field(32), field(40));
             match kind {
+                PT_INTERP if !want_interp && offset.saturating_add(filesz) > have => {}
                 PT_INTERP => {
                     if filesz <= PATH_MAX as u64 {
                         need(offset.saturating_add(filesz))?;
@@ -376,6 +389,10 @@ mod tests {
         set_phdr(&mut f, 1, PT_INTERP, off, 25);
         let whole = Program::parse(&f).unwrap();
         assert_eq!(Program::parse_head(&f[..4096], f.len() as u64), Err(ElfError::NeedHead(off + 25)));
+        // Mapping code does not need the interpreter: nothing more is asked for.
+        let code = Program::parse_code(&f[..4096], f.len() as u64).unwrap();
+        assert_eq!(code.interp, None);
+        assert_eq!(code.segments, Program::parse(&f).unwrap().segments);
         for first in [0, 1, 16, 64, 100, 4096, f.len()] {
             assert_eq!(parse_growing(&f, first), Ok(whole.clone()), "from {first} bytes");
         }

@@ -397,9 +397,22 @@ impl Exe {
     /// The file checked and parsed, its first bytes read further as the headers
     /// need (up to [`MAX_HEAD`]).
     fn parse(&mut self) -> Result<Program, onering_rewrite::elf::ElfError> {
+        self.parse_with(Program::parse_head)
+    }
+
+    /// [`parse`](Self::parse) for mapping its code (`Program::parse_code`): no
+    /// interpreter's name read from far into the file.
+    fn parse_code(&mut self) -> Result<Program, onering_rewrite::elf::ElfError> {
+        self.parse_with(Program::parse_code)
+    }
+
+    fn parse_with(
+        &mut self,
+        parse: fn(&[u8], u64) -> Result<Program, onering_rewrite::elf::ElfError>,
+    ) -> Result<Program, onering_rewrite::elf::ElfError> {
         use onering_rewrite::elf::ElfError;
         loop {
-            match Program::parse_head(&self.head, self.size) {
+            match parse(&self.head, self.size) {
                 Err(ElfError::NeedHead(n)) if n <= MAX_HEAD && n > self.head.len() as u64 => {
                     self.head = read_at(&self.file, 0, n).map_err(|_| ElfError::Malformed("unreadable headers"))?;
                     if (self.head.len() as u64) < n {
@@ -925,7 +938,7 @@ pub fn rewrite_mapping(ctx: &Ctx, file: &FileRef, start: u64, len: u64, offset: 
     let key = file_key(&meta);
     let open = || -> Option<(Exe, Program)> {
         let mut e = Exe::open(file.clone()).ok()?;
-        let prog = e.parse().ok()?;
+        let prog = e.parse_code().ok()?;
         Some((e, prog))
     };
     let known = LIBRARIES.lock().get(&key).cloned();
