@@ -72,6 +72,8 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::SetRoot) => set_root(args[0], env),
         Some(Hostcall::Trace) => trace(args, env.mem()),
         Some(Hostcall::Debug) => env.debug_stop(args),
+        Some(Hostcall::ExecTake) => env.exec_take(args[0], args[1]),
+        Some(Hostcall::ExecDone) => env.exec_done(args[0], args[1], args[2]),
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
@@ -279,7 +281,7 @@ fn stdio_ioctl(args: [u64; 6], env: &mut impl Env) -> i64 {
 
 fn write(args: [u64; 6], env: &mut impl Env) -> i64 {
     let [fd, virt, len, ..] = args;
-    if fd != 1 && fd != 2 {
+    if fd != 1 && fd != 2 && onering_abi::exec::slot_of(fd).is_none_or(|(_, n)| n == 0) {
         return -EBADF;
     }
     // Copied out page by page through a bounded buffer: the guest chooses the length
@@ -301,6 +303,7 @@ fn write(args: [u64; 6], env: &mut impl Env) -> i64 {
             Ok(()) => done += n as u64,
             Err(_) if done > 0 => break,
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return -EPIPE,
+            Err(e) if e.raw_os_error() == Some(EBADF as i32) => return -EBADF,
             Err(_) => return -EIO,
         }
     }
