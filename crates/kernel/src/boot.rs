@@ -68,6 +68,7 @@ fn setup(boot: Boot) {
     let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes };
     crate::observe::install(bi.flags, bi.trace_set);
     let k = kernel::install(Kernel::new(cfg, chunks, vfs, bi.seed));
+    crate::task::hostexec::set_spawner(crate::syscall::hostexec::spawn);
     *k.hostname.lock() = onering_abi::hostname_of(&bi.hostname);
     onering_arch::heap::set_chunk_source(|n| kernel().chunks.lock().alloc_run(n));
     onering_arch::mm::set_reclaim(reclaim_cache);

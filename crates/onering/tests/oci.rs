@@ -267,6 +267,10 @@ fn runc_refusals_force_and_leftovers() {
     let f = runc(&root, &["features"]);
     let f: serde_json::Value = serde_json::from_slice(&f.stdout).unwrap();
     assert_eq!(f["ociVersionMax"], "1.1.0");
+    assert_eq!(
+        (&f["annotations"]["org.onering.exec"], &f["annotations"]["org.onering.exec.stdin"]),
+        (&"true".into(), &"false".into())
+    );
     let o = runc(&root, &["pause", "x"]);
     assert!(status(&o) == 1 && stderr(&o).contains("onering: pause is not supported"));
     // onering's own `run` is untouched by the OCI commands.

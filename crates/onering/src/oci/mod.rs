@@ -14,10 +14,15 @@
 //! the root file system and the options, so a bundle onering cannot honour fails
 //! `create`, not the container.
 //!
-//! `exec` is refused: the VM runs one program tree, and nothing lets the host
-//! start another process in a running VM. Hooks run on the host with the state
-//! on their stdin, as runc runs them (createContainer too: there is no container
-//! namespace to enter); startContainer hooks are refused by `spec`.
+//! `exec` (`exec.rs`) starts another process in the running VM: the VMM
+//! listens on `ROOT/ID/exec.sock` (`onering run --exec-socket`, which `create`
+//! adds), takes the process and its standard streams from `onering exec`, and
+//! has the guest kernel start it (`vstate::exec`, `onering_abi::exec`); `exec`
+//! stays as its stand-in on the host (with `--detach`, a child whose pid goes to
+//! `--pid-file`), forwarding signals and exiting with its status. Hooks run on
+//! the host with the state on their stdin, as runc runs them (createContainer
+//! too: there is no container namespace to enter); startContainer hooks are
+//! refused by `spec`.
 //!
 //! Messages start with `onering:` on stderr and, with `--log`, go to the log
 //! too (one JSON object a line with `--log-format json`, which conmon and the
@@ -279,6 +284,8 @@ fn features() -> serde_json::Value {
         },
         "annotations": {
             "org.onering.vm": "true",
+            "org.onering.exec": "true",
+            "org.onering.exec.stdin": "false",
             "onering.mem": "guest memory (--mem)",
             "onering.smp": "vCPUs (--smp)",
             "onering.net": "the VM's network (--net)",

@@ -42,6 +42,10 @@ struct Slot {
     client: UnixStream,
     /// Which request holds it (a slot is reused).
     id: u64,
+    /// The guest said it runs (said once: so a slot's client gets at most two
+    /// lines, which its socket's buffer always takes, and a guest cannot make
+    /// a vCPU wait on a client that does not read).
+    started: bool,
 }
 
 #[derive(Default)]
@@ -108,7 +112,8 @@ impl Execs {
         let Some(entry) = slots.get_mut(slot as usize) else { return -EINVAL };
         let (reply, s) = match how {
             exec::STARTED => {
-                let Some(s) = entry.as_ref() else { return -EINVAL };
+                let Some(s) = entry.as_mut().filter(|s| !s.started) else { return -EINVAL };
+                s.started = true;
                 let Ok(client) = s.client.try_clone() else { return 0 };
                 (serde_json::json!({ "started": value }), client)
             }
@@ -147,7 +152,7 @@ impl Execs {
         }
         let free = slots.iter().position(Option::is_none)?;
         let id = self.requests.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        slots[free] = Some(Slot { streams, client, id });
+        slots[free] = Some(Slot { streams, client, id, started: false });
         Some((free as u64, id))
     }
 
@@ -243,5 +248,50 @@ fn serve(conn: UnixStream, m: &'static super::Machine) {
         if signal == libc::SIGKILL as u64 {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn streams() -> [Arc<File>; 3] {
+        let f = || Arc::new(File::open("/dev/null").unwrap());
+        [f(), f(), f()]
+    }
+
+    #[test]
+    fn the_guest_reaches_only_held_slots_and_says_each_thing_once() {
+        let e = Execs::default();
+        assert_eq!(e.done(0, exec::ENDED, 0), -EINVAL);
+        assert_eq!(e.done(u64::MAX, exec::ENDED, 0), -EINVAL);
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let (slot, id) = e.claim(streams(), theirs).unwrap();
+        assert!(e.holds(slot, id) && !e.holds(slot, id + 1));
+        assert!(e.stream(exec::stream(slot, 1)).is_some());
+        assert!(e.stream(exec::stream(slot, 0)).is_none(), "stdin is not forwarded");
+        assert!(e.stream(exec::stream(slot + 1, 1)).is_none());
+        assert_eq!(e.done(slot, 7, 0), -EINVAL);
+        assert_eq!(e.done(slot, exec::STARTED, 42), 0);
+        assert_eq!(e.done(slot, exec::STARTED, 42), -EINVAL);
+        assert_eq!(e.done(slot, exec::ENDED, 3 << 8), 0);
+        assert_eq!(e.done(slot, exec::ENDED, 0), -EINVAL);
+        assert!(!e.holds(slot, id) && e.stream(exec::stream(slot, 1)).is_none());
+        let mut got = String::new();
+        (&ours).read_to_string(&mut got).unwrap();
+        assert_eq!(got, "{\"started\":42}\n{\"status\":768}\n");
+    }
+
+    #[test]
+    fn slots_and_the_queue_are_bounded() {
+        let e = Execs::default();
+        let held: Vec<_> = (0..MAX_EXECS).map(|_| e.claim(streams(), UnixStream::pair().unwrap().0).unwrap()).collect();
+        assert!(e.claim(streams(), UnixStream::pair().unwrap().0).is_none());
+        assert_eq!(held.len() as u64, MAX_EXECS);
+        for _ in 0..MAX_QUEUED {
+            assert!(e.queue(Message::Signal { slot: 0, signal: 15 }));
+        }
+        assert!(!e.queue(Message::Signal { slot: 0, signal: 15 }));
     }
 }
