@@ -100,19 +100,7 @@ fn setup(boot: Boot) {
     }
     let cwd_hold = Some(k.vfs.lock().hold(cwd));
     let tid = sched::alloc_tid();
-    let start = Start {
-        space,
-        pid: tid,
-        ppid: 0,
-        fds,
-        fs: FsCtx { cwd, cwd_hold, umask: 0o022 },
-        actions: [[0; 4]; 64],
-        rlimits: alloc::collections::BTreeMap::new(),
-        image: None,
-        pgid: tid,
-        sid: tid,
-        ctty: false,
-    };
+    let start = Start::leader(space, tid, fds, FsCtx { cwd, cwd_hold, umask: 0o022 });
     let Ok(proc) = Process::create(start) else { panic!("cannot create the program's process") };
     proc.threads.store(1, Relaxed);
     // A terminal among the standard streams is its controlling terminal.

@@ -63,20 +63,7 @@ pub fn spawn(k: &'static Kernel, s: Spawn) -> Result<(), Errno> {
     };
     let space = crate::mm::spaces::fresh(&k.chunks)?;
     let tid = sched::alloc_tid();
-    let start = Start {
-        space,
-        pid: tid,
-        ppid: 0,
-        fds,
-        fs,
-        actions: [[0; 4]; 64],
-        rlimits: BTreeMap::new(),
-        image: None,
-        pgid: tid,
-        sid: tid,
-        ctty: false,
-    };
-    let proc = Process::create(start).inspect_err(|_| space.release())?;
+    let proc = Process::create(Start::leader(space, tid, fds, fs)).inspect_err(|_| space.release())?;
     proc.threads.store(1, Relaxed);
     hostexec::running(s.slot, tid);
     STARTS.lock().insert(tid, Pending { slot: s.slot, argv: s.argv, envp: s.envp });
