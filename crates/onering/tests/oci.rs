@@ -378,6 +378,8 @@ fn podman_runs_containers_as_onering_vms() {
     assert_eq!((status(&o), stdout(&o).as_str()), (6, "hi from exec\n"), "{}", stderr(&o));
     let o = p.run(&["exec", "-e", "E=podman", &id, "sh", "-c", "echo $E"]);
     assert_eq!((status(&o), stdout(&o).as_str()), (0, "podman\n"), "{}", stderr(&o));
+    let o = p.run(&["exec", "-t", &id, "sh", "-c", "test -t 1 && echo tty; kill -KILL $$"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (137, "tty\r\n"), "{}", stderr(&o));
     let started = Instant::now();
     let o = p.run(&["stop", "-t", "20", &id]);
     assert_eq!(status(&o), 0, "stop: {}", stderr(&o));
