@@ -350,6 +350,10 @@ mod tests {
             if let Some(k) = self.fail {
                 return Err(k.into());
             }
+            if fd > 2 {
+                // (As `Stdio::output` for an exec stream no slot holds.)
+                return Err(std::io::Error::from_raw_os_error(EBADF as i32));
+            }
             self.out.push((fd, data.to_vec()));
             Ok(())
         }
@@ -421,8 +425,12 @@ mod tests {
     #[test]
     fn write_rejects_bad_arguments() {
         let mut e = env();
-        assert_eq!(call(&mut e, Hostcall::Write, &[7, 0x40_1000, 1]), Action::Resume);
-        assert_eq!(ret(&e), -EBADF);
+        // Not an output stream (an exec'd process's stdin, past the slots), or
+        // one no exec'd process holds.
+        for fd in [0, 3, onering_abi::exec::stream(onering_abi::exec::MAX_EXECS, 1), 7] {
+            assert_eq!(call(&mut e, Hostcall::Write, &[fd, 0x40_1000, 1]), Action::Resume);
+            assert_eq!(ret(&e), -EBADF, "fd {fd}");
+        }
         // Unmapped, non-canonical, wrapping: nothing written.
         for (addr, len) in [(0x10_0000, 1), (0x8000_0000_0000, 1), (u64::MAX, 2)] {
             assert_eq!(call(&mut e, Hostcall::Write, &[2, addr, len]), Action::Resume);
