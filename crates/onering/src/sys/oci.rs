@@ -79,8 +79,8 @@ pub fn recv_fds(
     let mut raw = vec![-1; max];
     // The descriptors written into `raw` are new ones; only the first `n` count.
     // SAFETY: the one iovec points at `buf`, which lives across the call and takes any bytes.
-    let (len, n) =
-        unsafe { sock.recv_with_fds(&mut iov, &mut raw) }.map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
+    let got = unsafe { sock.recv_with_fds(&mut iov, &mut raw) };
+    let (len, n) = got.map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
     let own = |fd: &i32| {
         // SAFETY: recvmsg installed these `n` descriptors for this process; nothing else owns them.
         unsafe { OwnedFd::from_raw_fd(*fd) }
