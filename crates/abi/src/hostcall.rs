@@ -15,7 +15,8 @@ pub const MAX_BACKTRACE: usize = 32;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Hostcall {
     /// Write bytes to the host's stdout or stderr.
-    /// `args[0]`: 1 or 2; `args[1]`: guest-virtual address; `args[2]`: length.
+    /// `args[0]`: 1 or 2, or descriptor 1 or 2 of a process the host started
+    /// (`crate::exec::stream`); `args[1]`: guest-virtual address; `args[2]`: length.
     /// Returns the number of bytes written or a negative errno.
     Write = 1,
     /// The program exited: `args[0]` is its status (0..=255). Does not return.
@@ -60,6 +61,18 @@ pub enum Hostcall {
     /// preempted, waiting on the same host CPU, runs sooner. No arguments; the
     /// VMM writes no result (the call may come from any point of the kernel).
     Yield = 15,
+    /// Takes the next message the host queued for processes it starts in the VM
+    /// (`onering exec`; [`crate::exec`]): the VMM writes it to the guest-virtual
+    /// buffer `args[0]` of `args[1]` bytes and returns its length, 0 when none is
+    /// left, or -ENOSPC (the message stays queued) when it does not fit.
+    ExecTake = 16,
+    /// A process the host started began or ended: `args[0]` its slot, `args[1]`
+    /// [`crate::exec::STARTED`] with its pid in `args[2]`,
+    /// [`crate::exec::ENDED`] with its wait status, or
+    /// [`crate::exec::FAILED`] with the errno that kept it from starting. The VMM
+    /// tells whoever asked for it and, once it ended, frees the slot. Returns 0
+    /// or -EINVAL.
+    ExecDone = 17,
     /// `fstat` of the host's standard stream `args[0]` (0, 1, 2): the VMM writes a
     /// [`crate::HostStat`] to the guest-virtual address `args[1]`. Returns 0 or a
     /// negative errno (-EBADF for a stream the program does not get from the host:
@@ -144,6 +157,8 @@ impl Hostcall {
             13 => Self::Fs,
             14 => Self::SetRoot,
             15 => Self::Yield,
+            16 => Self::ExecTake,
+            17 => Self::ExecDone,
             20 => Self::Rewrite,
             30 => Self::Trace,
             31 => Self::Debug,
@@ -247,6 +262,8 @@ mod tests {
             Hostcall::Rewrite,
             Hostcall::Trace,
             Hostcall::Debug,
+            Hostcall::ExecTake,
+            Hostcall::ExecDone,
         ] {
             assert_eq!(Hostcall::from_u64(h as u64), Some(h));
         }

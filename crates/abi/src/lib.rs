@@ -13,6 +13,7 @@
 extern crate alloc;
 
 pub mod debug;
+pub mod exec;
 pub mod hostcall;
 pub mod hostfs;
 pub mod layout;
@@ -23,7 +24,7 @@ pub mod sysnames;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 26;
+pub const ABI_VERSION: u64 = 27;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -112,6 +113,9 @@ pub mod events {
     pub const SIGNAL: u64 = 1 << 1;
     /// The host's stdin is readable (a watch, `StdinRequest` with length 0).
     pub const STDIN_READY: u64 = 1 << 2;
+    /// The host queued processes to start or signals for them (`onering exec`):
+    /// the kernel takes them with `Hostcall::ExecTake` ([`crate::exec`]).
+    pub const EXEC: u64 = 1 << 3;
 }
 
 /// Bits of [`BootInfo::flags`].

@@ -99,6 +99,14 @@ global_asm!(
     .endm
 
 
+    // A process the host starts in the VM (`onering_abi::exec`) first returns
+    // here from the kernel, rax holding `exec::START_SYSCALL`: the system call
+    // in which the kernel loads its program (which never returns here).
+    .global spawn_landing
+spawn_landing:
+    syscall
+    ud2
+
     .global _start
     // The VMM starts CPU 0 here in ring 3: rdi = &BootInfo, rsp = its kernel stack.
     // A program that jumps here has its own (user-half) stack: ud2 at once, which
@@ -444,6 +452,18 @@ pub fn full_return(regs: &UserRegs) -> ! {
     }
     // SAFETY: rip lies in the program's half, checked just above.
     unsafe { jump_to(regs) }
+}
+
+/// Where a process the host starts (`onering_abi::exec`) first runs: a `syscall`
+/// of the number its frame's rax holds, so that the kernel loads its program as
+/// its first act (the landing is kernel text, which ring 3 runs in every address
+/// space).
+pub fn spawn_landing() -> u64 {
+    extern "C" {
+        /// The landing (above): only its address is taken.
+        static spawn_landing: u8;
+    }
+    core::ptr::addr_of!(spawn_landing) as u64
 }
 
 /// RFLAGS.TF: a #DB after each instruction.

@@ -206,6 +206,20 @@ pub fn rewrite_plan(pieces: &[&[u8]], base: u64, bias: u64, out: &mut [u8]) -> i
     hostcall(Hostcall::Rewrite, &[l, list.len() as u64, base, o, out.len() as u64, bias]) as i64
 }
 
+/// Takes the host's next message for the processes it starts in the VM
+/// (`onering_abi::exec`) into `out`: its length, 0 when none is left, or -errno
+/// (-ENOSPC: `out` is too small; the message stays queued). The VMM writes the
+/// buffer this function holds.
+pub fn exec_take(out: &mut [u8]) -> i64 {
+    hostcall(Hostcall::ExecTake, &[out.as_mut_ptr() as u64, out.len() as u64]) as i64
+}
+
+/// Tells the VMM how the process the host started in slot `slot` ended: `how`
+/// (`onering_abi::exec::ENDED` or `FAILED`) and its wait status or errno.
+pub fn exec_done(slot: u64, how: u64, value: u64) -> i64 {
+    hostcall(Hostcall::ExecDone, &[slot, how, value]) as i64
+}
+
 #[cfg(target_os = "none")]
 pub(crate) fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
     use core::ptr::{addr_of, addr_of_mut, read_volatile, write_volatile};

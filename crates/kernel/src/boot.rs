@@ -68,6 +68,7 @@ fn setup(boot: Boot) {
     let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes };
     crate::observe::install(bi.flags, bi.trace_set);
     let k = kernel::install(Kernel::new(cfg, chunks, vfs, bi.seed));
+    crate::task::hostexec::set_spawner(crate::syscall::hostexec::spawn);
     *k.hostname.lock() = onering_abi::hostname_of(&bi.hostname);
     onering_arch::heap::set_chunk_source(|n| kernel().chunks.lock().alloc_run(n));
     onering_arch::mm::set_reclaim(reclaim_cache);
@@ -99,19 +100,7 @@ fn setup(boot: Boot) {
     }
     let cwd_hold = Some(k.vfs.lock().hold(cwd));
     let tid = sched::alloc_tid();
-    let start = Start {
-        space,
-        pid: tid,
-        ppid: 0,
-        fds,
-        fs: FsCtx { cwd, cwd_hold, umask: 0o022 },
-        actions: [[0; 4]; 64],
-        rlimits: alloc::collections::BTreeMap::new(),
-        image: None,
-        pgid: tid,
-        sid: tid,
-        ctty: false,
-    };
+    let start = Start::leader(space, tid, fds, FsCtx { cwd, cwd_hold, umask: 0o022 });
     let Ok(proc) = Process::create(start) else { panic!("cannot create the program's process") };
     proc.threads.store(1, Relaxed);
     // A terminal among the standard streams is its controlling terminal.

@@ -64,6 +64,8 @@ pub struct VmConfig<'a> {
     pub stats: bool,
     /// `--gdb ADDR`: where gdb will connect (already listening).
     pub gdb: Option<&'a std::net::TcpListener>,
+    /// `--exec-socket PATH`: where `onering exec` connects (`vstate::exec`).
+    pub exec_socket: Option<&'a Path>,
 }
 
 /// Why the VM could not be built.
@@ -88,6 +90,8 @@ pub enum BuildError {
     Virtio(#[from] VirtioError),
     #[error("{0}")]
     HostFs(#[from] crate::hostfs::HostFsError),
+    #[error("--exec-socket {0}: {1}")]
+    ExecSocket(String, std::io::Error),
 }
 
 impl BuildError {
@@ -293,6 +297,9 @@ pub fn run(
     }
     if let Some(s) = config.sampler {
         machine.profile_with(s);
+    }
+    if let Some(p) = config.exec_socket {
+        machine.serve_exec(p).map_err(|e| BuildError::ExecSocket(p.display().to_string(), e))?;
     }
     if let Some(listener) = config.gdb {
         // The program starts once gdb continues it.

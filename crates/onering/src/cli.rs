@@ -65,6 +65,11 @@ struct RunArgs {
     /// `docker run --hostname`: 1 to 64 bytes, no NUL or newline.
     #[arg(long, value_name = "NAME", value_parser = parse_hostname)]
     hostname: Option<OsString>,
+    /// Listen on the unix socket PATH for `onering exec`: other processes started
+    /// in the running VM (the OCI runtime's `exec`; made anew, removed by its
+    /// owner).
+    #[arg(long, value_name = "PATH", hide = true)]
+    exec_socket: Option<std::path::PathBuf>,
     /// Keep stdin open: the program reads the host's (as `docker run -i`); without
     /// it the program's stdin is empty.
     #[arg(short = 'i', long)]
@@ -218,6 +223,7 @@ fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
         "--net",
         "--ip",
         "--gateway",
+        "--exec-socket",
     ];
     let Some(run) = args.iter().position(|a| a == "run") else {
         return args;
@@ -553,6 +559,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         trace_set,
         stats: stats_on,
         gdb: gdb.as_ref(),
+        exec_socket: args.exec_socket.as_deref(),
     };
     let (stats, stats_json, perf, ncpus) = (args.stats, args.stats_json.clone(), args.perf, args.smp);
     let started = std::time::Instant::now();

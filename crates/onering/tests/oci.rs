@@ -1,5 +1,5 @@
 //! onering as an OCI runtime: runc's command line driven directly (create, state,
-//! start, kill, delete, ps, features, exec's refusal, hooks, a crash's leftovers),
+//! start, kill, delete, ps, features, exec, hooks, a crash's leftovers),
 //! then real clients: podman (Debian's 4.3, rootful, vfs storage, cgroupfs) and
 //! containerd's `ctr` with the runc shim (a containerd of the test's own), each
 //! given onering as the runtime, on a root file system of busybox and a static C
@@ -161,6 +161,69 @@ fn runc_lifecycle_hooks_and_signals() {
 }
 
 #[test]
+fn runc_exec_starts_processes_in_the_running_vm() {
+    let root = temp_dir("oci-state-exec");
+    let rf = rootfs();
+    let b = bundle("oci-bundle-exec", &rf, &["sh", "-c", "echo main; while true; do sleep 0.05; done"], "");
+    let (code, err) = create(&root, &b, "ex", &b.join("log.json"));
+    assert_eq!(code, 0, "create: {err}");
+    let o = runc(&root, &["exec", "ex", "true"]);
+    assert!(status(&o) == 1 && stderr(&o).contains("onering: cannot exec in a container that is created"));
+    assert_eq!(status(&runc(&root, &["start", "ex"])), 0);
+    eventually("the program's output", || std::fs::read_to_string(b.join("out")).unwrap().contains("main"));
+    // Output, the container's environment with --env added, the exit status.
+    let o = runc(&root, &["exec", "--env", "B=x", "ex", "sh", "-c", "echo hi $A $B; pwd; echo err >&2; exit 3"]);
+    assert_eq!((status(&o), stdout(&o).as_str(), stderr(&o).as_str()), (3, "hi oci x\n/\n", "err\n"));
+    // A signal that kills it: 128 + N, as runc.
+    let o = runc(&root, &["exec", "ex", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(status(&o), 143, "{}", stderr(&o));
+    // --process (what the shim and conmon give), its cwd and env.
+    let p = b.join("process.json");
+    std::fs::write(&p, r#"{"args":["sh","-c","echo $P; pwd"],"env":["P=proc"],"cwd":"/bin","user":{"uid":0,"gid":0}}"#)
+        .unwrap();
+    let o = runc(&root, &["exec", "--process", p.to_str().unwrap(), "ex"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "proc\n/bin\n"), "{}", stderr(&o));
+    // Bad requests.
+    let o = runc(&root, &["exec", "ex", "nothere"]);
+    assert_eq!(status(&o), 127);
+    assert!(stderr(&o).contains("onering: exec: nothere: No such file or directory"), "{}", stderr(&o));
+    let o = runc(&root, &["exec", "--user", "1000", "ex", "true"]);
+    assert!(status(&o) == 1 && stderr(&o).contains("onering: exec: --user 1000 is not supported"));
+    let o = runc(&root, &["exec", "--cwd", "/nowhere", "ex", "true"]);
+    assert_ne!(status(&o), 0);
+    let o = runc(&root, &["exec", "--tty", "ex", "true"]);
+    assert!(status(&o) == 1 && stderr(&o).contains("needs --console-socket"), "{}", stderr(&o));
+    // Detached, as the shim and conmon run it: the stand-in's pid in the pid
+    // file; a signal to it reaches the process. (Its streams are files: the
+    // process keeps them, as runc's would.)
+    let eout = std::fs::File::create(b.join("eout")).unwrap();
+    let script = "trap 'echo got TERM; exit 5' TERM; echo ready; while true; do sleep 0.05; done";
+    let s = Command::new(BIN)
+        .arg("--root")
+        .arg(&root)
+        .args(["exec", "--detach", "--pid-file"])
+        .arg(b.join("epid"))
+        .args(["ex", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(eout.try_clone().unwrap())
+        .stderr(eout)
+        .status()
+        .unwrap();
+    assert_eq!(s.code(), Some(0), "exec --detach: {}", std::fs::read_to_string(b.join("eout")).unwrap());
+    let pid: i32 = std::fs::read_to_string(b.join("epid")).unwrap().parse().unwrap();
+    eventually("the exec'd process's output", || std::fs::read_to_string(b.join("eout")).unwrap() == "ready\n");
+    assert!(Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap().success());
+    eventually("the signal to reach it", || std::fs::read_to_string(b.join("eout")).unwrap() == "ready\ngot TERM\n");
+    let gone = || std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "));
+    eventually("the stand-in to end", gone);
+    // The container's own program ran on all along.
+    assert_eq!(state(&root, "ex")["status"], "running");
+    assert_eq!(status(&runc(&root, &["delete", "--force", "ex"])), 0);
+    let o = runc(&root, &["exec", "ex", "true"]);
+    assert!(status(&o) == 1 && stderr(&o).contains("does not exist"));
+}
+
+#[test]
 fn runc_refusals_force_and_leftovers() {
     let root = temp_dir("oci-state-refusals");
     let rf = rootfs();
@@ -185,8 +248,6 @@ fn runc_refusals_force_and_leftovers() {
         if start {
             assert_eq!(status(&runc(&root, &["start", id])), 0);
             assert_eq!(state(&root, id)["status"], "running");
-            let o = runc(&root, &["exec", id, "echo", "hi"]);
-            assert!(status(&o) == 1 && stderr(&o).contains("onering: exec is not supported"), "{}", stderr(&o));
         }
         let o = runc(&root, &["delete", "--force", id]);
         assert_eq!(status(&o), 0, "delete --force {id}: {}", stderr(&o));
@@ -206,6 +267,10 @@ fn runc_refusals_force_and_leftovers() {
     let f = runc(&root, &["features"]);
     let f: serde_json::Value = serde_json::from_slice(&f.stdout).unwrap();
     assert_eq!(f["ociVersionMax"], "1.1.0");
+    assert_eq!(
+        (&f["annotations"]["org.onering.exec"], &f["annotations"]["org.onering.exec.stdin"]),
+        (&"true".into(), &"false".into())
+    );
     let o = runc(&root, &["pause", "x"]);
     assert!(status(&o) == 1 && stderr(&o).contains("onering: pause is not supported"));
     // onering's own `run` is untouched by the OCI commands.
@@ -308,8 +373,13 @@ fn podman_runs_containers_as_onering_vms() {
     assert_eq!(status(&o), 0, "run -d: {}", stderr(&o));
     let id = stdout(&o).trim().to_string();
     eventually("podman logs", || stdout(&p.run(&["logs", &id])).contains("started"));
-    let o = p.run(&["exec", &id, "echo", "hi"]);
-    assert!(status(&o) != 0 && stderr(&o).contains("onering: exec is not supported"), "{}", stderr(&o));
+    // exec: a second process in the running VM, its output and status.
+    let o = p.run(&["exec", &id, "sh", "-c", "echo hi from exec; exit 6"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (6, "hi from exec\n"), "{}", stderr(&o));
+    let o = p.run(&["exec", "-e", "E=podman", &id, "sh", "-c", "echo $E"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "podman\n"), "{}", stderr(&o));
+    let o = p.run(&["exec", "-t", &id, "sh", "-c", "test -t 1 && echo tty; kill -KILL $$"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (137, "tty\r\n"), "{}", stderr(&o));
     let started = Instant::now();
     let o = p.run(&["stop", "-t", "20", &id]);
     assert_eq!(status(&o), 0, "stop: {}", stderr(&o));
@@ -403,7 +473,8 @@ fn containerd_runs_containers_as_onering_vms() {
     // ctr run: output, --env, the exit status.
     let o = ctr_run(&["--rm", "--env", "GREETING=ctr"], "c1", &["sh", "-c", "echo hi $GREETING; exit 4"]);
     assert_eq!((status(&o), stdout(&o).as_str()), (4, "hi ctr\n"), "{}", stderr(&o));
-    // Detached: ctr task kill's SIGTERM reaches the program; exec is refused.
+    // Detached: ctr task exec runs a second process; ctr task kill's SIGTERM
+    // reaches the program.
     let log = c.dir.join("c2.log");
     let uri = format!("file://{}", log.display());
     let script = "echo started; trap 'echo got TERM; exit 5' TERM; while true; do sleep 0.05; done";
@@ -411,8 +482,8 @@ fn containerd_runs_containers_as_onering_vms() {
     assert_eq!(status(&o), 0, "ctr run -d: {}", stderr(&o));
     eventually("the task's output", || std::fs::read_to_string(&log).is_ok_and(|s| s.contains("started")));
     assert!(stdout(&c.ctr(&["task", "ls"])).contains("RUNNING"));
-    let o = c.ctr(&["task", "exec", "--exec-id", "e1", "c2", "echo", "hi"]);
-    assert!(status(&o) != 0 && stderr(&o).contains("onering: exec is not supported"), "{}", stderr(&o));
+    let o = c.ctr(&["task", "exec", "--exec-id", "e1", "c2", "sh", "-c", "echo hi from exec; exit 9"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (9, "hi from exec\n"), "{}", stderr(&o));
     let o = c.ctr(&["task", "kill", "c2"]);
     assert_eq!(status(&o), 0, "ctr task kill: {}", stderr(&o));
     eventually("the task to stop", || stdout(&c.ctr(&["task", "ls"])).contains("STOPPED"));

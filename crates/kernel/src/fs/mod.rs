@@ -72,6 +72,30 @@ pub fn meta_of(v: &Vfs, ino: Ino) -> Meta {
 
 /// The open file for node `ino` (not a named pipe: see `pipe::fifo_end`), with
 /// open flags `flags`; `v` is the tree, locked by the caller.
+/// Descriptor `fd` (0-2) of the process the host started in slot `slot`
+/// (`task::hostexec`), which is a `kind` on the host: none if closed there;
+/// /dev/null for its stdin (the host's is not forwarded); for output, the
+/// host stream `exec::stream(slot, fd)` through the console. A terminal is shown
+/// as a character device, so that its ioctls reach it without the VM terminal's
+/// job control (which is the program's).
+pub fn open_host_stream(k: &'static Kernel, v: &mut Vfs, slot: u64, fd: u32, kind: u64) -> Option<FileRef> {
+    use onering_abi::stdio::{CHAR, CLOSED, TTY};
+    let path: &[u8] = match (kind, fd) {
+        (CLOSED, _) | (_, 3..) => return None,
+        (_, 0) => b"/dev/null",
+        (_, 1) => b"/dev/stdout",
+        _ => b"/dev/stderr",
+    };
+    let ino = v.lookup(crate::vfs::ROOT, path, true).ok()?;
+    if fd == 0 {
+        return Some(open_node(k, v, ino, oflag::O_RDONLY));
+    }
+    let stream = onering_abi::exec::stream(slot, u64::from(fd)) as u32;
+    let host = stdio::HostStream { fd: stream, kind: if kind == TTY { CHAR } else { kind } };
+    let node = NodeRef::new(&k.vfs, v, ino);
+    Some(OpenFile::new(stdio::StdoutFile { node, console: &k.console, host }, oflag::O_WRONLY))
+}
+
 pub fn open_node(k: &'static Kernel, v: &mut Vfs, ino: Ino, flags: u32) -> FileRef {
     let host = |fd: u32| stdio::HostStream { fd, kind: onering_abi::stdio::kind(k.cfg.stdio, fd) };
     match v.device(ino) {

@@ -793,12 +793,53 @@ fn exec_at(ctx: &Ctx, dirfd: u64, path_addr: u64, argv: u64, envp: u64, flags: u
         r => r?,
     };
     let mut used = 0;
-    let mut args = Args {
-        argv: strings(ctx.user, argv, &mut used)?,
-        envp: strings(ctx.user, envp, &mut used)?,
-        execfn: path.clone(),
-        exe: Vec::new(),
-    };
+    let argv = strings(ctx.user, argv, &mut used)?;
+    let envp = strings(ctx.user, envp, &mut used)?;
+    exec_with(ctx, dirfd, path, argv, envp, flags, &|| {})
+}
+
+/// A process the host started (`onering_abi::exec`) loads its program: `path`
+/// (a bare name is looked for in the `PATH` of `envp`, else docker's default,
+/// as `runc exec` does) with `argv` and `envp`; `committed` is called at the
+/// point of no return. Returns only on failure, before that point.
+pub fn exec_for_host(ctx: &Ctx, path: &[u8], argv: Vec<Vec<u8>>, envp: Vec<Vec<u8>>, committed: &dyn Fn()) -> Errno {
+    let used = argv.iter().chain(&envp).map(|s| s.len() + 9).sum::<usize>();
+    if used > stack::MAX_ARG_BYTES || path.is_empty() {
+        return if path.is_empty() { Errno::ENOENT } else { Errno::E2BIG };
+    }
+    if path.contains(&b'/') {
+        return exec_with(ctx, super::fs::AT_FDCWD, path.to_vec(), argv, envp, 0, committed)
+            .err()
+            .unwrap_or(Errno::ENOEXEC);
+    }
+    const DEFAULT_PATH: &[u8] = b"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    let search = envp.iter().find_map(|e| e.strip_prefix(b"PATH=")).unwrap_or(DEFAULT_PATH).to_vec();
+    let mut why = Errno::ENOENT;
+    for dir in search.split(|b| *b == b':').filter(|d| !d.is_empty()) {
+        let mut full = dir.to_vec();
+        full.push(b'/');
+        full.extend_from_slice(path);
+        match exec_with(ctx, super::fs::AT_FDCWD, full, argv.clone(), envp.clone(), 0, committed) {
+            Err(Errno::ENOENT | Errno::ENOTDIR) => {}
+            Err(e) => why = e,
+            Ok(_) => return Errno::ENOEXEC,
+        }
+    }
+    why
+}
+
+/// `execve` of `path` (relative to `dirfd`) with arguments and environment read;
+/// `committed` is called at the point of no return.
+fn exec_with(
+    ctx: &Ctx,
+    dirfd: u64,
+    path: Vec<u8>,
+    argv: Vec<Vec<u8>>,
+    envp: Vec<Vec<u8>>,
+    flags: u64,
+    committed: &dyn Fn(),
+) -> SysResult {
+    let mut args = Args { argv, envp, execfn: path.clone(), exe: Vec::new() };
     // The file, following `#!` interpreters.
     let mut name = path;
     let mut file =
@@ -842,6 +883,7 @@ fn exec_at(ctx: &Ctx, dirfd: u64, path_addr: u64, argv: u64, envp: u64, flags: u
         None => None,
     };
     // The point of no return.
+    committed();
     let regs = replace_image(ctx, &exe, &prog, interp.as_ref().map(|(e, p)| (e, p)), &args);
     drop((exe, prog, interp, args));
     crate::observe::exec_done(ctx.thread.tid());

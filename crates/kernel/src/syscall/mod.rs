@@ -17,6 +17,7 @@ pub mod exec;
 pub mod fs;
 pub mod fsmeta;
 pub mod futex;
+pub mod hostexec;
 pub mod mm;
 pub mod net;
 pub mod poll;
@@ -264,6 +265,7 @@ pub fn dispatch(ctx: &Ctx, frame: &mut SyscallFrame) -> u64 {
     let nr = frame.rax;
     let result = match TABLE.get(nr as usize).copied().flatten() {
         Some(h) => h(ctx, frame),
+        None if hostexec::is_start(nr) => hostexec::start(ctx, frame),
         None if nr == onering_abi::TEST_PANIC_SYSCALL && ctx.k.cfg.flags & onering_abi::flags::TEST_PANIC != 0 => {
             panic!("the panic a test asked for (ONERING_TEST_PANIC)")
         }

@@ -96,6 +96,7 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
         f.children = f.children.saturating_sub(1);
     } else {
         process::reaped(pid);
+        super::hostexec::ended(k, pid, status);
     }
     adopt_orphans(p);
     super::tty::process_ended(p);

@@ -138,6 +138,9 @@ pub fn service_events(idle: bool) -> u64 {
     if pending & onering_abi::events::SIGNAL != 0 {
         forward_host_signals();
     }
+    if pending & onering_abi::events::EXEC != 0 {
+        super::hostexec::service(k);
+    }
     k.console.deadline()
 }
 

@@ -12,6 +12,7 @@ pub mod ctx;
 pub mod exit;
 pub mod filelock;
 pub mod futex;
+pub mod hostexec;
 pub mod itimer;
 pub mod job;
 pub mod kernel;

@@ -125,6 +125,27 @@ pub struct Start {
     pub ctty: bool,
 }
 
+impl Start {
+    /// A process without a parent in the VM (the program, pid 1, or one the
+    /// host starts): its own session and group, no controlling terminal, default
+    /// dispositions and limits.
+    pub fn leader(space: &'static Space, pid: u64, fds: FdTable, fs: FsCtx) -> Start {
+        Start {
+            space,
+            pid,
+            ppid: 0,
+            fds,
+            fs,
+            actions: [[0; 4]; 64],
+            rlimits: BTreeMap::new(),
+            image: None,
+            pgid: pid,
+            sid: pid,
+            ctty: false,
+        }
+    }
+}
+
 static ARENA: [Once<&'static Process>; MAX_PROCS] = [const { Once::new() }; MAX_PROCS];
 
 struct Table {

@@ -72,6 +72,8 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::SetRoot) => set_root(args[0], env),
         Some(Hostcall::Trace) => trace(args, env.mem()),
         Some(Hostcall::Debug) => env.debug_stop(args),
+        Some(Hostcall::ExecTake) => env.exec_take(args[0], args[1]),
+        Some(Hostcall::ExecDone) => env.exec_done(args[0], args[1], args[2]),
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
@@ -279,7 +281,7 @@ fn stdio_ioctl(args: [u64; 6], env: &mut impl Env) -> i64 {
 
 fn write(args: [u64; 6], env: &mut impl Env) -> i64 {
     let [fd, virt, len, ..] = args;
-    if fd != 1 && fd != 2 {
+    if fd != 1 && fd != 2 && onering_abi::exec::slot_of(fd).is_none_or(|(_, n)| n == 0) {
         return -EBADF;
     }
     // Copied out page by page through a bounded buffer: the guest chooses the length
@@ -301,6 +303,7 @@ fn write(args: [u64; 6], env: &mut impl Env) -> i64 {
             Ok(()) => done += n as u64,
             Err(_) if done > 0 => break,
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return -EPIPE,
+            Err(e) if e.raw_os_error() == Some(EBADF as i32) => return -EBADF,
             Err(_) => return -EIO,
         }
     }
@@ -346,6 +349,10 @@ mod tests {
         fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
             if let Some(k) = self.fail {
                 return Err(k.into());
+            }
+            if fd > 2 {
+                // (As `Stdio::output` for an exec stream no slot holds.)
+                return Err(std::io::Error::from_raw_os_error(EBADF as i32));
             }
             self.out.push((fd, data.to_vec()));
             Ok(())
@@ -418,8 +425,12 @@ mod tests {
     #[test]
     fn write_rejects_bad_arguments() {
         let mut e = env();
-        assert_eq!(call(&mut e, Hostcall::Write, &[7, 0x40_1000, 1]), Action::Resume);
-        assert_eq!(ret(&e), -EBADF);
+        // Not an output stream (an exec'd process's stdin, past the slots), or
+        // one no exec'd process holds.
+        for fd in [0, 3, onering_abi::exec::stream(onering_abi::exec::MAX_EXECS, 1), 7] {
+            assert_eq!(call(&mut e, Hostcall::Write, &[fd, 0x40_1000, 1]), Action::Resume);
+            assert_eq!(ret(&e), -EBADF, "fd {fd}");
+        }
         // Unmapped, non-canonical, wrapping: nothing written.
         for (addr, len) in [(0x10_0000, 1), (0x8000_0000_0000, 1), (u64::MAX, 2)] {
             assert_eq!(call(&mut e, Hostcall::Write, &[2, addr, len]), Action::Resume);

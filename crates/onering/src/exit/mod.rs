@@ -123,7 +123,7 @@ pub trait Env {
     fn cpu(&self) -> u64;
     /// The exiting vCPU's CR2.
     fn cr2(&mut self) -> u64;
-    /// Writes all of `data` to the host's fd 1 or 2.
+    /// Writes all of `data` to the host's fd 1 or 2, or an exec'd process's stream.
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()>;
     /// The `StdinRequest` hostcall: the host's stdin into `len` bytes at
     /// guest-virtual `virt`, later (0 if taken, or -errno; see `vstate::stdin`).
@@ -164,6 +164,17 @@ pub trait Env {
     fn debug_stop(&mut self, args: [u64; 6]) -> i64 {
         let _ = args;
         -19
+    }
+    /// `ExecTake`: the next `onering exec` message into `len` bytes at `virt`
+    /// (its length, 0: none, or -errno; see `vstate::exec`).
+    fn exec_take(&mut self, virt: u64, len: u64) -> i64 {
+        let _ = (virt, len);
+        0
+    }
+    /// `ExecDone`: a process `onering exec` started ended or failed to start.
+    fn exec_done(&mut self, slot: u64, how: u64, value: u64) -> i64 {
+        let _ = (slot, how, value);
+        -22
     }
     /// A forwarded terminal ioctl on the host's standard stream `fd`, its argument
     /// in `arg` (sized for the request).

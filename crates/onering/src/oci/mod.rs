@@ -14,15 +14,21 @@
 //! the root file system and the options, so a bundle onering cannot honour fails
 //! `create`, not the container.
 //!
-//! `exec` is refused: the VM runs one program tree, and nothing lets the host
-//! start another process in a running VM. Hooks run on the host with the state
-//! on their stdin, as runc runs them (createContainer too: there is no container
-//! namespace to enter); startContainer hooks are refused by `spec`.
+//! `exec` (`exec.rs`) starts another process in the running VM: the VMM
+//! listens on `ROOT/ID/exec.sock` (`onering run --exec-socket`, which `create`
+//! adds), takes the process and its standard streams from `onering exec`, and
+//! has the guest kernel start it (`vstate::exec`, `onering_abi::exec`); `exec`
+//! stays as its stand-in on the host (with `--detach`, a child whose pid goes to
+//! `--pid-file`), forwarding signals and exiting with its status. Hooks run on
+//! the host with the state on their stdin, as runc runs them (createContainer
+//! too: there is no container namespace to enter); startContainer hooks are
+//! refused by `spec`.
 //!
 //! Messages start with `onering:` on stderr and, with `--log`, go to the log
 //! too (one JSON object a line with `--log-format json`, which conmon and the
 //! shim read back).
 
+pub mod exec;
 pub mod podnet;
 pub mod spec;
 pub mod state;
@@ -190,8 +196,12 @@ pub fn dispatch(args: &[OsString]) -> Option<u8> {
     }
     let log = Log { path: globals.get("log").map(PathBuf::from), json: globals.get("log-format") == Some("json") };
     let store = Store { root: PathBuf::from(globals.get("root").unwrap_or("/run/onering")) };
-    match command(&store, word, &globals.rest[1..], &log) {
-        Ok(()) => Some(0),
+    let ran = match word {
+        "exec" => exec::exec(&store, &globals.rest[1..], &log),
+        _ => command(&store, word, &globals.rest[1..], &log).map(|()| 0),
+    };
+    match ran {
+        Ok(code) => Some(code),
         Err(e) => {
             log.error(&e.to_string());
             Some(1)
@@ -254,11 +264,6 @@ fn command(store: &Store, word: &str, args: &[OsString], log: &Log) -> Result<()
             println!("{}", serde_json::to_string_pretty(&features()).expect("json"));
             Ok(())
         }
-        "exec" => Err(OciError::Failed(
-            "exec is not supported: the VM runs one program (and what it starts), and onering has no way to start \
-             another process in a running VM"
-                .into(),
-        )),
         other => Err(OciError::Failed(format!("{other} is not supported by onering"))),
     }
 }
@@ -279,6 +284,8 @@ fn features() -> serde_json::Value {
         },
         "annotations": {
             "org.onering.vm": "true",
+            "org.onering.exec": "true",
+            "org.onering.exec.stdin": "false",
             "onering.mem": "guest memory (--mem)",
             "onering.smp": "vCPUs (--smp)",
             "onering.net": "the VM's network (--net)",
@@ -312,6 +319,9 @@ fn create(store: &Store, id: &str, f: &Flags) -> Result<(), OciError> {
         return Err(OciError::Usage("process.terminal is true but there is no --console-socket".into()));
     }
     let dir = store.make(id)?;
+    // The VMM listens there for `exec`.
+    let at = plan.run_args.iter().position(|a| a == "--").unwrap_or(plan.run_args.len());
+    plan.run_args.splice(at..at, ["--exec-socket".into(), dir.join(exec::SOCKET).into_os_string()]);
     let made = (|| {
         let net = pod_network(&spec, &mut plan)?;
         let r = spawn(id, &dir, &bundle, &spec, &plan, net.as_ref(), f.get("console-socket"))?;
@@ -383,12 +393,7 @@ fn spawn(
     }
     if plan.terminal {
         cmd.arg("--tty");
-        let (master, slave) = host::open_pty().map_err(|e| failed("a pseudo-terminal", e))?;
-        let socket = console.unwrap_or_default();
-        let stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| failed(socket, e))?;
-        use std::os::fd::AsRawFd;
-        use vmm_sys_util::sock_ctrl_msg::ScmSocket;
-        stream.send_with_fd(&b"/dev/ptmx"[..], master.as_raw_fd()).map_err(|e| failed(socket, e))?;
+        let slave = console_pty(console.unwrap_or_default())?;
         let dup = |fd: &std::os::fd::OwnedFd| fd.try_clone().map_err(|e| failed("a pseudo-terminal", e));
         cmd.stdin(Stdio::from(dup(&slave)?)).stdout(Stdio::from(dup(&slave)?)).stderr(Stdio::from(slave));
     }
@@ -408,6 +413,17 @@ fn spawn(
         annotations: spec.annotations().clone().unwrap_or_default().into_iter().collect(),
         hooks: spec.hooks().clone(),
     })
+}
+
+/// A new pseudo-terminal whose master goes to the console socket `socket`
+/// (SCM_RIGHTS, as runc sends it): its slave.
+fn console_pty(socket: &str) -> Result<std::os::fd::OwnedFd, OciError> {
+    let (master, slave) = host::open_pty().map_err(|e| failed("a pseudo-terminal", e))?;
+    let stream = std::os::unix::net::UnixStream::connect(socket).map_err(|e| failed(socket, e))?;
+    use std::os::fd::AsRawFd;
+    use vmm_sys_util::sock_ctrl_msg::ScmSocket;
+    stream.send_with_fd(&b"/dev/ptmx"[..], master.as_raw_fd()).map_err(|e| failed(socket, e))?;
+    Ok(slave)
 }
 
 /// `onering oci-init [--tty] [--netns NAME] GATE run ...`: the container's

@@ -336,6 +336,18 @@ impl Machine {
         self.interrupt_cpu0();
     }
 
+    /// Listens for `onering exec` on the unix socket `path` (before the VM runs;
+    /// see `exec`).
+    pub fn serve_exec(&'static self, path: &std::path::Path) -> std::io::Result<()> {
+        super::exec::listen(path, self)
+    }
+
+    /// Tells the guest that `onering exec` queued something for it.
+    pub(super) fn post_exec(&'static self) {
+        super::stdin::post_pending(&self.mem, onering_abi::events::EXEC);
+        self.notify_guest();
+    }
+
     /// Tells the guest that a device has work for it without interrupting anyone:
     /// every started vCPU gets a sticky kick (a halted one wakes, one about to halt
     /// will not). For the network device, whose used rings the guest kernel polls
@@ -453,12 +465,12 @@ impl Env for VcpuEnv<'_> {
         r
     }
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
-        if fd == 2 {
-            std::io::stderr().lock().write_all(data)
-        } else {
-            let mut out = std::io::stdout().lock();
-            out.write_all(data)?;
-            out.flush()
-        }
+        self.m.stdio.output(fd, data)
+    }
+    fn exec_take(&mut self, virt: u64, len: u64) -> i64 {
+        self.m.stdio.execs.take(&self.m.mem, virt, len)
+    }
+    fn exec_done(&mut self, slot: u64, how: u64, value: u64) -> i64 {
+        self.m.stdio.execs.done(slot, how, value)
     }
 }

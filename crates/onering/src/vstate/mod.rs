@@ -3,11 +3,12 @@
 //! registers (`vcpu`), and the running machine: one host thread per vCPU, halting and
 //! kicking, and ending the process when the VM ends (`machine`), the host's
 //! stdin as a device (`stdin`), the standard streams' host side (`stdio`), the
-//! profiler's sampling of vCPU registers (`sampler`), the gdb stub (`gdb`), and the
+//! processes `onering exec` starts in the running VM (`exec`), the profiler's sampling of vCPU registers (`sampler`), the gdb stub (`gdb`), and the
 //! thread that serves host-file calls without exits (`poller`). The only layer that
 //! makes KVM ioctls; the register values come from `arch`, what to do on an exit
 //! from `exit`.
 
+pub mod exec;
 pub mod gdb;
 pub mod machine;
 pub mod poller;

@@ -89,20 +89,27 @@ fn copy_in(mem: &GuestMemoryMmap, virt: u64, data: &[u8]) -> usize {
 pub fn post(mem: &GuestMemoryMmap, result: i64) {
     let at = |off: u64| GuestAddress(layout::EVENTS_PHYS + off);
     let _ = mem.store(result as u64, at(events::STDIN_RESULT), Ordering::Release);
-    if let Ok(slice) = mem.get_slice(at(events::PENDING), 8) {
+    post_pending(mem, events::STDIN);
+}
+
+/// Or's `bits` into the events page's word at `off` (async-signal-safe: an atomic
+/// on guest memory).
+fn or_event(mem: &GuestMemoryMmap, off: u64, bits: u64) {
+    if let Ok(slice) = mem.get_slice(GuestAddress(layout::EVENTS_PHYS + off), 8) {
         if let Ok(word) = slice.get_atomic_ref::<AtomicU64>(0) {
-            word.fetch_or(events::STDIN, Ordering::AcqRel);
+            word.fetch_or(bits, Ordering::AcqRel);
         }
     }
 }
 
+/// Posts device bits `bits` (`onering_abi::events`) in the pending word.
+pub fn post_pending(mem: &GuestMemoryMmap, bits: u64) {
+    or_event(mem, events::PENDING, bits);
+}
+
 /// Posts that the host's stdin is readable (a watch's answer): the pending bit.
 pub fn post_ready(mem: &GuestMemoryMmap) {
-    if let Ok(slice) = mem.get_slice(GuestAddress(layout::EVENTS_PHYS + events::PENDING), 8) {
-        if let Ok(word) = slice.get_atomic_ref::<AtomicU64>(0) {
-            word.fetch_or(events::STDIN_READY, Ordering::AcqRel);
-        }
-    }
+    post_pending(mem, events::STDIN_READY);
 }
 
 /// Posts host signal `sig` for the program in the events page: its bit in the
@@ -112,14 +119,8 @@ pub fn post_signal(mem: &GuestMemoryMmap, sig: u64, from_tty: bool) {
     if !(1..=64).contains(&sig) {
         return;
     }
-    let word = if from_tty { events::TTY_SIGNALS } else { events::SIGNALS };
-    for (off, bits) in [(word, 1u64 << (sig - 1)), (events::PENDING, events::SIGNAL)] {
-        if let Ok(slice) = mem.get_slice(GuestAddress(layout::EVENTS_PHYS + off), 8) {
-            if let Ok(word) = slice.get_atomic_ref::<AtomicU64>(0) {
-                word.fetch_or(bits, Ordering::AcqRel);
-            }
-        }
-    }
+    or_event(mem, if from_tty { events::TTY_SIGNALS } else { events::SIGNALS }, 1u64 << (sig - 1));
+    post_pending(mem, events::SIGNAL);
 }
 
 impl Stdin {

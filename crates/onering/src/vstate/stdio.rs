@@ -7,11 +7,17 @@
 //! A program may change the terminal's modes (an editor, a shell turning echo
 //! off): the modes each terminal had are saved at start and put back when the VM
 //! ends, however it ends (`restore`), so the user's shell gets its terminal back.
+//!
+//! The processes `onering exec` starts have standard streams of their own
+//! (`exec`): host streams 3 and up, reached the same way while their process
+//! runs (their output only; their terminal's modes are theirs).
 
 use crate::sys::stdio as host;
 use onering_abi::stdio as kind;
+use std::fs::File;
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 const EBADF: i64 = 9;
 const EINVAL: i64 = 22;
@@ -25,6 +31,25 @@ pub struct Stdio {
     changed: AtomicBool,
     /// `-i`: the program's stdin is the host's.
     interactive: bool,
+    /// The processes `onering exec` started, with their streams.
+    pub execs: super::exec::Execs,
+}
+
+/// A host descriptor the guest may reach: one of the VMM's own 0-2, or a
+/// stream of a process `onering exec` started (held while it is used).
+enum Reach {
+    Own(i32),
+    Exec(Arc<File>),
+}
+
+impl Reach {
+    fn fd(&self) -> i32 {
+        use std::os::fd::AsRawFd;
+        match self {
+            Reach::Own(fd) => *fd,
+            Reach::Exec(f) => f.as_raw_fd(),
+        }
+    }
 }
 
 impl Stdio {
@@ -42,7 +67,13 @@ impl Stdio {
                 }
             }
         }
-        Stdio { word, saved: Mutex::new(saved), changed: AtomicBool::new(false), interactive }
+        Stdio {
+            word,
+            saved: Mutex::new(saved),
+            changed: AtomicBool::new(false),
+            interactive,
+            execs: Default::default(),
+        }
     }
 
     /// `-i`: the program reads the host's stdin.
@@ -51,18 +82,37 @@ impl Stdio {
     }
 
     /// Whether the program may reach host descriptor `fd`: 0 only with `-i`, and
-    /// only descriptors open on the host.
-    fn reachable(&self, fd: u64) -> Option<i32> {
-        if fd > 2 || (fd == 0 && !self.interactive) || kind::kind(self.word, fd as u32) == kind::CLOSED {
+    /// only descriptors open on the host; a stream of a running exec'd process.
+    fn reachable(&self, fd: u64) -> Option<Reach> {
+        if fd > 2 {
+            return self.execs.stream(fd).map(Reach::Exec);
+        }
+        if (fd == 0 && !self.interactive) || kind::kind(self.word, fd as u32) == kind::CLOSED {
             return None;
         }
-        Some(fd as i32)
+        Some(Reach::Own(fd as i32))
+    }
+
+    /// Writes all of `data` to host stream `fd` (1, 2, or an exec'd process's).
+    pub fn output(&self, fd: u32, data: &[u8]) -> std::io::Result<()> {
+        match fd {
+            2 => std::io::stderr().lock().write_all(data),
+            1 => {
+                let mut out = std::io::stdout().lock();
+                out.write_all(data)?;
+                out.flush()
+            }
+            s => match self.execs.stream(u64::from(s)) {
+                Some(f) => (&*f).write_all(data),
+                None => Err(std::io::Error::from_raw_os_error(EBADF as i32)),
+            },
+        }
     }
 
     /// The `StdioStat` hostcall's work: the host's stat of `fd`, or -errno.
     pub fn stat(&self, fd: u64) -> Result<onering_abi::HostStat, i64> {
         let fd = self.reachable(fd).ok_or(-EBADF)?;
-        let st = host::fstat(fd)?;
+        let st = host::fstat(fd.fd())?;
         Ok(crate::hostfs::host_stat(&st))
     }
 
@@ -72,7 +122,7 @@ impl Stdio {
         if whence > 4 {
             return -EINVAL;
         }
-        host::lseek(fd, offset as i64, whence as i32)
+        host::lseek(fd.fd(), offset as i64, whence as i32)
     }
 
     /// The `StdioIoctl` hostcall's work, `arg` sized for `request`.
@@ -81,10 +131,10 @@ impl Stdio {
         if kind::ioctl(request).is_none() {
             return -EINVAL;
         }
-        if matches!(request, kind::TCSETS | kind::TCSETSW | kind::TCSETSF) {
+        if matches!(request, kind::TCSETS | kind::TCSETSW | kind::TCSETSF) && matches!(fd, Reach::Own(_)) {
             self.changed.store(true, Ordering::SeqCst);
         }
-        host::ioctl(fd, request, arg)
+        host::ioctl(fd.fd(), request, arg)
     }
 
     /// Puts back the terminal modes the program changed (at the end of the VM).
