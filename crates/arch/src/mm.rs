@@ -36,9 +36,9 @@
 //! range's chunks below its `warm` mark); an idle vCPU takes the next cold one
 //! ([`ChunkAllocator::take_cold`]), touches its pages ([`Chunk::touch`]) and gives it
 //! back warm, while fewer than [`ChunkAllocator::warm_pool`] warm chunks are free:
-//! [`WARM_POOL`] (32 MiB), but at most one chunk in [`WARM_SHARE`] of the VM's, so
-//! that a small VM that idles (a sleeper among a thousand on one host) does not hold
-//! host memory its program never asked for. Chunks go out lowest first, so the
+//! [`WARM_POOL`] (32 MiB), but at most one chunk in [`WARM_SHARE`] of the VM's (none
+//! below 64 MiB), so that a small VM that idles (a sleeper among a thousand on one
+//! host) does not hold host memory its program never asked for. Chunks go out lowest first, so the
 //! program gets the warm ones first.
 //!
 //! Reclaim under memory pressure: the kernel keeps memory it could do without
@@ -220,8 +220,8 @@ struct Range {
 
 /// How many warm free chunks idle vCPUs keep ready at most (32 MiB).
 pub const WARM_POOL: usize = 16;
-/// ... and at most one chunk in this many of the allocator's (rounded up): 2 MiB
-/// for `--mem 64M`, 8 MiB for 256M, the whole pool from 1G on.
+/// ... and at most one chunk in this many of the allocator's (rounded down: none
+/// for `--mem 64M`, 2 MiB for 128M, 6 MiB for 256M, 30 MiB for 1G).
 pub const WARM_SHARE: usize = 32;
 
 /// Allocator of 2 MiB chunks, one bit per chunk.
@@ -363,7 +363,7 @@ impl ChunkAllocator {
     /// How many warm free chunks idle vCPUs keep ready: [`WARM_POOL`], or one in
     /// [`WARM_SHARE`] of all chunks if that is fewer.
     pub fn warm_pool(&self) -> usize {
-        self.total_chunks().div_ceil(WARM_SHARE).min(WARM_POOL)
+        (self.total_chunks() / WARM_SHARE).min(WARM_POOL)
     }
 
     /// Whether an idle vCPU should warm a chunk: fewer than
@@ -1020,12 +1020,13 @@ mod tests {
     fn a_small_vm_keeps_a_small_warm_pool() {
         let mut a = ChunkAllocator::new();
         a.add_range(0, 21 * M); // what `--mem 64M` leaves free after boot
-        assert_eq!(a.warm_pool(), 1);
+        assert_eq!(a.warm_pool(), 0);
+        assert!(!a.wants_warming() && a.take_cold().is_none() && a.any_cold());
+        a.add_range(64 * M, 128 * M); // 85 chunks in all
+        assert_eq!(a.warm_pool(), 2);
         let c = a.take_cold().unwrap();
         a.free(c);
-        assert!(!a.wants_warming() && a.take_cold().is_none() && a.any_cold());
-        a.add_range(64 * M, 128 * M);
-        assert_eq!(a.warm_pool(), 3);
+        assert!(a.wants_warming());
     }
 
     #[test]
