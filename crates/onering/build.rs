@@ -100,8 +100,13 @@ fn main() {
         elf.symbols().find(|s| s.name() == Ok(name)).unwrap_or_else(|| panic!("kernel symbol {name} missing")).address()
     };
     let consts = format!(
-        "/// The kernel image, flattened from its first to its last loaded byte.\n\
-         pub static IMAGE: &[u8] = include_bytes!(concat!(env!(\"OUT_DIR\"), \"/kernel.bin\"));\n\
+        "/// Page-aligned bytes (so that the image's pages are the executable file's).\n\
+         #[repr(C, align(4096))]\n\
+         pub struct Aligned<B: ?Sized>(pub B);\n\
+         static ALIGNED: &Aligned<[u8]> = &Aligned(*include_bytes!(concat!(env!(\"OUT_DIR\"), \"/kernel.bin\")));\n\
+         /// The kernel image, flattened from its first to its last loaded byte; it starts\n\
+         /// on a page of its own (`loader` maps it from the executable file).\n\
+         pub static IMAGE: &[u8] = &ALIGNED.0;\n\
          /// Virtual address of IMAGE[0].\npub const START: u64 = {start:#x};\n\
          /// End of the image in memory, .bss included.\npub const MEM_END: u64 = {mem_end:#x};\n\
          pub const ENTRY: u64 = {entry:#x};\n\

@@ -10,6 +10,12 @@
 /// Most return addresses a `Panic` hostcall carries.
 pub const MAX_BACKTRACE: usize = 32;
 
+/// Longest single `Halt` in nanoseconds (an hour; the guest asks again if it needs
+/// more). A halt ends at its deadline or at a kick (a waker, a device, a host
+/// signal), never on a tick, so an idle VM costs the host no CPU: a thousand VMs
+/// that woke once a second each took half a core here (docs/perf.md, Density).
+pub const MAX_HALT_NS: u64 = 3_600_000_000_000;
+
 /// Hostcall numbers.
 #[repr(u64)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -35,8 +35,11 @@
 //! is that first touch. The allocator knows which chunks were ever touched (each
 //! range's chunks below its `warm` mark); an idle vCPU takes the next cold one
 //! ([`ChunkAllocator::take_cold`]), touches its pages ([`Chunk::touch`]) and gives it
-//! back warm, while fewer than [`WARM_POOL`] warm chunks are free. Chunks go out
-//! lowest first, so the program gets the warm ones first.
+//! back warm, while fewer than [`ChunkAllocator::warm_pool`] warm chunks are free:
+//! [`WARM_POOL`] (32 MiB), but at most one chunk in [`WARM_SHARE`] of the VM's (none
+//! below 64 MiB), so that a small VM that idles (a sleeper among a thousand on one
+//! host) does not hold host memory its program never asked for. Chunks go out lowest first, so the
+//! program gets the warm ones first.
 //!
 //! Reclaim under memory pressure: the kernel keeps memory it could do without
 //! (the page cache of host files, in the kernel heap), and registers at boot a
@@ -215,8 +218,11 @@ struct Range {
     warm: usize,
 }
 
-/// How many warm free chunks idle vCPUs keep ready (32 MiB).
+/// How many warm free chunks idle vCPUs keep ready at most (32 MiB).
 pub const WARM_POOL: usize = 16;
+/// ... and at most one chunk in this many of the allocator's (rounded down: none
+/// for `--mem 64M`, 2 MiB for 128M, 6 MiB for 256M, 30 MiB for 1G).
+pub const WARM_SHARE: usize = 32;
 
 /// Allocator of 2 MiB chunks, one bit per chunk.
 #[derive(Debug, Default)]
@@ -354,10 +360,16 @@ impl ChunkAllocator {
         }
     }
 
-    /// Whether an idle vCPU should warm a chunk: fewer than [`WARM_POOL`] warm
-    /// chunks are free, and a cold one is left.
+    /// How many warm free chunks idle vCPUs keep ready: [`WARM_POOL`], or one in
+    /// [`WARM_SHARE`] of all chunks if that is fewer.
+    pub fn warm_pool(&self) -> usize {
+        (self.total_chunks() / WARM_SHARE).min(WARM_POOL)
+    }
+
+    /// Whether an idle vCPU should warm a chunk: fewer than
+    /// [`warm_pool`](Self::warm_pool) warm chunks are free, and a cold one is left.
     pub fn wants_warming(&self) -> bool {
-        self.warm_free < WARM_POOL && self.ranges.iter().any(|r| r.warm < r.chunks)
+        self.warm_free < self.warm_pool() && self.any_cold()
     }
 
     /// The lowest free chunk never touched, taken out (it counts as warm from
@@ -979,13 +991,14 @@ mod tests {
     #[test]
     fn the_warm_pool_counts_touched_free_chunks() {
         let mut a = ChunkAllocator::new();
-        a.add_range(0, 40 * M);
+        a.add_range(0, 600 * M);
+        assert_eq!(a.warm_pool(), WARM_POOL);
         assert!(a.wants_warming() && a.any_cold() && a.warm_free() == 0);
         let first = a.alloc().unwrap();
         assert_eq!(first.phys(), 0);
         // Warming takes the next cold chunk out, and it comes back warm.
         let c = a.take_cold().unwrap();
-        assert_eq!((c.phys(), a.free_chunks()), (M, 38));
+        assert_eq!((c.phys(), a.free_chunks()), (M, 598));
         a.free(c);
         assert_eq!(a.warm_free(), 1);
         // The program gets the warm chunk first.
@@ -1001,6 +1014,19 @@ mod tests {
         // A chunk the program gave back is warm too.
         a.free(first);
         assert_eq!(a.warm_free(), WARM_POOL + 1);
+    }
+
+    #[test]
+    fn a_small_vm_keeps_a_small_warm_pool() {
+        let mut a = ChunkAllocator::new();
+        a.add_range(0, 21 * M); // what `--mem 64M` leaves free after boot
+        assert_eq!(a.warm_pool(), 0);
+        assert!(!a.wants_warming() && a.take_cold().is_none() && a.any_cold());
+        a.add_range(64 * M, 128 * M); // 85 chunks in all
+        assert_eq!(a.warm_pool(), 2);
+        let c = a.take_cold().unwrap();
+        a.free(c);
+        assert!(a.wants_warming());
     }
 
     #[test]

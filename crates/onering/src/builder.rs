@@ -267,7 +267,10 @@ pub fn run(
     bi.boot_realtime_ns =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     loader::write_boot_info(&mem, &bi).map_err(BuildError::BootInfo)?;
-    vm::advise_pool(&mem, bi.phys_free_start);
+    // Not the first free chunk: the kernel takes it at boot for its own small
+    // things (the first thread's kernel stack, page-table pages), where a host huge
+    // page would hold 2 MiB of which a few pages are used (density).
+    vm::advise_pool(&mem, bi.phys_free_start + onering_abi::layout::HUGE_PAGE_SIZE);
     let mut bus = devices::standard_bus()?;
     let (net, child) = match net {
         Some((spec, started)) => {

@@ -57,8 +57,6 @@ const HALT_EARLY_NS: u64 = 80_000;
 /// Contended (`placement::Contention`), an idle CPU halts unless its next deadline
 /// is this close (less than an exit costs).
 const CONTENDED_SPIN_NS: u64 = 20_000;
-/// Longest single halt (the loop re-checks after it).
-const MAX_HALT_NS: u64 = 1_000_000_000;
 
 struct Sched {
     runq: [VecDeque<&'static Thread>; MAX_CPUS],
@@ -961,7 +959,7 @@ pub fn idle_loop() -> ! {
         set_state(cpu, CpuState::Halted);
         if !has_work(cpu, now) {
             let start = mono_now();
-            supervisor::halt((left - early).min(MAX_HALT_NS));
+            supervisor::halt((left - early).min(onering_abi::hostcall::MAX_HALT_NS));
             halted = Some((mono_now() - start, contended));
         }
         set_state(cpu, CpuState::Polling);

@@ -29,8 +29,6 @@ pub static DEFERRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64
 /// Address-space switches (`SetRoot`) so far, all vCPUs together (for `--stats`).
 pub static ROOT_SWITCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Longest single `Halt` (the guest asks again if it needs more).
-const MAX_HALT_NS: u64 = 1_000_000_000;
 /// Bytes copied out of the guest at a time by `Write`.
 const WRITE_CHUNK: u64 = 64 * 1024;
 const EBADF: i64 = 9;
@@ -76,7 +74,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::ExecDone) => env.exec_done(args[0], args[1], args[2]),
         Some(Hostcall::Halt) => {
             HALTS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            env.halt(std::time::Duration::from_nanos(args[0].min(MAX_HALT_NS)));
+            env.halt(std::time::Duration::from_nanos(args[0].min(onering_abi::hostcall::MAX_HALT_NS)));
             0
         }
         Some(Hostcall::Kick) if args[0] >= env.ncpus() => -EINVAL,

@@ -26,7 +26,7 @@ use onering_rewrite::elf::Program;
 use onering_rewrite::{functions, rewrite};
 use stack::{StackError, StackSpec};
 use thiserror::Error;
-use vm_memory::{Bytes, GuestAddress, GuestMemoryMmap};
+use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap};
 
 const MIB: u64 = 1 << 20;
 /// Guest memory a Go program needs past its image, and 1 MiB more per vCPU
@@ -101,6 +101,28 @@ pub struct LoadSpec<'a> {
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
     mem.write_slice(data, GuestAddress(pa)).map_err(|_| LoadError::Memory(pa))
+}
+
+/// Maps the kernel image at `KERNEL_PHYS` from the executable file, private and
+/// copy-on-write: its pages are the page cache's, shared by every VM, until the
+/// guest writes one (~1.4 MiB a VM the host need not hold; docs/perf.md, Density).
+/// Checked by reading its first and last page back; false (the caller copies it)
+/// if that could not be done. The rest of its last page holds the file's next bytes.
+fn map_kernel(mem: &GuestMemoryMmap) -> bool {
+    let image = kernel_image::IMAGE;
+    let len = align_up(image.len() as u64, layout::PAGE_SIZE) as usize;
+    let Some((file, offset)) = crate::embedded::kernel_image_file() else { return false };
+    let Ok(host) = mem.get_host_address(GuestAddress(layout::KERNEL_PHYS)) else { return false };
+    if !crate::sys::map_file_private(host, len, &file, offset) {
+        return false;
+    }
+    let same = |at: usize, n: usize| {
+        let mut b = vec![0u8; n];
+        mem.read_slice(&mut b, GuestAddress(layout::KERNEL_PHYS + at as u64)).is_ok() && b[..] == image[at..at + n]
+    };
+    let page = layout::PAGE_SIZE as usize;
+    let last = (image.len() - 1) & !(page - 1);
+    same(0, page.min(image.len())) && same(last, image.len() - last)
 }
 
 /// Kernel heap size for a VM of `mem` bytes.
@@ -215,8 +237,14 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     if let Some(v) = spec.vdso {
         write(mem, img_phys + (vdso_base - img_virt), v)?;
     }
-    // The kernel.
-    write(mem, layout::KERNEL_PHYS, kernel_image::IMAGE)?;
+    // The kernel: its pages mapped from the executable (shared by all VMs until
+    // written), or copied.
+    if !map_kernel(mem) {
+        write(mem, layout::KERNEL_PHYS, kernel_image::IMAGE)?;
+    }
+    // The rest of its last page is the start of its .bss: zeroes.
+    let image_end = layout::KERNEL_PHYS + kernel_image::IMAGE.len() as u64;
+    write(mem, image_end, &vec![0; (align_up(image_end, layout::PAGE_SIZE) - image_end) as usize])?;
 
     // The rootfs image and the working directory, in chunks of their own.
     let (rootfs_phys, workdir_phys) = (next, next + spec.rootfs.len() as u64);

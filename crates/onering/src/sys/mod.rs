@@ -30,6 +30,31 @@ pub fn advise_hugepages(host: *mut u8, len: usize) {
     }
 }
 
+/// Maps `len` bytes of `file` from `offset` at `host` (both page-aligned; `host`
+/// inside guest memory this process mapped) in place of the anonymous memory there,
+/// private and copy-on-write: pages the guest only reads stay the host's page
+/// cache, shared by every VM that maps them; a page written becomes the VM's own.
+/// False if the host refused; the range is then anonymous memory again (zeroes).
+pub fn map_file_private(host: *mut u8, len: usize, file: &std::fs::File, offset: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    let fixed = libc::MAP_PRIVATE | libc::MAP_FIXED;
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    // MAP_FIXED replaces only pages of guest memory, which this process mapped and
+    // which no Rust reference points into (vm-memory reaches it through raw, volatile
+    // accesses; the guest sees the new pages through KVM's notifiers); the range
+    // stays mapped, by the file or, if that failed, by fresh anonymous memory, so no
+    // later access finds a hole.
+    // SAFETY: see above: guest-memory pages only, and the range stays mapped.
+    unsafe {
+        let p = libc::mmap(host.cast(), len, rw, fixed, file.as_raw_fd(), offset as libc::off_t);
+        if p == host.cast() {
+            return true;
+        }
+        libc::mmap(host.cast(), len, rw, fixed | libc::MAP_ANONYMOUS, -1, 0);
+    }
+    false
+}
+
 /// The u64 at guest-physical `addr` as an atomic, for a word the guest and a VMM
 /// thread hand back and forth while the guest runs (`vstate::poller`); None if it
 /// is not guest memory or not 8-byte aligned (in the guest or in the VMM).

@@ -89,8 +89,9 @@ fn run(m: &'static Machine) -> ! {
     crate::sys::signals::block_forwarded();
     crate::sys::precise_timers();
     loop {
+        // No periodic wake-up: `wake` sets the word before it wakes the futex.
         while p.wanted.swap(0, Ordering::AcqRel) == 0 {
-            futex_wait(&p.wanted, 0, Duration::from_secs(1));
+            futex_wait(&p.wanted, 0, Duration::from_nanos(onering_abi::hostcall::MAX_HALT_NS));
         }
         p.polling.store(true, Ordering::Release);
         set_open(m, 1);
