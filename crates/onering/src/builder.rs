@@ -267,10 +267,13 @@ pub fn run(
     bi.boot_realtime_ns =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     loader::write_boot_info(&mem, &bi).map_err(BuildError::BootInfo)?;
-    // Not the first free chunk: the kernel takes it at boot for its own small
-    // things (the first thread's kernel stack, page-table pages), where a host huge
-    // page would hold 2 MiB of which a few pages are used (density).
-    vm::advise_pool(&mem, bi.phys_free_start + onering_abi::layout::HUGE_PAGE_SIZE);
+    // From the first free chunk on, which the kernel takes at boot for its own
+    // things (kernel stacks, page tables, and then its heap: the page cache, plans).
+    // Leaving that chunk without a host huge page saved 2 MiB of host memory per
+    // sleeping VM, but a glibc dynamic hello, which fills that heap, took 36-51 ms
+    // instead of 32-39 ms in four interleaved rounds (perf.md): density stays within
+    // its target with it.
+    vm::advise_pool(&mem, bi.phys_free_start);
     let mut bus = devices::standard_bus()?;
     let (net, child) = match net {
         Some((spec, started)) => {
