@@ -591,11 +591,18 @@ pub mod fs {
 
     /// `pread` into the kernel buffers `bufs`, in order, from `offset`: bytes read.
     pub fn readv(h: u64, bufs: &mut [&mut [u8]], offset: u64) -> Result<usize, i64> {
+        readv_at(h, bufs.iter_mut().map(|b| (b.as_mut_ptr() as u64, b.len() as u64)), offset)
+    }
+
+    /// `READV` into the kernel buffers at `pieces` (address, length), the first
+    /// `MAX_IOV` of them: bytes read.
+    fn readv_at(h: u64, pieces: impl Iterator<Item = (u64, u64)>, offset: u64) -> Result<usize, i64> {
         let mut iov = [0u64; 2 * proto::MAX_IOV as usize];
-        let n = bufs.len().min(proto::MAX_IOV as usize);
-        for (i, b) in bufs.iter_mut().take(n).enumerate() {
-            iov[2 * i] = b.as_mut_ptr() as u64;
-            iov[2 * i + 1] = b.len() as u64;
+        let mut n = 0;
+        for (i, (addr, len)) in pieces.take(proto::MAX_IOV as usize).enumerate() {
+            iov[2 * i] = addr;
+            iov[2 * i + 1] = len;
+            n = i + 1;
         }
         ok(call(proto::READV, &[h, iov.as_ptr() as u64, n as u64, offset])).map(|n| n as usize)
     }
@@ -623,12 +630,8 @@ pub mod fs {
         if bufs.is_empty() {
             return Ok(Vec::new());
         }
-        let mut iov = [0u64; 2 * proto::MAX_IOV as usize];
-        for (i, b) in bufs.iter_mut().enumerate() {
-            iov[2 * i] = b.spare_capacity_mut().as_mut_ptr() as u64;
-            iov[2 * i + 1] = len as u64;
-        }
-        let got = ok(call(proto::READV, &[h, iov.as_ptr() as u64, bufs.len() as u64, offset]))? as usize;
+        let pieces = bufs.iter_mut().map(|b| (b.spare_capacity_mut().as_mut_ptr() as u64, len as u64));
+        let got = readv_at(h, pieces, offset)?;
         let mut out = Vec::new();
         if out.try_reserve_exact(bufs.len()).is_err() {
             return Ok(Vec::new());

@@ -202,8 +202,9 @@ pub struct MappedFile {
     len: usize,
 }
 
-// SAFETY: the mapping is read-only and owned by this value: sharing or sending it
-// between threads only shares immutable bytes.
+// The mapping is read-only and owned by this value: sending it between threads
+// only moves the right to read immutable bytes and to unmap them once.
+// SAFETY: nothing ever writes through the mapping, and only its owner unmaps it.
 unsafe impl Send for MappedFile {}
 // SAFETY: as for Send: nothing ever writes through the mapping.
 unsafe impl Sync for MappedFile {}
@@ -215,10 +216,10 @@ impl MappedFile {
         if len == 0 {
             return Ok(MappedFile { ptr: std::ptr::null_mut(), len: 0 });
         }
-        // SAFETY: a new private read-only mapping chosen by the kernel; it aliases no
-        // Rust object, and the descriptor may be closed once it exists.
-        let ptr =
-            unsafe { libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ, libc::MAP_PRIVATE, file.as_raw_fd(), 0) };
+        let (fd, prot, flags) = (file.as_raw_fd(), libc::PROT_READ, libc::MAP_PRIVATE);
+        // The descriptor may be closed once the mapping exists.
+        // SAFETY: a new private read-only mapping the kernel places; it aliases no Rust object.
+        let ptr = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0) };
         if ptr == libc::MAP_FAILED {
             return Err(io::Error::last_os_error());
         }
@@ -232,10 +233,10 @@ impl std::ops::Deref for MappedFile {
         if self.len == 0 {
             return &[];
         }
-        // SAFETY: `ptr` maps `len` readable bytes for this value's life, and nothing
-        // writes them through this process. (A host process that truncates the file
-        // meanwhile makes a read past the new end raise SIGBUS, as with any mapped
-        // file; see docs/design.md, "Threat model".)
+        // (A host process that truncates the file meanwhile makes a read past the
+        // new end raise SIGBUS, as with any mapped file; docs/design.md, "Threat
+        // model".)
+        // SAFETY: `ptr` maps `len` readable bytes for this value's life, written by nothing here.
         unsafe { std::slice::from_raw_parts(self.ptr as *const u8, self.len) }
     }
 }
@@ -243,8 +244,8 @@ impl std::ops::Deref for MappedFile {
 impl Drop for MappedFile {
     fn drop(&mut self) {
         if self.len != 0 {
-            // SAFETY: unmaps exactly the mapping `new` made; no slice of it outlives
-            // `self` (Deref borrows it).
+            // (No slice of it outlives `self`: Deref borrows it.)
+            // SAFETY: unmaps exactly the mapping `new` made, once, when its owner goes.
             unsafe { libc::munmap(self.ptr, self.len) };
         }
     }
