@@ -99,14 +99,6 @@ global_asm!(
     .endm
 
 
-    // A process the host starts in the VM (`onering_abi::exec`) first returns
-    // here from the kernel, rax holding `exec::START_SYSCALL`: the system call
-    // in which the kernel loads its program (which never returns here).
-    .global spawn_landing
-spawn_landing:
-    syscall
-    ud2
-
     .global _start
     // The VMM starts CPU 0 here in ring 3: rdi = &BootInfo, rsp = its kernel stack.
     // A program that jumps here has its own (user-half) stack: ud2 at once, which
@@ -117,6 +109,16 @@ _start:
     xor %ebp, %ebp
     call {start}
 1:  ud2
+
+    // (After `_start`, which begins the image: a program that jumps to the image's
+    // first byte meets `_start`'s ud2, not this `syscall`.)
+    // A process the host starts in the VM (`onering_abi::exec`) first returns
+    // here from the kernel, rax holding `exec::START_SYSCALL`: the system call
+    // in which the kernel loads its program (which never returns here).
+    .global spawn_landing
+spawn_landing:
+    syscall
+    ud2
 
     // ---- Ring 0: the `syscall` instruction lands here (LSTAR). --------------------
     // rcx = user rip, r11 = user rflags, rsp = user stack (not to be written: red zone).
