@@ -355,9 +355,14 @@ fn watch(cpu: usize) {
     }
 }
 
-/// The live thread `tid`.
+/// The live thread `tid`. A thread whose process ended stays in the table until
+/// it switches away for the last time, which can come after its parent's wait
+/// reaped the process: from then on its id names nothing (Linux frees the pid in
+/// the wait), so such a thread is not found.
 pub fn thread(tid: u64) -> Option<&'static Thread> {
-    SCHED.lock().live.get(&tid).copied()
+    let t = SCHED.lock().live.get(&tid).copied()?;
+    let reaped = t.process().ended() && super::process::life(t.pid()) == super::process::Life::Gone;
+    (!reaped).then_some(t)
 }
 
 /// Live threads of process `pid`.
