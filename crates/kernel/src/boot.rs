@@ -587,8 +587,11 @@ fn mount_host(vfs: &mut Vfs, flags: u64, ram: u64) -> alloc::vec::Vec<(alloc::ve
     vfs.set_host(&crate::fs::host::HOSTCALLS, (ram / 4) as usize);
     let mut volumes = alloc::vec::Vec::new();
     for (handle, (f, path)) in crate::fs::host::mounts().into_iter().enumerate() {
-        let (layer, readonly) = if f & MOUNT_ROOTFS != 0 {
+        let (layer, readonly) = if f & MOUNT_ROOTFS != 0 && f & MOUNT_RO != 0 {
             (Layer::Rootfs, flags & onering_abi::flags::READ_ONLY != 0)
+        } else if f & MOUNT_ROOTFS != 0 {
+            // `--rootfs-rw`: the root is written through to the host, as a volume.
+            (Layer::Volume { ro: false }, false)
         } else {
             (Layer::Volume { ro: f & MOUNT_RO != 0 }, f & MOUNT_RO != 0)
         };

@@ -43,6 +43,8 @@ pub struct VmConfig<'a> {
     /// `-v HOST:GUEST[:ro]`, `--read-only`.
     pub volumes: Vec<crate::hostfs::MountSpec>,
     pub read_only: bool,
+    /// `--rootfs-rw`: the program's changes to the rootfs go to the host.
+    pub rootfs_rw: bool,
     pub workdir: Option<&'a OsStr>,
     /// `--hostname` (None: `onering_abi::DEFAULT_HOSTNAME`).
     pub hostname: Option<&'a [u8]>,
@@ -197,8 +199,14 @@ pub fn run(
         if !dir.is_dir() && !tar {
             return Err(RootfsError::NotADirectory(dir.display().to_string()).into());
         }
+        if tar && config.rootfs_rw && !config.read_only {
+            return Err(RootfsError::ArchiveNotWritable(dir.display().to_string()).into());
+        }
         let host = std::path::absolute(dir).map_err(|e| RootfsError::Read(dir.display().to_string(), e))?;
-        mounts.push(crate::hostfs::MountSpec { host, guest: b"/".to_vec(), ro: true, rootfs: true, tar });
+        // Read-only on the host unless the changes are to be written there
+        // (`--rootfs-rw`): then the kernel serves it as a writable volume at /.
+        let ro = !config.rootfs_rw || config.read_only;
+        mounts.push(crate::hostfs::MountSpec { host, guest: b"/".to_vec(), ro, rootfs: true, tar });
     }
     mounts.extend(config.volumes.iter().cloned());
     let hostfs = if mounts.is_empty() {

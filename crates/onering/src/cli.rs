@@ -51,6 +51,11 @@ struct RunArgs {
     /// in-memory /tmp on top).
     #[arg(long, value_name = "DIR")]
     rootfs: Option<std::path::PathBuf>,
+    /// The program's changes to the `--rootfs` directory are written to it, as a
+    /// container runtime's are to the container's layer (the OCI runtime's
+    /// default); without it they stay in the VM's memory.
+    #[arg(long, requires = "rootfs")]
+    rootfs_rw: bool,
     /// Share a host directory as GUEST in the VM, read-write (`:ro`: read-only),
     /// as `docker -v`; repeatable.
     #[arg(short = 'v', long = "volume", value_name = "HOST:GUEST[:ro]")]
@@ -546,6 +551,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         rootfs: if host_root { Some(std::path::Path::new("/")) } else { args.rootfs.as_deref() },
         volumes: volumes(&args)?,
         read_only: args.read_only,
+        rootfs_rw: args.rootfs_rw,
         workdir: args.workdir.as_deref().or(host_cwd.as_deref()),
         hostname: args.hostname.as_deref().map(|h| h.as_bytes()),
         interactive: args.interactive,

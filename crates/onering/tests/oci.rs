@@ -114,7 +114,8 @@ fn runc_lifecycle_hooks_and_signals() {
     let b = temp_dir("oci-bundle-lifecycle");
     let hooks = format!(
         r#","hooks":{{"prestart":[{{"path":"/bin/sh","args":["sh","-c","cat > {0}/prestart.json"]}}],
-                     "poststop":[{{"path":"/bin/sh","args":["sh","-c","cat > {0}/poststop.json"]}}]}}"#,
+                     "poststop":[{{"path":"/bin/false"}},
+                                 {{"path":"/bin/sh","args":["sh","-c","cat > {0}/poststop.json"]}}]}}"#,
         b.display()
     );
     let b = bundle("oci-bundle-lifecycle", &rf, &["sh", "-c", script], &hooks);
@@ -151,8 +152,10 @@ fn runc_lifecycle_hooks_and_signals() {
     assert_eq!(std::fs::read_to_string(b.join("out")).unwrap(), "hello oci\nready\ngot TERM\n");
     let o = runc(&root, &["kill", "life", "KILL"]);
     assert!(status(&o) == 1 && stderr(&o).contains("not running"));
+    // A poststop hook that fails is a warning; the next one still runs.
     let o = runc(&root, &["delete", "life"]);
     assert_eq!(status(&o), 0, "delete: {}", stderr(&o));
+    assert!(stderr(&o).contains("warning: poststop hook /bin/false"), "{}", stderr(&o));
     let hook: serde_json::Value = serde_json::from_slice(&std::fs::read(b.join("poststop.json")).unwrap()).unwrap();
     assert_eq!(hook["status"], "stopped");
     assert!(!root.join("life").exists());
@@ -380,6 +383,9 @@ fn podman_runs_containers_as_onering_vms() {
     assert_eq!((status(&o), stdout(&o).as_str()), (0, "podman\n"), "{}", stderr(&o));
     let o = p.run(&["exec", "-t", &id, "sh", "-c", "test -t 1 && echo tty; kill -KILL $$"]);
     assert_eq!((status(&o), stdout(&o).as_str()), (137, "tty\r\n"), "{}", stderr(&o));
+    // Changes to the root file system go to the container's layer.
+    let o = p.run(&["exec", &id, "sh", "-c", "echo kept > /made && rm /bin/hello"]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
     let started = Instant::now();
     let o = p.run(&["stop", "-t", "20", &id]);
     assert_eq!(status(&o), 0, "stop: {}", stderr(&o));
@@ -387,6 +393,10 @@ fn podman_runs_containers_as_onering_vms() {
     assert_eq!(stdout(&p.run(&["logs", &id])), "started\ngot TERM\n");
     let o = p.run(&["inspect", &id, "--format", "{{.State.ExitCode}}"]);
     assert_eq!(stdout(&o).trim(), "0");
+    let o = p.run(&["diff", &id]);
+    let diff = stdout(&o);
+    let diff: Vec<&str> = diff.lines().collect();
+    assert!(diff.contains(&"A /made") && diff.contains(&"D /bin/hello"), "podman diff: {diff:?} {}", stderr(&o));
     let o = p.run(&["rm", &id]);
     assert_eq!(status(&o), 0, "rm: {}", stderr(&o));
     // Pod networking: the default (netavark bridge) network's address is the

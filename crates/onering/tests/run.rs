@@ -739,6 +739,7 @@ fn rootfs_and_workdir() {
     assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
     assert_eq!(std::fs::read(dir.join("greeting.txt")).unwrap(), b"hello\n", "the host's file is as it was");
     assert!(dir.join("link").symlink_metadata().is_ok() && !dir.join("new").exists() && !dir.join("sub/d").exists());
+    rootfs_written_through(bin.to_str().unwrap());
     // The same tree as a tar archive, served in place, gives the same answers;
     // gzip- and zstd-compressed too (tar -z, tar --zstd).
     for (name, z) in
@@ -785,6 +786,45 @@ fn rootfs_and_workdir() {
     assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
     assert!(t.elapsed() < std::time::Duration::from_secs(2), "{:?}", t.elapsed());
     std::fs::remove_dir_all(&big).unwrap();
+}
+
+/// `--rootfs-rw` (the OCI runtime's default): the same changes reach the host's
+/// directory, while the VM's own /dev, /proc and /tmp hide what the host tree has
+/// at those names, and the /etc files onering adds stay in the VM.
+fn rootfs_written_through(bin: &str) {
+    let dir = out_dir().join("rootfs-rw-tree");
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in ["sub", "dev", "proc", "tmp", "etc", "bin"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    std::fs::write(dir.join("greeting.txt"), b"hello\n").unwrap();
+    std::os::unix::fs::symlink("greeting.txt", dir.join("link")).unwrap();
+    let root = dir.to_str().unwrap();
+    let o = onering(&["run", "--rootfs", root, "--rootfs-rw", "-w", "/sub", bin, "rw"]);
+    assert!(!stdout(&o).contains("FAIL"), "{}", stdout(&o));
+    assert_eq!(status(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(std::fs::read(dir.join("sub/d/g")).unwrap(), b"hello\nmore\n", "written, then renamed, on the host");
+    assert_eq!(std::fs::read(dir.join("new")).unwrap(), b"n");
+    assert!(!dir.join("greeting.txt").exists() && dir.join("link").symlink_metadata().is_err());
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(dir.join("sub")).unwrap().permissions());
+    assert_eq!(mode & 0o777, 0o700, "chmod reached the host");
+    assert!(!dir.join("tmp/scratch").exists(), "/tmp is the VM's");
+    assert!(Path::new("/bin/busybox").exists(), "this test needs /bin/busybox (apt-get install busybox-static)");
+    std::fs::copy("/bin/busybox", dir.join("bin/busybox")).unwrap();
+    let script = "cat /etc/hostname; ls /proc/self/fd >/dev/null && echo proc; echo made >/etc/added";
+    let o = onering(&["run", "--rootfs", root, "--rootfs-rw", "/bin/busybox", "sh", "-c", script]);
+    assert_eq!(stdout(&o), "onering\nproc\n", "{}", stderr(&o));
+    assert_eq!(std::fs::read(dir.join("etc/added")).unwrap(), b"made\n");
+    assert!(!dir.join("etc/hostname").exists(), "onering's /etc/hostname is the VM's");
+    // With --read-only nothing changes; an archive cannot take the changes.
+    let o = onering(&["run", "--rootfs", root, "--rootfs-rw", "--read-only", "/bin/busybox", "touch", "/x"]);
+    assert_eq!(status(&o), 1, "{}", stderr(&o));
+    assert!(!dir.join("x").exists());
+    let tar = out_dir().join("rootfs-tree.tar");
+    let t = Command::new("tar").arg("-C").arg(&dir).arg("-cf").arg(&tar).arg("new").output().unwrap();
+    assert!(t.status.success(), "{}", stderr(&t));
+    expect_failure(&onering(&["run", "--rootfs", tar.to_str().unwrap(), "--rootfs-rw", bin]), 125, "is an archive");
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -1,10 +1,19 @@
 // User and group ids, which never change in onering (the host user's): setting
 // them to what they are succeeds (GNU make's posix_spawn with RESETIDS does it),
 // getresuid/getresgid report them; getrusage's arguments. Output compared with
-// the host's (where the tests run as the same user).
+// the host's (where the tests run as the same user). Capabilities: how libcap
+// finds the version, reading the sets, setting the ones held.
 #define _GNU_SOURCE
 #include "check.h"
+#include <stdint.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+
+// linux/capability.h's (musl has no kernel headers).
+struct __user_cap_header_struct { uint32_t version; int pid; };
+struct __user_cap_data_struct { uint32_t effective, permitted, inheritable; };
+#define _LINUX_CAPABILITY_VERSION_3 0x20080522
+#define CAP_SYS_ADMIN 21
 #include <unistd.h>
 
 int main(void) {
@@ -23,6 +32,24 @@ int main(void) {
           "getrusage of self, children, thread");
     CHECK_ERR(getrusage(5, &ru), EINVAL, "getrusage of 5 is EINVAL");
     CHECK_ERR(getrusage(RUSAGE_SELF, (struct rusage *)8), EFAULT, "getrusage to a bad pointer is EFAULT");
+    struct __user_cap_header_struct h = {0, 0};
+    struct __user_cap_data_struct d[2];
+    CHECK(syscall(SYS_capget, &h, NULL) == 0 && h.version == _LINUX_CAPABILITY_VERSION_3,
+          "capget of an unknown version with no data: 0, version 3 written back");
+    h.version = 1;
+    CHECK_ERR(syscall(SYS_capget, &h, d), EINVAL, "capget of an unknown version is EINVAL");
+    CHECK(h.version == _LINUX_CAPABILITY_VERSION_3, "and version 3 written back");
+    CHECK(syscall(SYS_capget, &h, d) == 0 && d[0].inheritable == 0, "capget of version 3");
+    CHECK((d[0].effective & d[0].permitted) == d[0].effective, "effective within permitted");
+    CHECK(u != 0 || (d[0].effective >> CAP_SYS_ADMIN & 1), "root has CAP_SYS_ADMIN");
+    CHECK(syscall(SYS_capset, &h, d) == 0, "capset to the sets held");
+    h.pid = getpid();
+    CHECK(syscall(SYS_capget, &h, d) == 0, "capget of our own pid");
+    h.pid = 999999;
+    CHECK_ERR(syscall(SYS_capget, &h, d), ESRCH, "capget of no such pid is ESRCH");
+    h.pid = 0;
+    CHECK_ERR(syscall(SYS_capget, &h, (void *)8), EFAULT, "capget to a bad pointer is EFAULT");
+    CHECK_ERR(syscall(SYS_capget, (void *)8, d), EFAULT, "capget of a bad header is EFAULT");
     printf("done\n");
     return failures;
 }

@@ -161,6 +161,8 @@ syscall_table! {
     120 getresgid => proc::getresgid,
     121 getpgid => proc::getpgid,
     124 getsid => proc::getsid,
+    125 capget => proc::capget,
+    126 capset => proc::capset,
     127 rt_sigpending => signal::rt_sigpending,
     128 rt_sigtimedwait => signal::rt_sigtimedwait,
     130 rt_sigsuspend => signal::rt_sigsuspend,

@@ -607,6 +607,86 @@ pub fn getresgid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     get_three(ctx, f, ctx.k.cfg.gid)
 }
 
+/// The capability header's versions: 1 (one 32-bit set each), 2 and 3 (two).
+const CAP_V1: u32 = 0x1998_0330;
+const CAP_V2: u32 = 0x2007_1026;
+const CAP_V3: u32 = 0x2008_0522;
+/// Every capability Linux 5.9+ knows (up to CAP_CHECKPOINT_RESTORE, 40), as
+/// (low word, high word).
+const CAP_ALL: [u32; 2] = [u32::MAX, (1 << (40 - 32 + 1)) - 1];
+
+/// The capability header at `hdr`: how many 32-bit words each set has, and
+/// the pid. An unknown version is EINVAL, the kernel's written back (Linux's
+/// `cap_validate_magic`, how libcap asks which version to use).
+fn cap_header(ctx: &Ctx, hdr: u64) -> Result<(usize, i32), Errno> {
+    let words = match ctx.user.read_u32(hdr)? {
+        CAP_V1 => 1,
+        CAP_V2 | CAP_V3 => 2,
+        _ => {
+            ctx.user.write_u32(hdr, CAP_V3)?;
+            return Err(Errno::EINVAL);
+        }
+    };
+    Ok((words, ctx.user.read_u32(hdr + 4)? as i32))
+}
+
+/// The capabilities of the VM's user: all of them for root (the VM is its
+/// own machine), none for another user; none inheritable.
+fn caps_of(ctx: &Ctx) -> [u32; 2] {
+    if ctx.k.cfg.uid == 0 {
+        CAP_ALL
+    } else {
+        [0, 0]
+    }
+}
+
+/// `capget(hdr, data)`: effective, permitted and inheritable sets, word by
+/// word; a null `data` only checks the version (0 even for an unknown one).
+pub fn capget(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [hdr, data, ..] = f.args();
+    let (words, pid) = match cap_header(ctx, hdr) {
+        Err(Errno::EINVAL) if data == 0 => return Ok(0),
+        r => r?,
+    };
+    if data == 0 {
+        return Ok(0);
+    }
+    if pid < 0 {
+        return Err(Errno::EINVAL);
+    }
+    if pid != 0 && !matches!(crate::task::process::life(pid as u64), crate::task::process::Life::Live { .. }) {
+        return Err(Errno::ESRCH);
+    }
+    let caps = caps_of(ctx);
+    for (i, word) in caps.iter().take(words).enumerate() {
+        let at = data + 12 * i as u64;
+        ctx.user.write_u32(at, *word)?;
+        ctx.user.write_u32(at + 4, *word)?;
+        ctx.user.write_u32(at + 8, 0)?;
+    }
+    Ok(0)
+}
+
+/// `capset(hdr, data)`: the caller's own sets only (another pid is EPERM); a
+/// set that adds a capability the user does not have is EPERM. Sets are not
+/// kept: a later `capget` shows the user's full sets again (deviation).
+pub fn capset(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
+    let [hdr, data, ..] = f.args();
+    let (words, pid) = cap_header(ctx, hdr)?;
+    if pid != 0 && pid as u64 != ctx.thread.pid() {
+        return Err(Errno::EPERM);
+    }
+    let caps = caps_of(ctx);
+    for (i, have) in caps.iter().take(words).enumerate() {
+        let at = data + 12 * i as u64;
+        let (eff, perm, inh) = (ctx.user.read_u32(at)?, ctx.user.read_u32(at + 4)?, ctx.user.read_u32(at + 8)?);
+        if perm & !have != 0 || eff & !perm != 0 || inh & !have != 0 {
+            return Err(Errno::EPERM);
+        }
+    }
+    Ok(0)
+}
+
 /// `getrusage(who, usage)`: RUSAGE_SELF, RUSAGE_CHILDREN or RUSAGE_THREAD; the
 /// usage is not counted, so it is all zeros (as wait4's), as for a process that
 /// has not run yet. gcc asks for it.

@@ -263,7 +263,8 @@ impl Vfs {
 
     /// The entry `name` of volume directory `dir` as the host has it now: a volume
     /// is shared with the host and other VMs, so the last name of every path is
-    /// looked up again (one hostcall): an entry gone on the host leaves the tree,
+    /// looked up again (one hostcall) unless the VM's own node or a mount is there:
+    /// an entry gone on the host leaves the tree,
     /// a new one joins it, a replaced one is made anew, and a file's cached bytes
     /// go if its size or time changed. Directories above stay as first listed.
     pub fn refresh_entry(&mut self, dir: Ino, name: &[u8]) -> Result<(), Errno> {
@@ -281,11 +282,11 @@ impl Vfs {
         let known = self.entry_of(dir, name);
         match (known, found) {
             (None, None) => {}
-            (Some(ino), None) => {
-                if self.node(ino).host.is_some() {
-                    self.drop_entry(dir, name, ino);
-                }
-            }
+            // The VM's own nodes (/dev, /proc, /tmp and onering's /etc files over a
+            // root written through, `--rootfs-rw`) and mount points hide what the
+            // host has there, as a mount does.
+            (Some(ino), _) if self.node(ino).host.as_ref().is_none_or(|h| h.root) => {}
+            (Some(ino), None) => self.drop_entry(dir, name, ino),
             (Some(ino), Some(st)) => {
                 let same = self.node(ino).host.as_ref().is_some_and(|h| h.ino == st.ino && h.dev == st.dev);
                 if !same {

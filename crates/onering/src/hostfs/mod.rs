@@ -9,7 +9,7 @@
 //! opened as itself, `O_PATH`), so a handle can only ever refer to something inside
 //! its mount's directory, however the host tree changes meanwhile. Attribute calls
 //! act on the descriptor itself (`AT_EMPTY_PATH`), never on a path; a read-only
-//! mount (`:ro`, and the rootfs, whose changes stay in the VM) refuses every change
+//! mount (`:ro`, and the rootfs unless `--rootfs-rw`: its changes stay in the VM) refuses every change
 //! with EROFS. Guest buffers are translated through the guest's page tables and
 //! copied through a bounded buffer; a guest-chosen length never sizes an
 //! allocation beyond `MAX_IO`'s pieces, and the table holds at most `MAX_HANDLES`.
@@ -61,7 +61,8 @@ pub struct MountSpec {
     /// Absolute path in the VM.
     pub guest: Vec<u8>,
     pub ro: bool,
-    /// The root's lower layer (`--rootfs DIR`).
+    /// The root (`--rootfs DIR`): the lower layer of a tree whose changes stay in
+    /// the VM, or with `ro` false (`--rootfs-rw`) written through like a volume.
     pub rootfs: bool,
     /// `host` is a tar archive served in place (`--rootfs FILE.tar`).
     pub tar: bool,
@@ -429,7 +430,7 @@ impl HostFs {
     }
 
     fn read_only(&self, mount: usize) -> bool {
-        self.mounts.get(mount).is_none_or(|m| m.ro || m.rootfs)
+        self.mounts.get(mount).is_none_or(|m| m.ro)
     }
 
     /// Makes a new handle with `open` (given directory `dir`'s descriptor), in

@@ -16,6 +16,8 @@ pub enum RootfsError {
     NotADirectory(String),
     #[error("--rootfs: cannot read {0}: {1}")]
     Read(String, std::io::Error),
+    #[error("--rootfs-rw: {0} is an archive; changes can only be written to a directory")]
+    ArchiveNotWritable(String),
     #[error("--rootfs: path too long: {0}")]
     PathTooLong(String),
     #[error("-w {0}: no such directory in the VM")]

@@ -499,9 +499,7 @@ fn start(store: &Store, id: &str, log: &Log) -> Result<(), OciError> {
     std::fs::remove_file(&path).map_err(|e| failed(path.display(), e))?;
     let hooks = r.hooks.clone().unwrap_or_default();
     let json = state::oci_state(&r, Status::Running).to_string();
-    if let Err(e) = run_hooks("poststart", hooks.poststart().as_deref().unwrap_or_default(), &json) {
-        log.error(&format!("warning: {e}"));
-    }
+    run_hooks_warning("poststart", hooks.poststart().as_deref().unwrap_or_default(), &json, log);
     Ok(())
 }
 
@@ -534,11 +532,19 @@ fn delete(store: &Store, id: &str, force: bool, log: &Log) -> Result<(), OciErro
     }
     let hooks = r.hooks.clone().unwrap_or_default();
     let json = state::oci_state(&r, Status::Stopped).to_string();
-    if let Err(e) = run_hooks("poststop", hooks.poststop().as_deref().unwrap_or_default(), &json) {
-        log.error(&format!("warning: {e}"));
-    }
+    run_hooks_warning("poststop", hooks.poststop().as_deref().unwrap_or_default(), &json, log);
     store.remove(id)?;
     Ok(())
+}
+
+/// Runs poststart or poststop `hooks` in order: one that fails is a warning in
+/// the log, and the others still run (the runtime spec's lifecycle).
+fn run_hooks_warning(kind: &str, hooks: &[Hook], json: &str, log: &Log) {
+    for h in hooks {
+        if let Err(e) = run_hooks(kind, std::slice::from_ref(h), json) {
+            log.error(&format!("warning: {e}"));
+        }
+    }
 }
 
 /// Runs `hooks` in order on the host, each with the state `json` on its stdin,

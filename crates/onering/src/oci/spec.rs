@@ -4,7 +4,7 @@
 //! here, before anything starts, with a message naming the field.
 //!
 //! What maps: process.args/env/cwd (the program, `-e`, `-w`), root.path and
-//! root.readonly (`--rootfs`, `--read-only`), bind mounts of directories (`-v`),
+//! root.readonly (`--rootfs` with `--rootfs-rw`, or `--read-only`), bind mounts of directories (`-v`),
 //! linux.resources.memory.limit (`--mem`), cpu quota/period (`--smp`, rounded
 //! up), and the `onering.*` annotations (our own options; they win over the
 //! resources). What the VM already provides is accepted without an option: the
@@ -156,9 +156,9 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
     };
     opt("--mem", mem);
     opt("--smp", smp);
-    if root.readonly() == Some(true) {
-        out.push("--read-only".into());
-    }
+    // The program's changes go to the bundle's rootfs (the container's layer), as
+    // runc's do, unless it is read-only.
+    out.push(if root.readonly() == Some(true) { "--read-only" } else { "--rootfs-rw" }.into());
     out.extend(extra);
     out.push("--".into());
     out.extend(args.iter().map(OsString::from));
@@ -236,6 +236,7 @@ mod tests {
                 "/work",
                 "--rootfs",
                 "/b/rootfs",
+                "--rootfs-rw",
                 "--",
                 "sh",
                 "-c",
@@ -257,7 +258,7 @@ mod tests {
         assert!(a.windows(2).any(|w| w == ["--hostname", "box1"]), "{a:?}");
         let s = base(r#","annotations":{"onering.mem":"1G","onering.quiet":"true","other":"x"}"#);
         let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
-        assert!(a.windows(3).any(|w| w == ["--mem", "1G", "-q"]), "{a:?}");
+        assert!(a.windows(4).any(|w| w == ["--mem", "1G", "--rootfs-rw", "-q"]), "{a:?}");
         let s = base(r#","annotations":{"onering.bogus":"1"}"#);
         assert!(
             matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(m)) if m.contains("onering.bogus"))
