@@ -24,7 +24,7 @@ pub mod sysnames;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 27;
+pub const ABI_VERSION: u64 = 28;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -240,6 +240,82 @@ pub struct BootInfo {
     /// `--hostname`: the VM's host name, NUL-padded (all zero: the default,
     /// [`DEFAULT_HOSTNAME`]).
     pub hostname: [u64; HOSTNAME_WORDS],
+    /// The program's capability sets, a bit per capability, indexed by
+    /// [`caps`]'s constants.
+    pub caps: [u64; caps::SETS],
+}
+
+/// Capability sets (`BootInfo::caps`): the VMM chooses them (all of them for
+/// root, else only the bounding set; an OCI bundle's own); the kernel reports them.
+pub mod caps {
+    pub const BOUNDING: usize = 0;
+    pub const PERMITTED: usize = 1;
+    pub const EFFECTIVE: usize = 2;
+    pub const INHERITABLE: usize = 3;
+    pub const AMBIENT: usize = 4;
+    pub const SETS: usize = 5;
+    /// The highest capability (CAP_CHECKPOINT_RESTORE, Linux 5.9).
+    pub const LAST: u32 = 40;
+    /// Every capability.
+    pub const ALL: u64 = (1 << (LAST + 1)) - 1;
+    /// The capability named `name` (`CAP_NET_ADMIN` or `net_admin`), if Linux knows it.
+    pub fn number(name: &str) -> Option<u32> {
+        let bare = name.strip_prefix("CAP_").or_else(|| name.strip_prefix("cap_")).unwrap_or(name);
+        NAMES.iter().position(|n| n.eq_ignore_ascii_case(bare)).map(|i| i as u32)
+    }
+    /// Linux's names, without `CAP_`, by number.
+    pub const NAMES: [&str; LAST as usize + 1] = [
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "DAC_READ_SEARCH",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "SETGID",
+        "SETUID",
+        "SETPCAP",
+        "LINUX_IMMUTABLE",
+        "NET_BIND_SERVICE",
+        "NET_BROADCAST",
+        "NET_ADMIN",
+        "NET_RAW",
+        "IPC_LOCK",
+        "IPC_OWNER",
+        "SYS_MODULE",
+        "SYS_RAWIO",
+        "SYS_CHROOT",
+        "SYS_PTRACE",
+        "SYS_PACCT",
+        "SYS_ADMIN",
+        "SYS_BOOT",
+        "SYS_NICE",
+        "SYS_RESOURCE",
+        "SYS_TIME",
+        "SYS_TTY_CONFIG",
+        "MKNOD",
+        "LEASE",
+        "AUDIT_WRITE",
+        "AUDIT_CONTROL",
+        "SETFCAP",
+        "MAC_OVERRIDE",
+        "MAC_ADMIN",
+        "SYSLOG",
+        "WAKE_ALARM",
+        "BLOCK_SUSPEND",
+        "AUDIT_READ",
+        "PERFMON",
+        "BPF",
+        "CHECKPOINT_RESTORE",
+    ];
+    /// The sets of a program run by user `uid` when nothing else is asked.
+    pub fn default_for(uid: u64) -> [u64; SETS] {
+        let mut c = [0; SETS];
+        c[BOUNDING] = ALL;
+        if uid == 0 {
+            (c[PERMITTED], c[EFFECTIVE]) = (ALL, ALL);
+        }
+        c
+    }
 }
 
 /// The longest host name, as Linux's `__NEW_UTS_LEN`.

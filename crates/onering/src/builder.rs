@@ -45,6 +45,8 @@ pub struct VmConfig<'a> {
     pub read_only: bool,
     /// `--rootfs-rw`: the program's changes to the rootfs go to the host.
     pub rootfs_rw: bool,
+    /// `--oci-caps`: the capability sets (None: `onering_abi::caps::default_for`).
+    pub caps: Option<[u64; onering_abi::caps::SETS]>,
     pub workdir: Option<&'a OsStr>,
     /// `--hostname` (None: `onering_abi::DEFAULT_HOSTNAME`).
     pub hostname: Option<&'a [u8]>,
@@ -264,6 +266,7 @@ pub fn run(
         net: config.net.as_ref().map_or_else(NetInfo::default, net_info),
         trace_set: config.trace_set.unwrap_or_default(),
         hostname: config.hostname.unwrap_or_default(),
+        caps: config.caps.unwrap_or_else(|| onering_abi::caps::default_for(uid)),
     };
 
     let (mut bi, rewritten) =

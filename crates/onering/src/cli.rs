@@ -56,6 +56,11 @@ struct RunArgs {
     /// default); without it they stay in the VM's memory.
     #[arg(long, requires = "rootfs")]
     rootfs_rw: bool,
+    /// The program's capability sets, BOUNDING:PERMITTED:EFFECTIVE:INHERITABLE:AMBIENT,
+    /// each a hexadecimal mask (the OCI runtime's: an OCI bundle's
+    /// process.capabilities); without it root has every capability.
+    #[arg(long, value_name = "B:P:E:I:A", value_parser = parse_caps, hide = true)]
+    oci_caps: Option<[u64; onering_abi::caps::SETS]>,
     /// Share a host directory as GUEST in the VM, read-write (`:ro`: read-only),
     /// as `docker -v`; repeatable.
     #[arg(short = 'v', long = "volume", value_name = "HOST:GUEST[:ro]")]
@@ -159,6 +164,19 @@ fn parse_hostname(s: &str) -> Result<OsString, String> {
     Ok(s.into())
 }
 
+/// Parses `--oci-caps`: five hexadecimal masks separated by `:`, within the
+/// capabilities Linux knows.
+fn parse_caps(s: &str) -> Result<[u64; onering_abi::caps::SETS], String> {
+    let bad = || format!("five hexadecimal capability masks B:P:E:I:A, within {:#x}", onering_abi::caps::ALL);
+    let masks: Vec<u64> =
+        s.split(':').map(|m| u64::from_str_radix(m, 16).map_err(|_| bad())).collect::<Result<_, _>>()?;
+    let sets: [u64; onering_abi::caps::SETS] = masks.try_into().map_err(|_| bad())?;
+    if sets.iter().any(|m| m & !onering_abi::caps::ALL != 0) {
+        return Err(bad());
+    }
+    Ok(sets)
+}
+
 /// Parses sizes like `256M`, `1G`, `512m`, `64MiB`, `1048576`.
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -229,6 +247,7 @@ fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
         "--ip",
         "--gateway",
         "--exec-socket",
+        "--oci-caps",
     ];
     let Some(run) = args.iter().position(|a| a == "run") else {
         return args;
@@ -552,6 +571,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         volumes: volumes(&args)?,
         read_only: args.read_only,
         rootfs_rw: args.rootfs_rw,
+        caps: args.oci_caps,
         workdir: args.workdir.as_deref().or(host_cwd.as_deref()),
         hostname: args.hostname.as_deref().map(|h| h.as_bytes()),
         interactive: args.interactive,

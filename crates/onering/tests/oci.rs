@@ -364,6 +364,11 @@ fn podman_runs_containers_as_onering_vms() {
     let o = run(&["--read-only", "--cpus", "2", image, "sh", "-c", "cat /sys/devices/system/cpu/online; echo x > /f"]);
     assert_eq!((status(&o), stdout(&o).as_str()), (1, "0-1\n"), "{}", stderr(&o));
     assert!(stderr(&o).contains("Read-only file system"), "{}", stderr(&o));
+    // The bundle's capabilities are the program's (capget, /proc, prctl).
+    let o = run(&["--cap-drop", "all", "--cap-add", "net_admin", image, "grep", "^Cap", "/proc/self/status"]);
+    let want = "CapInh:\t0000000000000000\nCapPrm:\t0000000000001000\nCapEff:\t0000000000001000\n\
+                CapBnd:\t0000000000001000\nCapAmb:\t0000000000000000\n";
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, want), "{}", stderr(&o));
     // -t: the program's stdio is the terminal onering sent over the console socket.
     let o = run(&["-t", image, "sh", "-c", "test -t 0 && test -t 1 && echo tty; exit 2"]);
     assert_eq!((status(&o), stdout(&o).as_str()), (2, "tty\r\n"), "{}", stderr(&o));

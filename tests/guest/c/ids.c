@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "check.h"
 #include <stdint.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 
@@ -50,6 +51,8 @@ int main(void) {
     h.pid = 0;
     CHECK_ERR(syscall(SYS_capget, &h, (void *)8), EFAULT, "capget to a bad pointer is EFAULT");
     CHECK_ERR(syscall(SYS_capget, (void *)8, d), EFAULT, "capget of a bad header is EFAULT");
+    CHECK(prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN) == 1, "CAP_SYS_ADMIN in the bounding set");
+    CHECK_ERR(prctl(PR_CAPBSET_READ, 99), EINVAL, "PR_CAPBSET_READ of no such capability is EINVAL");
     printf("done\n");
     return failures;
 }

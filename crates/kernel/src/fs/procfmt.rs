@@ -31,6 +31,8 @@ pub struct ProcInfo {
     pub uid: u64,
     pub gid: u64,
     pub umask: u32,
+    /// Capability sets (`onering_abi::caps`).
+    pub caps: [u64; onering_abi::caps::SETS],
     /// Bytes mapped, and resident; of which the stack, data (writable private),
     /// text.
     pub vsize: u64,
@@ -140,15 +142,16 @@ pub fn status(p: &ProcInfo) -> String {
     );
     let _ = write!(s, "SigPnd:\t{}\nShdPnd:\t{}\n", mask(0), mask(p.sig[3]));
     let _ = write!(s, "SigBlk:\t{}\nSigIgn:\t{}\nSigCgt:\t{}\n", mask(p.sig[0]), mask(p.sig[1]), mask(p.sig[2]));
-    let caps = if p.uid == 0 { 0x1ff_ffff_ffff } else { 0 };
+    use onering_abi::caps::{AMBIENT, BOUNDING, EFFECTIVE, INHERITABLE, PERMITTED};
+    let c = |set: usize| mask(p.caps[set]);
     let _ = write!(
         s,
         "CapInh:\t{}\nCapPrm:\t{}\nCapEff:\t{}\nCapBnd:\t{}\nCapAmb:\t{}\n",
-        mask(0),
-        mask(caps),
-        mask(caps),
-        mask(0x1ff_ffff_ffff),
-        mask(0)
+        c(INHERITABLE),
+        c(PERMITTED),
+        c(EFFECTIVE),
+        c(BOUNDING),
+        c(AMBIENT)
     );
     s.push_str("NoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n");
     s.push_str("Speculation_Store_Bypass:\tthread vulnerable\nSpeculationIndirectBranch:\tconditional enabled\n");
@@ -618,6 +621,7 @@ mod tests {
             uid: 1000,
             gid: 100,
             umask: 0o22,
+            caps: onering_abi::caps::default_for(1000),
             vsize: 10 << 20,
             rss: 4 << 20,
             cpus: 2,

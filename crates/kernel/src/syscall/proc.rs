@@ -611,10 +611,6 @@ pub fn getresgid(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
 const CAP_V1: u32 = 0x1998_0330;
 const CAP_V2: u32 = 0x2007_1026;
 const CAP_V3: u32 = 0x2008_0522;
-/// Every capability Linux 5.9+ knows (up to CAP_CHECKPOINT_RESTORE, 40), as
-/// (low word, high word).
-const CAP_ALL: [u32; 2] = [u32::MAX, (1 << (40 - 32 + 1)) - 1];
-
 /// The capability header at `hdr`: how many 32-bit words each set has, and
 /// the pid. An unknown version is EINVAL, the kernel's written back (Linux's
 /// `cap_validate_magic`, how libcap asks which version to use).
@@ -630,14 +626,11 @@ fn cap_header(ctx: &Ctx, hdr: u64) -> Result<(usize, i32), Errno> {
     Ok((words, ctx.user.read_u32(hdr + 4)? as i32))
 }
 
-/// The capabilities of the VM's user: all of them for root (the VM is its
-/// own machine), none for another user; none inheritable.
-fn caps_of(ctx: &Ctx) -> [u32; 2] {
-    if ctx.k.cfg.uid == 0 {
-        CAP_ALL
-    } else {
-        [0, 0]
-    }
+/// Word `i` (0 low, 1 high) of capability set `set` (`onering_abi::caps`): the
+/// sets the VMM gave (all of them for root, none for another user; an OCI
+/// bundle's own), the same for every process.
+fn cap_word(ctx: &Ctx, set: usize, i: usize) -> u32 {
+    (ctx.k.cfg.caps[set] >> (32 * i)) as u32
 }
 
 /// `capget(hdr, data)`: effective, permitted and inheritable sets, word by
@@ -657,30 +650,34 @@ pub fn capget(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     if pid != 0 && !matches!(crate::task::process::life(pid as u64), crate::task::process::Life::Live { .. }) {
         return Err(Errno::ESRCH);
     }
-    let caps = caps_of(ctx);
-    for (i, word) in caps.iter().take(words).enumerate() {
+    use onering_abi::caps::{EFFECTIVE, INHERITABLE, PERMITTED};
+    for i in 0..words {
         let at = data + 12 * i as u64;
-        ctx.user.write_u32(at, *word)?;
-        ctx.user.write_u32(at + 4, *word)?;
-        ctx.user.write_u32(at + 8, 0)?;
+        for (off, set) in [(0, EFFECTIVE), (4, PERMITTED), (8, INHERITABLE)] {
+            ctx.user.write_u32(at + off, cap_word(ctx, set, i))?;
+        }
     }
     Ok(0)
 }
 
 /// `capset(hdr, data)`: the caller's own sets only (another pid is EPERM); a
-/// set that adds a capability the user does not have is EPERM. Sets are not
-/// kept: a later `capget` shows the user's full sets again (deviation).
+/// permitted or inheritable set that adds a capability not permitted (or, for
+/// inheritable, not bounding either), or an effective set beyond the new
+/// permitted one, is EPERM. Sets are not kept: a later `capget` shows the
+/// VM's sets again (deviation).
 pub fn capset(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
     let [hdr, data, ..] = f.args();
     let (words, pid) = cap_header(ctx, hdr)?;
     if pid != 0 && pid as u64 != ctx.thread.pid() {
         return Err(Errno::EPERM);
     }
-    let caps = caps_of(ctx);
-    for (i, have) in caps.iter().take(words).enumerate() {
+    use onering_abi::caps::{BOUNDING, INHERITABLE, PERMITTED};
+    for i in 0..words {
         let at = data + 12 * i as u64;
         let (eff, perm, inh) = (ctx.user.read_u32(at)?, ctx.user.read_u32(at + 4)?, ctx.user.read_u32(at + 8)?);
-        if perm & !have != 0 || eff & !perm != 0 || inh & !have != 0 {
+        let have = cap_word(ctx, PERMITTED, i);
+        let inheritable = cap_word(ctx, INHERITABLE, i) | (have & cap_word(ctx, BOUNDING, i));
+        if perm & !have != 0 || eff & !perm != 0 || inh & !inheritable != 0 {
             return Err(Errno::EPERM);
         }
     }
@@ -881,7 +878,11 @@ const PR_GET_DUMPABLE: u64 = 3;
 const PR_SET_DUMPABLE: u64 = 4;
 const PR_GET_KEEPCAPS: u64 = 7;
 const PR_SET_KEEPCAPS: u64 = 8;
+const PR_CAPBSET_READ: u64 = 23;
+const PR_CAPBSET_DROP: u64 = 24;
 const PR_SET_NO_NEW_PRIVS: u64 = 38;
+const PR_CAP_AMBIENT: u64 = 47;
+const PR_CAP_AMBIENT_IS_SET: u64 = 1;
 const PR_GET_NO_NEW_PRIVS: u64 = 39;
 
 pub fn prctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
@@ -918,6 +919,14 @@ pub fn prctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         PR_SET_KEEPCAPS if arg2 <= 1 => {
             ctx.k.keepcaps.store(arg2 == 1, core::sync::atomic::Ordering::Relaxed);
             Ok(0)
+        }
+        // The VM's capability sets (`capget`): read, never changed.
+        PR_CAPBSET_READ if arg2 <= u64::from(onering_abi::caps::LAST) => {
+            Ok(ctx.k.cfg.caps[onering_abi::caps::BOUNDING] >> arg2 & 1)
+        }
+        PR_CAPBSET_DROP if arg2 <= u64::from(onering_abi::caps::LAST) => Err(Errno::EPERM),
+        PR_CAP_AMBIENT if arg2 == PR_CAP_AMBIENT_IS_SET && f.rdx <= u64::from(onering_abi::caps::LAST) => {
+            Ok(ctx.k.cfg.caps[onering_abi::caps::AMBIENT] >> f.rdx & 1)
         }
         PR_SET_NO_NEW_PRIVS if arg2 == 1 => Ok(0),
         PR_GET_NO_NEW_PRIVS => Ok(1),

@@ -97,6 +97,8 @@ pub struct LoadSpec<'a> {
     pub trace_set: [u64; onering_abi::trace::SET_WORDS],
     /// `--hostname` (empty: the default).
     pub hostname: &'a [u8],
+    /// The program's capability sets (`onering_abi::caps`).
+    pub caps: [u64; onering_abi::caps::SETS],
 }
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
@@ -366,6 +368,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         net: spec.net,
         trace_set: spec.trace_set,
         hostname: onering_abi::hostname_words(spec.hostname),
+        caps: spec.caps,
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
@@ -435,6 +438,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     w.push(bi.vdso_len);
     w.extend(bi.trace_set);
     w.extend(bi.hostname);
+    w.extend(bi.caps);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }
@@ -465,6 +469,7 @@ mod tests {
             net: NetInfo::default(),
             trace_set: [0; onering_abi::trace::SET_WORDS],
             hostname: b"",
+            caps: onering_abi::caps::default_for(0),
         }
     }
 
@@ -476,15 +481,25 @@ mod tests {
         let mut trace_set = [0; onering_abi::trace::SET_WORDS];
         trace_set[onering_abi::trace::SET_WORDS - 1] = 0x55;
         let hostname = onering_abi::hostname_words(b"box");
-        let bi =
-            BootInfo { magic: BOOT_MAGIC, nsegments: 77, net, vdso_len: 9, trace_set, hostname, ..Default::default() };
+        let caps = [1, 2, 3, 4, 5];
+        let bi = BootInfo {
+            magic: BOOT_MAGIC,
+            nsegments: 77,
+            net,
+            vdso_len: 9,
+            trace_set,
+            hostname,
+            caps,
+            ..Default::default()
+        };
         write_boot_info(&m, &bi).unwrap();
         let at = |off: usize| m.read_obj::<u64>(GuestAddress(layout::BOOT_INFO_PHYS + off as u64)).unwrap();
         assert_eq!(
             at(std::mem::offset_of!(BootInfo, hostname)),
             u64::from_le_bytes(*b"box\0\0\0\0\0"),
-            "the host name last"
+            "the host name"
         );
+        assert_eq!(at(std::mem::offset_of!(BootInfo, caps) + 32), 5, "the capability sets last");
         let trace_end = std::mem::offset_of!(BootInfo, hostname) - 8;
         assert_eq!(at(trace_end), 0x55, "the trace set before it");
         assert_eq!(at(std::mem::offset_of!(BootInfo, vdso_len)), 9);

@@ -6,13 +6,13 @@
 //! What maps: process.args/env/cwd (the program, `-e`, `-w`), root.path and
 //! root.readonly (`--rootfs` with `--rootfs-rw`, or `--read-only`), bind mounts of directories (`-v`),
 //! linux.resources.memory.limit (`--mem`), cpu quota/period (`--smp`, rounded
-//! up), and the `onering.*` annotations (our own options; they win over the
+//! up), process.capabilities (`--oci-caps`: what `capget` and /proc report), and the `onering.*` annotations (our own options; they win over the
 //! resources). What the VM already provides is accepted without an option: the
 //! kernel file systems podman and containerd always mount (proc, sysfs, tmpfs,
 //! devpts, mqueue, cgroup: the guest kernel has its own), the files podman binds
 //! over /etc/hosts, /etc/hostname, /etc/resolv.conf, /run/.containerenv and
 //! /dev/shm (the program sees the image's /etc files, or onering's; the guest's
-//! /dev is its own), namespaces, capabilities, seccomp, masked and read-only
+//! /dev is its own), namespaces, seccomp, masked and read-only
 //! paths, cgroup paths, pids and device rules: a VM already isolates the
 //! program, and the host-side process is only the VMM. Everything else (another
 //! user, other rlimits, other mount types, sysctls outside net.*, block I/O and
@@ -88,6 +88,9 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
         opt("-e", e.into());
     }
     opt("-w", process.cwd().clone().into_os_string());
+    if let Some(c) = process.capabilities() {
+        opt("--oci-caps", capability_masks(c)?.into());
+    }
     if let Some(h) = spec.hostname().as_deref().filter(|h| !h.is_empty()) {
         if !onering_abi::hostname_ok(h.as_bytes()) {
             return Err(SpecError::Invalid(format!("hostname {h:?}: 1 to 64 bytes without NUL or newline")));
@@ -200,6 +203,24 @@ fn mount(m: &oci_spec::runtime::Mount) -> Result<Option<OsString>, SpecError> {
     Ok(Some(v))
 }
 
+/// process.capabilities as `--oci-caps`' five masks (bounding, permitted,
+/// effective, inheritable, ambient); an absent set is empty, as runc makes it.
+fn capability_masks(c: &oci_spec::runtime::LinuxCapabilities) -> Result<String, SpecError> {
+    let sets = [c.bounding(), c.permitted(), c.effective(), c.inheritable(), c.ambient()];
+    let mut masks = Vec::new();
+    for set in sets {
+        let mut m = 0u64;
+        for cap in set.iter().flatten() {
+            let name = serde_json::to_value(cap).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+            let n = onering_abi::caps::number(&name)
+                .ok_or_else(|| SpecError::Unsupported(format!("process.capabilities {name} (unknown to onering)")))?;
+            m |= 1 << n;
+        }
+        masks.push(format!("{m:x}"));
+    }
+    Ok(masks.join(":"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,6 +284,21 @@ mod tests {
         assert!(
             matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(m)) if m.contains("onering.bogus"))
         );
+    }
+
+    #[test]
+    fn capabilities() {
+        let s = base("").replace(
+            r#""user":{"uid":0,"gid":0}"#,
+            r#""user":{"uid":0,"gid":0},
+               "capabilities":{"bounding":["CAP_KILL","CAP_NET_ADMIN"],"permitted":["CAP_KILL"],
+                               "effective":["CAP_KILL"],"ambient":[]}"#,
+        );
+        let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
+        assert!(a.windows(2).any(|w| w == ["--oci-caps", "1020:20:20:0:0"]), "{a:?}");
+        // No capabilities object: no option (root keeps every capability).
+        let a = args(&plan(&spec(&base("")), Path::new("/b")).unwrap());
+        assert!(!a.iter().any(|x| x == "--oci-caps"), "{a:?}");
     }
 
     #[test]
