@@ -232,6 +232,10 @@ fn runc_exec_starts_processes_in_the_running_vm() {
     let big: Vec<u8> = (0..300_000u32).map(|i| b'a' + (i % 26) as u8).collect();
     let o = runc_with_input(&root, &["ex", "busybox", "wc", "-c"], &[&big[..100_000], &big[100_000..]]);
     assert_eq!((status(&o), stdout(&o).trim()), (0, "300000"), "{}", stderr(&o));
+    // poll: a read with a timeout waits for input that comes later, and sees the end.
+    let script = "read -t 10 x && echo got $x; read -t 10 y || echo end";
+    let o = runc_with_input(&root, &["ex", "sh", "-c", script], &[b"", b"later\n"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "got later\nend\n"), "{}", stderr(&o));
     let o = runc(&root, &["exec", "ex", "sh", "-c", "cat; echo eof"]);
     assert_eq!((status(&o), stdout(&o).as_str()), (0, "eof\n"), "an empty stdin: {}", stderr(&o));
     // Two at once: each reads its own client's stdin.

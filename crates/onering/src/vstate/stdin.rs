@@ -16,6 +16,9 @@
 //! but nothing is read: the VMM posts `STDIN_READY` once the host's stdin is
 //! readable, or at end of file.
 //!
+//! The read follows a zero-timeout `poll` (another reader of the same open file
+//! may have taken the input since epoll said so): the event loop never waits.
+//!
 //! A stdin epoll cannot watch (a regular file, /dev/null) is read at once, on the
 //! vCPU's thread: such reads do not wait. Reads take exactly what was asked, no
 //! more (a file's offset is the program's: it may `lseek` its stdin). Without `-i` a request is EBADF: the VMM,
@@ -33,7 +36,7 @@ use crate::arch::translate;
 use crate::event_loop::{LazyEventLoop, Next, Token};
 use onering_abi::{events, layout};
 use std::io::Read;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use vm_memory::{Bytes, GuestAddress, GuestMemoryBackend, GuestMemoryMmap, VolatileMemory};
@@ -220,6 +223,10 @@ pub fn watch(
     let registered = match (dup(), events.get()) {
         (Ok(file), Ok(l)) => l
             .register(file, vmm_sys_util::epoll::EventSet::IN | vmm_sys_util::epoll::EventSet::HANG_UP, move |f, _| {
+                // (Taken meanwhile by another reader: the loop's thread must not wait.)
+                if !crate::sys::stdio::ready_now(f.as_raw_fd()) {
+                    return Next::Keep;
+                }
                 if stdin.complete(mem, f, id) {
                     wake();
                 }
