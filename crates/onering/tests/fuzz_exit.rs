@@ -84,8 +84,8 @@ impl Env for FuzzEnv<'_> {
         // The real device, answered at once with random input (or a failing read).
         let Some(input) = onering_abi::exec::input_of(stream) else { return -9 };
         let stdin = onering::vstate::stdin::Stdin::new(input, !self.rng.one_in(16));
-        match stdin.request(self.mem, virt, len, 0) {
-            Ok(()) => {
+        match stdin.request(self.mem, virt, len) {
+            Ok(seq) => {
                 if len > PIECE as u64 {
                     self.broken.push(format!("a stdin request of {len} bytes was taken"));
                 }
@@ -99,9 +99,9 @@ impl Env for FuzzEnv<'_> {
                     }
                 }
                 if self.rng.one_in(8) {
-                    stdin.complete(self.mem, &mut Failing, 0);
+                    stdin.complete(self.mem, &mut Failing, seq);
                 } else {
-                    stdin.complete(self.mem, &mut &data[..], 0);
+                    stdin.complete(self.mem, &mut &data[..], seq);
                 }
                 0
             }

@@ -121,16 +121,16 @@ impl Execs {
         (virt, len): (u64, u64),
         wake: impl Fn() + Send + 'static,
     ) -> i64 {
-        let (source, id) = {
+        let (source, seq) = {
             let slots = lock(&self.slots);
             let Some(s) = slots.get(slot as usize).and_then(Option::as_ref) else { return -EBADF };
             // (Under the slots' lock: the slot's end cancels it after, not before.)
-            if let Err(e) = self.inputs[slot as usize].request(mem, virt, len, s.id) {
-                return e;
+            match self.inputs[slot as usize].request(mem, virt, len) {
+                Ok(seq) => (s.streams[0].clone(), seq),
+                Err(e) => return e,
             }
-            (s.streams[0].clone(), s.id)
         };
-        super::stdin::watch(&self.inputs[slot as usize], &*source, mem, events, id, wake);
+        super::stdin::watch(&self.inputs[slot as usize], &*source, mem, events, seq, wake);
         0
     }
 

@@ -362,9 +362,9 @@ impl Machine {
     fn stdin_request(&'static self, virt: u64, len: u64, stream: u64) -> i64 {
         let wake = move || self.notify_guest();
         match onering_abi::exec::input_of(stream) {
-            Some(0) => match self.stdin.request(&self.mem, virt, len, 0) {
-                Ok(()) => {
-                    super::stdin::watch(&self.stdin, &std::io::stdin(), &self.mem, &self.events, 0, wake);
+            Some(0) => match self.stdin.request(&self.mem, virt, len) {
+                Ok(seq) => {
+                    super::stdin::watch(&self.stdin, &std::io::stdin(), &self.mem, &self.events, seq, wake);
                     0
                 }
                 Err(e) => e,

@@ -28,9 +28,10 @@
 //! The same device serves each process `onering exec` starts (`exec`): one
 //! [`Stdin`] per input (`onering_abi::exec::input_of`), each with its own result
 //! word and bits in the events page, reading the stdin its client handed over.
-//! A request carries the id of whom it is for (the slot's request); a watch
-//! that fires for another is ignored, and [`Stdin::cancel`] ends a slot's
-//! outstanding request (end of file) and its watch when its process ends.
+//! Each request has a number and its watch serves only that request: one
+//! that fires after its request was cancelled finds nothing to do, and
+//! [`Stdin::cancel`] ends a slot's outstanding request (end of file) and its
+//! watch when its process ends (so no watch outlives its request for long).
 
 use crate::arch::translate;
 use crate::event_loop::{LazyEventLoop, Next, Token};
@@ -49,13 +50,12 @@ const EBUSY: i64 = 16;
 const EIO: i64 = 5;
 const EINVAL: i64 = 22;
 
-/// What the guest asked for (a length of 0: only a watch), and for whom (an
-/// exec slot's request id; 0 for the program).
+/// What the guest asked for (a length of 0: only a watch), and its number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Request {
     virt: u64,
     len: u64,
-    id: u64,
+    seq: u64,
 }
 
 pub struct Stdin {
@@ -63,7 +63,9 @@ pub struct Stdin {
     input: usize,
     forwarded: bool,
     pending: Mutex<Option<Request>>,
-    /// The event loop's watch for the last request (for [`Stdin::cancel`]).
+    /// Requests so far (each one's number).
+    requests: AtomicU64,
+    /// The event loop's watch for the outstanding request (for [`Stdin::cancel`]).
     watch: Mutex<Option<Token>>,
 }
 
@@ -144,13 +146,13 @@ pub fn post_signal(mem: &GuestMemoryMmap, sig: u64, from_tty: bool) {
 impl Stdin {
     /// Input `input`'s device (below `onering_abi::exec::INPUTS`).
     pub fn new(input: usize, forwarded: bool) -> Self {
-        Stdin { input, forwarded, pending: Mutex::new(None), watch: Mutex::new(None) }
+        Stdin { input, forwarded, pending: Mutex::new(None), requests: AtomicU64::new(0), watch: Mutex::new(None) }
     }
 
-    /// Takes a request for `id`: 0, or -EBADF (no `-i`), -EBUSY (one is outstanding),
+    /// Takes a request: its number, or -EBADF (no `-i`), -EBUSY (one is outstanding),
     /// -EINVAL (over 64 KiB), -EFAULT (the buffer is not mapped). A length of 0 is
     /// a watch. `watch` is called to have the host's stdin watched (or read at once).
-    pub fn request(&self, mem: &GuestMemoryMmap, virt: u64, len: u64, id: u64) -> Result<(), i64> {
+    pub fn request(&self, mem: &GuestMemoryMmap, virt: u64, len: u64) -> Result<u64, i64> {
         if !self.forwarded {
             return Err(-EBADF);
         }
@@ -164,14 +166,20 @@ impl Stdin {
         if p.is_some() {
             return Err(-EBUSY);
         }
-        *p = Some(Request { virt, len, id });
-        Ok(())
+        let seq = self.requests.fetch_add(1, Ordering::Relaxed);
+        *p = Some(Request { virt, len, seq });
+        Ok(seq)
     }
 
-    /// The host's stdin is readable (or cannot be watched): one read for the
-    /// outstanding request of `id`, posted to the guest. False if there was none.
-    pub fn complete(&self, mem: &GuestMemoryMmap, input: &mut impl Read, id: u64) -> bool {
-        let Some(req) = lock(&self.pending).take_if(|r| r.id == id) else {
+    /// Whether request `seq` is outstanding.
+    fn outstanding(&self, seq: u64) -> bool {
+        lock(&self.pending).is_some_and(|r| r.seq == seq)
+    }
+
+    /// The host's stdin is readable (or cannot be watched): one read for
+    /// request `seq`, posted to the guest. False if it is not outstanding.
+    pub fn complete(&self, mem: &GuestMemoryMmap, input: &mut impl Read, seq: u64) -> bool {
+        let Some(req) = lock(&self.pending).take_if(|r| r.seq == seq) else {
             return false;
         };
         if req.len == 0 {
@@ -208,15 +216,15 @@ impl Stdin {
     }
 }
 
-/// Starts watching `source` (a host stdin) for `stdin`'s outstanding request of
-/// `id`: on the event loop, or, for a stdin epoll cannot watch, by reading now.
-/// `wake` tells the guest.
+/// Starts watching `source` (a host stdin) for `stdin`'s request `seq`: on the
+/// event loop, or, for a stdin epoll cannot watch, by reading now. `wake` tells
+/// the guest.
 pub fn watch(
     stdin: &'static Stdin,
     source: &impl AsFd,
     mem: &'static GuestMemoryMmap,
     events: &LazyEventLoop,
-    id: u64,
+    seq: u64,
     wake: impl Fn() + Send + 'static,
 ) {
     let dup = || source.as_fd().try_clone_to_owned().map(std::fs::File::from);
@@ -227,12 +235,21 @@ pub fn watch(
                 if !crate::sys::stdio::ready_now(f.as_raw_fd()) {
                     return Next::Keep;
                 }
-                if stdin.complete(mem, f, id) {
+                if stdin.complete(mem, f, seq) {
                     wake();
                 }
                 Next::Remove
             })
-            .map(|t| *lock(&stdin.watch) = Some(t))
+            .map(|t| {
+                // Kept for a cancel while its request is outstanding; a request
+                // cancelled before this point leaves no watch behind.
+                let mut w = lock(&stdin.watch);
+                if stdin.outstanding(seq) {
+                    *w = Some(t);
+                } else {
+                    l.remove(t);
+                }
+            })
             .is_ok(),
         _ => false,
     };
@@ -242,10 +259,10 @@ pub fn watch(
         // on its stdin moves the host's offset, which must be where it read up to.
         match dup() {
             Ok(mut f) => {
-                let _ = stdin.complete(mem, &mut f, id);
+                let _ = stdin.complete(mem, &mut f, seq);
             }
             Err(_) => {
-                let _ = stdin.complete(mem, &mut std::io::empty(), id);
+                let _ = stdin.complete(mem, &mut std::io::empty(), seq);
             }
         }
     }
@@ -267,13 +284,13 @@ mod tests {
     fn requests_are_checked_and_answered() {
         let mem = memory();
         let off = Stdin::new(0, false);
-        assert_eq!(off.request(&mem, 0x40_0000, 10, 0), Err(-EBADF), "no -i: the VMM refuses");
+        assert_eq!(off.request(&mem, 0x40_0000, 10), Err(-EBADF), "no -i: the VMM refuses");
         let s = Stdin::new(0, true);
-        assert_eq!(s.request(&mem, 0x40_0000, MAX_REQUEST + 1, 0), Err(-EINVAL));
-        assert_eq!(s.request(&mem, 0x1000_0000, 10, 0), Err(-EFAULT), "not mapped");
-        assert_eq!(s.request(&mem, 0x5f_fff0, 32, 0), Err(-EFAULT), "runs off the mapping");
-        assert_eq!(s.request(&mem, 0x40_0000, 10, 0), Ok(()));
-        assert_eq!(s.request(&mem, 0x40_0000, 10, 0), Err(-EBUSY));
+        assert_eq!(s.request(&mem, 0x40_0000, MAX_REQUEST + 1), Err(-EINVAL));
+        assert_eq!(s.request(&mem, 0x1000_0000, 10), Err(-EFAULT), "not mapped");
+        assert_eq!(s.request(&mem, 0x5f_fff0, 32), Err(-EFAULT), "runs off the mapping");
+        assert_eq!(s.request(&mem, 0x40_0000, 10), Ok(0));
+        assert_eq!(s.request(&mem, 0x40_0000, 10), Err(-EBUSY));
         assert!(s.complete(&mem, &mut &b"hello world"[..], 0));
         let mut got = [0u8; 10];
         mem.read_slice(&mut got, GuestAddress(0x40_0000)).unwrap();
@@ -283,13 +300,13 @@ mod tests {
         assert_eq!(word(events::PENDING), events::STDIN);
         assert!(!s.complete(&mem, &mut &b"x"[..], 0), "nothing outstanding");
         // End of file.
-        assert_eq!(s.request(&mem, 0x40_0000, 10, 0), Ok(()));
-        assert!(s.complete(&mem, &mut &b""[..], 0));
+        assert_eq!(s.request(&mem, 0x40_0000, 10), Ok(1));
+        assert!(s.complete(&mem, &mut &b""[..], 1));
         assert_eq!(word(events::STDIN_RESULT), 0);
         // A watch reads nothing and posts readiness.
-        assert_eq!(s.request(&mem, 0, 0, 0), Ok(()), "a watch needs no buffer");
+        assert_eq!(s.request(&mem, 0, 0), Ok(2), "a watch needs no buffer");
         let mut input = &b"keep"[..];
-        assert!(s.complete(&mem, &mut input, 0));
+        assert!(s.complete(&mem, &mut input, 2));
         assert_eq!(input, b"keep", "nothing read");
         assert_eq!(word(events::PENDING) & events::STDIN_READY, events::STDIN_READY);
     }
@@ -302,19 +319,19 @@ mod tests {
         let word = |off| mem.read_obj::<u64>(GuestAddress(layout::EVENTS_PHYS + off)).unwrap();
         let events = LazyEventLoop::default();
         assert!(!s.cancel(&mem, &events), "nothing outstanding");
-        assert_eq!(s.request(&mem, 0x40_0000, 10, 7), Ok(()));
-        assert!(!s.complete(&mem, &mut &b"stale"[..], 6), "a watch for another request");
-        assert!(s.complete(&mem, &mut &b"abc"[..], 7));
+        assert_eq!(s.request(&mem, 0x40_0000, 10), Ok(0));
+        assert!(!s.complete(&mem, &mut &b"stale"[..], 1), "a watch for another request");
+        assert!(s.complete(&mem, &mut &b"abc"[..], 0));
         assert_eq!(word(events::result_word(input)), 3);
         assert_eq!(word(events::STDIN_RESULT), 0, "the program's word is untouched");
         assert_eq!(word(events::PENDING), events::done_bit(input));
         // The process ends with a request outstanding: end of file.
         mem.write_obj(u64::MAX, GuestAddress(layout::EVENTS_PHYS + events::result_word(input))).unwrap();
-        assert_eq!(s.request(&mem, 0x40_0000, 10, 8), Ok(()));
+        assert_eq!(s.request(&mem, 0x40_0000, 10), Ok(1));
         assert!(s.cancel(&mem, &events));
         assert_eq!(word(events::result_word(input)), 0);
-        assert!(!s.complete(&mem, &mut &b"late"[..], 8), "the watch that fires after finds nothing");
-        assert_eq!(s.request(&mem, 0, 0, 9), Ok(()));
+        assert!(!s.complete(&mem, &mut &b"late"[..], 1), "the watch that fires after finds nothing");
+        assert_eq!(s.request(&mem, 0, 0), Ok(2));
         assert!(s.cancel(&mem, &events));
         assert_ne!(word(events::PENDING) & events::ready_bit(input), 0);
         assert!(!events.is_started(), "a cancel starts no event loop");
