@@ -513,14 +513,13 @@ impl Containerd {
         eventually("containerd to answer", || c.ctr(&["version"]).status.success());
         c
     }
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ctr");
+        c.arg("--address").arg(self.dir.join("sock")).args(args).stdin(Stdio::null());
+        c
+    }
     fn ctr(&self, args: &[&str]) -> Output {
-        Command::new("ctr")
-            .arg("--address")
-            .arg(self.dir.join("sock"))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+        self.cmd(args).output().unwrap()
     }
 }
 
@@ -557,6 +556,9 @@ fn containerd_runs_containers_as_onering_vms() {
     assert!(stdout(&c.ctr(&["task", "ls"])).contains("RUNNING"));
     let o = c.ctr(&["task", "exec", "--exec-id", "e1", "c2", "sh", "-c", "echo hi from exec; exit 9"]);
     assert_eq!((status(&o), stdout(&o).as_str()), (9, "hi from exec\n"), "{}", stderr(&o));
+    // Its stdin: ctr's, through the shim's FIFO, to the end.
+    let o = with_input(c.cmd(&["task", "exec", "--exec-id", "e2", "c2", "cat"]), &[b"to ctr exec\n", b"done\n"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "to ctr exec\ndone\n"), "{}", stderr(&o));
     let o = c.ctr(&["task", "kill", "c2"]);
     assert_eq!(status(&o), 0, "ctr task kill: {}", stderr(&o));
     eventually("the task to stop", || stdout(&c.ctr(&["task", "ls"])).contains("STOPPED"));
