@@ -347,4 +347,57 @@ mod tests {
         }
         assert!(!e.queue(Message::Signal { slot: 0, signal: 15 }));
     }
+
+    #[test]
+    fn a_slots_stdin_is_read_for_its_process_only_and_ends_with_it() {
+        use onering_abi::{events, layout};
+        use std::io::Write;
+        use vm_memory::{Bytes, GuestAddress};
+        let mem: &'static GuestMemoryMmap =
+            Box::leak(Box::new(GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap()));
+        crate::arch::PageTables::new(mem).map_2m(0x40_0000, 0x40_0000, 0).unwrap();
+        let e: &'static Execs = Box::leak(Box::default());
+        let events: &'static LazyEventLoop = Box::leak(Box::default());
+        let woken = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let wake = || {
+            let w = woken.clone();
+            move || {
+                w.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        };
+        assert_eq!(e.stdin_request(mem, events, 0, (0x40_0000, 16), wake()), -EBADF, "no process holds it");
+        let (mut input, theirs) = UnixStream::pair().unwrap();
+        let mut s = streams();
+        s[0] = Arc::new(File::from(std::os::fd::OwnedFd::from(theirs)));
+        let (slot, _) = e.claim(s, UnixStream::pair().unwrap().0).unwrap();
+        let input_no = 1 + slot as usize;
+        assert_eq!(e.stdin_request(mem, events, slot, (0x40_0000, 16), wake()), 0);
+        assert_eq!(e.stdin_request(mem, events, slot, (0x40_0000, 16), wake()), -16, "one at a time");
+        assert_eq!(e.stdin_request(mem, events, slot, (0x40_0000, 1 << 20), wake()), -EINVAL, "bounded");
+        let word = |off| mem.read_obj::<u64>(GuestAddress(layout::EVENTS_PHYS + off)).unwrap();
+        assert_eq!(word(events::PENDING), 0, "nothing until the client has input");
+        input.write_all(b"typed\n").unwrap();
+        let start = std::time::Instant::now();
+        while word(events::PENDING) & events::done_bit(input_no) == 0 {
+            assert!(start.elapsed() < std::time::Duration::from_secs(10), "the input was not posted");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(word(events::result_word(input_no)), 6);
+        let mut got = [0u8; 6];
+        mem.read_slice(&mut got, GuestAddress(0x40_0000)).unwrap();
+        assert_eq!(&got, b"typed\n");
+        assert_eq!(woken.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // The process ends with a request outstanding: end of file at once,
+        // and input that comes after is nobody's.
+        mem.write_obj(0u64, GuestAddress(layout::EVENTS_PHYS + events::PENDING)).unwrap();
+        assert_eq!(e.stdin_request(mem, events, slot, (0x40_0000, 16), wake()), 0);
+        mem.write_obj(u64::MAX, GuestAddress(layout::EVENTS_PHYS + events::result_word(input_no))).unwrap();
+        assert_eq!(e.done(slot, exec::ENDED, 0, mem, events), 0);
+        assert_eq!(word(events::result_word(input_no)), 0);
+        assert_eq!(word(events::PENDING), events::done_bit(input_no));
+        let _ = input.write_all(b"late\n"); // (EPIPE: the slot let go of its end)
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(word(events::result_word(input_no)), 0, "not read for a process gone");
+        assert_eq!(e.stdin_request(mem, events, slot, (0x40_0000, 16), wake()), -EBADF);
+    }
 }
