@@ -12,8 +12,11 @@
 //! - [`SIGNAL`]: signal `a` for the process of `slot`.
 //!
 //! Each request has a slot (below [`MAX_EXECS`]); its standard streams are the
-//! host streams [`stream`]`(slot, fd)`, which the `Write`, `StdioStat`,
-//! `StdioSeek` and `StdioIoctl` hostcalls take beside 0, 1 and 2.
+//! host streams [`stream`]`(slot, fd)`, which the `Write` (1 and 2), `StdioStat`,
+//! `StdioSeek`, `StdioIoctl` and `StdinRequest` (0) hostcalls take beside 0, 1
+//! and 2. The stdins are numbered as inputs ([`input_of`]): 0 the program's,
+//! 1 + slot each slot's; an input's request result has its own word and bits
+//! in the events page (`crate::events::result_word`, `done_bit`, `ready_bit`).
 
 use alloc::vec::Vec;
 
@@ -48,6 +51,27 @@ pub const fn slot_of(s: u64) -> Option<(u64, u64)> {
         return None;
     }
     Some(((s - 3) / 3, (s - 3) % 3))
+}
+
+/// Stdins with requests of their own: the program's, then one per slot.
+pub const INPUTS: usize = 1 + MAX_EXECS as usize;
+
+/// The input of host stream `s`: 0 for the program's stdin, 1 + slot for a
+/// slot's descriptor 0; None for any other stream.
+pub const fn input_of(s: u64) -> Option<usize> {
+    match (s, slot_of(s)) {
+        (0, _) => Some(0),
+        (_, Some((slot, 0))) => Some(1 + slot as usize),
+        _ => None,
+    }
+}
+
+/// The host stream of input `input` (below [`INPUTS`]).
+pub const fn input_stream(input: usize) -> u64 {
+    match input {
+        0 => 0,
+        n => stream(n as u64 - 1, 0),
+    }
 }
 
 /// A process to start.
@@ -153,5 +177,33 @@ mod tests {
         assert_eq!(slot_of(stream(7, 2)), Some((7, 2)));
         assert_eq!(slot_of(2), None);
         assert_eq!(slot_of(stream(MAX_EXECS, 0)), None);
+    }
+
+    #[test]
+    fn inputs_are_the_stdins_and_have_their_own_event_words_and_bits() {
+        use crate::events::{done_bit, ready_bit, result_word};
+        assert_eq!(input_of(0), Some(0));
+        assert_eq!((input_of(1), input_of(2)), (None, None), "only stdins are inputs");
+        assert_eq!(input_of(stream(0, 1)), None);
+        assert_eq!(input_of(stream(MAX_EXECS, 0)), None);
+        assert_eq!(input_of(u64::MAX), None);
+        let mut bits = 0u64;
+        let mut words = alloc::collections::BTreeSet::new();
+        for i in 0..INPUTS {
+            assert_eq!(input_of(input_stream(i)), Some(i));
+            for b in [done_bit(i), ready_bit(i)] {
+                assert_eq!(b.count_ones(), 1);
+                assert_eq!(bits & b, 0, "input {i}: a bit of its own");
+                bits |= b;
+            }
+            let w = result_word(i);
+            assert!(w.is_multiple_of(8) && w + 8 <= 4096 && words.insert(w));
+        }
+        assert_eq!(input_of(stream(MAX_EXECS - 1, 0)), Some(INPUTS - 1));
+        let others = [crate::events::PENDING, crate::events::SIGNALS, crate::events::TTY_SIGNALS];
+        assert!(others.iter().all(|w| !words.contains(w)));
+        assert_eq!(bits & (crate::events::SIGNAL | crate::events::EXEC), 0);
+        let exec_bits = crate::events::EXEC_STDIN | crate::events::EXEC_STDIN_READY;
+        assert_eq!(bits & !exec_bits, crate::events::STDIN | crate::events::STDIN_READY);
     }
 }

@@ -44,13 +44,16 @@ pub enum Hostcall {
     /// (vector, error code, rip, cs, rflags, rsp, ss) from the top of the CPU's IST
     /// stack. Does not return.
     Fatal = 6,
-    /// Asks for the host's stdin (`-i`): the VMM reads at most `args[1]` bytes into
+    /// Asks for a host stdin: `args[2]` is the host stream, 0 (the program's, with
+    /// `-i`) or `exec::stream(slot, 0)` (that of the process `onering exec` started
+    /// in `slot`). The VMM reads at most `args[1]` bytes into
     /// the guest-virtual buffer at `args[0]` when the host has input, then posts the
-    /// result in the events page ([`crate::events`]) and wakes a vCPU. Returns at
+    /// result in the events page ([`crate::events::result_word`] and
+    /// [`crate::events::done_bit`] of the stream's input) and wakes a vCPU. Returns at
     /// once: 0 (accepted), -EBUSY (a request is outstanding), -EBADF (stdin is not
-    /// forwarded: no `-i`), -EFAULT (the buffer is not guest memory). The buffer
+    /// forwarded: no `-i`, or no process holds the slot), -EFAULT (the buffer is not guest memory). The buffer
     /// belongs to the VMM until the result is posted. With a length of 0 it only
-    /// watches: the VMM posts [`crate::events::STDIN_READY`] once the host's stdin
+    /// watches: the VMM posts [`crate::events::ready_bit`] once the host's stdin
     /// is readable (or at end of file), without reading anything (for `poll`).
     StdinRequest = 7,
     /// Halts this vCPU for at most `args[0]` nanoseconds: its thread sleeps in the

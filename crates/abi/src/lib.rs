@@ -24,7 +24,7 @@ pub mod sysnames;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 28;
+pub const ABI_VERSION: u64 = 29;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -116,6 +116,40 @@ pub mod events {
     /// The host queued processes to start or signals for them (`onering exec`):
     /// the kernel takes them with `Hostcall::ExecTake` ([`crate::exec`]).
     pub const EXEC: u64 = 1 << 3;
+    /// i64 per exec slot: the result of the last stdin request of slot n's
+    /// process (as `STDIN_RESULT`), at `EXEC_STDIN_RESULTS + 8 * n`.
+    pub const EXEC_STDIN_RESULTS: u64 = 32;
+    /// Bit 8 + n: slot n's stdin request has its result (as `STDIN`).
+    pub const EXEC_STDIN: u64 = 0xff << 8;
+    /// Bit 16 + n: slot n's stdin is readable (a watch; as `STDIN_READY`).
+    pub const EXEC_STDIN_READY: u64 = 0xff << 16;
+
+    // (Inputs: 0 the program's stdin, 1 + n slot n's: `crate::exec::input_of`.)
+    const _: () = assert!(crate::exec::MAX_EXECS <= 8);
+
+    /// The word holding input `input`'s request result.
+    pub const fn result_word(input: usize) -> u64 {
+        match input {
+            0 => STDIN_RESULT,
+            n => EXEC_STDIN_RESULTS + 8 * (n as u64 - 1),
+        }
+    }
+
+    /// The pending bit saying input `input`'s request has its result.
+    pub const fn done_bit(input: usize) -> u64 {
+        match input {
+            0 => STDIN,
+            n => 1 << (8 + n - 1),
+        }
+    }
+
+    /// The pending bit saying input `input` is readable (its watch's answer).
+    pub const fn ready_bit(input: usize) -> u64 {
+        match input {
+            0 => STDIN_READY,
+            n => 1 << (16 + n - 1),
+        }
+    }
 }
 
 /// Bits of [`BootInfo::flags`].

@@ -3,6 +3,8 @@
 //! map; the VMM writes it from its own threads, so it is read with atomics.
 
 use core::sync::atomic::{AtomicU64, Ordering};
+use onering_abi::events::done_bit;
+use onering_abi::exec::INPUTS;
 
 #[cfg(target_os = "none")]
 fn word(offset: u64) -> &'static AtomicU64 {
@@ -16,13 +18,16 @@ fn word(offset: u64) -> &'static AtomicU64 {
 
 #[cfg(not(target_os = "none"))]
 fn word(offset: u64) -> &'static AtomicU64 {
-    static PAGE: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
-    &PAGE[(offset / 8) as usize % 3]
+    static PAGE: [AtomicU64; 512] = [const { AtomicU64::new(0) }; 512];
+    &PAGE[(offset / 8) as usize % 512]
 }
 
-/// The stdin request's result was posted (its bit taken) and not yet collected by
-/// `hostcall::stdin_done`.
-static STDIN_POSTED: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+/// Bit n: input n's stdin request result was posted (its bit taken) and not yet
+/// collected by `hostcall::stdin_done`.
+static STDIN_POSTED: AtomicU64 = AtomicU64::new(0);
+
+/// The pending bits of every input's request result.
+const DONE_BITS: u64 = onering_abi::events::STDIN | onering_abi::events::EXEC_STDIN;
 
 /// Takes the devices' pending bits (0: nothing new). A cheap load first: the page
 /// is read on every scheduling decision.
@@ -33,20 +38,22 @@ pub fn take_pending() -> u64 {
         return 0;
     }
     let bits = w.swap(0, Ordering::Acquire);
-    if bits & onering_abi::events::STDIN != 0 {
-        STDIN_POSTED.store(true, Ordering::Release);
+    if bits & DONE_BITS != 0 {
+        let posted = (0..INPUTS).filter(|i| bits & done_bit(*i) != 0).fold(0, |m, i| m | 1 << i);
+        STDIN_POSTED.fetch_or(posted, Ordering::Release);
     }
     bits
 }
 
-/// Whether the stdin result was posted; clears the mark.
-pub(crate) fn stdin_posted() -> bool {
-    STDIN_POSTED.swap(false, Ordering::AcqRel)
+/// Whether input `input`'s stdin result was posted; clears the mark.
+pub(crate) fn stdin_posted(input: usize) -> bool {
+    let bit = 1u64 << (input % INPUTS);
+    STDIN_POSTED.fetch_and(!bit, Ordering::AcqRel) & bit != 0
 }
 
-/// The last stdin request's result (valid once its bit was taken).
-pub(crate) fn stdin_result() -> i64 {
-    word(onering_abi::events::STDIN_RESULT).load(Ordering::Acquire) as i64
+/// Input `input`'s last stdin request result (valid once its bit was taken).
+pub(crate) fn stdin_result(input: usize) -> i64 {
+    word(onering_abi::events::result_word(input % INPUTS)).load(Ordering::Acquire) as i64
 }
 
 /// Takes the signals the host sent for the program (bit n-1 for signal n).
@@ -67,9 +74,9 @@ pub fn put_back_signals(bits: u64, tty: u64) {
     word(onering_abi::events::PENDING).fetch_or(onering_abi::events::SIGNAL, Ordering::Release);
 }
 
-/// Host tests: posts `bits` with stdin result `result`, as the VMM would.
+/// Host tests: posts input `input`'s stdin result `result`, as the VMM would.
 #[cfg(not(target_os = "none"))]
-pub(crate) fn host_post(bits: u64, result: i64) {
-    word(onering_abi::events::STDIN_RESULT).store(result as u64, Ordering::Release);
-    word(onering_abi::events::PENDING).fetch_or(bits, Ordering::Release);
+pub(crate) fn host_post(input: usize, result: i64) {
+    word(onering_abi::events::result_word(input)).store(result as u64, Ordering::Release);
+    word(onering_abi::events::PENDING).fetch_or(done_bit(input), Ordering::Release);
 }

@@ -4,8 +4,8 @@
 //! leaves the result in the block before it resumes the vCPU.
 //!
 //! The kernel gets typed calls, each sound whatever its arguments: the VMM only
-//! reads the kernel's memory (output) or writes memory this module holds (the stdin
-//! buffer, lent to the VMM and given back only once the VMM said it is done; a
+//! reads the kernel's memory (output) or writes memory this module holds (a stdin
+//! buffer, one per input, lent to the VMM and given back only once the VMM said it is done; a
 //! stat or ioctl buffer of atomics, during the call). The raw doorbell stays inside
 //! this crate.
 //!
@@ -17,6 +17,7 @@
 //! `set_host_handler` says.
 
 use alloc::boxed::Box;
+use onering_abi::exec::INPUTS;
 use onering_abi::Hostcall;
 use spin::Mutex;
 
@@ -87,35 +88,14 @@ pub enum StdinRefused {
     Other(i64),
 }
 
-/// The buffer lent to the VMM for the outstanding stdin request.
-static LENT: Mutex<Option<Box<[u8]>>> = Mutex::new(None);
+/// The buffers lent to the VMM for the outstanding stdin requests, one per
+/// input (`onering_abi::exec::input_of`: 0 the program's stdin, 1 + slot an
+/// exec'd process's).
+static LENT: [Mutex<Option<Box<[u8]>>>; INPUTS] = [const { Mutex::new(None) }; INPUTS];
 
-/// Asks the VMM to read the host's stdin into `buf` (when the host has input);
-/// the buffer is the VMM's until [`stdin_done`] gives it back. Refused: the buffer
-/// comes back at once.
-pub fn stdin_request(buf: Box<[u8]>) -> Result<(), (StdinRefused, Box<[u8]>)> {
-    let mut lent = LENT.lock();
-    if lent.is_some() {
-        return Err((StdinRefused::Busy, buf));
-    }
-    // The VMM writes at most `len` bytes at `addr`, and only until it posts the
-    // result; the buffer is kept here (not reachable by the kernel) until then.
-    let r = hostcall(Hostcall::StdinRequest, &[buf.as_ptr() as u64, buf.len() as u64]) as i64;
-    match r {
-        0 => {
-            *lent = Some(buf);
-            Ok(())
-        }
-        -9 => Err((StdinRefused::NotForwarded, buf)),
-        -16 => Err((StdinRefused::Busy, buf)),
-        r => Err((StdinRefused::Other(r), buf)),
-    }
-}
-
-/// Asks the VMM to post `events::STDIN_READY` once the host's stdin is readable,
-/// reading nothing (a poll of stdin with nothing buffered).
-pub fn stdin_watch() -> Result<(), StdinRefused> {
-    match hostcall(Hostcall::StdinRequest, &[0, 0]) as i64 {
+/// What the VMM said to a stdin request or watch of `input`.
+fn stdin_call(input: usize, addr: u64, len: u64) -> Result<(), StdinRefused> {
+    match hostcall(Hostcall::StdinRequest, &[addr, len, onering_abi::exec::input_stream(input)]) as i64 {
         0 => Ok(()),
         -9 => Err(StdinRefused::NotForwarded),
         -16 => Err(StdinRefused::Busy),
@@ -123,15 +103,44 @@ pub fn stdin_watch() -> Result<(), StdinRefused> {
     }
 }
 
-/// The stdin request's buffer and result (bytes read, 0 at end of file, -errno),
-/// once the VMM has posted it (see `events`); None while it is outstanding (or
-/// when none was made).
-pub fn stdin_done() -> Option<(Box<[u8]>, i64)> {
-    if !crate::events::stdin_posted() {
+/// Asks the VMM to read input `input`'s host stdin into `buf` (when the host has
+/// input); the buffer is the VMM's until [`stdin_done`] gives it back. Refused
+/// (or no such input): the buffer comes back at once.
+pub fn stdin_request(input: usize, buf: Box<[u8]>) -> Result<(), (StdinRefused, Box<[u8]>)> {
+    let Some(slot) = LENT.get(input) else { return Err((StdinRefused::NotForwarded, buf)) };
+    let mut lent = slot.lock();
+    if lent.is_some() {
+        return Err((StdinRefused::Busy, buf));
+    }
+    // The VMM writes at most `len` bytes at `addr`, and only until it posts the
+    // result; the buffer is kept here (not reachable by the kernel) until then.
+    match stdin_call(input, buf.as_ptr() as u64, buf.len() as u64) {
+        Ok(()) => {
+            *lent = Some(buf);
+            Ok(())
+        }
+        Err(why) => Err((why, buf)),
+    }
+}
+
+/// Asks the VMM to post input `input`'s ready bit once its host stdin is
+/// readable, reading nothing (a poll of stdin with nothing buffered).
+pub fn stdin_watch(input: usize) -> Result<(), StdinRefused> {
+    if input >= INPUTS {
+        return Err(StdinRefused::NotForwarded);
+    }
+    stdin_call(input, 0, 0)
+}
+
+/// Input `input`'s request buffer and result (bytes read, 0 at end of file,
+/// -errno), once the VMM has posted it (see `events`); None while it is
+/// outstanding (or when none was made).
+pub fn stdin_done(input: usize) -> Option<(Box<[u8]>, i64)> {
+    if !crate::events::stdin_posted(input) {
         return None;
     }
-    let buf = LENT.lock().take()?;
-    Some((buf, crate::events::stdin_result()))
+    let buf = LENT.get(input)?.lock().take()?;
+    Some((buf, crate::events::stdin_result(input)))
 }
 
 /// A buffer the VMM fills (or reads) during one hostcall: atomics, so that what
@@ -345,14 +354,14 @@ pub(crate) fn hostcall(nr: Hostcall, args: &[u64]) -> u64 {
     h.map_or(0, |h| h(nr, args))
 }
 
-/// Host tests: what the VMM does for a stdin request (`data` into the lent buffer,
-/// or end of file when empty, the result posted in the events page).
+/// Host tests: what the VMM does for a stdin request of `input` (`data` into the
+/// lent buffer, or end of file when empty, the result posted in the events page).
 #[cfg(not(target_os = "none"))]
-pub fn host_complete_stdin(data: &[u8]) {
-    if let Some(buf) = LENT.lock().as_mut() {
+pub fn host_complete_stdin(input: usize, data: &[u8]) {
+    if let Some(buf) = LENT[input].lock().as_mut() {
         let n = data.len().min(buf.len());
         buf[..n].copy_from_slice(&data[..n]);
-        crate::events::host_post(onering_abi::events::STDIN, n as i64);
+        crate::events::host_post(input, n as i64);
     }
 }
 

@@ -80,11 +80,12 @@ impl Env for FuzzEnv<'_> {
             _ => Err(std::io::ErrorKind::BrokenPipe.into()),
         }
     }
-    fn stdin_request(&mut self, virt: u64, len: u64) -> i64 {
+    fn stdin_request(&mut self, virt: u64, len: u64, stream: u64) -> i64 {
         // The real device, answered at once with random input (or a failing read).
-        let stdin = onering::vstate::stdin::Stdin::new(!self.rng.one_in(16));
+        let Some(input) = onering_abi::exec::input_of(stream) else { return -9 };
+        let stdin = onering::vstate::stdin::Stdin::new(input, !self.rng.one_in(16));
         match stdin.request(self.mem, virt, len) {
-            Ok(()) => {
+            Ok(seq) => {
                 if len > PIECE as u64 {
                     self.broken.push(format!("a stdin request of {len} bytes was taken"));
                 }
@@ -98,9 +99,9 @@ impl Env for FuzzEnv<'_> {
                     }
                 }
                 if self.rng.one_in(8) {
-                    stdin.complete(self.mem, &mut Failing);
+                    stdin.complete(self.mem, &mut Failing, seq);
                 } else {
-                    stdin.complete(self.mem, &mut &data[..]);
+                    stdin.complete(self.mem, &mut &data[..], seq);
                 }
                 0
             }

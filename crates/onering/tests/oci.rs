@@ -68,6 +68,35 @@ fn runc(root: &Path, args: &[&str]) -> Output {
     Command::new(BIN).arg("--root").arg(root).args(args).stdin(Stdio::null()).output().unwrap()
 }
 
+/// Runs `c` with `input` on its stdin, piece by piece with a pause between
+/// (a reader must wait for what comes later), closed after the last.
+fn with_input(mut c: Command, input: &[&[u8]]) -> Output {
+    use std::io::Write;
+    let mut child = c.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut to = child.stdin.take().unwrap();
+    let pieces: Vec<Vec<u8>> = input.iter().map(|p| p.to_vec()).collect();
+    let writer = std::thread::spawn(move || {
+        for (i, p) in pieces.iter().enumerate() {
+            if i > 0 {
+                std::thread::sleep(Duration::from_millis(300));
+            }
+            if to.write_all(p).is_err() {
+                return;
+            }
+        }
+    });
+    let o = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    o
+}
+
+/// `onering --root ROOT exec ARGS`, with `input` on its stdin (see `with_input`).
+fn runc_with_input(root: &Path, args: &[&str], input: &[&[u8]]) -> Output {
+    let mut c = Command::new(BIN);
+    c.arg("--root").arg(root).arg("exec").args(args);
+    with_input(c, input)
+}
+
 /// `create` of bundle B as ID, the container's stdout and stderr going to
 /// B/out; returns create's status and stderr.
 fn create(root: &Path, b: &Path, id: &str, log: &Path) -> (i32, String) {
@@ -196,6 +225,43 @@ fn runc_exec_starts_processes_in_the_running_vm() {
     assert_ne!(status(&o), 0);
     let o = runc(&root, &["exec", "--tty", "ex", "true"]);
     assert!(status(&o) == 1 && stderr(&o).contains("needs --console-socket"), "{}", stderr(&o));
+    // Stdin (`exec -i`): the client's reaches the process; it waits for what
+    // comes later, and reads end of file when the client's ends.
+    let o = runc_with_input(&root, &["ex", "cat"], &[b"hello\n", b"from the host\n"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "hello\nfrom the host\n"), "{}", stderr(&o));
+    let script = "read a; echo got $a; read b; echo then $b; read c || echo end; exit 4";
+    let o = runc_with_input(&root, &["ex", "sh", "-c", script], &[b"one\n", b"two\n"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (4, "got one\nthen two\nend\n"), "{}", stderr(&o));
+    let big: Vec<u8> = (0..300_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let o = runc_with_input(&root, &["ex", "busybox", "wc", "-c"], &[&big[..100_000], &big[100_000..]]);
+    assert_eq!((status(&o), stdout(&o).trim()), (0, "300000"), "{}", stderr(&o));
+    // poll: a read with a timeout waits for input that comes later, and sees the end.
+    let script = "read -t 10 x && echo got $x; read -t 10 y || echo end";
+    let o = runc_with_input(&root, &["ex", "sh", "-c", script], &[b"", b"later\n"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "got later\nend\n"), "{}", stderr(&o));
+    let o = runc(&root, &["exec", "ex", "sh", "-c", "cat; echo eof"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "eof\n"), "an empty stdin: {}", stderr(&o));
+    // Two at once: each reads its own client's stdin.
+    let two: Vec<_> = ["first", "second"]
+        .into_iter()
+        .map(|w| {
+            let root = root.clone();
+            std::thread::spawn(move || {
+                let line = format!("{w}\n");
+                runc_with_input(&root, &["ex", "sh", "-c", "read x; sleep 0.2; echo $x"], &[line.as_bytes()])
+            })
+        })
+        .collect();
+    for (t, w) in two.into_iter().zip(["first\n", "second\n"]) {
+        let o = t.join().unwrap();
+        assert_eq!((status(&o), stdout(&o).as_str()), (0, w), "{}", stderr(&o));
+    }
+    // A process gone with a read outstanding: the next one in its slot gets
+    // its own input, not an end of file meant for the old one.
+    let o = runc_with_input(&root, &["ex", "sh", "-c", "(cat >/dev/null &); sleep 0.1; exit 2"], &[b"", b"x\n"]);
+    assert_eq!(status(&o), 2, "{}", stderr(&o));
+    let o = runc_with_input(&root, &["ex", "cat"], &[b"", b"mine\n"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "mine\n"), "{}", stderr(&o));
     // Detached, as the shim and conmon run it: the stand-in's pid in the pid
     // file; a signal to it reaches the process. (Its streams are files: the
     // process keeps them, as runc's would.)
@@ -272,7 +338,7 @@ fn runc_refusals_force_and_leftovers() {
     assert_eq!(f["ociVersionMax"], "1.1.0");
     assert_eq!(
         (&f["annotations"]["org.onering.exec"], &f["annotations"]["org.onering.exec.stdin"]),
-        (&"true".into(), &"false".into())
+        (&"true".into(), &"true".into())
     );
     let o = runc(&root, &["pause", "x"]);
     assert!(status(&o) == 1 && stderr(&o).contains("onering: pause is not supported"));
@@ -391,6 +457,13 @@ fn podman_runs_containers_as_onering_vms() {
     // Changes to the root file system go to the container's layer.
     let o = p.run(&["exec", &id, "sh", "-c", "echo kept > /made && rm /bin/hello"]);
     assert_eq!(status(&o), 0, "{}", stderr(&o));
+    // exec -i: piped input reaches the process, and its end ends it.
+    let o = with_input(p.cmd(&["exec", "-i", &id, "cat"]), &[b"piped to exec\n", b"and more\n"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "piped to exec\nand more\n"), "{}", stderr(&o));
+    // exec -i -t: the input goes through the terminal (which echoes it).
+    let o = with_input(p.cmd(&["exec", "-i", "-t", &id, "sh", "-c", "read x; echo got $x"]), &[b"typed\n"]);
+    assert_eq!(status(&o), 0, "{}", stderr(&o));
+    assert!(stdout(&o).contains("got typed\r\n"), "{:?} {}", stdout(&o), stderr(&o));
     let started = Instant::now();
     let o = p.run(&["stop", "-t", "20", &id]);
     assert_eq!(status(&o), 0, "stop: {}", stderr(&o));
@@ -455,14 +528,13 @@ impl Containerd {
         eventually("containerd to answer", || c.ctr(&["version"]).status.success());
         c
     }
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ctr");
+        c.arg("--address").arg(self.dir.join("sock")).args(args).stdin(Stdio::null());
+        c
+    }
     fn ctr(&self, args: &[&str]) -> Output {
-        Command::new("ctr")
-            .arg("--address")
-            .arg(self.dir.join("sock"))
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .unwrap()
+        self.cmd(args).output().unwrap()
     }
 }
 
@@ -499,6 +571,9 @@ fn containerd_runs_containers_as_onering_vms() {
     assert!(stdout(&c.ctr(&["task", "ls"])).contains("RUNNING"));
     let o = c.ctr(&["task", "exec", "--exec-id", "e1", "c2", "sh", "-c", "echo hi from exec; exit 9"]);
     assert_eq!((status(&o), stdout(&o).as_str()), (9, "hi from exec\n"), "{}", stderr(&o));
+    // Its stdin: ctr's, through the shim's FIFO, to the end.
+    let o = with_input(c.cmd(&["task", "exec", "--exec-id", "e2", "c2", "cat"]), &[b"to ctr exec\n", b"done\n"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "to ctr exec\ndone\n"), "{}", stderr(&o));
     let o = c.ctr(&["task", "kill", "c2"]);
     assert_eq!(status(&o), 0, "ctr task kill: {}", stderr(&o));
     eventually("the task to stop", || stdout(&c.ctr(&["task", "ls"])).contains("STOPPED"));

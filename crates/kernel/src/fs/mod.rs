@@ -70,32 +70,42 @@ pub fn meta_of(v: &Vfs, ino: Ino) -> Meta {
     }
 }
 
-/// The open file for node `ino` (not a named pipe: see `pipe::fifo_end`), with
-/// open flags `flags`; `v` is the tree, locked by the caller.
 /// Descriptor `fd` (0-2) of the process the host started in slot `slot`
 /// (`task::hostexec`), which is a `kind` on the host: none if closed there;
-/// /dev/null for its stdin (the host's is not forwarded); for output, the
-/// host stream `exec::stream(slot, fd)` through the console. A terminal is shown
-/// as a character device, so that its ioctls reach it without the VM terminal's
-/// job control (which is the program's).
+/// /dev/null for a stdin that is /dev/null on the host; otherwise the host
+/// stream `exec::stream(slot, fd)`: its stdin through the slot's stdin device
+/// (a new epoch of it: a process there before reads end of file), its output
+/// through the console. A terminal is shown as a character device, so that its
+/// ioctls reach it without the VM terminal's job control (which is the program's).
 pub fn open_host_stream(k: &'static Kernel, v: &mut Vfs, slot: u64, fd: u32, kind: u64) -> Option<FileRef> {
-    use onering_abi::stdio::{CHAR, CLOSED, TTY};
+    use onering_abi::stdio::{CHAR, CLOSED, NULL, TTY};
+    let stdin = if fd == 0 { k.exec_stdin.get(slot as usize) } else { None };
+    let epoch = stdin.map(|s| s.reset());
     let path: &[u8] = match (kind, fd) {
         (CLOSED, _) | (_, 3..) => return None,
-        (_, 0) => b"/dev/null",
+        (NULL, 0) => b"/dev/null",
+        (_, 0) => b"/dev/stdin",
         (_, 1) => b"/dev/stdout",
         _ => b"/dev/stderr",
     };
     let ino = v.lookup(crate::vfs::ROOT, path, true).ok()?;
-    if fd == 0 {
+    if kind == NULL && fd == 0 {
         return Some(open_node(k, v, ino, oflag::O_RDONLY));
     }
     let stream = onering_abi::exec::stream(slot, u64::from(fd)) as u32;
     let host = stdio::HostStream { fd: stream, kind: if kind == TTY { CHAR } else { kind } };
     let node = NodeRef::new(&k.vfs, v, ino);
-    Some(OpenFile::new(stdio::StdoutFile { node, console: &k.console, host }, oflag::O_WRONLY))
+    match (stdin, epoch) {
+        (Some(stdin), Some(epoch)) => {
+            Some(OpenFile::new(stdio::StdinFile { node, stdin, host, epoch }, oflag::O_RDONLY))
+        }
+        _ if fd == 0 => None,
+        _ => Some(OpenFile::new(stdio::StdoutFile { node, console: &k.console, host }, oflag::O_WRONLY)),
+    }
 }
 
+/// The open file for node `ino` (not a named pipe: see `pipe::fifo_end`), with
+/// open flags `flags`; `v` is the tree, locked by the caller.
 pub fn open_node(k: &'static Kernel, v: &mut Vfs, ino: Ino, flags: u32) -> FileRef {
     let host = |fd: u32| stdio::HostStream { fd, kind: onering_abi::stdio::kind(k.cfg.stdio, fd) };
     match v.device(ino) {
@@ -107,7 +117,7 @@ pub fn open_node(k: &'static Kernel, v: &mut Vfs, ino: Ino, flags: u32) -> FileR
         }
         Some(Device::Stdin) => {
             let node = NodeRef::new(&k.vfs, v, ino);
-            OpenFile::new(stdio::StdinFile { node, stdin: &k.stdin, host: host(0) }, flags)
+            OpenFile::new(stdio::StdinFile { node, stdin: &k.stdin, host: host(0), epoch: 0 }, flags)
         }
         Some(d @ (Device::Stdout | Device::Stderr)) => {
             let node = NodeRef::new(&k.vfs, v, ino);

@@ -1,6 +1,7 @@
 //! The standard streams the program got from the host: /dev/stdin reads the
 //! host's stdin through the stdin device (`task::stdin`, with `-i`; without it the
-//! program's stdin is /dev/null, as `docker run` gives), /dev/stdout and
+//! program's stdin is /dev/null, as `docker run` gives; a process `onering exec`
+//! started reads its client's stdin through its slot's device), /dev/stdout and
 //! /dev/stderr write to the console device (`task::console`), in order with
 //! everything else written.
 //!
@@ -132,6 +133,9 @@ pub struct StdinFile {
     pub node: NodeRef,
     pub stdin: &'static Stdin,
     pub host: HostStream,
+    /// The device's epoch it was opened in (an exec slot's process; 0 for the
+    /// program's): in a later one it is at end of file.
+    pub epoch: u64,
 }
 
 pub struct StdoutFile {
@@ -148,11 +152,18 @@ impl File for StdinFile {
         if self.host.kind == kind::TTY {
             tty::check(crate::sigframe::sig::SIGTTIN)?;
         }
+        if !self.stdin.current(self.epoch) {
+            return Ok(0);
+        }
         self.stdin.read(user, buf, len.min(MAX_RW_COUNT))
     }
 
     fn poll(&self, _: &OpenFile) -> Option<Readiness> {
-        Some(self.stdin.poll())
+        let mut r = self.stdin.poll();
+        if !self.stdin.current(self.epoch) {
+            r.events = crate::file::ev::IN | crate::file::ev::RDNORM;
+        }
+        Some(r)
     }
 
     fn wait_key(&self) -> Option<u64> {

@@ -4,7 +4,8 @@
 //! program's tree, as `runc exec` puts one in a container: parent 0, a session
 //! and group of its own, a fresh address space, the working directory asked
 //! for, and descriptors 0-2 the host streams the request brought (output
-//! through the console, as the program's own; its stdin is /dev/null). Its
+//! through the console, as the program's own; its stdin through its slot's
+//! stdin device, which the VMM feeds from the client's stdin). Its
 //! first thread starts at arch's spawn landing, a `syscall` of
 //! `exec::START_SYSCALL`, whose handler ([`start`]) loads the program as
 //! `execve` would (a bare name found in the request's `PATH`), telling the VMM

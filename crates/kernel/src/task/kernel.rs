@@ -75,6 +75,8 @@ pub struct Kernel {
     pub vfs: Mutex<Vfs>,
     pub console: Console,
     pub stdin: Stdin,
+    /// The stdins of the processes `onering exec` starts, one per slot.
+    pub exec_stdin: [Stdin; onering_abi::exec::MAX_EXECS as usize],
     pub rng: Mutex<Rng>,
     pub futexes: Mutex<FutexTable>,
     /// The thread name (`prctl(PR_SET_NAME)`), NUL padded.
@@ -131,11 +133,16 @@ pub fn service_events(idle: bool) -> u64 {
     super::itimer::fire_due(crate::time::mono_now());
     crate::net::inet::poll_link();
     let pending = onering_arch::events::take_pending();
-    if pending & onering_abi::events::STDIN != 0 {
-        k.stdin.complete();
-    }
-    if pending & onering_abi::events::STDIN_READY != 0 {
-        k.stdin.host_ready();
+    use onering_abi::events::{done_bit, ready_bit, EXEC_STDIN, EXEC_STDIN_READY, STDIN, STDIN_READY};
+    if pending & (STDIN | STDIN_READY | EXEC_STDIN | EXEC_STDIN_READY) != 0 {
+        for (input, stdin) in core::iter::once(&k.stdin).chain(&k.exec_stdin).enumerate() {
+            if pending & done_bit(input) != 0 {
+                stdin.complete();
+            }
+            if pending & ready_bit(input) != 0 {
+                stdin.host_ready();
+            }
+        }
     }
     if pending & onering_abi::events::SIGNAL != 0 {
         forward_host_signals();
@@ -189,7 +196,7 @@ impl Kernel {
         let name = cfg.exe.rsplit(|b| *b == b'/').next().unwrap_or(&[]);
         let n = name.len().min(15);
         comm[..n].copy_from_slice(&name[..n]);
-        let stdin = Stdin::new(cfg.flags & flags::STDIN != 0);
+        let stdin = Stdin::new(0, cfg.flags & flags::STDIN != 0);
         let lines = line_streams(cfg.stdio);
         Kernel {
             hostname: Mutex::new(Vec::new()),
@@ -197,6 +204,7 @@ impl Kernel {
             chunks,
             vfs: Mutex::new(vfs),
             stdin,
+            exec_stdin: core::array::from_fn(|slot| Stdin::new(1 + slot, true)),
             console: Console::new(lines),
             rng: Mutex::new(Rng::new(seed)),
             futexes: Mutex::new(FutexTable::new()),

@@ -14,6 +14,14 @@
 //! `poll` (and epoll) with nothing buffered asks the VMM to watch (a request of
 //! length 0: nothing is read), and reports readable once the VMM says the host's
 //! stdin is (`ready`); the read that follows then asks for its bytes.
+//!
+//! One device per input (`onering_abi::exec::input_of`): the program's stdin,
+//! and one per exec slot, the stdin `onering exec`'s client handed over. A slot
+//! serves one process after another: each start is a new epoch ([`Stdin::reset`]),
+//! and files opened in an older one read end of file (a child the old process
+//! left behind does not take the next client's input), as does a result the VMM
+//! posts for an older epoch's request (the VMM ends a slot's outstanding
+//! request, end of file, when its process ends).
 
 use crate::errno::{Errno, SysResult};
 use crate::file::{ev, key_of, Readiness};
@@ -40,17 +48,41 @@ struct State {
     /// A watch is outstanding, and the host said its stdin is readable.
     watching: bool,
     ready: bool,
+    /// The process the device serves now (an exec slot's count of starts), and
+    /// the one the outstanding request was made for.
+    epoch: u64,
+    requested_in: u64,
 }
 
 pub struct Stdin {
+    /// Which host stdin (`onering_abi::exec::input_of`).
+    input: usize,
     /// `-i`: reads go to the host; without it stdin is empty.
     forwarded: bool,
     st: Mutex<State>,
 }
 
 impl Stdin {
-    pub fn new(forwarded: bool) -> Self {
-        Stdin { forwarded, st: Mutex::new(State::default()) }
+    pub fn new(input: usize, forwarded: bool) -> Self {
+        Stdin { input, forwarded, st: Mutex::new(State::default()) }
+    }
+
+    /// A new process reads this input from now on: what was buffered or pending
+    /// for the last one goes; its epoch (for [`Stdin::current`]).
+    pub fn reset(&self) -> u64 {
+        let mut st = self.st.lock();
+        st.epoch += 1;
+        st.len = 0;
+        st.eof = false;
+        st.error = false;
+        st.ready = false;
+        st.gen += 1;
+        st.epoch
+    }
+
+    /// Whether epoch `epoch` is the device's current one.
+    pub fn current(&self, epoch: u64) -> bool {
+        self.st.lock().epoch == epoch
     }
 
     /// What a reader that got EAGAIN waits on.
@@ -87,8 +119,11 @@ impl Stdin {
             let want = (len as usize).min(CAPACITY);
             let buf =
                 if st.buf.len() == want { core::mem::take(&mut st.buf) } else { vec![0u8; want].into_boxed_slice() };
-            match stdin_request(buf) {
-                Ok(()) => st.requested = true,
+            match stdin_request(self.input, buf) {
+                Ok(()) => {
+                    st.requested = true;
+                    st.requested_in = st.epoch;
+                }
                 Err((why, buf)) => {
                     st.buf = buf;
                     return match why {
@@ -105,7 +140,7 @@ impl Stdin {
     /// The VMM posted the outstanding request's result: its buffer comes back with
     /// the bytes read (or end of file, or an error), and readers may go on.
     pub fn complete(&self) {
-        let Some((buf, result)) = stdin_done() else { return };
+        let Some((buf, result)) = stdin_done(self.input) else { return };
         self.settle(buf, result);
         super::sched::wake_all(self.key());
     }
@@ -116,6 +151,7 @@ impl Stdin {
         st.head = 0;
         st.len = 0;
         match result {
+            _ if st.requested_in != st.epoch => {} // (for a process gone)
             r if r > 0 => st.len = (r as usize).min(buf.len()),
             0 => st.eof = true,
             _ => st.error = true,
@@ -151,7 +187,7 @@ impl Stdin {
         let mut st = self.st.lock();
         let ready = !self.forwarded || st.len > 0 || st.eof || st.error || st.ready;
         if !ready && !st.requested && !st.watching {
-            match stdin_watch() {
+            match stdin_watch(self.input) {
                 Ok(()) => st.watching = true,
                 // Not forwarded after all: an empty stdin, readable (end of file).
                 Err(StdinRefused::NotForwarded) => st.eof = true,
@@ -170,7 +206,7 @@ mod tests {
 
     #[test]
     fn without_i_stdin_is_empty() {
-        let s = Stdin::new(false);
+        let s = Stdin::new(0, false);
         let u = BufferMem::new(0x1000, 64);
         assert_eq!(s.read(&u, 0x1000, 10), Ok(0));
         assert_eq!(s.poll().events, ev::IN | ev::RDNORM);
@@ -178,10 +214,10 @@ mod tests {
 
     #[test]
     fn a_request_then_its_bytes_then_end_of_file() {
-        let s = Stdin::new(true);
+        let s = Stdin::new(0, true);
         let u = BufferMem::new(0x1000, 64);
         let vmm = |data: &[u8]| {
-            onering_arch::hostcall::host_complete_stdin(data);
+            onering_arch::hostcall::host_complete_stdin(0, data);
             let _ = onering_arch::events::take_pending();
             s.complete();
         };
@@ -200,5 +236,32 @@ mod tests {
         assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "then the host is asked again");
         s.complete();
         assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "nothing was posted: still waiting");
+    }
+
+    #[test]
+    fn an_exec_slots_input_is_its_own_and_a_new_process_starts_afresh() {
+        let slot = onering_abi::exec::INPUTS - 1;
+        let s = Stdin::new(slot, true);
+        let u = BufferMem::new(0x1000, 64);
+        let vmm = |data: &[u8]| {
+            onering_arch::hostcall::host_complete_stdin(slot, data);
+            let _ = onering_arch::events::take_pending();
+            s.complete();
+        };
+        let first = s.reset();
+        assert!(s.current(first));
+        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN));
+        vmm(b"hi\n");
+        assert_eq!(s.read(&u, 0x1000, 10), Ok(3));
+        assert_eq!(u.mem.lock()[..3], *b"hi\n");
+        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN));
+        // The process ends with a request outstanding; the next one starts before
+        // the VMM's end of file for it arrives: that end is not the new one's.
+        let second = s.reset();
+        assert!(!s.current(first) && s.current(second));
+        vmm(b"");
+        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "a new request, no end of file");
+        vmm(b"");
+        assert_eq!(s.read(&u, 0x1000, 10), Ok(0), "its own end of file");
     }
 }

@@ -55,7 +55,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
             write(args, env)
         }
         Some(Hostcall::FaultAddr) => env.cr2() as i64,
-        Some(Hostcall::StdinRequest) => env.stdin_request(args[0], args[1]),
+        Some(Hostcall::StdinRequest) => env.stdin_request(args[0], args[1], args[2]),
         Some(Hostcall::StdioStat) => match env.stdio_stat(args[0]) {
             Ok(st) => match write_guest(env.mem(), args[1], &st.to_bytes()) {
                 Some(()) => 0,
@@ -326,7 +326,7 @@ mod tests {
         fail: Option<std::io::ErrorKind>,
         halts: u32,
         kicks: Vec<u64>,
-        stdin: Vec<(u64, u64)>,
+        stdin: Vec<(u64, u64, u64)>,
         fs: Vec<[u64; 6]>,
         roots: Vec<u64>,
     }
@@ -355,8 +355,8 @@ mod tests {
             self.out.push((fd, data.to_vec()));
             Ok(())
         }
-        fn stdin_request(&mut self, virt: u64, len: u64) -> i64 {
-            self.stdin.push((virt, len));
+        fn stdin_request(&mut self, virt: u64, len: u64, stream: u64) -> i64 {
+            self.stdin.push((virt, len, stream));
             0
         }
         fn halt(&mut self, _: std::time::Duration) {
@@ -450,9 +450,13 @@ mod tests {
     #[test]
     fn stdin_requests_go_to_the_device() {
         let mut e = env();
-        assert_eq!(call(&mut e, Hostcall::StdinRequest, &[0x40_1000, 100]), Action::Resume);
+        assert_eq!(call(&mut e, Hostcall::StdinRequest, &[0x40_1000, 100, 0]), Action::Resume);
         assert_eq!(ret(&e), 0);
-        assert_eq!(e.stdin, [(0x40_1000, 100)]);
+        assert_eq!(
+            call(&mut e, Hostcall::StdinRequest, &[0x40_1000, 10, onering_abi::exec::stream(2, 0)]),
+            Action::Resume
+        );
+        assert_eq!(e.stdin, [(0x40_1000, 100, 0), (0x40_1000, 10, 9)]);
     }
 
     #[test]

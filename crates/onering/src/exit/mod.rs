@@ -125,9 +125,10 @@ pub trait Env {
     fn cr2(&mut self) -> u64;
     /// Writes all of `data` to the host's fd 1 or 2, or an exec'd process's stream.
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()>;
-    /// The `StdinRequest` hostcall: the host's stdin into `len` bytes at
-    /// guest-virtual `virt`, later (0 if taken, or -errno; see `vstate::stdin`).
-    fn stdin_request(&mut self, virt: u64, len: u64) -> i64;
+    /// The `StdinRequest` hostcall: host stream `stream`'s stdin (the program's
+    /// or an exec'd process's) into `len` bytes at guest-virtual `virt`, later (0
+    /// if taken, or -errno; see `vstate::stdin`).
+    fn stdin_request(&mut self, virt: u64, len: u64, stream: u64) -> i64;
     /// Halts the exiting vCPU for at most `d`, or until it is kicked (at once if it
     /// was kicked since its last halt).
     fn halt(&mut self, d: std::time::Duration);
@@ -245,7 +246,7 @@ mod tests {
         fn output(&mut self, _: u32, _: &[u8]) -> std::io::Result<()> {
             Ok(())
         }
-        fn stdin_request(&mut self, _: u64, _: u64) -> i64 {
+        fn stdin_request(&mut self, _: u64, _: u64, _: u64) -> i64 {
             0
         }
         fn halt(&mut self, _: std::time::Duration) {}

@@ -285,7 +285,7 @@ fn features() -> serde_json::Value {
         "annotations": {
             "org.onering.vm": "true",
             "org.onering.exec": "true",
-            "org.onering.exec.stdin": "false",
+            "org.onering.exec.stdin": "true",
             "onering.mem": "guest memory (--mem)",
             "onering.smp": "vCPUs (--smp)",
             "onering.net": "the VM's network (--net)",

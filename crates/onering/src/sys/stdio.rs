@@ -1,7 +1,8 @@
 //! The host calls behind the program's standard streams: what each of onering's
 //! descriptors 0, 1, 2 is (`kind`), its `fstat`, `lseek`, and the terminal ioctls
 //! the program may make on it, passed through with the kernel's own argument
-//! layouts (a 36-byte `struct termios`, not the C library's). Each call takes a
+//! layouts (a 36-byte `struct termios`, not the C library's), and whether a
+//! stdin would answer a read now (`ready_now`). Each call takes a
 //! descriptor number and buffers of fixed sizes; nothing else reaches the host.
 #![allow(unsafe_code)]
 
@@ -22,6 +23,17 @@ pub fn fstat(fd: i32) -> Result<libc::stat, i64> {
     } else {
         Err(-errno())
     }
+}
+
+/// Whether a read of `fd` returns at once (input, end of file, a hang-up or an
+/// error): a zero-timeout `poll`. Epoll said so a moment ago, but another
+/// reader of the same open file (the program's stdin and an exec'd process's
+/// may be one terminal) may have taken the input since.
+pub fn ready_now(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll reads and writes the one pollfd we pass, which lives across it.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n != 0 // (a failed poll: the read tells what is wrong)
 }
 
 /// What descriptor `fd` is (`onering_abi::stdio`).

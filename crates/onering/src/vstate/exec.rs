@@ -10,15 +10,22 @@
 //!
 //! Each request takes a slot (at most `exec::MAX_EXECS` at once); the slot holds
 //! the streams, which the guest reaches as host streams `exec::stream(slot, fd)`
-//! through the stdio hostcalls (output only: the process's stdin is /dev/null),
-//! until the guest reports the end (`ExecDone`). The guest takes the queued
+//! through the stdio hostcalls, until the guest reports the end (`ExecDone`):
+//! output to 1 and 2 (`Write`), and input from 0 through the slot's own stdin
+//! device (`StdinRequest`, the device `-i` gives the program: `stdin`), which
+//! reads the client's stdin when it has input; when the process ends, an
+//! outstanding request ends (end of file) and its watch goes. The guest takes the queued
 //! messages with `ExecTake`, told by the events page's EXEC bit and a wake-up.
 //!
-//! Nothing the guest says is trusted: `ExecDone` for a slot nobody holds is
-//! EINVAL, a message is written only to guest memory that translates, and a
-//! guest that never takes or never ends a request only keeps its client waiting
-//! (the slots are bounded; a full table refuses new requests with a message).
+//! Nothing the guest says is trusted: `ExecDone` or `StdinRequest` for a slot
+//! nobody holds is EINVAL or EBADF, a message is written only to guest memory
+//! that translates, a slot has one stdin request at a time (of at most 64 KiB),
+//! and a guest that never takes or never ends a request only keeps its client
+//! waiting (the slots are bounded; a full table refuses new requests with a
+//! message).
 
+use super::stdin::Stdin;
+use crate::event_loop::LazyEventLoop;
 use onering_abi::exec::{self, Message, Spawn, MAX_EXECS, MAX_MESSAGE};
 use std::collections::VecDeque;
 use std::fs::File;
@@ -28,6 +35,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use vm_memory::GuestMemoryMmap;
 
+const EBADF: i64 = 9;
 const EINVAL: i64 = 22;
 const EFAULT: i64 = 14;
 const ENOSPC: i64 = 28;
@@ -48,12 +56,24 @@ struct Slot {
     started: bool,
 }
 
-#[derive(Default)]
 pub struct Execs {
     slots: Mutex<Vec<Option<Slot>>>,
     queue: Mutex<VecDeque<Vec<u8>>>,
     /// Requests so far (each one's id).
     requests: std::sync::atomic::AtomicU64,
+    /// Each slot's stdin device (input 1 + slot).
+    inputs: [Stdin; MAX_EXECS as usize],
+}
+
+impl Default for Execs {
+    fn default() -> Self {
+        Execs {
+            slots: Mutex::default(),
+            queue: Mutex::default(),
+            requests: Default::default(),
+            inputs: std::array::from_fn(|slot| Stdin::new(1 + slot, true)),
+        }
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -81,13 +101,37 @@ fn answer(mut to: &UnixStream, v: serde_json::Value) {
 }
 
 impl Execs {
-    /// The host file behind stream `s` of a slot in use (descriptors 1 and 2 only).
-    pub fn stream(&self, s: u64) -> Option<Arc<File>> {
+    /// The host file behind stream `s` of a slot in use (descriptor 0 only if
+    /// `input`: never written to).
+    pub fn stream(&self, s: u64, input: bool) -> Option<Arc<File>> {
         let (slot, fd) = exec::slot_of(s)?;
-        if fd == 0 {
+        if fd == 0 && !input {
             return None;
         }
         lock(&self.slots).get(slot as usize)?.as_ref().map(|sl| sl.streams[fd as usize].clone())
+    }
+
+    /// The `StdinRequest` hostcall for slot `slot`'s stdin (see `stdin`): 0 or
+    /// -errno (-EBADF: no process holds the slot). `wake` tells the guest.
+    pub fn stdin_request(
+        &'static self,
+        mem: &'static GuestMemoryMmap,
+        events: &LazyEventLoop,
+        slot: u64,
+        (virt, len): (u64, u64),
+        wake: impl Fn() + Send + 'static,
+    ) -> i64 {
+        let (source, seq) = {
+            let slots = lock(&self.slots);
+            let Some(s) = slots.get(slot as usize).and_then(Option::as_ref) else { return -EBADF };
+            // (Under the slots' lock: the slot's end cancels it after, not before.)
+            match self.inputs[slot as usize].request(mem, virt, len) {
+                Ok(seq) => (s.streams[0].clone(), seq),
+                Err(e) => return e,
+            }
+        };
+        super::stdin::watch(&self.inputs[slot as usize], &*source, mem, events, seq, wake);
+        0
     }
 
     /// The `ExecTake` hostcall: the next message into `len` bytes at guest-virtual
@@ -106,8 +150,10 @@ impl Execs {
 
     /// The `ExecDone` hostcall: slot `slot`'s process ended (`exec::ENDED`, wait
     /// status `value`), could not start (`exec::FAILED`, errno `value`) or runs
-    /// `exec::STARTED`, pid `value`, keeps the slot).
-    pub fn done(&self, slot: u64, how: u64, value: u64) -> i64 {
+    /// `exec::STARTED`, pid `value`, keeps the slot). An end also ends the slot's
+    /// stdin request (`Stdin::cancel`), posted for the guest, which looks at its
+    /// events after this call without a wake-up.
+    pub fn done(&self, slot: u64, how: u64, value: u64, mem: &GuestMemoryMmap, events: &LazyEventLoop) -> i64 {
         let mut slots = lock(&self.slots);
         let Some(entry) = slots.get_mut(slot as usize) else { return -EINVAL };
         let (reply, s) = match how {
@@ -119,6 +165,7 @@ impl Execs {
             }
             exec::FAILED | exec::ENDED => {
                 let Some(s) = entry.take() else { return -EINVAL };
+                self.inputs[slot as usize].cancel(mem, events);
                 let key = if how == exec::FAILED { "failed" } else { "status" };
                 (serde_json::json!({ key: value }), s.client)
             }
@@ -226,7 +273,7 @@ fn serve(conn: UnixStream, m: &'static super::Machine) {
     };
     spawn.slot = slot;
     if !execs.queue(Message::Spawn(spawn)) {
-        execs.done(slot, exec::FAILED, 11);
+        execs.done(slot, exec::FAILED, 11, &m.mem, &m.events);
         return;
     }
     m.post_exec();
@@ -256,6 +303,10 @@ mod tests {
     use super::*;
     use std::io::Read;
 
+    fn memory() -> GuestMemoryMmap {
+        GuestMemoryMmap::from_ranges(&[(vm_memory::GuestAddress(0), 4 << 20)]).unwrap()
+    }
+
     fn streams() -> [Arc<File>; 3] {
         let f = || Arc::new(File::open("/dev/null").unwrap());
         [f(), f(), f()]
@@ -264,20 +315,22 @@ mod tests {
     #[test]
     fn the_guest_reaches_only_held_slots_and_says_each_thing_once() {
         let e = Execs::default();
-        assert_eq!(e.done(0, exec::ENDED, 0), -EINVAL);
-        assert_eq!(e.done(u64::MAX, exec::ENDED, 0), -EINVAL);
+        let (mem, events) = (memory(), LazyEventLoop::default());
+        assert_eq!(e.done(0, exec::ENDED, 0, &mem, &events), -EINVAL);
+        assert_eq!(e.done(u64::MAX, exec::ENDED, 0, &mem, &events), -EINVAL);
         let (ours, theirs) = UnixStream::pair().unwrap();
         let (slot, id) = e.claim(streams(), theirs).unwrap();
         assert!(e.holds(slot, id) && !e.holds(slot, id + 1));
-        assert!(e.stream(exec::stream(slot, 1)).is_some());
-        assert!(e.stream(exec::stream(slot, 0)).is_none(), "stdin is not forwarded");
-        assert!(e.stream(exec::stream(slot + 1, 1)).is_none());
-        assert_eq!(e.done(slot, 7, 0), -EINVAL);
-        assert_eq!(e.done(slot, exec::STARTED, 42), 0);
-        assert_eq!(e.done(slot, exec::STARTED, 42), -EINVAL);
-        assert_eq!(e.done(slot, exec::ENDED, 3 << 8), 0);
-        assert_eq!(e.done(slot, exec::ENDED, 0), -EINVAL);
-        assert!(!e.holds(slot, id) && e.stream(exec::stream(slot, 1)).is_none());
+        assert!(e.stream(exec::stream(slot, 1), false).is_some());
+        assert!(e.stream(exec::stream(slot, 0), false).is_none(), "stdin is never written");
+        assert!(e.stream(exec::stream(slot, 0), true).is_some());
+        assert!(e.stream(exec::stream(slot + 1, 1), false).is_none());
+        assert_eq!(e.done(slot, 7, 0, &mem, &events), -EINVAL);
+        assert_eq!(e.done(slot, exec::STARTED, 42, &mem, &events), 0);
+        assert_eq!(e.done(slot, exec::STARTED, 42, &mem, &events), -EINVAL);
+        assert_eq!(e.done(slot, exec::ENDED, 3 << 8, &mem, &events), 0);
+        assert_eq!(e.done(slot, exec::ENDED, 0, &mem, &events), -EINVAL);
+        assert!(!e.holds(slot, id) && e.stream(exec::stream(slot, 1), false).is_none());
         let mut got = String::new();
         (&ours).read_to_string(&mut got).unwrap();
         assert_eq!(got, "{\"started\":42}\n{\"status\":768}\n");
@@ -293,5 +346,58 @@ mod tests {
             assert!(e.queue(Message::Signal { slot: 0, signal: 15 }));
         }
         assert!(!e.queue(Message::Signal { slot: 0, signal: 15 }));
+    }
+
+    #[test]
+    fn a_slots_stdin_is_read_for_its_process_only_and_ends_with_it() {
+        use onering_abi::{events, layout};
+        use std::io::Write;
+        use vm_memory::{Bytes, GuestAddress};
+        let mem: &'static GuestMemoryMmap =
+            Box::leak(Box::new(GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap()));
+        crate::arch::PageTables::new(mem).map_2m(0x40_0000, 0x40_0000, 0).unwrap();
+        let e: &'static Execs = Box::leak(Box::default());
+        let events: &'static LazyEventLoop = Box::leak(Box::default());
+        let woken = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let wake = || {
+            let w = woken.clone();
+            move || {
+                w.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        };
+        assert_eq!(e.stdin_request(mem, events, 0, (0x40_0000, 16), wake()), -EBADF, "no process holds it");
+        let (mut input, theirs) = UnixStream::pair().unwrap();
+        let mut s = streams();
+        s[0] = Arc::new(File::from(std::os::fd::OwnedFd::from(theirs)));
+        let (slot, _) = e.claim(s, UnixStream::pair().unwrap().0).unwrap();
+        let input_no = 1 + slot as usize;
+        assert_eq!(e.stdin_request(mem, events, slot, (0x40_0000, 16), wake()), 0);
+        assert_eq!(e.stdin_request(mem, events, slot, (0x40_0000, 16), wake()), -16, "one at a time");
+        assert_eq!(e.stdin_request(mem, events, slot, (0x40_0000, 1 << 20), wake()), -EINVAL, "bounded");
+        let word = |off| mem.read_obj::<u64>(GuestAddress(layout::EVENTS_PHYS + off)).unwrap();
+        assert_eq!(word(events::PENDING), 0, "nothing until the client has input");
+        input.write_all(b"typed\n").unwrap();
+        let start = std::time::Instant::now();
+        while word(events::PENDING) & events::done_bit(input_no) == 0 {
+            assert!(start.elapsed() < std::time::Duration::from_secs(10), "the input was not posted");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(word(events::result_word(input_no)), 6);
+        let mut got = [0u8; 6];
+        mem.read_slice(&mut got, GuestAddress(0x40_0000)).unwrap();
+        assert_eq!(&got, b"typed\n");
+        assert_eq!(woken.load(std::sync::atomic::Ordering::SeqCst), 1);
+        // The process ends with a request outstanding: end of file at once,
+        // and input that comes after is nobody's.
+        mem.write_obj(0u64, GuestAddress(layout::EVENTS_PHYS + events::PENDING)).unwrap();
+        assert_eq!(e.stdin_request(mem, events, slot, (0x40_0000, 16), wake()), 0);
+        mem.write_obj(u64::MAX, GuestAddress(layout::EVENTS_PHYS + events::result_word(input_no))).unwrap();
+        assert_eq!(e.done(slot, exec::ENDED, 0, mem, events), 0);
+        assert_eq!(word(events::result_word(input_no)), 0);
+        assert_eq!(word(events::PENDING), events::done_bit(input_no));
+        let _ = input.write_all(b"late\n"); // (EPIPE: the slot let go of its end)
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(word(events::result_word(input_no)), 0, "not read for a process gone");
+        assert_eq!(e.stdin_request(mem, events, slot, (0x40_0000, 16), wake()), -EBADF);
     }
 }

@@ -115,7 +115,7 @@ impl Machine {
             mem,
             bus,
             events: LazyEventLoop::new(),
-            stdin: super::stdin::Stdin::new(stdio.interactive()),
+            stdin: super::stdin::Stdin::new(0, stdio.interactive()),
             stdio,
             vm,
             cpuid,
@@ -356,15 +356,21 @@ impl Machine {
         self.wake_all();
     }
 
-    /// The `StdinRequest` hostcall: takes the request and has the host's stdin
-    /// watched (see `stdin`). 0 or -errno.
-    fn stdin_request(&'static self, virt: u64, len: u64) -> i64 {
-        match self.stdin.request(&self.mem, virt, len) {
-            Ok(()) => {
-                super::stdin::watch(&self.stdin, &self.mem, &self.events, move || self.notify_guest());
-                0
-            }
-            Err(e) => e,
+    /// The `StdinRequest` hostcall for host stream `stream` (the program's stdin,
+    /// or an exec'd process's): takes the request and has that stdin watched
+    /// (see `stdin`). 0 or -errno.
+    fn stdin_request(&'static self, virt: u64, len: u64, stream: u64) -> i64 {
+        let wake = move || self.notify_guest();
+        match onering_abi::exec::input_of(stream) {
+            Some(0) => match self.stdin.request(&self.mem, virt, len) {
+                Ok(seq) => {
+                    super::stdin::watch(&self.stdin, &std::io::stdin(), &self.mem, &self.events, seq, wake);
+                    0
+                }
+                Err(e) => e,
+            },
+            Some(input) => self.stdio.execs.stdin_request(&self.mem, &self.events, input as u64 - 1, (virt, len), wake),
+            None => -9, // EBADF
         }
     }
 
@@ -422,8 +428,8 @@ impl Env for VcpuEnv<'_> {
     fn cr2(&mut self) -> u64 {
         self.vcpu.get_sregs().map_or(0, |s| s.cr2)
     }
-    fn stdin_request(&mut self, virt: u64, len: u64) -> i64 {
-        self.m.stdin_request(virt, len)
+    fn stdin_request(&mut self, virt: u64, len: u64, stream: u64) -> i64 {
+        self.m.stdin_request(virt, len, stream)
     }
     fn halt(&mut self, d: Duration) {
         self.m.halt(self.cpu, d)
@@ -471,6 +477,6 @@ impl Env for VcpuEnv<'_> {
         self.m.stdio.execs.take(&self.m.mem, virt, len)
     }
     fn exec_done(&mut self, slot: u64, how: u64, value: u64) -> i64 {
-        self.m.stdio.execs.done(slot, how, value)
+        self.m.stdio.execs.done(slot, how, value, &self.m.mem, &self.m.events)
     }
 }

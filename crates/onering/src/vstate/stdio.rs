@@ -10,7 +10,8 @@
 //!
 //! The processes `onering exec` starts have standard streams of their own
 //! (`exec`): host streams 3 and up, reached the same way while their process
-//! runs (their output only; their terminal's modes are theirs).
+//! runs (their stdin too: written never, read through their slot's stdin
+//! device; their terminal's modes are theirs).
 
 use crate::sys::stdio as host;
 use onering_abi::stdio as kind;
@@ -85,7 +86,7 @@ impl Stdio {
     /// only descriptors open on the host; a stream of a running exec'd process.
     fn reachable(&self, fd: u64) -> Option<Reach> {
         if fd > 2 {
-            return self.execs.stream(fd).map(Reach::Exec);
+            return self.execs.stream(fd, true).map(Reach::Exec);
         }
         if (fd == 0 && !self.interactive) || kind::kind(self.word, fd as u32) == kind::CLOSED {
             return None;
@@ -102,7 +103,7 @@ impl Stdio {
                 out.write_all(data)?;
                 out.flush()
             }
-            s => match self.execs.stream(u64::from(s)) {
+            s => match self.execs.stream(u64::from(s), false) {
                 Some(f) => (&*f).write_all(data),
                 None => Err(std::io::Error::from_raw_os_error(EBADF as i32)),
             },
