@@ -186,6 +186,9 @@ pub mod flags {
     /// real-time threads at 95% of a CPU, so an idle vCPU halts until its next
     /// deadline instead of spinning up to it.
     pub const REALTIME: u64 = 1 << 12;
+    /// `--no-new-privileges` (an OCI bundle's process.noNewPrivileges): the
+    /// program starts with the no_new_privs flag set.
+    pub const NO_NEW_PRIVS: u64 = 1 << 13;
 }
 
 /// What `Hostcall::Trace` carries (`args[0]`), and the shapes of its data.

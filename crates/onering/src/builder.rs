@@ -47,6 +47,8 @@ pub struct VmConfig<'a> {
     pub rootfs_rw: bool,
     /// `--oci-caps`: the capability sets (None: `onering_abi::caps::default_for`).
     pub caps: Option<[u64; onering_abi::caps::SETS]>,
+    /// `--no-new-privileges`.
+    pub no_new_privs: bool,
     pub workdir: Option<&'a OsStr>,
     /// `--hostname` (None: `onering_abi::DEFAULT_HOSTNAME`).
     pub hostname: Option<&'a [u8]>,
@@ -219,6 +221,9 @@ pub fn run(
     };
     if config.read_only {
         flags |= onering_abi::flags::READ_ONLY;
+    }
+    if config.no_new_privs {
+        flags |= onering_abi::flags::NO_NEW_PRIVS;
     }
     if config.trace_set.is_some() {
         flags |= onering_abi::flags::TRACE;

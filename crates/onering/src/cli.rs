@@ -61,6 +61,10 @@ struct RunArgs {
     /// process.capabilities); without it root has every capability.
     #[arg(long, value_name = "B:P:E:I:A", value_parser = parse_caps, hide = true)]
     oci_caps: Option<[u64; onering_abi::caps::SETS]>,
+    /// The program starts with no_new_privs set (`prctl(PR_GET_NO_NEW_PRIVS)`
+    /// says 1), as `docker run --security-opt no-new-privileges`.
+    #[arg(long)]
+    no_new_privileges: bool,
     /// Share a host directory as GUEST in the VM, read-write (`:ro`: read-only),
     /// as `docker -v`; repeatable.
     #[arg(short = 'v', long = "volume", value_name = "HOST:GUEST[:ro]")]
@@ -572,6 +576,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         read_only: args.read_only,
         rootfs_rw: args.rootfs_rw,
         caps: args.oci_caps,
+        no_new_privs: args.no_new_privileges,
         workdir: args.workdir.as_deref().or(host_cwd.as_deref()),
         hostname: args.hostname.as_deref().map(|h| h.as_bytes()),
         interactive: args.interactive,

@@ -6,6 +6,7 @@
 #include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -27,6 +28,11 @@ int main(void) {
     CHECK(getrandom(r1, sizeof r1, 0) == sizeof r1 && memcmp(r1, r2, 32), "getrandom");
     CHECK_ERR(getrandom(r1, sizeof r1, 0x100), EINVAL, "getrandom bad flags: EINVAL");
     CHECK(access("/dev/random", R_OK) == 0, "/dev/random exists");
+    const char *nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"};
+    for (unsigned i = 0; i < sizeof nodes / sizeof *nodes; i++) {
+        CHECK(stat(nodes[i], &st) == 0 && S_ISCHR(st.st_mode), nodes[i]);
+        printf("%s is %u:%u\n", nodes[i], major(st.st_rdev), minor(st.st_rdev));
+    }
 
     int p[2];
     CHECK(pipe(p) == 0, "pipe");

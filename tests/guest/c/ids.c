@@ -53,6 +53,9 @@ int main(void) {
     CHECK_ERR(syscall(SYS_capget, (void *)8, d), EFAULT, "capget of a bad header is EFAULT");
     CHECK(prctl(PR_CAPBSET_READ, CAP_SYS_ADMIN) == 1, "CAP_SYS_ADMIN in the bounding set");
     CHECK_ERR(prctl(PR_CAPBSET_READ, 99), EINVAL, "PR_CAPBSET_READ of no such capability is EINVAL");
+    CHECK(prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 0, "no_new_privs starts unset");
+    CHECK(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) == 1,
+          "and stays set once set");
     printf("done\n");
     return failures;
 }

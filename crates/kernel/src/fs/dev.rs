@@ -44,7 +44,7 @@ impl File for DevFile {
                 user.fill(buf, 0, len)?;
                 Ok(len)
             }
-            Device::Random => random(self.rng, user, buf, len),
+            Device::Random | Device::Urandom => random(self.rng, user, buf, len),
             _ => Err(Errno::EBADF),
         }
     }

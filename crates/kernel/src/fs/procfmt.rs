@@ -31,8 +31,9 @@ pub struct ProcInfo {
     pub uid: u64,
     pub gid: u64,
     pub umask: u32,
-    /// Capability sets (`onering_abi::caps`).
+    /// Capability sets (`onering_abi::caps`), the no_new_privs flag.
     pub caps: [u64; onering_abi::caps::SETS],
+    pub no_new_privs: bool,
     /// Bytes mapped, and resident; of which the stack, data (writable private),
     /// text.
     pub vsize: u64,
@@ -153,7 +154,7 @@ pub fn status(p: &ProcInfo) -> String {
         c(BOUNDING),
         c(AMBIENT)
     );
-    s.push_str("NoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n");
+    let _ = write!(s, "NoNewPrivs:\t{}\nSeccomp:\t0\nSeccomp_filters:\t0\n", u8::from(p.no_new_privs));
     s.push_str("Speculation_Store_Bypass:\tthread vulnerable\nSpeculationIndirectBranch:\tconditional enabled\n");
     let cpus = if p.cpus >= 64 { u64::MAX } else { (1u64 << p.cpus) - 1 };
     let _ = write!(s, "Cpus_allowed:\t{cpus:x}\nCpus_allowed_list:\t{}\n", cpu_list(p.cpus));
@@ -622,6 +623,7 @@ mod tests {
             gid: 100,
             umask: 0o22,
             caps: onering_abi::caps::default_for(1000),
+            no_new_privs: false,
             vsize: 10 << 20,
             rss: 4 << 20,
             cpus: 2,

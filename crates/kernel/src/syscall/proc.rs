@@ -928,8 +928,11 @@ pub fn prctl(ctx: &Ctx, f: &mut SyscallFrame) -> SysResult {
         PR_CAP_AMBIENT if arg2 == PR_CAP_AMBIENT_IS_SET && f.rdx <= u64::from(onering_abi::caps::LAST) => {
             Ok(ctx.k.cfg.caps[onering_abi::caps::AMBIENT] >> f.rdx & 1)
         }
-        PR_SET_NO_NEW_PRIVS if arg2 == 1 => Ok(0),
-        PR_GET_NO_NEW_PRIVS => Ok(1),
+        PR_SET_NO_NEW_PRIVS if arg2 == 1 => {
+            ctx.k.no_new_privs.store(true, Relaxed);
+            Ok(0)
+        }
+        PR_GET_NO_NEW_PRIVS => Ok(u64::from(ctx.k.no_new_privs.load(Relaxed))),
         // Everything else, PR_SET_VMA included (Go copes with EINVAL there).
         _ => Err(Errno::EINVAL),
     }

@@ -86,6 +86,10 @@ pub struct Kernel {
     pub hostname: Mutex<Vec<u8>>,
     /// `prctl(PR_SET_KEEPCAPS)`'s flag (capabilities never change here).
     pub keepcaps: core::sync::atomic::AtomicBool,
+    /// `prctl(PR_SET_NO_NEW_PRIVS)`'s flag, set for good (`flags::NO_NEW_PRIVS`
+    /// sets it at boot); the VM's, not a thread's (nothing here gains privileges
+    /// at execve anyway).
+    pub no_new_privs: core::sync::atomic::AtomicBool,
     /// Unsupported system calls and messages already reported.
     warned: Mutex<BTreeSet<u64>>,
     /// Memory ran out under a user copy: the SIGKILL that follows says so.
@@ -192,6 +196,7 @@ const MAX_WARNED: usize = 1024;
 
 impl Kernel {
     pub fn new(cfg: Config, chunks: Chunks, vfs: Vfs, seed: [u64; 2]) -> Kernel {
+        let no_new_privs = cfg.flags & onering_abi::flags::NO_NEW_PRIVS != 0;
         let mut comm = [0u8; 16];
         let name = cfg.exe.rsplit(|b| *b == b'/').next().unwrap_or(&[]);
         let n = name.len().min(15);
@@ -210,6 +215,7 @@ impl Kernel {
             futexes: Mutex::new(FutexTable::new()),
             comm: Mutex::new(comm),
             keepcaps: core::sync::atomic::AtomicBool::new(false),
+            no_new_privs: core::sync::atomic::AtomicBool::new(no_new_privs),
             warned: Mutex::new(BTreeSet::new()),
             oom: core::sync::atomic::AtomicBool::new(false),
             unix_names: Mutex::new(alloc::collections::BTreeMap::new()),

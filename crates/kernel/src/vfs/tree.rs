@@ -25,7 +25,9 @@ pub enum Device {
     Null,
     Zero,
     Full,
+    /// /dev/random (1:8) and /dev/urandom (1:9): the same bytes.
     Random,
+    Urandom,
     Stdin,
     Stdout,
     Stderr,
@@ -204,7 +206,7 @@ impl Vfs {
             (b"zero", Device::Zero),
             (b"full", Device::Full),
             (b"random", Device::Random),
-            (b"urandom", Device::Random),
+            (b"urandom", Device::Urandom),
             (b"stdin", Device::Stdin),
             (b"stdout", Device::Stdout),
             (b"stderr", Device::Stderr),

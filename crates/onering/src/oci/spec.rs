@@ -162,6 +162,9 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
     // The program's changes go to the bundle's rootfs (the container's layer), as
     // runc's do, unless it is read-only.
     out.push(if root.readonly() == Some(true) { "--read-only" } else { "--rootfs-rw" }.into());
+    if process.no_new_privileges() == Some(true) {
+        out.push("--no-new-privileges".into());
+    }
     out.extend(extra);
     out.push("--".into());
     out.extend(args.iter().map(OsString::from));
@@ -292,10 +295,11 @@ mod tests {
             r#""user":{"uid":0,"gid":0}"#,
             r#""user":{"uid":0,"gid":0},
                "capabilities":{"bounding":["CAP_KILL","CAP_NET_ADMIN"],"permitted":["CAP_KILL"],
-                               "effective":["CAP_KILL"],"ambient":[]}"#,
+                               "effective":["CAP_KILL"],"ambient":[]},"noNewPrivileges":true"#,
         );
         let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
         assert!(a.windows(2).any(|w| w == ["--oci-caps", "1020:20:20:0:0"]), "{a:?}");
+        assert!(a.iter().any(|x| x == "--no-new-privileges"), "{a:?}");
         // No capabilities object: no option (root keeps every capability).
         let a = args(&plan(&spec(&base("")), Path::new("/b")).unwrap());
         assert!(!a.iter().any(|x| x == "--oci-caps"), "{a:?}");
