@@ -280,6 +280,9 @@ pub struct BootInfo {
     /// The program's capability sets, a bit per capability, indexed by
     /// [`caps`]'s constants.
     pub caps: [u64; caps::SETS],
+    /// `--ulimit nofile=SOFT:HARD`: the first process's RLIMIT_NOFILE (0, 0:
+    /// the kernel's default).
+    pub nofile: [u64; 2],
 }
 
 /// Capability sets (`BootInfo::caps`): the VMM chooses them (all of them for

@@ -101,7 +101,15 @@ fn setup(boot: Boot) {
     }
     let cwd_hold = Some(k.vfs.lock().hold(cwd));
     let tid = sched::alloc_tid();
-    let start = Start::leader(space, tid, fds, FsCtx { cwd, cwd_hold, umask: 0o022 });
+    // `--ulimit nofile=SOFT:HARD` (the VMM checked SOFT <= HARD <= NR_OPEN).
+    let nofile = (bi.nofile[0], bi.nofile[1]);
+    if nofile != (0, 0) {
+        fds.set_limit(nofile.0);
+    }
+    let mut start = Start::leader(space, tid, fds, FsCtx { cwd, cwd_hold, umask: 0o022 });
+    if nofile != (0, 0) {
+        start.rlimits.insert(7, (nofile.0.min(nofile.1), nofile.1.min(crate::file::NR_OPEN)));
+    }
     let Ok(proc) = Process::create(start) else { panic!("cannot create the program's process") };
     proc.threads.store(1, Relaxed);
     // A terminal among the standard streams is its controlling terminal.

@@ -49,6 +49,8 @@ pub struct VmConfig<'a> {
     pub caps: Option<[u64; onering_abi::caps::SETS]>,
     /// `--no-new-privileges`.
     pub no_new_privs: bool,
+    /// `--ulimit nofile=SOFT:HARD` (None: the kernel's default).
+    pub nofile: Option<(u64, u64)>,
     pub workdir: Option<&'a OsStr>,
     /// `--hostname` (None: `onering_abi::DEFAULT_HOSTNAME`).
     pub hostname: Option<&'a [u8]>,
@@ -272,6 +274,7 @@ pub fn run(
         trace_set: config.trace_set.unwrap_or_default(),
         hostname: config.hostname.unwrap_or_default(),
         caps: config.caps.unwrap_or_else(|| onering_abi::caps::default_for(uid)),
+        nofile: config.nofile.map_or([0, 0], |(s, h)| [s, h]),
     };
 
     let (mut bi, rewritten) =

@@ -65,6 +65,10 @@ struct RunArgs {
     /// says 1), as `docker run --security-opt no-new-privileges`.
     #[arg(long)]
     no_new_privileges: bool,
+    /// A resource limit of the program, as `docker run --ulimit`: only
+    /// `nofile=SOFT[:HARD]` (RLIMIT_NOFILE; at most 1048576).
+    #[arg(long, value_name = "nofile=SOFT[:HARD]", value_parser = parse_ulimit)]
+    ulimit: Option<(u64, u64)>,
     /// Share a host directory as GUEST in the VM, read-write (`:ro`: read-only),
     /// as `docker -v`; repeatable.
     #[arg(short = 'v', long = "volume", value_name = "HOST:GUEST[:ro]")]
@@ -168,6 +172,19 @@ fn parse_hostname(s: &str) -> Result<OsString, String> {
     Ok(s.into())
 }
 
+/// Parses `--ulimit nofile=SOFT[:HARD]` (HARD defaults to SOFT, as docker's).
+fn parse_ulimit(s: &str) -> Result<(u64, u64), String> {
+    let max = 1u64 << 20;
+    let bad = || format!("only nofile=SOFT[:HARD] is known, with SOFT <= HARD <= {max}");
+    let v = s.strip_prefix("nofile=").ok_or_else(bad)?;
+    let (soft, hard) = v.split_once(':').unwrap_or((v, v));
+    let (soft, hard) = (soft.parse::<u64>().map_err(|_| bad())?, hard.parse::<u64>().map_err(|_| bad())?);
+    if soft > hard || hard > max {
+        return Err(bad());
+    }
+    Ok((soft, hard))
+}
+
 /// Parses `--oci-caps`: five hexadecimal masks separated by `:`, within the
 /// capabilities Linux knows.
 fn parse_caps(s: &str) -> Result<[u64; onering_abi::caps::SETS], String> {
@@ -252,6 +269,7 @@ fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
         "--gateway",
         "--exec-socket",
         "--oci-caps",
+        "--ulimit",
     ];
     let Some(run) = args.iter().position(|a| a == "run") else {
         return args;
@@ -577,6 +595,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         rootfs_rw: args.rootfs_rw,
         caps: args.oci_caps,
         no_new_privs: args.no_new_privileges,
+        nofile: args.ulimit,
         workdir: args.workdir.as_deref().or(host_cwd.as_deref()),
         hostname: args.hostname.as_deref().map(|h| h.as_bytes()),
         interactive: args.interactive,

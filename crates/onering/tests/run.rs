@@ -654,6 +654,22 @@ fn smp_out_of_range_is_refused() {
     assert!(raw.contains("warning: --smp 64"), "{raw}");
 }
 
+/// `--ulimit nofile=SOFT[:HARD]`, `--no-new-privileges` and the capability sets
+/// as the program reads them.
+#[test]
+fn ulimit_privileges_and_capabilities_are_the_programs() {
+    assert!(Path::new("/bin/busybox").exists(), "this test needs /bin/busybox (apt-get install busybox-static)");
+    let script = "ulimit -n; ulimit -Hn; while read -r l; do case $l in CapEff*|NoNewPrivs*) echo \"$l\";; esac; \
+                  done </proc/self/status";
+    let o = onering(&["run", "--ulimit", "nofile=100:200", "/bin/busybox", "sh", "-c", script]);
+    assert_eq!(stdout(&o), "100\n200\nCapEff:\t000001ffffffffff\nNoNewPrivs:\t0\n", "{}", stderr(&o));
+    let o = onering(&["run", "--ulimit", "nofile=64", "--no-new-privileges", "/bin/busybox", "sh", "-c", script]);
+    assert_eq!(stdout(&o), "64\n64\nCapEff:\t000001ffffffffff\nNoNewPrivs:\t1\n", "{}", stderr(&o));
+    for bad in ["nproc=5", "nofile=9:8", "nofile=2000000"] {
+        expect_failure(&onering(&["run", "--ulimit", bad, "/bin/busybox", "true"]), 125, "only nofile=SOFT[:HARD]");
+    }
+}
+
 #[test]
 fn signals_match_the_host() {
     // Handlers, rt_sigreturn with every register restored, the alternate stack,

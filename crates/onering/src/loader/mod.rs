@@ -99,6 +99,8 @@ pub struct LoadSpec<'a> {
     pub hostname: &'a [u8],
     /// The program's capability sets (`onering_abi::caps`).
     pub caps: [u64; onering_abi::caps::SETS],
+    /// `--ulimit nofile=SOFT:HARD` ((0, 0): the kernel's default).
+    pub nofile: [u64; 2],
 }
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
@@ -369,6 +371,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         trace_set: spec.trace_set,
         hostname: onering_abi::hostname_words(spec.hostname),
         caps: spec.caps,
+        nofile: spec.nofile,
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
@@ -439,6 +442,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     w.extend(bi.trace_set);
     w.extend(bi.hostname);
     w.extend(bi.caps);
+    w.extend(bi.nofile);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }
@@ -470,6 +474,7 @@ mod tests {
             trace_set: [0; onering_abi::trace::SET_WORDS],
             hostname: b"",
             caps: onering_abi::caps::default_for(0),
+            nofile: [0, 0],
         }
     }
 
@@ -481,7 +486,7 @@ mod tests {
         let mut trace_set = [0; onering_abi::trace::SET_WORDS];
         trace_set[onering_abi::trace::SET_WORDS - 1] = 0x55;
         let hostname = onering_abi::hostname_words(b"box");
-        let caps = [1, 2, 3, 4, 5];
+        let (caps, nofile) = ([1, 2, 3, 4, 5], [6, 7]);
         let bi = BootInfo {
             magic: BOOT_MAGIC,
             nsegments: 77,
@@ -490,6 +495,7 @@ mod tests {
             trace_set,
             hostname,
             caps,
+            nofile,
             ..Default::default()
         };
         write_boot_info(&m, &bi).unwrap();
@@ -499,7 +505,8 @@ mod tests {
             u64::from_le_bytes(*b"box\0\0\0\0\0"),
             "the host name"
         );
-        assert_eq!(at(std::mem::offset_of!(BootInfo, caps) + 32), 5, "the capability sets last");
+        assert_eq!(at(std::mem::offset_of!(BootInfo, caps) + 32), 5, "the capability sets");
+        assert_eq!(at(std::mem::offset_of!(BootInfo, nofile) + 8), 7, "RLIMIT_NOFILE last");
         let trace_end = std::mem::offset_of!(BootInfo, hostname) - 8;
         assert_eq!(at(trace_end), 0x55, "the trace set before it");
         assert_eq!(at(std::mem::offset_of!(BootInfo, vdso_len)), 9);

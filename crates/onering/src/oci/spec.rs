@@ -6,7 +6,8 @@
 //! What maps: process.args/env/cwd (the program, `-e`, `-w`), root.path and
 //! root.readonly (`--rootfs` with `--rootfs-rw`, or `--read-only`), bind mounts of directories (`-v`),
 //! linux.resources.memory.limit (`--mem`), cpu quota/period (`--smp`, rounded
-//! up), process.capabilities (`--oci-caps`: what `capget` and /proc report), and the `onering.*` annotations (our own options; they win over the
+//! up), process.capabilities (`--oci-caps`: what `capget` and /proc report),
+//! process.noNewPrivileges, RLIMIT_NOFILE (`--ulimit`), and the `onering.*` annotations (our own options; they win over the
 //! resources). What the VM already provides is accepted without an option: the
 //! kernel file systems podman and containerd always mount (proc, sysfs, tmpfs,
 //! devpts, mqueue, cgroup: the guest kernel has its own), the files podman binds
@@ -71,9 +72,14 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
             user.gid()
         ));
     }
+    let mut nofile = None;
     for r in process.rlimits().as_deref().unwrap_or_default() {
-        if !matches!(r.typ(), PosixRlimitType::RlimitNofile | PosixRlimitType::RlimitNproc) {
-            return unsupported(format!("process.rlimits {:?}", r.typ()));
+        match r.typ() {
+            PosixRlimitType::RlimitNofile if r.soft() <= r.hard() && r.hard() <= 1 << 20 => {
+                nofile = Some(format!("nofile={}:{}", r.soft(), r.hard()));
+            }
+            PosixRlimitType::RlimitNproc => {}
+            _ => return unsupported(format!("process.rlimits {:?} {}:{}", r.typ(), r.soft(), r.hard())),
         }
     }
     let mut out: Vec<OsString> = vec!["run".into(), "-i".into()];
@@ -90,6 +96,9 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
     opt("-w", process.cwd().clone().into_os_string());
     if let Some(c) = process.capabilities() {
         opt("--oci-caps", capability_masks(c)?.into());
+    }
+    if let Some(n) = nofile {
+        opt("--ulimit", n.into());
     }
     if let Some(h) = spec.hostname().as_deref().filter(|h| !h.is_empty()) {
         if !onering_abi::hostname_ok(h.as_bytes()) {
@@ -295,11 +304,13 @@ mod tests {
             r#""user":{"uid":0,"gid":0}"#,
             r#""user":{"uid":0,"gid":0},
                "capabilities":{"bounding":["CAP_KILL","CAP_NET_ADMIN"],"permitted":["CAP_KILL"],
-                               "effective":["CAP_KILL"],"ambient":[]},"noNewPrivileges":true"#,
+                               "effective":["CAP_KILL"],"ambient":[]},"noNewPrivileges":true,
+               "rlimits":[{"type":"RLIMIT_NOFILE","soft":1024,"hard":4096}]"#,
         );
         let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
         assert!(a.windows(2).any(|w| w == ["--oci-caps", "1020:20:20:0:0"]), "{a:?}");
         assert!(a.iter().any(|x| x == "--no-new-privileges"), "{a:?}");
+        assert!(a.windows(2).any(|w| w == ["--ulimit", "nofile=1024:4096"]), "{a:?}");
         // No capabilities object: no option (root keeps every capability).
         let a = args(&plan(&spec(&base("")), Path::new("/b")).unwrap());
         assert!(!a.iter().any(|x| x == "--oci-caps"), "{a:?}");
