@@ -28,6 +28,9 @@ int main(void) {
     CHECK(getrandom(r1, sizeof r1, 0) == sizeof r1 && memcmp(r1, r2, 32), "getrandom");
     CHECK_ERR(getrandom(r1, sizeof r1, 0x100), EINVAL, "getrandom bad flags: EINVAL");
     CHECK(access("/dev/random", R_OK) == 0, "/dev/random exists");
+    char link[32] = {0};
+    CHECK(readlink("/dev/fd", link, sizeof link) == 13 && !strcmp(link, "/proc/self/fd"), "/dev/fd is /proc/self/fd");
+    CHECK(fstat(null, &st) == 0 && open("/dev/fd/3", O_RDONLY) >= 0, "and /dev/fd/N opens descriptor N");
     const char *nodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"};
     for (unsigned i = 0; i < sizeof nodes / sizeof *nodes; i++) {
         CHECK(stat(nodes[i], &st) == 0 && S_ISCHR(st.st_mode), nodes[i]);

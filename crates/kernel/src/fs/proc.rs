@@ -34,9 +34,9 @@ pub fn mount(v: &mut Vfs, ncpus: usize) {
 }
 
 /// Whether a path call on `path` (relative to the directory open as `dir`, if
-/// given) must [`refresh`] /proc first.
+/// given) must [`refresh`] /proc first (/dev/fd is a link into it).
 pub fn reaches_proc(path: &[u8], dir: Option<&FileRef>) -> bool {
-    match path.strip_prefix(b"/proc") {
+    match path.strip_prefix(b"/proc").or_else(|| path.strip_prefix(b"/dev/fd")) {
         Some(rest) => rest.is_empty() || rest[0] == b'/',
         None => path.first() != Some(&b'/') && dir.is_some_and(|d| d.downcast::<ProcFile>().is_some()),
     }
@@ -104,15 +104,18 @@ pub fn refresh(ctx: &Ctx) {
     }
 }
 
-/// Opening `/proc/PID/fd/N` or `/proc/self/fd/N` (absolute `path`; `me` the
+/// Opening `/proc/PID/fd/N`, `/proc/self/fd/N` or `/dev/fd/N` (absolute `path`; `me` the
 /// caller's pid) when descriptor N has no tree node (its link cannot be
 /// followed): a pipe end opened for what it does is opened again, as through
 /// Linux's magic link (here the same open file description: a pipe has no
 /// offset); anything else is ENXIO (Linux too refuses sockets; it would make the
 /// other end of a pipe). None when `path` is no such link.
 pub fn reopen(path: &[u8], flags: u32, me: u64) -> Option<Result<FileRef, Errno>> {
-    let rest = path.strip_prefix(b"/proc/")?;
-    let parts: Vec<&[u8]> = rest.split(|c| *c == b'/').collect();
+    let parts: Vec<&[u8]> = match path.strip_prefix(b"/dev/fd/") {
+        // /dev/fd is a link to /proc/self/fd.
+        Some(fd) => alloc::vec![&b"self"[..], b"fd", fd],
+        None => path.strip_prefix(b"/proc/")?.split(|c| *c == b'/').collect(),
+    };
     let [pid, b"fd", fd] = parts.as_slice() else { return None };
     let num = |p: &[u8]| core::str::from_utf8(p).ok()?.parse::<u64>().ok();
     let pid = if *pid == b"self" { me } else { num(pid)? };

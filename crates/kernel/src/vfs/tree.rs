@@ -214,6 +214,8 @@ impl Vfs {
         ] {
             v.add(dev, name, Data::Device(d), 0o666, false);
         }
+        // As Linux's devtmpfs has it (bash's process substitution opens /dev/fd/N).
+        v.add(dev, b"fd", Data::Symlink(b"/proc/self/fd".to_vec()), 0o777, false);
         v.add(ROOT, b"tmp", Data::Dir(BTreeMap::new()), 0o1777, false);
         v
     }
