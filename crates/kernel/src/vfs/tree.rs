@@ -170,7 +170,7 @@ impl Default for Vfs {
 }
 
 impl Vfs {
-    /// A tree with `/`, `/dev` (null, zero, random, urandom, stdin, stdout, stderr, tty)
+    /// A tree with `/`, `/dev` (null, zero, full, random, urandom, stdin, stdout, stderr, tty, fd)
     /// and a writable `/tmp`.
     pub fn new() -> Vfs {
         let mut v = Vfs {
