@@ -140,8 +140,9 @@ pub const FS_STATFS_SIZE: usize = 9 * 8;
 
 /// Mount flags.
 pub const MOUNT_RO: u32 = 1;
-/// The root's lower layer (`--rootfs DIR`): changes go to the guest's memory,
-/// never to the host (the mount is read-only to the host).
+/// The root (`--rootfs DIR`): with [`MOUNT_RO`], the lower layer of a tree whose
+/// changes stay in the guest's memory; without it (`--rootfs-rw`), written
+/// through to the host as a volume.
 pub const MOUNT_ROOTFS: u32 = 2;
 
 /// One mount of the list: its flags and the length of the guest path after it.

@@ -281,9 +281,15 @@ pub struct BootInfo {
     /// [`caps`]'s constants.
     pub caps: [u64; caps::SETS],
     /// `--ulimit nofile=SOFT:HARD`: the first process's RLIMIT_NOFILE (0, 0:
-    /// the kernel's default).
+    /// the kernel's default), SOFT <= HARD <= [`NR_OPEN`].
     pub nofile: [u64; 2],
 }
+
+/// The `PATH` a program is looked up in when its environment has none (docker's).
+pub const DEFAULT_PATH: &[u8] = b"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The most RLIMIT_NOFILE can be (Linux's default `fs.nr_open`).
+pub const NR_OPEN: u64 = 1 << 20;
 
 /// Capability sets (`BootInfo::caps`): the VMM chooses them (all of them for
 /// root, else only the bounding set; an OCI bundle's own); the kernel reports them.

@@ -101,14 +101,12 @@ fn setup(boot: Boot) {
     }
     let cwd_hold = Some(k.vfs.lock().hold(cwd));
     let tid = sched::alloc_tid();
-    // `--ulimit nofile=SOFT:HARD` (the VMM checked SOFT <= HARD <= NR_OPEN).
-    let nofile = (bi.nofile[0], bi.nofile[1]);
-    if nofile != (0, 0) {
-        fds.set_limit(nofile.0);
-    }
     let mut start = Start::leader(space, tid, fds, FsCtx { cwd, cwd_hold, umask: 0o022 });
-    if nofile != (0, 0) {
-        start.rlimits.insert(7, (nofile.0.min(nofile.1), nofile.1.min(crate::file::NR_OPEN)));
+    // `--ulimit nofile=SOFT:HARD` (the VMM checked SOFT <= HARD <= NR_OPEN).
+    let [soft, hard] = bi.nofile;
+    if hard != 0 {
+        start.fds.set_limit(soft);
+        start.rlimits.insert(crate::task::process::RLIMIT_NOFILE, (soft, hard));
     }
     let Ok(proc) = Process::create(start) else { panic!("cannot create the program's process") };
     proc.threads.store(1, Relaxed);
@@ -596,11 +594,10 @@ fn mount_host(vfs: &mut Vfs, flags: u64, ram: u64) -> alloc::vec::Vec<(alloc::ve
     vfs.set_host(&crate::fs::host::HOSTCALLS, (ram / 4) as usize);
     let mut volumes = alloc::vec::Vec::new();
     for (handle, (f, path)) in crate::fs::host::mounts().into_iter().enumerate() {
+        // (A rootfs without MOUNT_RO, `--rootfs-rw`, is written through to the
+        // host, as a volume.)
         let (layer, readonly) = if f & MOUNT_ROOTFS != 0 && f & MOUNT_RO != 0 {
             (Layer::Rootfs, flags & onering_abi::flags::READ_ONLY != 0)
-        } else if f & MOUNT_ROOTFS != 0 {
-            // `--rootfs-rw`: the root is written through to the host, as a volume.
-            (Layer::Volume { ro: false }, false)
         } else {
             (Layer::Volume { ro: f & MOUNT_RO != 0 }, f & MOUNT_RO != 0)
         };

@@ -174,7 +174,7 @@ fn parse_hostname(s: &str) -> Result<OsString, String> {
 
 /// Parses `--ulimit nofile=SOFT[:HARD]` (HARD defaults to SOFT, as docker's).
 fn parse_ulimit(s: &str) -> Result<(u64, u64), String> {
-    let max = 1u64 << 20;
+    let max = onering_abi::NR_OPEN;
     let bad = || format!("only nofile=SOFT[:HARD] is known, with SOFT <= HARD <= {max}");
     let v = s.strip_prefix("nofile=").ok_or_else(bad)?;
     let (soft, hard) = v.split_once(':').unwrap_or((v, v));
@@ -354,16 +354,13 @@ fn environment(args: &RunArgs) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// The guest's `PATH` when `-e` gives none (docker's default).
-const DEFAULT_PATH: &[u8] = b"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-
 /// The host file to run: with `--rootfs`, the program as the guest names it in that
 /// tree (a path, or a bare name searched in the guest's `PATH`, as `docker run
 /// IMAGE sh`); a path only the host has still works. Without it, the path as given.
 fn program_file(args: &RunArgs) -> OsString {
     let Some(root) = args.rootfs.as_deref().filter(|r| !r.is_file()) else { return args.program.clone() };
     let env = environment(args);
-    let path = env.iter().find_map(|v| v.strip_prefix(b"PATH=")).unwrap_or(DEFAULT_PATH);
+    let path = env.iter().find_map(|v| v.strip_prefix(b"PATH=")).unwrap_or(onering_abi::DEFAULT_PATH);
     let workdir = args.workdir.as_deref().map_or(&b"/"[..], |w| w.as_bytes());
     match crate::loader::rootfs::find_program(root, args.program.as_bytes(), workdir, path) {
         Some(found) => found.into_os_string(),
@@ -379,7 +376,7 @@ fn program_in_archive(args: &RunArgs) -> Result<Option<Vec<u8>>, Failure> {
     let index = crate::hostfs::tar::TarIndex::open(root)
         .map_err(|e| Failure::Onering(format!("--rootfs {}: {e}", root.display())))?;
     let env = environment(args);
-    let path = env.iter().find_map(|v| v.strip_prefix(b"PATH=")).unwrap_or(DEFAULT_PATH);
+    let path = env.iter().find_map(|v| v.strip_prefix(b"PATH=")).unwrap_or(onering_abi::DEFAULT_PATH);
     let workdir = args.workdir.as_deref().map_or(&b"/"[..], |w| w.as_bytes());
     let name = args.program.as_bytes();
     let candidates: Vec<Vec<u8>> = if name.contains(&b'/') {

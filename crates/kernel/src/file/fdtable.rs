@@ -14,7 +14,7 @@ use alloc::vec::Vec;
 /// RLIMIT_NOFILE by default: (soft, hard).
 pub const NOFILE_DEFAULT: (u64, u64) = (1024, 524_288);
 /// The most RLIMIT_NOFILE can be raised to (Linux's `fs.nr_open`).
-pub const NR_OPEN: u64 = 1 << 20;
+pub const NR_OPEN: u64 = onering_abi::NR_OPEN;
 
 #[derive(Debug, Clone)]
 struct Slot {

@@ -812,8 +812,7 @@ pub fn exec_for_host(ctx: &Ctx, path: &[u8], argv: Vec<Vec<u8>>, envp: Vec<Vec<u
             .err()
             .unwrap_or(Errno::ENOEXEC);
     }
-    const DEFAULT_PATH: &[u8] = b"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-    let search = envp.iter().find_map(|e| e.strip_prefix(b"PATH=")).unwrap_or(DEFAULT_PATH).to_vec();
+    let search = envp.iter().find_map(|e| e.strip_prefix(b"PATH=")).unwrap_or(onering_abi::DEFAULT_PATH).to_vec();
     let mut why = Errno::ENOENT;
     for dir in search.split(|b| *b == b':').filter(|d| !d.is_empty()) {
         let mut full = dir.to_vec();

@@ -748,7 +748,7 @@ fn rlimit(ctx: &Ctx, resource: u64, new: u64, old: u64) -> SysResult {
         if soft > hard || hard > cur.1 {
             return Err(if soft > hard { Errno::EINVAL } else { Errno::EPERM });
         }
-        if resource == 7 && hard > crate::file::NR_OPEN {
+        if resource == crate::task::process::RLIMIT_NOFILE && hard > crate::file::NR_OPEN {
             return Err(Errno::EPERM);
         }
         Some((soft, hard))
@@ -763,7 +763,7 @@ fn rlimit(ctx: &Ctx, resource: u64, new: u64, old: u64) -> SysResult {
     }
     if let Some(l) = set {
         ctx.proc().rlimits.lock().insert(resource, l);
-        if resource == 7 {
+        if resource == crate::task::process::RLIMIT_NOFILE {
             ctx.proc().fds.lock().set_limit(l.0);
         }
     }

@@ -168,12 +168,15 @@ pub(super) fn by_slot(slot: usize) -> &'static Process {
     }
 }
 
+/// The resource number of RLIMIT_NOFILE.
+pub const RLIMIT_NOFILE: u32 = 7;
+
 /// Resource limits: (soft, hard); RLIM_INFINITY is u64::MAX.
 pub fn default_rlimit(resource: u32) -> Option<(u64, u64)> {
     const INF: u64 = u64::MAX;
     Some(match resource {
         3 => (onering_abi::layout::STACK_SIZE, INF), // STACK
-        7 => crate::file::NOFILE_DEFAULT,            // NOFILE
+        RLIMIT_NOFILE => crate::file::NOFILE_DEFAULT,
         0 | 1 | 2 | 4 | 5 | 6 | 8 | 9 | 10 | 11 | 12 | 13 | 14 | 15 => (INF, INF), // the rest
         _ => return None,
     })

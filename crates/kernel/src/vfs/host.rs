@@ -273,19 +273,21 @@ impl Vfs {
         if !onering_abi::hostfs::valid_name(name) || !self.node(dir).host.as_ref().is_some_and(|h| h.loaded) {
             return Ok(());
         }
+        let known = self.entry_of(dir, name);
+        // The VM's own nodes (/dev, /proc, /tmp and onering's /etc files over a
+        // root written through, `--rootfs-rw`) and mount points hide what the host
+        // has there, as a mount does: the host is not asked.
+        if known.is_some_and(|ino| self.node(ino).host.as_ref().is_none_or(|h| h.root)) {
+            return Ok(());
+        }
         let dh = self.handle_of(dir)?;
         let found = match ops.stat_at(dh, name) {
             Ok(st) => Some(st),
             Err(Errno::ENOENT) => None,
             Err(e) => return Err(e),
         };
-        let known = self.entry_of(dir, name);
         match (known, found) {
             (None, None) => {}
-            // The VM's own nodes (/dev, /proc, /tmp and onering's /etc files over a
-            // root written through, `--rootfs-rw`) and mount points hide what the
-            // host has there, as a mount does.
-            (Some(ino), _) if self.node(ino).host.as_ref().is_none_or(|h| h.root) => {}
             (Some(ino), None) => self.drop_entry(dir, name, ino),
             (Some(ino), Some(st)) => {
                 let same = self.node(ino).host.as_ref().is_some_and(|h| h.ino == st.ino && h.dev == st.dev);

@@ -18,7 +18,7 @@
 //! through that pid, as they wait for runc's. If the stand-in is killed, the
 //! process is too (SIGKILL): nobody could collect its status any more.
 
-use super::{failed, parse, state, Log, OciError};
+use super::{failed, parse, state, write_pid_file, Log, OciError};
 use crate::sys::oci as host;
 use oci_spec::runtime::{Process, Spec};
 use state::{Status, Store};
@@ -112,15 +112,11 @@ pub(super) fn exec(store: &Store, args: &[OsString], log: &Log) -> Result<u8, Oc
         Reply::Gone => return Err(OciError::Failed("exec: the container stopped".into())),
     }
     let detach = f.has("detach");
+    let cwd = std::env::current_dir().unwrap_or_default();
     if detach {
         // The stand-in is a child: `exec` returns, the shim or conmon adopts it.
         if let Some(child) = host::fork_single_threaded().map_err(|e| failed("fork", e))? {
-            if let Some(p) = f.get("pid-file") {
-                state::write_atomically(
-                    &std::env::current_dir().unwrap_or_default().join(p),
-                    child.to_string().as_bytes(),
-                )?;
-            }
+            write_pid_file(f.get("pid-file"), &cwd, child)?;
             return Ok(0);
         }
         // (The process has its streams: the stand-in holds none of them.)
@@ -129,11 +125,8 @@ pub(super) fn exec(store: &Store, args: &[OsString], log: &Log) -> Result<u8, Oc
                 let _ = host::dup_onto(null.as_fd(), fd);
             }
         }
-    } else if let Some(p) = f.get("pid-file") {
-        state::write_atomically(
-            &std::env::current_dir().unwrap_or_default().join(p),
-            std::process::id().to_string().as_bytes(),
-        )?;
+    } else {
+        write_pid_file(f.get("pid-file"), &cwd, std::process::id())?;
     }
     Ok(stand_in(&sock, &mut replies))
 }

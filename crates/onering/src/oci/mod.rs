@@ -336,10 +336,7 @@ fn create(store: &Store, id: &str, f: &Flags) -> Result<(), OciError> {
             ] {
                 run_hooks(kind, list.as_deref().unwrap_or_default(), &json)?;
             }
-            if let Some(p) = f.get("pid-file") {
-                state::write_atomically(&cwd.join(p), r.pid.to_string().as_bytes())?;
-            }
-            Ok(())
+            write_pid_file(f.get("pid-file"), &cwd, r.pid)
         })();
         if started.is_err() {
             let _ = host::kill(r.pid, libc::SIGKILL);
@@ -535,6 +532,14 @@ fn delete(store: &Store, id: &str, force: bool, log: &Log) -> Result<(), OciErro
     run_hooks_warning("poststop", hooks.poststop().as_deref().unwrap_or_default(), &json, log);
     store.remove(id)?;
     Ok(())
+}
+
+/// Writes `pid` to `--pid-file` (relative to `cwd`), if one was given.
+fn write_pid_file(path: Option<&str>, cwd: &Path, pid: impl std::fmt::Display) -> Result<(), OciError> {
+    match path {
+        Some(p) => Ok(state::write_atomically(&cwd.join(p), pid.to_string().as_bytes())?),
+        None => Ok(()),
+    }
 }
 
 /// Runs poststart or poststop `hooks` in order: one that fails is a warning in

@@ -75,7 +75,7 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
     let mut nofile = None;
     for r in process.rlimits().as_deref().unwrap_or_default() {
         match r.typ() {
-            PosixRlimitType::RlimitNofile if r.soft() <= r.hard() && r.hard() <= 1 << 20 => {
+            PosixRlimitType::RlimitNofile if r.soft() <= r.hard() && r.hard() <= onering_abi::NR_OPEN => {
                 nofile = Some(format!("nofile={}:{}", r.soft(), r.hard()));
             }
             PosixRlimitType::RlimitNproc => {}
@@ -223,7 +223,7 @@ fn capability_masks(c: &oci_spec::runtime::LinuxCapabilities) -> Result<String, 
     for set in sets {
         let mut m = 0u64;
         for cap in set.iter().flatten() {
-            let name = serde_json::to_value(cap).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+            let name = cap.to_string();
             let n = onering_abi::caps::number(&name)
                 .ok_or_else(|| SpecError::Unsupported(format!("process.capabilities {name} (unknown to onering)")))?;
             m |= 1 << n;

@@ -229,16 +229,12 @@ fn serve(conn: UnixStream, m: &'static super::Machine) {
     crate::sys::signals::block_forwarded();
     let refuse = |why: &str| answer(&conn, serde_json::json!({ "error": why }));
     let mut byte = [0u8; 1];
-    let streams = match crate::sys::oci::recv_fds(&conn, &mut byte, 3) {
-        Ok((1, fds)) if fds.len() == 3 => {
-            let mut it = fds.into_iter().map(|fd| Arc::new(File::from(fd)));
-            match (it.next(), it.next(), it.next()) {
-                (Some(a), Some(b), Some(c)) => [a, b, c],
-                _ => return refuse("three standard streams are needed"),
-            }
-        }
-        _ => return refuse("three standard streams are needed"),
+    let fds = match crate::sys::oci::recv_fds(&conn, &mut byte, 3) {
+        Ok((1, fds)) => <[_; 3]>::try_from(fds).ok(),
+        _ => None,
     };
+    let Some(fds) = fds else { return refuse("three standard streams are needed") };
+    let streams = fds.map(|fd| Arc::new(File::from(fd)));
     let Ok(reader) = conn.try_clone() else { return };
     let mut lines = BufReader::new(reader.take(4 * MAX_MESSAGE as u64 + 1024)).lines();
     let request: Request = match lines.next().map(|l| l.map(|l| serde_json::from_str(&l))) {
