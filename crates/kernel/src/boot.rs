@@ -65,8 +65,8 @@ fn setup(boot: Boot) {
     let (cmdline, environ) = (start_strings(bi.user_sp, 0), start_strings(bi.user_sp, 1));
     let image = image_span(bi);
     let (flags, stdio, uid, gid, vdso) = (bi.flags, bi.stdio, bi.uid, bi.gid, bi.vdso_base);
-    let caps = bi.caps;
-    let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes, caps };
+    let (caps, nofile) = (bi.caps, bi.nofile);
+    let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes, caps, nofile };
     crate::observe::install(bi.flags, bi.trace_set);
     let k = kernel::install(Kernel::new(cfg, chunks, vfs, bi.seed));
     crate::task::hostexec::set_spawner(crate::syscall::hostexec::spawn);
@@ -101,13 +101,7 @@ fn setup(boot: Boot) {
     }
     let cwd_hold = Some(k.vfs.lock().hold(cwd));
     let tid = sched::alloc_tid();
-    let mut start = Start::leader(space, tid, fds, FsCtx { cwd, cwd_hold, umask: 0o022 });
-    // `--ulimit nofile=SOFT:HARD` (the VMM checked SOFT <= HARD <= NR_OPEN).
-    let [soft, hard] = bi.nofile;
-    if hard != 0 {
-        start.fds.set_limit(soft);
-        start.rlimits.insert(crate::task::process::RLIMIT_NOFILE, (soft, hard));
-    }
+    let start = Start::leader(k, space, tid, fds, FsCtx { cwd, cwd_hold, umask: 0o022 });
     let Ok(proc) = Process::create(start) else { panic!("cannot create the program's process") };
     proc.threads.store(1, Relaxed);
     // A terminal among the standard streams is its controlling terminal.

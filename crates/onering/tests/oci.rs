@@ -204,8 +204,11 @@ fn runc_exec_starts_processes_in_the_running_vm() {
     assert_eq!(status(&runc(&root, &["start", "ex"])), 0);
     eventually("the program's output", || std::fs::read_to_string(b.join("out")).unwrap().contains("main"));
     // Output, the container's environment with --env added, the exit status.
-    let o = runc(&root, &["exec", "--env", "B=x", "ex", "sh", "-c", "echo hi $A $B; pwd; echo err >&2; exit 3"]);
-    assert_eq!((status(&o), stdout(&o).as_str(), stderr(&o).as_str()), (3, "hi oci x\n/\n", "err\n"));
+    // /dev/stdout and /dev/stderr are the exec'd process's own streams, and the
+    // bundle's RLIMIT_NOFILE its limit, as the container's program's.
+    let script = "echo hi $A $B; pwd; echo err >&2; echo out >/dev/stdout; echo e2 >/dev/stderr; ulimit -Hn; exit 3";
+    let o = runc(&root, &["exec", "--env", "B=x", "ex", "sh", "-c", script]);
+    assert_eq!((status(&o), stdout(&o).as_str(), stderr(&o).as_str()), (3, "hi oci x\n/\nout\n1024\n", "err\ne2\n"));
     // A signal that kills it: 128 + N, as runc.
     let o = runc(&root, &["exec", "ex", "sh", "-c", "kill -TERM $$"]);
     assert_eq!(status(&o), 143, "{}", stderr(&o));

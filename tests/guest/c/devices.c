@@ -60,5 +60,33 @@ int main(void) {
     close(p[1]);
     CHECK_ERR(pipe2(p, 0x12345), EINVAL, "pipe2 bad flags: EINVAL");
     CHECK_ERR(pipe((int *)8), EFAULT, "pipe with a bad pointer: EFAULT");
+
+    /* /dev/stdout and the others are the caller's descriptors 0-2 opened again. */
+    int saved = dup(1);
+    fflush(stdout);
+    CHECK(pipe(p) == 0 && dup2(p[1], 1) == 1, "stdout onto a pipe");
+    int so = open("/dev/stdout", O_WRONLY);
+    CHECK(so >= 0 && write(so, "via", 3) == 3, "write to /dev/stdout");
+    CHECK(read(p[0], buf, sizeof buf) == 3 && !memcmp(buf, "via", 3), "/dev/stdout led to the pipe");
+    CHECK(fstat(so, &st) == 0 && S_ISFIFO(st.st_mode), "and is the pipe");
+    close(so);
+    close(p[0]);
+    close(p[1]);
+    int f = open("/tmp/devices-out", O_RDWR | O_CREAT | O_TRUNC, 0600);
+    CHECK(f >= 0 && dup2(f, 1) == 1, "stdout onto a file");
+    CHECK(write(1, "0123456789", 10) == 10, "write the file");
+    so = open("/dev/stdout", O_WRONLY);
+    CHECK(so >= 0 && write(so, "ab", 2) == 2, "/dev/stdout opens the file anew");
+    CHECK(pread(f, buf, sizeof buf, 0) == 10 && !memcmp(buf, "ab23456789", 10), "with its own offset");
+    close(so);
+    close(f);
+    CHECK(dup2(saved, 1) == 1, "stdout back");
+    close(saved);
+    unlink("/tmp/devices-out");
+    saved = dup(0);
+    close(0);
+    CHECK_ERR(open("/dev/stdin", O_RDONLY), ENOENT, "/dev/stdin with descriptor 0 closed: ENOENT");
+    CHECK(dup2(saved, 0) == 0, "stdin back");
+    close(saved);
     return failures;
 }

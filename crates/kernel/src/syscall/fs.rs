@@ -343,6 +343,13 @@ enum Opened {
 
 fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> Result<Opened, Errno> {
     let path = path_arg(ctx, path_addr)?;
+    open_path(ctx, dirfd, &path, flags, mode_arg, true)
+}
+
+/// [`open_at`] of `path`; `std`: /dev/stdin, /dev/stdout and /dev/stderr lead to
+/// the caller's descriptors ([`open_std`]).
+fn open_path(ctx: &Ctx, dirfd: u64, path: &[u8], flags: u32, mode_arg: u64, std: bool) -> Result<Opened, Errno> {
+    let path = path.to_vec();
     let (start, _keep) = start_dir(ctx, dirfd, &path)?;
     let acc = flags & oflag::O_ACCMODE;
     if acc == 3 {
@@ -450,8 +457,38 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
     {
         return Err(Errno::ENXIO);
     }
+    if let Some(fd) = v.device(ino).and_then(|d| d.std_fd()).filter(|_| std && flags & oflag::O_PATH == 0) {
+        drop(v);
+        if let Some(f) = open_std(ctx, fd, flags, mode_arg) {
+            return f;
+        }
+        v = ctx.k.vfs.lock();
+    }
     let keep = oflag::O_ACCMODE | oflag::O_APPEND | oflag::O_NONBLOCK | oflag::O_PATH | oflag::O_DIRECTORY;
     Ok(Opened::File(crate::fs::open_node(ctx.k, &mut v, ino, flags & keep)))
+}
+
+/// Opening /dev/stdin, /dev/stdout or /dev/stderr, which on Linux are links to
+/// /proc/self/fd/0, 1 and 2: what the caller has at descriptor `fd` opened
+/// again. ENOENT when that descriptor is closed. A standard stream of the VM
+/// (the program's, or those of a process `onering exec` started) is that same
+/// open file (a stream has no offset to keep apart); any other file goes through
+/// /proc/self/fd/N (a pipe is reopened, a tree file opened anew). None when the
+/// stream is asked for an access it was not opened with: the device opens the
+/// VM's own stream, as before.
+fn open_std(ctx: &Ctx, fd: u64, flags: u32, mode_arg: u64) -> Option<Result<Opened, Errno>> {
+    let Ok(f) = ctx.proc().fds.lock().get(fd).cloned() else { return Some(Err(Errno::ENOENT)) };
+    let stream = f.node().is_some_and(|i| ctx.k.vfs.lock().device(i).and_then(|d| d.std_fd()).is_some());
+    if !stream {
+        let path = alloc::format!("/proc/self/fd/{fd}");
+        return Some(open_path(ctx, AT_FDCWD, path.as_bytes(), flags, mode_arg, false));
+    }
+    let fits = match flags & oflag::O_ACCMODE {
+        oflag::O_RDONLY => f.readable(),
+        oflag::O_WRONLY => f.writable(),
+        _ => f.readable() && f.writable(),
+    };
+    fits.then_some(Ok(Opened::File(f)))
 }
 
 /// open/openat: a named pipe opened without O_NONBLOCK waits for its other end, as

@@ -64,7 +64,7 @@ pub fn spawn(k: &'static Kernel, s: Spawn) -> Result<(), Errno> {
     };
     let space = crate::mm::spaces::fresh(&k.chunks)?;
     let tid = sched::alloc_tid();
-    let proc = Process::create(Start::leader(space, tid, fds, fs)).inspect_err(|_| space.release())?;
+    let proc = Process::create(Start::leader(k, space, tid, fds, fs)).inspect_err(|_| space.release())?;
     proc.threads.store(1, Relaxed);
     hostexec::running(s.slot, tid);
     STARTS.lock().insert(tid, Pending { slot: s.slot, argv: s.argv, envp: s.envp });

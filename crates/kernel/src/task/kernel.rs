@@ -65,6 +65,9 @@ pub struct Config {
     pub volumes: Vec<(Vec<u8>, bool)>,
     /// The program's capability sets (`onering_abi::caps`; they never change).
     pub caps: [u64; onering_abi::caps::SETS],
+    /// `--ulimit nofile=SOFT:HARD` ([0, 0]: the default), for every process
+    /// without a parent in the VM (the program, and those `onering exec` starts).
+    pub nofile: [u64; 2],
 }
 
 pub struct Kernel {

@@ -15,6 +15,7 @@
 //! structure left (no thread can touch the memory any more), and the slot is
 //! reusable only after that.
 
+use super::kernel::Kernel;
 use crate::errno::Errno;
 use crate::file::FdTable;
 use crate::mm::spaces::Space;
@@ -128,8 +129,15 @@ pub struct Start {
 impl Start {
     /// A process without a parent in the VM (the program, pid 1, or one the
     /// host starts): its own session and group, no controlling terminal, default
-    /// dispositions and limits.
-    pub fn leader(space: &'static Space, pid: u64, fds: FdTable, fs: FsCtx) -> Start {
+    /// dispositions, the default limits but the VM's `--ulimit nofile` (the VMM
+    /// checked SOFT <= HARD <= NR_OPEN).
+    pub fn leader(k: &Kernel, space: &'static Space, pid: u64, mut fds: FdTable, fs: FsCtx) -> Start {
+        let mut rlimits = BTreeMap::new();
+        let [soft, hard] = k.cfg.nofile;
+        if hard != 0 {
+            fds.set_limit(soft);
+            rlimits.insert(RLIMIT_NOFILE, (soft, hard));
+        }
         Start {
             space,
             pid,
@@ -137,7 +145,7 @@ impl Start {
             fds,
             fs,
             actions: [[0; 4]; 64],
-            rlimits: BTreeMap::new(),
+            rlimits,
             image: None,
             pgid: pid,
             sid: pid,

@@ -35,6 +35,18 @@ pub enum Device {
     Tty,
 }
 
+impl Device {
+    /// The descriptor /dev/stdin, /dev/stdout or /dev/stderr stands for.
+    pub fn std_fd(self) -> Option<u64> {
+        match self {
+            Device::Stdin => Some(0),
+            Device::Stdout => Some(1),
+            Device::Stderr => Some(2),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub enum Data {
     Dir(BTreeMap<Vec<u8>, Ino>),
