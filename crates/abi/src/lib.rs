@@ -20,11 +20,12 @@ pub mod layout;
 pub mod path;
 pub mod rewrite;
 pub mod sysnames;
+pub mod tmpfs;
 
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 29;
+pub const ABI_VERSION: u64 = 30;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -283,6 +284,10 @@ pub struct BootInfo {
     /// `--ulimit nofile=SOFT:HARD`: the first process's RLIMIT_NOFILE (0, 0:
     /// the kernel's default), SOFT <= HARD <= [`NR_OPEN`].
     pub nofile: [u64; 2],
+    /// The tmpfs mounts (`tmpfs`' records), guest-physical, after the working
+    /// directory in the same reserved chunk; length 0: none.
+    pub tmpfs_phys: u64,
+    pub tmpfs_len: u64,
 }
 
 /// The `PATH` a program is looked up in when its environment has none (docker's).

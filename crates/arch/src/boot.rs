@@ -25,6 +25,8 @@ pub struct Boot {
     pub rootfs: &'static [u8],
     /// The working directory (`-w`), empty for `/`.
     pub workdir: &'static [u8],
+    /// The tmpfs mounts (`onering_abi::tmpfs` records).
+    pub tmpfs: &'static [u8],
 }
 
 impl core::fmt::Debug for Boot {
@@ -58,6 +60,7 @@ pub(crate) fn init(boot_info: u64) -> Boot {
         page_tables,
         rootfs: reserved(info, info.rootfs_phys, info.rootfs_size),
         workdir: reserved(info, info.workdir_phys, info.workdir_len),
+        tmpfs: reserved(info, info.tmpfs_phys, info.tmpfs_len),
     }
 }
 

@@ -58,6 +58,7 @@ fn setup(boot: Boot) {
         alloc::vec::Vec::new()
     };
     rootfs::load(&mut vfs, boot.rootfs);
+    let (tmpfs, tmpfs_failed) = mount_tmpfs(&mut vfs, boot.tmpfs);
     let cwd = if boot.workdir.is_empty() { ROOT } else { vfs.lookup(ROOT, boot.workdir, true).unwrap_or(ROOT) };
     let mut execfn = alloc::vec![0u8; bi.execfn_len.min(4096) as usize];
     let _ = onering_arch::user::read(bi.execfn, &mut execfn);
@@ -66,10 +67,16 @@ fn setup(boot: Boot) {
     let image = image_span(bi);
     let (flags, stdio, uid, gid, vdso) = (bi.flags, bi.stdio, bi.uid, bi.gid, bi.vdso_base);
     let (caps, nofile) = (bi.caps, bi.nofile);
-    let cfg = Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes, caps, nofile };
+    let cfg =
+        Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes, tmpfs, caps, nofile };
     crate::observe::install(bi.flags, bi.trace_set);
     let k = kernel::install(Kernel::new(cfg, chunks, vfs, bi.seed));
     crate::task::hostexec::set_spawner(crate::syscall::hostexec::spawn);
+    if let Some((path, why)) = tmpfs_failed {
+        let shown = onering_rewrite::bytes::printable(&path, 256);
+        k.message(&alloc::format!("onering: --tmpfs {shown}: {why:?}\n"));
+        k.exit(125)
+    }
     *k.hostname.lock() = onering_abi::hostname_of(&bi.hostname);
     onering_arch::heap::set_chunk_source(|n| kernel().chunks.lock().alloc_run(n));
     onering_arch::mm::set_reclaim(reclaim_cache);
@@ -577,6 +584,26 @@ fn panic_note(w: &mut dyn core::fmt::Write, panicking: &onering_arch::panic::Pan
             let _ = write!(w, " (cpu {cpu}, idle)");
         }
     }
+}
+
+/// The tmpfs mounts of `records` (`onering_abi::tmpfs`), made in the tree:
+/// each one's path and whether it is read-only (for /proc's mounts), and the
+/// first that failed, with why.
+#[allow(clippy::type_complexity)]
+fn mount_tmpfs(
+    vfs: &mut Vfs,
+    records: &[u8],
+) -> (alloc::vec::Vec<(alloc::vec::Vec<u8>, bool)>, Option<(alloc::vec::Vec<u8>, crate::errno::Errno)>) {
+    use onering_abi::tmpfs::{COPYUP, RO};
+    let mut made = alloc::vec::Vec::new();
+    for m in onering_abi::tmpfs::decode(records) {
+        let ro = m.flags & RO != 0;
+        if let Err(e) = vfs.mount_memory(&m.path, m.mode, ro, m.flags & COPYUP != 0) {
+            return (made, Some((m.path, e)));
+        }
+        made.push((m.path, ro));
+    }
+    (made, None)
 }
 
 /// The host's directories the VMM serves (`--rootfs DIR` at `/`, `-v` volumes),

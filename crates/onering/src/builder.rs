@@ -51,6 +51,8 @@ pub struct VmConfig<'a> {
     pub no_new_privs: bool,
     /// `--ulimit nofile=SOFT:HARD` (None: the kernel's default).
     pub nofile: Option<(u64, u64)>,
+    /// `--tmpfs PATH[:OPTIONS]` mounts.
+    pub tmpfs: Vec<onering_abi::tmpfs::Tmpfs>,
     pub workdir: Option<&'a OsStr>,
     /// `--hostname` (None: `onering_abi::DEFAULT_HOSTNAME`).
     pub hostname: Option<&'a [u8]>,
@@ -246,6 +248,7 @@ pub fn run(
         config.volumes.iter().map(|v| (&v.guest[..], v.host.as_path())).collect();
     let workdir = rootfs::workdir(config.workdir, config.rootfs, &volumes)?;
     let (uid, gid) = crate::sys::ids();
+    let tmpfs = onering_abi::tmpfs::encode(&config.tmpfs);
     let spec = LoadSpec {
         mem_size,
         ncpus: config.smp,
@@ -275,6 +278,7 @@ pub fn run(
         hostname: config.hostname.unwrap_or_default(),
         caps: config.caps.unwrap_or_else(|| onering_abi::caps::default_for(uid)),
         nofile: config.nofile.map_or([0, 0], |(s, h)| [s, h]),
+        tmpfs: &tmpfs,
     };
 
     let (mut bi, rewritten) =

@@ -73,6 +73,14 @@ struct RunArgs {
     /// as `docker -v`; repeatable.
     #[arg(short = 'v', long = "volume", value_name = "HOST:GUEST[:ro]")]
     volume: Vec<OsString>,
+    /// Mount an in-memory file system at PATH, as `docker run --tmpfs` (repeatable;
+    /// made if missing, empty). OPTIONS, comma separated: rw or ro, mode=OCTAL
+    /// (default 1777), size=BYTES[k|m|g] (reported, not enforced: every tmpfs
+    /// shares the VM's memory), tmpcopyup (starts with a copy of what the
+    /// directory held), and Linux's nosuid, nodev, noexec, exec, suid, dev and
+    /// propagation flags, which change nothing in the VM.
+    #[arg(long, value_name = "PATH[:OPTIONS]", value_parser = crate::loader::rootfs::parse_tmpfs)]
+    tmpfs: Vec<onering_abi::tmpfs::Tmpfs>,
     /// The root file system takes no changes (EROFS); volumes and /tmp still do.
     #[arg(long)]
     read_only: bool,
@@ -270,6 +278,7 @@ fn separate_program(mut args: Vec<OsString>) -> Vec<OsString> {
         "--exec-socket",
         "--oci-caps",
         "--ulimit",
+        "--tmpfs",
     ];
     let Some(run) = args.iter().position(|a| a == "run") else {
         return args;
@@ -468,6 +477,23 @@ fn volumes(args: &RunArgs) -> Result<Vec<crate::hostfs::MountSpec>, Failure> {
     Ok(out)
 }
 
+/// The `--tmpfs` mounts, none at the same place as another or as a volume.
+fn tmpfs_mounts(args: &RunArgs) -> Result<Vec<onering_abi::tmpfs::Tmpfs>, Failure> {
+    let vols: Vec<Vec<u8>> = args
+        .volume
+        .iter()
+        .filter_map(|v| v.as_bytes().split(|b| *b == b':').nth(1))
+        .filter_map(crate::loader::rootfs::normal_path)
+        .collect();
+    for (i, m) in args.tmpfs.iter().enumerate() {
+        if vols.contains(&m.path) || args.tmpfs[..i].iter().any(|o| o.path == m.path) {
+            let shown = String::from_utf8_lossy(&m.path);
+            return Err(Failure::Onering(format!("--tmpfs {shown}: another mount has the same path")));
+        }
+    }
+    Ok(args.tmpfs.clone())
+}
+
 /// The network from `--net`, `-p`, `--ip` and `--gateway` (None: loopback only),
 /// and the option that asked for it.
 fn network(args: &RunArgs) -> Result<(Option<NetSpec>, &'static str), Failure> {
@@ -593,6 +619,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         caps: args.oci_caps,
         no_new_privs: args.no_new_privileges,
         nofile: args.ulimit,
+        tmpfs: tmpfs_mounts(&args)?,
         workdir: args.workdir.as_deref().or(host_cwd.as_deref()),
         hostname: args.hostname.as_deref().map(|h| h.as_bytes()),
         interactive: args.interactive,

@@ -446,7 +446,7 @@ fn podman_runs_containers_as_onering_vms() {
     assert_ne!(status(&o), 0);
     // Detached: logs, stop (SIGTERM reaches the program's trap), the exit status, rm.
     let script = "echo started; trap 'echo got TERM; exit 0' TERM; while true; do sleep 0.05; done";
-    let o = p.run(&["run", "-d", "--network", "none", image, "sh", "-c", script]);
+    let o = p.run(&["run", "-d", "--network", "none", "--tmpfs", "/scratch", image, "sh", "-c", script]);
     assert_eq!(status(&o), 0, "run -d: {}", stderr(&o));
     let id = stdout(&o).trim().to_string();
     eventually("podman logs", || stdout(&p.run(&["logs", &id])).contains("started"));
@@ -457,9 +457,12 @@ fn podman_runs_containers_as_onering_vms() {
     assert_eq!((status(&o), stdout(&o).as_str()), (0, "podman\n"), "{}", stderr(&o));
     let o = p.run(&["exec", "-t", &id, "sh", "-c", "test -t 1 && echo tty; kill -KILL $$"]);
     assert_eq!((status(&o), stdout(&o).as_str()), (137, "tty\r\n"), "{}", stderr(&o));
-    // Changes to the root file system go to the container's layer.
-    let o = p.run(&["exec", &id, "sh", "-c", "echo kept > /made && rm /bin/hello"]);
+    // Changes to the root file system go to the container's layer; those to a
+    // tmpfs (--tmpfs) stay in the VM.
+    let o = p.run(&["exec", &id, "sh", "-c", "echo kept > /made && rm /bin/hello && echo t > /scratch/t"]);
     assert_eq!(status(&o), 0, "{}", stderr(&o));
+    let o = p.run(&["exec", &id, "grep", " /scratch ", "/proc/mounts"]);
+    assert_eq!((status(&o), stdout(&o).as_str()), (0, "tmpfs /scratch tmpfs rw,relatime 0 0\n"), "{}", stderr(&o));
     // exec -i: piped input reaches the process, and its end ends it.
     let o = with_input(p.cmd(&["exec", "-i", &id, "cat"]), &[b"piped to exec\n", b"and more\n"]);
     assert_eq!((status(&o), stdout(&o).as_str()), (0, "piped to exec\nand more\n"), "{}", stderr(&o));
@@ -478,6 +481,7 @@ fn podman_runs_containers_as_onering_vms() {
     let diff = stdout(&o);
     let diff: Vec<&str> = diff.lines().collect();
     assert!(diff.contains(&"A /made") && diff.contains(&"D /bin/hello"), "podman diff: {diff:?} {}", stderr(&o));
+    assert!(!diff.contains(&"A /scratch/t"), "podman diff: {diff:?}");
     let o = p.run(&["rm", &id]);
     assert_eq!(status(&o), 0, "rm: {}", stderr(&o));
     // Pod networking: the default (netavark bridge) network's address is the

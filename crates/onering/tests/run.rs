@@ -843,6 +843,64 @@ fn rootfs_written_through(bin: &str) {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `--tmpfs`: in-memory directories over a root written through (nothing
+/// reaches the host), empty or with a copy of what was there, read-only or
+/// not; /proc/mounts and statfs say tmpfs; /dev/shm is one; bad options are
+/// refused before the VM starts.
+#[test]
+fn tmpfs_mounts_stay_in_the_vm() {
+    assert!(Path::new("/bin/busybox").exists(), "this test needs /bin/busybox (apt-get install busybox-static)");
+    let dir = out_dir().join("rootfs-tmpfs-tree");
+    let _ = std::fs::remove_dir_all(&dir);
+    for d in ["bin", "run/sub", "cache"] {
+        std::fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    std::fs::write(dir.join("run/sub/pid"), b"42\n").unwrap();
+    std::os::unix::fs::symlink("sub/pid", dir.join("run/link")).unwrap();
+    std::fs::write(dir.join("cache/old"), b"old\n").unwrap();
+    std::fs::copy("/bin/busybox", dir.join("bin/busybox")).unwrap();
+    let root = dir.to_str().unwrap();
+    let script = "cat /run/link; echo 7 > /run/sub/pid; echo n > /run/new; cat /run/sub/pid; \
+        ls -a /cache; echo c > /cache/c; stat -c %a /cache; stat -f -c %T /cache; \
+        touch /ro/x 2>/dev/null || echo ro refused; stat -c %a /ro; \
+        echo s > /dev/shm/seg && cat /dev/shm/seg; grep -E ' (/run|/cache|/ro|/dev/shm) ' /proc/mounts";
+    let o = onering(&[
+        "run",
+        "--rootfs",
+        root,
+        "--rootfs-rw",
+        "--tmpfs",
+        "/run:rw,nosuid,nodev,tmpcopyup",
+        "--tmpfs",
+        "/cache:mode=700,size=64m",
+        "--tmpfs",
+        "/ro:ro,mode=555",
+        "/bin/busybox",
+        "sh",
+        "-c",
+        script,
+    ]);
+    let want = "42\n7\n.\n..\n700\ntmpfs\nro refused\n555\ns\nshm /dev/shm tmpfs rw,relatime 0 0\n\
+        tmpfs /run tmpfs rw,relatime 0 0\ntmpfs /cache tmpfs rw,relatime 0 0\ntmpfs /ro tmpfs ro,relatime 0 0\n";
+    assert_eq!(stdout(&o), want, "{}", stderr(&o));
+    assert_eq!(status(&o), 0);
+    // Nothing reached the host: the copy was changed, the empty one written.
+    assert_eq!(std::fs::read(dir.join("run/sub/pid")).unwrap(), b"42\n");
+    assert!(!dir.join("run/new").exists() && !dir.join("cache/c").exists() && !dir.join("ro").exists());
+    assert_eq!(std::fs::read(dir.join("cache/old")).unwrap(), b"old\n");
+    for (bad, why) in [
+        ("run", "PATH must be an absolute path"),
+        ("/proc/x", "PATH cannot be /, /proc, /sys or below them"),
+        ("/x:uid=5", "unknown or malformed option \"uid=5\""),
+        ("/x:mode=99", "unknown or malformed option \"mode=99\""),
+    ] {
+        expect_failure(&onering(&["run", "--tmpfs", bad, "/bin/busybox", "true"]), 125, why);
+    }
+    let o = onering(&["run", "--tmpfs", "/x", "-v", &format!("{root}:/x"), "/bin/busybox", "true"]);
+    expect_failure(&o, 125, "--tmpfs /x: another mount has the same path");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn the_program_is_found_in_the_rootfs_as_docker_finds_it() {
     let dir = out_dir().join("rootfs-programs");

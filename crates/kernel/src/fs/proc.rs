@@ -300,7 +300,7 @@ fn top(k: &Kernel, name: &[u8]) -> Result<Vec<u8>, Errno> {
 }
 
 fn mount_list(k: &Kernel) -> Vec<fmt::Mount<'_>> {
-    fmt::mount_list(k.cfg.flags & onering_abi::flags::READ_ONLY != 0, &k.cfg.volumes)
+    fmt::mount_list(k.cfg.flags & onering_abi::flags::READ_ONLY != 0, &k.cfg.volumes, &k.cfg.tmpfs)
 }
 
 /// The boot's random id (made at the first read).

@@ -358,18 +358,21 @@ pub struct Mount<'a> {
     pub ro: bool,
 }
 
-/// The VM's mounts: its root, /dev, /tmp, /proc, /sys and its cgroup2, and each
-/// volume (`volumes`: path, read-only).
-pub fn mount_list(root_ro: bool, volumes: &[(Vec<u8>, bool)]) -> Vec<Mount<'_>> {
+/// The VM's mounts: its root, /dev, /dev/shm, /tmp, /proc, /sys and its cgroup2,
+/// each volume (`volumes`: path, read-only), then each `--tmpfs` (`tmpfs`), in
+/// the order they were made.
+pub fn mount_list<'a>(root_ro: bool, volumes: &'a [(Vec<u8>, bool)], tmpfs: &'a [(Vec<u8>, bool)]) -> Vec<Mount<'a>> {
     let mut m = alloc::vec![
         Mount { source: "onering", at: b"/", fstype: "onering", ro: root_ro },
         Mount { source: "devtmpfs", at: b"/dev", fstype: "devtmpfs", ro: false },
+        Mount { source: "shm", at: b"/dev/shm", fstype: "tmpfs", ro: false },
         Mount { source: "tmpfs", at: b"/tmp", fstype: "tmpfs", ro: false },
         Mount { source: "proc", at: b"/proc", fstype: "proc", ro: false },
         Mount { source: "sysfs", at: b"/sys", fstype: "sysfs", ro: true },
         Mount { source: "cgroup2", at: b"/sys/fs/cgroup", fstype: "cgroup2", ro: true },
     ];
     m.extend(volumes.iter().map(|(at, ro)| Mount { source: "onering", at, fstype: "onering", ro: *ro }));
+    m.extend(tmpfs.iter().map(|(at, ro)| Mount { source: "tmpfs", at, fstype: "tmpfs", ro: *ro }));
     m
 }
 
@@ -720,11 +723,13 @@ mod tests {
     #[test]
     fn mounts_limits_and_ids() {
         let vols = [(b"/data".to_vec(), false)];
-        let list = mount_list(true, &vols);
+        let tmpfs = [(b"/run".to_vec(), true)];
+        let list = mount_list(true, &vols, &tmpfs);
         let m = String::from_utf8(mounts(&list)).unwrap();
         assert!(m.starts_with("onering / onering ro,relatime 0 0\n"));
+        assert!(m.contains("shm /dev/shm tmpfs rw,relatime 0 0\n"));
         assert!(m.contains("cgroup2 /sys/fs/cgroup cgroup2 ro,nosuid,nodev,noexec,relatime 0 0\n"));
-        assert!(m.ends_with("onering /data onering rw,relatime 0 0\n"));
+        assert!(m.ends_with("onering /data onering rw,relatime 0 0\ntmpfs /run tmpfs ro,relatime 0 0\n"));
         let mi = String::from_utf8(mountinfo(&list)).unwrap();
         let cg = mi.lines().find(|l| l.contains(" - cgroup2 ")).unwrap();
         // What Go's and Java's parsers look at: the root, the mount point, the type.

@@ -63,6 +63,8 @@ pub struct Config {
     pub vdso: u64,
     /// The volumes (`-v`): where, and whether read-only (for /proc's mounts).
     pub volumes: Vec<(Vec<u8>, bool)>,
+    /// The tmpfs mounts (`--tmpfs`): where, and whether read-only.
+    pub tmpfs: Vec<(Vec<u8>, bool)>,
     /// The program's capability sets (`onering_abi::caps`; they never change).
     pub caps: [u64; onering_abi::caps::SETS],
     /// `--ulimit nofile=SOFT:HARD` ([0, 0]: the default), for every process

@@ -171,6 +171,63 @@ fn ns(sec: u64, nsec: u64) -> u64 {
 }
 
 impl Vfs {
+    /// Makes directory `at` (made if missing, as directories of the tree) the root
+    /// of an in-memory file system (`--tmpfs`): empty, or with `copy` holding a
+    /// copy of what was there (podman's `tmpcopyup`: read from the host now);
+    /// `mode` its permission bits; `readonly` for it and all it holds. Its nodes
+    /// have no link to the host, so a root written through (`--rootfs-rw`) leaves
+    /// them alone. EBUSY for `/`.
+    pub fn mount_memory(&mut self, at: &[u8], mode: u32, readonly: bool, copy: bool) -> Result<Ino, Errno> {
+        let root = self.make_dirs(at)?;
+        if root == super::tree::ROOT {
+            return Err(Errno::EBUSY);
+        }
+        if !copy {
+            let n = self.node_mut(root);
+            n.data = Data::Dir(BTreeMap::new());
+            if let Some(h) = n.host.take() {
+                if let (Some(ops), Some(x)) = (self.hostops, h.handle.filter(|_| !h.root)) {
+                    ops.close(x);
+                }
+            }
+        }
+        // (Each node's link to the host goes once all are read: a node is looked
+        // up through its parent's.)
+        let (mut todo, mut seen) = (alloc::vec![root], Vec::new());
+        while let Some(ino) = todo.pop() {
+            if copy && self.node(ino).host.is_some() {
+                match self.node(ino).data {
+                    Data::HostFile(_) => self.copy_in(ino)?,
+                    _ => self.load(ino)?,
+                }
+            }
+            if let Data::Dir(e) = &self.node(ino).data {
+                todo.extend(e.values().copied());
+            }
+            seen.push(ino);
+        }
+        for ino in seen {
+            if let Some(h) = self.node_mut(ino).host.take() {
+                self.forget_host_ref(&h);
+            }
+            self.node_mut(ino).readonly = readonly;
+        }
+        let n = self.node_mut(root);
+        n.mode = mode & 0o7777;
+        Ok(root)
+    }
+
+    /// Closes the host handles of a link to the host a node no longer has.
+    fn forget_host_ref(&self, h: &HostRef) {
+        let Some(ops) = self.hostops else { return };
+        if let Some(x) = h.handle.filter(|_| !h.root) {
+            ops.close(x);
+        }
+        if let Some((x, _)) = h.io {
+            ops.close(x);
+        }
+    }
+
     /// Makes directory `at` (made if missing, as directories of the tree) the mount
     /// point of host directory `handle`.
     pub fn mount(&mut self, at: &[u8], handle: u64, layer: Layer, readonly: bool) -> Result<Ino, Errno> {
@@ -541,14 +598,8 @@ impl Vfs {
 
     /// Closes whatever host handles a freed node held.
     pub(super) fn forget_host(&self, n: &Node) {
-        let (Some(ops), Some(h)) = (self.hostops, n.host.as_ref()) else { return };
-        if !h.root {
-            if let Some(x) = h.handle {
-                ops.close(x);
-            }
-        }
-        if let Some((x, _)) = h.io {
-            ops.close(x);
+        if let Some(h) = n.host.as_ref() {
+            self.forget_host_ref(h);
         }
     }
 
@@ -558,6 +609,11 @@ impl Vfs {
         if self.layer(ino) != Some(Layer::Rootfs) || !matches!(self.node(ino).data, Data::HostFile(_)) {
             return Ok(());
         }
+        self.copy_in(ino)
+    }
+
+    /// Host file `ino`'s bytes read into memory: it becomes a file of the tree.
+    fn copy_in(&mut self, ino: Ino) -> Result<(), Errno> {
         let ops = self.hostops.ok_or(Errno::EIO)?;
         let size = self.node(ino).size();
         let h = self.io_handle(ino, false)?;

@@ -182,7 +182,7 @@ impl Default for Vfs {
 }
 
 impl Vfs {
-    /// A tree with `/`, `/dev` (null, zero, full, random, urandom, stdin, stdout, stderr, tty, fd)
+    /// A tree with `/`, `/dev` (null, zero, full, random, urandom, stdin, stdout, stderr, tty, fd, shm)
     /// and a writable `/tmp`.
     pub fn new() -> Vfs {
         let mut v = Vfs {
@@ -228,6 +228,8 @@ impl Vfs {
         }
         // As Linux's devtmpfs has it (bash's process substitution opens /dev/fd/N).
         v.add(dev, b"fd", Data::Symlink(b"/proc/self/fd".to_vec()), 0o777, false);
+        // POSIX shared memory and named semaphores (shm_open, sem_open) live here.
+        v.add(dev, b"shm", Data::Dir(BTreeMap::new()), 0o1777, false);
         v.add(ROOT, b"tmp", Data::Dir(BTreeMap::new()), 0o1777, false);
         v
     }

@@ -101,6 +101,8 @@ pub struct LoadSpec<'a> {
     pub caps: [u64; onering_abi::caps::SETS],
     /// `--ulimit nofile=SOFT:HARD` ((0, 0): the kernel's default).
     pub nofile: [u64; 2],
+    /// The tmpfs mounts (`onering_abi::tmpfs` records; empty: none).
+    pub tmpfs: &'a [u8],
 }
 
 fn write(mem: &GuestMemoryMmap, pa: u64, data: &[u8]) -> Result<()> {
@@ -250,10 +252,13 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     let image_end = layout::KERNEL_PHYS + kernel_image::IMAGE.len() as u64;
     write(mem, image_end, &vec![0; (align_up(image_end, layout::PAGE_SIZE) - image_end) as usize])?;
 
-    // The rootfs image and the working directory, in chunks of their own.
+    // The rootfs image, the working directory and the tmpfs mounts, in chunks of
+    // their own.
     let (rootfs_phys, workdir_phys) = (next, next + spec.rootfs.len() as u64);
-    if !spec.rootfs.is_empty() || !spec.workdir.is_empty() {
-        next += align_up(spec.rootfs.len() as u64 + spec.workdir.len() as u64, HUGE_PAGE_SIZE);
+    let tmpfs_phys = workdir_phys + spec.workdir.len() as u64;
+    let boot_data = spec.rootfs.len() + spec.workdir.len() + spec.tmpfs.len();
+    if boot_data != 0 {
+        next += align_up(boot_data as u64, HUGE_PAGE_SIZE);
         if next + 2 * HUGE_PAGE_SIZE > low_end {
             return Err(LoadError::RootfsTooLarge {
                 need: (next + 2 * HUGE_PAGE_SIZE).div_ceil(MIB),
@@ -262,6 +267,7 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         }
         write(mem, rootfs_phys, spec.rootfs)?;
         write(mem, workdir_phys, spec.workdir)?;
+        write(mem, tmpfs_phys, spec.tmpfs)?;
     }
 
     // The initial stack.
@@ -363,6 +369,8 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         rootfs_size: spec.rootfs.len() as u64,
         workdir_phys,
         workdir_len: spec.workdir.len() as u64,
+        tmpfs_phys,
+        tmpfs_len: spec.tmpfs.len() as u64,
         vdso_base,
         vdso_len: spec.vdso.map_or(0, |v| v.len() as u64),
         segments,
@@ -443,6 +451,7 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     w.extend(bi.hostname);
     w.extend(bi.caps);
     w.extend(bi.nofile);
+    w.extend([bi.tmpfs_phys, bi.tmpfs_len]);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
 }
@@ -467,6 +476,7 @@ mod tests {
             seed: [1, 2],
             rootfs: &[],
             workdir: &[],
+            tmpfs: &[],
             hwcap: 0,
             rewrite: None,
             vdso: None,

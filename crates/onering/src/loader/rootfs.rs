@@ -2,7 +2,8 @@
 //! server (`hostfs`), nothing is copied; what is here is the small image
 //! (format `onering_abi::rootfs`) of the `/etc` files onering adds when DIR lacks
 //! them (hosts, hostname, resolv.conf), finding the program in DIR as docker does,
-//! and `-w DIR`, which must name a directory of that tree (or `/`, `/dev`, `/tmp`).
+//! and `-w DIR`, which must name a directory of that tree (or `/`, `/dev`, `/tmp`),
+//! and the `--tmpfs` mounts the kernel makes in it.
 
 use onering_abi::rootfs::{Header, DIR, FILE};
 use std::ffi::OsStr;
@@ -148,6 +149,61 @@ pub fn find_program(root: &Path, name: &[u8], workdir: &[u8], path: &[u8]) -> Op
     path.split(|b| *b == b':')
         .filter(|d| !d.is_empty())
         .find_map(|d| resolve(root, &[d, b"/", name].concat()).filter(is_file))
+}
+
+/// Parses `--tmpfs PATH[:OPTIONS]`: PATH absolute, not `/` nor in /proc or /sys.
+pub fn parse_tmpfs(s: &str) -> Result<onering_abi::tmpfs::Tmpfs, String> {
+    use onering_abi::tmpfs::{Tmpfs, COPYUP, RO};
+    let (path, options) = s.split_once(':').unwrap_or((s, ""));
+    let path = normal_path(path.as_bytes()).ok_or("PATH must be an absolute path")?;
+    let under = |t: &[u8]| path == t || path.starts_with(&[t, b"/"].concat());
+    if path == b"/" || under(b"/proc") || under(b"/sys") {
+        return Err("PATH cannot be /, /proc, /sys or below them".into());
+    }
+    let mut m = Tmpfs { flags: 0, mode: 0o1777, size: 0, path };
+    const IGNORED: &[&str] = &[
+        "nosuid",
+        "suid",
+        "nodev",
+        "dev",
+        "noexec",
+        "exec",
+        "private",
+        "rprivate",
+        "shared",
+        "rshared",
+        "slave",
+        "rslave",
+        "unbindable",
+        "runbindable",
+        "notmpcopyup",
+        "atime",
+        "noatime",
+        "relatime",
+        "strictatime",
+    ];
+    for o in options.split(',').filter(|o| !o.is_empty()) {
+        let bad = || format!("unknown or malformed option {o:?}");
+        match o.split_once('=') {
+            None if o == "ro" => m.flags |= RO,
+            None if o == "rw" => m.flags &= !RO,
+            None if o == "tmpcopyup" => m.flags |= COPYUP,
+            None if IGNORED.contains(&o) => {}
+            Some(("mode", v)) => m.mode = u32::from_str_radix(v, 8).ok().filter(|v| *v <= 0o7777).ok_or_else(bad)?,
+            Some(("size", v)) => {
+                let (digits, unit) = match v.as_bytes().last() {
+                    Some(b'k' | b'K') => (&v[..v.len() - 1], 1 << 10),
+                    Some(b'm' | b'M') => (&v[..v.len() - 1], 1 << 20),
+                    Some(b'g' | b'G') => (&v[..v.len() - 1], 1 << 30),
+                    _ => (v, 1),
+                };
+                m.size = digits.parse::<u64>().ok().and_then(|n| n.checked_mul(unit)).ok_or_else(bad)?;
+            }
+            Some(("nr_inodes", v)) if v.parse::<u64>().is_ok() => {}
+            _ => return Err(bad()),
+        }
+    }
+    Ok(m)
 }
 
 #[cfg(test)]

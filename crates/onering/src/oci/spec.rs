@@ -9,8 +9,9 @@
 //! up), process.capabilities (`--oci-caps`: what `capget` and /proc report),
 //! process.noNewPrivileges, RLIMIT_NOFILE (`--ulimit`), and the `onering.*` annotations (our own options; they win over the
 //! resources). What the VM already provides is accepted without an option: the
-//! kernel file systems podman and containerd always mount (proc, sysfs, tmpfs,
-//! devpts, mqueue, cgroup: the guest kernel has its own), the files podman binds
+//! kernel file systems podman and containerd always mount (proc, sysfs, tmpfs
+//! on /dev and /dev/shm, devpts, mqueue, cgroup: the guest kernel has its own;
+//! a tmpfs elsewhere is `--tmpfs`), the files podman binds
 //! over /etc/hosts, /etc/hostname, /etc/resolv.conf, /run/.containerenv and
 //! /dev/shm (the program sees the image's /etc files, or onering's; the guest's
 //! /dev is its own), namespaces, seccomp, masked and read-only
@@ -46,6 +47,10 @@ pub struct Plan {
 /// What podman bind-mounts into every container and onering has of its own: the
 /// /etc files it writes, and the guest's in-memory /dev/shm.
 const OWN_FILES: &[&str] = &["/etc/hosts", "/etc/hostname", "/etc/resolv.conf", "/run/.containerenv", "/dev/shm"];
+
+/// The tmpfs mounts the VM has of its own (its /dev, and the /dev/shm in it);
+/// one anywhere else becomes a `--tmpfs`.
+const OWN_TMPFS: &[&str] = &["/dev", "/dev/shm"];
 
 /// Mount types the guest kernel provides on its own.
 const OWN_TYPES: &[&str] = &["proc", "sysfs", "tmpfs", "devpts", "mqueue", "cgroup", "cgroup2", "shm"];
@@ -110,8 +115,8 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
     let rootfs = if root.path().is_absolute() { root.path().clone() } else { bundle.join(root.path()) };
     opt("--rootfs", rootfs.into_os_string());
     for m in spec.mounts().as_deref().unwrap_or_default() {
-        if let Some(volume) = mount(m)? {
-            opt("-v", volume);
+        if let Some((option, value)) = mount(m)? {
+            opt(option, value);
         }
     }
     let (mut mem, mut smp) = (None, None);
@@ -180,14 +185,25 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
     Ok(Plan { run_args: out, terminal: process.terminal() == Some(true) })
 }
 
-/// One of `mounts`: a volume (`HOST:GUEST[:ro]`) for a bind mount of a directory,
-/// None for what the VM has of its own, an error for the rest.
-fn mount(m: &oci_spec::runtime::Mount) -> Result<Option<OsString>, SpecError> {
+/// One of `mounts` as an option of run and its value: a volume (`-v
+/// HOST:GUEST[:ro]`) for a bind mount of a directory, `--tmpfs DEST:OPTIONS`
+/// for a tmpfs; None for what the VM has of its own; an error for the rest.
+fn mount(m: &oci_spec::runtime::Mount) -> Result<Option<(&'static str, OsString)>, SpecError> {
     let dest = m.destination();
     let options = m.options().as_deref().unwrap_or_default();
     let bind = options.iter().any(|o| o == "bind" || o == "rbind");
     let typ = m.typ().as_deref().unwrap_or(if bind { "bind" } else { "" });
     let shown = || format!("mount of {} on {}", typ, dest.display());
+    if typ == "tmpfs" && !OWN_TMPFS.iter().any(|d| Path::new(d) == dest) {
+        // (`--tmpfs` checks the destination and the options.)
+        let mut v = dest.as_os_str().to_owned();
+        v.push(":");
+        v.push(options.join(","));
+        return match crate::loader::rootfs::parse_tmpfs(&v.to_string_lossy()) {
+            Ok(_) => Ok(Some(("--tmpfs", v))),
+            Err(why) => Err(SpecError::Unsupported(format!("{} ({why})", shown()))),
+        };
+    }
     if typ != "bind" && !(bind && typ == "none") {
         return if OWN_TYPES.contains(&typ) { Ok(None) } else { Err(SpecError::Unsupported(shown())) };
     }
@@ -212,7 +228,7 @@ fn mount(m: &oci_spec::runtime::Mount) -> Result<Option<OsString>, SpecError> {
     if options.iter().any(|o| o == "ro") {
         v.push(":ro");
     }
-    Ok(Some(v))
+    Ok(Some(("-v", v)))
 }
 
 /// process.capabilities as `--oci-caps`' five masks (bounding, permitted,
@@ -325,15 +341,23 @@ mod tests {
                 {{"destination":"/dev/pts","type":"devpts","source":"devpts"}},
                 {{"destination":"/etc/hosts","type":"bind","source":"/etc/hosts","options":["rbind"]}},
                 {{"destination":"/data","type":"bind","source":"{d}","options":["rbind","ro"]}},
-                {{"destination":"/data2","source":"{d}","options":["bind"]}}]"#
+                {{"destination":"/data2","source":"{d}","options":["bind"]}},
+                {{"destination":"/dev","type":"tmpfs","source":"tmpfs","options":["nosuid","mode=755"]}},
+                {{"destination":"/dev/shm","type":"tmpfs","source":"shm","options":["size=65536k"]}},
+                {{"destination":"/run","type":"tmpfs","source":"tmpfs","options":["rw","rprivate","nosuid","nodev","tmpcopyup"]}}]"#
         ));
         let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
         assert!(a.contains(&format!("{d}:/data:ro")) && a.contains(&format!("{d}:/data2")), "{a:?}");
         assert_eq!(a.iter().filter(|x| *x == "-v").count(), 2);
+        let t = a.iter().position(|x| x == "--tmpfs").unwrap();
+        assert_eq!(a[t + 1], "/run:rw,rprivate,nosuid,nodev,tmpcopyup");
+        assert_eq!(a.iter().filter(|x| *x == "--tmpfs").count(), 1, "/dev and /dev/shm are the VM's own");
         for bad in [
             r#"{"destination":"/x","type":"nfs","source":"srv:/x"}"#.to_string(),
             r#"{"destination":"/x","type":"bind","source":"/etc/passwd","options":["bind"]}"#.to_string(),
             format!(r#"{{"destination":"/tmp/x","type":"bind","source":"{d}","options":["bind"]}}"#),
+            r#"{"destination":"/x","type":"tmpfs","source":"tmpfs","options":["uid=1000"]}"#.to_string(),
+            r#"{"destination":"/proc/x","type":"tmpfs","source":"tmpfs"}"#.to_string(),
         ] {
             let s = base(&format!(r#","mounts":[{bad}]"#));
             assert!(matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(_))), "{bad}");
