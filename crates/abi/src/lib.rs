@@ -281,9 +281,12 @@ pub struct BootInfo {
     /// The program's capability sets, a bit per capability, indexed by
     /// [`caps`]'s constants.
     pub caps: [u64; caps::SETS],
-    /// `--ulimit nofile=SOFT:HARD`: the first process's RLIMIT_NOFILE (0, 0:
-    /// the kernel's default), SOFT <= HARD <= [`NR_OPEN`].
-    pub nofile: [u64; 2],
+    /// `--ulimit NAME=SOFT:HARD`: resource limits of the processes without a
+    /// parent in the VM, (soft, hard) per resource ([`rlimit`]'s numbers,
+    /// RLIM_INFINITY is u64::MAX), where bit n of `rlimits_set` is set (else
+    /// the kernel's default); SOFT <= HARD, and HARD <= [`NR_OPEN`] for nofile.
+    pub rlimits: [[u64; 2]; rlimit::COUNT],
+    pub rlimits_set: u64,
     /// The tmpfs mounts (`tmpfs`' records), guest-physical, after the working
     /// directory in the same reserved chunk; length 0: none.
     pub tmpfs_phys: u64,
@@ -295,6 +298,39 @@ pub const DEFAULT_PATH: &[u8] = b"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/
 
 /// The most RLIMIT_NOFILE can be (Linux's default `fs.nr_open`).
 pub const NR_OPEN: u64 = 1 << 20;
+
+/// Resource limits (`BootInfo::rlimits`): Linux's numbers and docker's names.
+pub mod rlimit {
+    /// How many resources Linux has (RLIMIT_CPU 0 to RLIMIT_RTTIME 15).
+    pub const COUNT: usize = 16;
+    pub const NPROC: usize = 6;
+    pub const NOFILE: usize = 7;
+    /// Each resource's name as `docker run --ulimit` and `ulimit` spell it,
+    /// indexed by number.
+    pub const NAMES: [&str; COUNT] = [
+        "cpu",
+        "fsize",
+        "data",
+        "stack",
+        "core",
+        "rss",
+        "nproc",
+        "nofile",
+        "memlock",
+        "as",
+        "locks",
+        "sigpending",
+        "msgqueue",
+        "nice",
+        "rtprio",
+        "rttime",
+    ];
+
+    /// The number of resource `name`.
+    pub fn number(name: &str) -> Option<usize> {
+        NAMES.iter().position(|n| *n == name)
+    }
+}
 
 /// Capability sets (`BootInfo::caps`): the VMM chooses them (all of them for
 /// root, else only the bounding set; an OCI bundle's own); the kernel reports them.

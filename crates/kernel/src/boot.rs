@@ -66,9 +66,11 @@ fn setup(boot: Boot) {
     let (cmdline, environ) = (start_strings(bi.user_sp, 0), start_strings(bi.user_sp, 1));
     let image = image_span(bi);
     let (flags, stdio, uid, gid, vdso) = (bi.flags, bi.stdio, bi.uid, bi.gid, bi.vdso_base);
-    let (caps, nofile) = (bi.caps, bi.nofile);
+    let caps = bi.caps;
+    let rlimits =
+        core::array::from_fn(|n| (bi.rlimits_set >> n & 1 != 0).then_some((bi.rlimits[n][0], bi.rlimits[n][1])));
     let cfg =
-        Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes, tmpfs, caps, nofile };
+        Config { flags, stdio, uid, gid, exe, cmdline, environ, mem: ram, image, vdso, volumes, tmpfs, caps, rlimits };
     crate::observe::install(bi.flags, bi.trace_set);
     let k = kernel::install(Kernel::new(cfg, chunks, vfs, bi.seed));
     crate::task::hostexec::set_spawner(crate::syscall::hostexec::spawn);

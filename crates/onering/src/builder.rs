@@ -49,8 +49,8 @@ pub struct VmConfig<'a> {
     pub caps: Option<[u64; onering_abi::caps::SETS]>,
     /// `--no-new-privileges`.
     pub no_new_privs: bool,
-    /// `--ulimit nofile=SOFT:HARD` (None: the kernel's default).
-    pub nofile: Option<(u64, u64)>,
+    /// `--ulimit NAME=SOFT:HARD`: (resource number, soft, hard) each.
+    pub rlimits: Vec<(usize, u64, u64)>,
     /// `--tmpfs PATH[:OPTIONS]` mounts.
     pub tmpfs: Vec<onering_abi::tmpfs::Tmpfs>,
     pub workdir: Option<&'a OsStr>,
@@ -277,7 +277,7 @@ pub fn run(
         trace_set: config.trace_set.unwrap_or_default(),
         hostname: config.hostname.unwrap_or_default(),
         caps: config.caps.unwrap_or_else(|| onering_abi::caps::default_for(uid)),
-        nofile: config.nofile.map_or([0, 0], |(s, h)| [s, h]),
+        rlimits: &config.rlimits,
         tmpfs: &tmpfs,
     };
 

@@ -65,10 +65,12 @@ struct RunArgs {
     /// says 1), as `docker run --security-opt no-new-privileges`.
     #[arg(long)]
     no_new_privileges: bool,
-    /// A resource limit of the program, as `docker run --ulimit`: only
-    /// `nofile=SOFT[:HARD]` (RLIMIT_NOFILE; at most 1048576).
-    #[arg(long, value_name = "nofile=SOFT[:HARD]", value_parser = parse_ulimit)]
-    ulimit: Option<(u64, u64)>,
+    /// A resource limit of the program, as `docker run --ulimit` (repeatable):
+    /// NAME is cpu, fsize, data, stack, core, rss, nproc, nofile, memlock, as,
+    /// locks, sigpending, msgqueue, nice, rtprio or rttime; -1 is unlimited;
+    /// nofile at most 1048576.
+    #[arg(long, value_name = "NAME=SOFT[:HARD]", value_parser = parse_ulimit)]
+    ulimit: Vec<(usize, u64, u64)>,
     /// Share a host directory as GUEST in the VM, read-write (`:ro`: read-only),
     /// as `docker -v`; repeatable.
     #[arg(short = 'v', long = "volume", value_name = "HOST:GUEST[:ro]")]
@@ -180,17 +182,26 @@ fn parse_hostname(s: &str) -> Result<OsString, String> {
     Ok(s.into())
 }
 
-/// Parses `--ulimit nofile=SOFT[:HARD]` (HARD defaults to SOFT, as docker's).
-fn parse_ulimit(s: &str) -> Result<(u64, u64), String> {
-    let max = onering_abi::NR_OPEN;
-    let bad = || format!("only nofile=SOFT[:HARD] is known, with SOFT <= HARD <= {max}");
-    let v = s.strip_prefix("nofile=").ok_or_else(bad)?;
+/// Parses `--ulimit NAME=SOFT[:HARD]` (HARD defaults to SOFT, as docker's; -1
+/// or `unlimited` is RLIM_INFINITY): the resource's number and its limits.
+fn parse_ulimit(s: &str) -> Result<(usize, u64, u64), String> {
+    use onering_abi::rlimit;
+    let (name, v) = s.split_once('=').ok_or("expected NAME=SOFT[:HARD]")?;
+    let n = rlimit::number(name)
+        .ok_or_else(|| format!("unknown resource {name:?} (one of {})", rlimit::NAMES.join(", ")))?;
     let (soft, hard) = v.split_once(':').unwrap_or((v, v));
-    let (soft, hard) = (soft.parse::<u64>().map_err(|_| bad())?, hard.parse::<u64>().map_err(|_| bad())?);
-    if soft > hard || hard > max {
-        return Err(bad());
+    let limit = |x: &str| match x {
+        "-1" | "unlimited" => Ok(u64::MAX),
+        _ => x.parse::<u64>().map_err(|_| format!("{x:?} is not a number, -1 or unlimited")),
+    };
+    let (soft, hard) = (limit(soft)?, limit(hard)?);
+    if soft > hard {
+        return Err(format!("{name}: the soft limit is above the hard one"));
     }
-    Ok((soft, hard))
+    if n == rlimit::NOFILE && hard > onering_abi::NR_OPEN {
+        return Err(format!("nofile: at most {}", onering_abi::NR_OPEN));
+    }
+    Ok((n, soft, hard))
 }
 
 /// Parses `--oci-caps`: five hexadecimal masks separated by `:`, within the
@@ -618,7 +629,7 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         rootfs_rw: args.rootfs_rw,
         caps: args.oci_caps,
         no_new_privs: args.no_new_privileges,
-        nofile: args.ulimit,
+        rlimits: args.ulimit.clone(),
         tmpfs: tmpfs_mounts(&args)?,
         workdir: args.workdir.as_deref().or(host_cwd.as_deref()),
         hostname: args.hostname.as_deref().map(|h| h.as_bytes()),

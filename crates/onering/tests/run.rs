@@ -654,7 +654,7 @@ fn smp_out_of_range_is_refused() {
     assert!(raw.contains("warning: --smp 64"), "{raw}");
 }
 
-/// `--ulimit nofile=SOFT[:HARD]`, `--no-new-privileges` and the capability sets
+/// `--ulimit NAME=SOFT[:HARD]`, `--no-new-privileges` and the capability sets
 /// as the program reads them.
 #[test]
 fn ulimit_privileges_and_capabilities_are_the_programs() {
@@ -665,8 +665,32 @@ fn ulimit_privileges_and_capabilities_are_the_programs() {
     assert_eq!(stdout(&o), "100\n200\nCapEff:\t000001ffffffffff\nNoNewPrivs:\t0\n", "{}", stderr(&o));
     let o = onering(&["run", "--ulimit", "nofile=64", "--no-new-privileges", "/bin/busybox", "sh", "-c", script]);
     assert_eq!(stdout(&o), "64\n64\nCapEff:\t000001ffffffffff\nNoNewPrivs:\t1\n", "{}", stderr(&o));
-    for bad in ["nproc=5", "nofile=9:8", "nofile=2000000"] {
-        expect_failure(&onering(&["run", "--ulimit", bad, "/bin/busybox", "true"]), 125, "only nofile=SOFT[:HARD]");
+    // Every resource; RLIMIT_NPROC does not bind root (these tests run as root),
+    // as on Linux: four children beside the shell under a limit of 3.
+    let script =
+        "ulimit -c; ulimit -Hc; ulimit -u; ulimit -s; for i in 1 2 3 4; do sleep 0.1 & done; wait; echo forked";
+    let o = onering(&[
+        "run",
+        "--ulimit",
+        "core=0:-1",
+        "--ulimit",
+        "nproc=3",
+        "--ulimit",
+        "stack=unlimited",
+        "/bin/busybox",
+        "sh",
+        "-c",
+        script,
+    ]);
+    assert_eq!(stdout(&o), "0\nunlimited\n3\nunlimited\nforked\n", "{}", stderr(&o));
+    for (bad, why) in [
+        ("nofile=9:8", "nofile: the soft limit is above the hard one"),
+        ("nofile=2000000", "nofile: at most 1048576"),
+        ("procs=5", "unknown resource \"procs\""),
+        ("core", "expected NAME=SOFT[:HARD]"),
+        ("core=x", "\"x\" is not a number, -1 or unlimited"),
+    ] {
+        expect_failure(&onering(&["run", "--ulimit", bad, "/bin/busybox", "true"]), 125, why);
     }
 }
 

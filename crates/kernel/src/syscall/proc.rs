@@ -236,6 +236,24 @@ fn copy_space(ctx: &Ctx, settid: Option<u64>, tid: u64, hot: &[u64], sp: u64) ->
     spaces::install(child)
 }
 
+/// RLIMIT_NPROC, as Linux checks it at clone: the caller's user (every thread
+/// of the VM is the same user's) may have another thread unless it has as many
+/// as the soft limit; root, and a caller with CAP_SYS_ADMIN or
+/// CAP_SYS_RESOURCE, always may.
+fn nproc_allows(ctx: &Ctx) -> bool {
+    let nproc = onering_abi::rlimit::NPROC as u32;
+    let Some((soft, _)) = ctx.proc().rlimits.lock().get(&nproc).copied() else { return true };
+    under_nproc(ctx.k.cfg.uid, ctx.k.cfg.caps[onering_abi::caps::EFFECTIVE], sched::live_count() as u64, soft)
+}
+
+/// [`nproc_allows`]' rule: user `uid` with effective capabilities `caps` and
+/// `threads` threads may have another under a soft RLIMIT_NPROC of `soft`.
+fn under_nproc(uid: u64, caps: u64, threads: u64, soft: u64) -> bool {
+    const CAP_SYS_ADMIN: u64 = 21;
+    const CAP_SYS_RESOURCE: u64 = 24;
+    uid == 0 || caps & (1 << CAP_SYS_ADMIN | 1 << CAP_SYS_RESOURCE) != 0 || threads < soft
+}
+
 fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid: u64, tls: u64) -> SysResult {
     // Namespaces, pidfds and the rest are refused.
     if flags & !CLONE_KNOWN != 0 {
@@ -246,6 +264,9 @@ fn do_clone(ctx: &Ctx, f: &SyscallFrame, flags: u64, stack: u64, ptid: u64, ctid
     }
     if flags & CLONE_SETTLS != 0 && tls >= USER_END {
         return Err(Errno::EPERM);
+    }
+    if !nproc_allows(ctx) {
+        return Err(Errno::EAGAIN);
     }
     let me = ctx.thread;
     let thread = flags & CLONE_THREAD != 0;
@@ -996,4 +1017,20 @@ pub fn setsid(ctx: &Ctx, _: &mut SyscallFrame) -> SysResult {
     me.pgid.store(pid, Relaxed);
     me.ctty.store(false, Relaxed); // (a new session has no terminal)
     Ok(pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::under_nproc;
+
+    #[test]
+    fn rlimit_nproc_as_linux_checks_it() {
+        assert!(under_nproc(1000, 0, 2, 3));
+        assert!(!under_nproc(1000, 0, 3, 3), "at the limit: EAGAIN");
+        assert!(!under_nproc(1000, 0, 1, 0));
+        assert!(under_nproc(0, 0, 50, 3), "root is not limited");
+        assert!(under_nproc(1000, 1 << 24, 50, 3), "nor CAP_SYS_RESOURCE");
+        assert!(under_nproc(1000, 1 << 21, 50, 3), "nor CAP_SYS_ADMIN");
+        assert!(!under_nproc(1000, 1 << 12, 50, 3));
+    }
 }

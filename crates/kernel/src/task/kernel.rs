@@ -67,9 +67,10 @@ pub struct Config {
     pub tmpfs: Vec<(Vec<u8>, bool)>,
     /// The program's capability sets (`onering_abi::caps`; they never change).
     pub caps: [u64; onering_abi::caps::SETS],
-    /// `--ulimit nofile=SOFT:HARD` ([0, 0]: the default), for every process
-    /// without a parent in the VM (the program, and those `onering exec` starts).
-    pub nofile: [u64; 2],
+    /// `--ulimit NAME=SOFT:HARD` per resource (None: the default), for every
+    /// process without a parent in the VM (the program, and those `onering
+    /// exec` starts).
+    pub rlimits: [Option<(u64, u64)>; onering_abi::rlimit::COUNT],
 }
 
 pub struct Kernel {

@@ -129,14 +129,17 @@ pub struct Start {
 impl Start {
     /// A process without a parent in the VM (the program, pid 1, or one the
     /// host starts): its own session and group, no controlling terminal, default
-    /// dispositions, the default limits but the VM's `--ulimit nofile` (the VMM
-    /// checked SOFT <= HARD <= NR_OPEN).
+    /// dispositions, the default limits but the VM's `--ulimit`s (the VMM
+    /// checked SOFT <= HARD, and HARD <= NR_OPEN for RLIMIT_NOFILE).
     pub fn leader(k: &Kernel, space: &'static Space, pid: u64, mut fds: FdTable, fs: FsCtx) -> Start {
         let mut rlimits = BTreeMap::new();
-        let [soft, hard] = k.cfg.nofile;
-        if hard != 0 {
-            fds.set_limit(soft);
-            rlimits.insert(RLIMIT_NOFILE, (soft, hard));
+        for (n, l) in k.cfg.rlimits.iter().enumerate() {
+            if let Some((soft, hard)) = *l {
+                if n as u32 == RLIMIT_NOFILE {
+                    fds.set_limit(soft);
+                }
+                rlimits.insert(n as u32, (soft, hard));
+            }
         }
         Start {
             space,

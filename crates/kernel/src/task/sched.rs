@@ -365,6 +365,12 @@ pub fn thread(tid: u64) -> Option<&'static Thread> {
     (!reaped).then_some(t)
 }
 
+/// How many threads are live in the VM (every one is the same user's:
+/// RLIMIT_NPROC counts them).
+pub fn live_count() -> usize {
+    SCHED.lock().live.len()
+}
+
 /// Live threads of process `pid`.
 pub fn threads_of(pid: u64) -> Vec<&'static Thread> {
     SCHED.lock().live.values().filter(|t| t.pid() == pid).copied().collect()

@@ -99,8 +99,8 @@ pub struct LoadSpec<'a> {
     pub hostname: &'a [u8],
     /// The program's capability sets (`onering_abi::caps`).
     pub caps: [u64; onering_abi::caps::SETS],
-    /// `--ulimit nofile=SOFT:HARD` ((0, 0): the kernel's default).
-    pub nofile: [u64; 2],
+    /// `--ulimit NAME=SOFT:HARD`: (resource number, soft, hard) each.
+    pub rlimits: &'a [(usize, u64, u64)],
     /// The tmpfs mounts (`onering_abi::tmpfs` records; empty: none).
     pub tmpfs: &'a [u8],
 }
@@ -379,7 +379,14 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         trace_set: spec.trace_set,
         hostname: onering_abi::hostname_words(spec.hostname),
         caps: spec.caps,
-        nofile: spec.nofile,
+        rlimits: {
+            let mut r = [[0; 2]; onering_abi::rlimit::COUNT];
+            for (n, soft, hard) in spec.rlimits {
+                r[*n] = [*soft, *hard];
+            }
+            r
+        },
+        rlimits_set: spec.rlimits.iter().fold(0, |m, (n, ..)| m | 1 << n),
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
@@ -450,7 +457,10 @@ pub fn write_boot_info(mem: &GuestMemoryMmap, bi: &BootInfo) -> Result<()> {
     w.extend(bi.trace_set);
     w.extend(bi.hostname);
     w.extend(bi.caps);
-    w.extend(bi.nofile);
+    for r in &bi.rlimits {
+        w.extend(r);
+    }
+    w.push(bi.rlimits_set);
     w.extend([bi.tmpfs_phys, bi.tmpfs_len]);
     debug_assert_eq!(w.len() * 8, std::mem::size_of::<BootInfo>());
     write(mem, layout::BOOT_INFO_PHYS, &words_to_bytes(&w))
@@ -484,7 +494,7 @@ mod tests {
             trace_set: [0; onering_abi::trace::SET_WORDS],
             hostname: b"",
             caps: onering_abi::caps::default_for(0),
-            nofile: [0, 0],
+            rlimits: &[],
         }
     }
 
@@ -496,7 +506,9 @@ mod tests {
         let mut trace_set = [0; onering_abi::trace::SET_WORDS];
         trace_set[onering_abi::trace::SET_WORDS - 1] = 0x55;
         let hostname = onering_abi::hostname_words(b"box");
-        let (caps, nofile) = ([1, 2, 3, 4, 5], [6, 7]);
+        let caps = [1, 2, 3, 4, 5];
+        let mut rlimits = [[0; 2]; onering_abi::rlimit::COUNT];
+        rlimits[onering_abi::rlimit::COUNT - 1] = [6, 7];
         let bi = BootInfo {
             magic: BOOT_MAGIC,
             nsegments: 77,
@@ -505,7 +517,8 @@ mod tests {
             trace_set,
             hostname,
             caps,
-            nofile,
+            rlimits,
+            rlimits_set: 8,
             ..Default::default()
         };
         write_boot_info(&m, &bi).unwrap();
@@ -516,7 +529,8 @@ mod tests {
             "the host name"
         );
         assert_eq!(at(std::mem::offset_of!(BootInfo, caps) + 32), 5, "the capability sets");
-        assert_eq!(at(std::mem::offset_of!(BootInfo, nofile) + 8), 7, "RLIMIT_NOFILE last");
+        assert_eq!(at(std::mem::offset_of!(BootInfo, rlimits_set) - 8), 7, "the last resource's hard limit");
+        assert_eq!(at(std::mem::offset_of!(BootInfo, rlimits_set)), 8);
         let trace_end = std::mem::offset_of!(BootInfo, hostname) - 8;
         assert_eq!(at(trace_end), 0x55, "the trace set before it");
         assert_eq!(at(std::mem::offset_of!(BootInfo, vdso_len)), 9);

@@ -7,7 +7,7 @@
 //! root.readonly (`--rootfs` with `--rootfs-rw`, or `--read-only`), bind mounts of directories (`-v`),
 //! linux.resources.memory.limit (`--mem`), cpu quota/period (`--smp`, rounded
 //! up), process.capabilities (`--oci-caps`: what `capget` and /proc report),
-//! process.noNewPrivileges, RLIMIT_NOFILE (`--ulimit`), and the `onering.*` annotations (our own options; they win over the
+//! process.noNewPrivileges, process.rlimits (`--ulimit` each), and the `onering.*` annotations (our own options; they win over the
 //! resources). What the VM already provides is accepted without an option: the
 //! kernel file systems podman and containerd always mount (proc, sysfs, tmpfs
 //! on /dev and /dev/shm, devpts, mqueue, cgroup: the guest kernel has its own;
@@ -17,11 +17,11 @@
 //! /dev is its own), namespaces, seccomp, masked and read-only
 //! paths, cgroup paths, pids and device rules: a VM already isolates the
 //! program, and the host-side process is only the VMM. Everything else (another
-//! user, other rlimits, other mount types, sysctls outside net.*, block I/O and
+//! user, an rlimit with soft above hard, other mount types, sysctls outside net.*, block I/O and
 //! huge-page limits, a startContainer hook, an ociVersion other than 1.x) is
 //! refused.
 
-use oci_spec::runtime::{PosixRlimitType, Spec};
+use oci_spec::runtime::Spec;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
@@ -77,15 +77,16 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
             user.gid()
         ));
     }
-    let mut nofile = None;
+    let mut ulimits = Vec::new();
     for r in process.rlimits().as_deref().unwrap_or_default() {
-        match r.typ() {
-            PosixRlimitType::RlimitNofile if r.soft() <= r.hard() && r.hard() <= onering_abi::NR_OPEN => {
-                nofile = Some(format!("nofile={}:{}", r.soft(), r.hard()));
-            }
-            PosixRlimitType::RlimitNproc => {}
-            _ => return unsupported(format!("process.rlimits {:?} {}:{}", r.typ(), r.soft(), r.hard())),
+        // (RlimitNofile -> nofile: docker's names are Linux's without the prefix.)
+        let name = format!("{:?}", r.typ()).to_lowercase();
+        let name = name.strip_prefix("rlimit").unwrap_or(&name);
+        let nofile_ok = name != "nofile" || r.hard() <= onering_abi::NR_OPEN;
+        if onering_abi::rlimit::number(name).is_none() || r.soft() > r.hard() || !nofile_ok {
+            return unsupported(format!("process.rlimits {:?} {}:{}", r.typ(), r.soft(), r.hard()));
         }
+        ulimits.push(format!("{name}={}:{}", r.soft(), r.hard()));
     }
     let mut out: Vec<OsString> = vec!["run".into(), "-i".into()];
     let mut opt = |name: &str, value: OsString| {
@@ -102,8 +103,8 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
     if let Some(c) = process.capabilities() {
         opt("--oci-caps", capability_masks(c)?.into());
     }
-    if let Some(n) = nofile {
-        opt("--ulimit", n.into());
+    for u in ulimits {
+        opt("--ulimit", u.into());
     }
     if let Some(h) = spec.hostname().as_deref().filter(|h| !h.is_empty()) {
         if !onering_abi::hostname_ok(h.as_bytes()) {
@@ -321,12 +322,16 @@ mod tests {
             r#""user":{"uid":0,"gid":0},
                "capabilities":{"bounding":["CAP_KILL","CAP_NET_ADMIN"],"permitted":["CAP_KILL"],
                                "effective":["CAP_KILL"],"ambient":[]},"noNewPrivileges":true,
-               "rlimits":[{"type":"RLIMIT_NOFILE","soft":1024,"hard":4096}]"#,
+               "rlimits":[{"type":"RLIMIT_NOFILE","soft":1024,"hard":4096},
+                          {"type":"RLIMIT_NPROC","soft":100,"hard":200},
+                          {"type":"RLIMIT_MSGQUEUE","soft":0,"hard":819200}]"#,
         );
         let a = args(&plan(&spec(&s), Path::new("/b")).unwrap());
         assert!(a.windows(2).any(|w| w == ["--oci-caps", "1020:20:20:0:0"]), "{a:?}");
         assert!(a.iter().any(|x| x == "--no-new-privileges"), "{a:?}");
         assert!(a.windows(2).any(|w| w == ["--ulimit", "nofile=1024:4096"]), "{a:?}");
+        assert!(a.windows(2).any(|w| w == ["--ulimit", "nproc=100:200"]), "{a:?}");
+        assert!(a.windows(2).any(|w| w == ["--ulimit", "msgqueue=0:819200"]), "{a:?}");
         // No capabilities object: no option (root keeps every capability).
         let a = args(&plan(&spec(&base("")), Path::new("/b")).unwrap());
         assert!(!a.iter().any(|x| x == "--oci-caps"), "{a:?}");
@@ -381,8 +386,8 @@ mod tests {
         assert!(plan(&spec(&base("").replace("1.0.2", "1.1.0-rc.1")), Path::new("/b")).is_ok());
         let s = base("").replace(r#""uid":0"#, r#""uid":1000"#);
         assert!(matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(_))));
-        let s = base("").replace(r#""user""#, r#""rlimits":[{"type":"RLIMIT_CORE","hard":0,"soft":0}],"user""#);
-        assert!(matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(_))));
+        let s = base("").replace(r#""user""#, r#""rlimits":[{"type":"RLIMIT_CORE","hard":0,"soft":1}],"user""#);
+        assert!(matches!(plan(&spec(&s), Path::new("/b")), Err(SpecError::Unsupported(_))), "soft above hard");
         let s = base(r#","linux":{"sysctl":{"net.ipv4.ping_group_range":"0 0"}}"#)
             .replace(r#""user""#, r#""terminal":true,"rlimits":[{"type":"RLIMIT_NOFILE","hard":1,"soft":1}],"user""#);
         assert!(plan(&spec(&s), Path::new("/b")).unwrap().terminal);
