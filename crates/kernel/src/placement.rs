@@ -173,6 +173,43 @@ impl Default for SpinBudget {
     }
 }
 
+/// How much before a timer's deadline an idle CPU ends its halt when the VMM
+/// runs under a real-time host policy (issue 20): the host then wakes the vCPU
+/// thread at once, but its return into the guest still takes an exit's worth
+/// of host work (50-100 µs here), so a halt to the deadline fires the timer that
+/// late. The margin follows how late halts came back: it jumps to a late return
+/// (plus [`WakeMargin::SLACK_NS`] for the guest's own path) and decays by an
+/// eighth per return that fit, within [`WakeMargin::MIN_NS`, `MAX_NS`]; the rest
+/// of the way is spun, at most half the time to the deadline (the host's
+/// real-time budget is 95% of a CPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WakeMargin {
+    pub ns: u64,
+}
+
+impl WakeMargin {
+    pub const MIN_NS: u64 = 10_000;
+    pub const START_NS: u64 = 60_000;
+    pub const MAX_NS: u64 = 200_000;
+    pub const SLACK_NS: u64 = 5_000;
+
+    pub const fn new() -> WakeMargin {
+        WakeMargin { ns: Self::START_NS }
+    }
+
+    /// A halt asked for `asked_ns` ran to its timeout and lasted `took_ns`.
+    pub fn returned(&mut self, asked_ns: u64, took_ns: u64) {
+        let late = took_ns.saturating_sub(asked_ns).saturating_add(Self::SLACK_NS);
+        self.ns = late.max(self.ns - self.ns / 8).clamp(Self::MIN_NS, Self::MAX_NS);
+    }
+}
+
+impl Default for WakeMargin {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// A CPU's spin budgets per wait site (issue 20: as an adaptive mutex keeps its
 /// own spin count): the budget an idle CPU spins is the one of the site where
 /// its last thread blocked, a futex word, a wait queue's key (a pipe, a socket) or
@@ -272,6 +309,21 @@ impl Contention {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn the_wake_margin_follows_late_returns() {
+        let mut m = WakeMargin::new();
+        m.returned(100_000, 180_000);
+        assert_eq!(m.ns, 85_000, "jumps to a late return");
+        m.returned(100_000, 100_000);
+        assert_eq!(m.ns, 85_000 - 85_000 / 8, "decays when on time");
+        for _ in 0..100 {
+            m.returned(100_000, 100_000);
+        }
+        assert_eq!(m.ns, WakeMargin::MIN_NS);
+        m.returned(0, u64::MAX);
+        assert_eq!(m.ns, WakeMargin::MAX_NS);
+    }
     use super::*;
     use CpuState::*;
 

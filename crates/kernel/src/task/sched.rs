@@ -18,7 +18,7 @@
 use super::process::Process;
 use super::thread::{current, set_current, Thread, DEAD, RUNNABLE, RUNNING, SLEEPING};
 use crate::errno::Errno;
-use crate::placement::{self, Contention, CpuState, CpuView, SiteBudgets, SpinBudget};
+use crate::placement::{self, Contention, CpuState, CpuView, SiteBudgets, SpinBudget, WakeMargin};
 use crate::sigframe;
 use crate::time::mono_now;
 use alloc::collections::{BTreeMap, VecDeque};
@@ -691,9 +691,11 @@ pub fn set_ncpus(n: usize) {
 static REALTIME: core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
 
 /// Tells the scheduler that the VMM runs under a real-time host policy: a halted
-/// vCPU then wakes on time, and spinning would only spend the host's real-time
-/// budget (95% of a CPU; past it the host stops real-time threads for the rest of
-/// its period, tens of milliseconds): an idle CPU halts until its deadline at once.
+/// vCPU then wakes on time (but for its return into the guest), and spinning
+/// would only spend the host's real-time budget (95% of a CPU; past it the host
+/// stops real-time threads for the rest of its period, tens of milliseconds): an
+/// idle CPU halts at once, until its deadline less the return's cost
+/// (`placement::WakeMargin`), and spins only that margin.
 pub fn set_realtime(on: bool) {
     REALTIME.store(on, Relaxed);
 }
@@ -888,6 +890,9 @@ pub fn idle_loop() -> ! {
     // (looked up once per idle spell, not at every look of the spin).
     let mut slot = budgets.slot(0);
     let mut cbudget = SpinBudget::contended();
+    let mut margin = WakeMargin::new();
+    // The deadline a real-time halt last ran up to (its margin is spun, once).
+    let mut halted_for = u64::MAX;
     let mut idle_since = mono_now();
     // How long the last halt lasted, and whether the host was contended then,
     // until the devices are looked at after it.
@@ -936,8 +941,14 @@ pub fn idle_loop() -> ! {
         }
         let deadline = NEXT_DEADLINE.load(Relaxed);
         let left = deadline.saturating_sub(now);
-        let contended = REALTIME.load(Relaxed) || contended(now);
-        let (spin, early) = if contended {
+        let realtime = REALTIME.load(Relaxed);
+        let contended = realtime || contended(now);
+        let (spin, early) = if realtime {
+            // (At most half the time to the deadline is spun: the real-time
+            // budget holds for any period.)
+            let rest = halted_for == deadline || left <= WakeMargin::MIN_NS;
+            (now - idle_since < cbudget.ns || rest, margin.ns.min(left / 2))
+        } else if contended {
             (now - idle_since < cbudget.ns || left <= CONTENDED_SPIN_NS, 0)
         } else {
             (now - idle_since < budgets.at(slot).ns || left <= 2 * HALT_EARLY_NS, HALT_EARLY_NS)
@@ -961,7 +972,8 @@ pub fn idle_loop() -> ! {
         // Halting: publish it, then look once more (a waker that queued work
         // before seeing the state kicks; one that queued it before this look is
         // seen here), then halt until shortly before the deadline (contended: until
-        // the deadline, as the host would wake us too late for a poll to help).
+        // the deadline, as the host would wake us too late for a poll to help;
+        // real-time: until the learnt margin before it).
         if contended {
             cbudget.spun_out();
         } else {
@@ -970,8 +982,14 @@ pub fn idle_loop() -> ! {
         set_state(cpu, CpuState::Halted);
         if !has_work(cpu, now) {
             let start = mono_now();
-            supervisor::halt((left - early).min(onering_abi::hostcall::MAX_HALT_NS));
-            halted = Some((mono_now() - start, contended));
+            let asked = (left - early).min(onering_abi::hostcall::MAX_HALT_NS);
+            supervisor::halt(asked);
+            let took = mono_now() - start;
+            halted = Some((took, contended));
+            if realtime && took >= asked {
+                margin.returned(asked, took);
+                halted_for = deadline;
+            }
         }
         set_state(cpu, CpuState::Polling);
         idle_since = mono_now();
