@@ -583,7 +583,7 @@ mod tests {
         let mut made = vec![];
         place(&root, "0::/\n", &at, &limits, 42, &mut made).unwrap();
         let leaf = root.join("machine.slice/libpod-abc.scope");
-        assert_eq!(made, [leaf.clone()]);
+        assert_eq!(made, std::slice::from_ref(&leaf));
         // Each ancestor enables the controllers for its children (the fake file
         // keeps the last write).
         assert_eq!(read(root.join("cgroup.subtree_control")), "+pids");

@@ -237,6 +237,11 @@ mod tests {
         };
         store.save(&r).unwrap();
         assert_eq!(store.status(&store.load("c1").unwrap()), Status::Running);
+        // A record from before `cgroups` was kept still loads: none made.
+        let mut old = serde_json::to_value(&r).unwrap();
+        old.as_object_mut().unwrap().remove("cgroups");
+        let old: Record = serde_json::from_value(old).unwrap();
+        assert!(old.cgroups.is_empty());
         std::fs::write(dir.join(GATE), "").unwrap();
         assert_eq!(store.status(&r), Status::Created);
         let stale = Record { start_time: r.start_time + 1, ..r.clone() };
