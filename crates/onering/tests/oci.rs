@@ -447,6 +447,36 @@ fn runc_places_the_vmm_in_the_bundles_cgroup() {
     assert_eq!(status(&runc(&root, &["delete", "nocg"])), 0);
 }
 
+/// `oci::cgroup::place` on a real cgroup v2 file system, as a pure v2 host
+/// has at /sys/fs/cgroup (the runc test covers that); on a v1 host, the
+/// hybrid's empty v2 hierarchy, which has no controllers to enable.
+#[test]
+fn cgroup_v2_placement_on_the_kernels_file_system() {
+    use onering::oci::cgroup::{place, place_of, remove, Limits};
+    let unified = Path::new("/sys/fs/cgroup/unified");
+    let root = if cgroup_v2() { Path::new("/sys/fs/cgroup") } else { unified };
+    assert!(root.join("cgroup.controllers").exists(), "no cgroup v2 file system at {}", root.display());
+    let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id() as i32;
+    let path = format!("/onering-unit-{}", std::process::id());
+    let mut made = vec![];
+    let at = place_of(&path, false).unwrap();
+    place(root, "", &at, &Limits::default(), pid, &mut made).unwrap();
+    assert_eq!(made, [root.join(&path[1..])]);
+    let listed = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(listed.lines().any(|l| l == format!("0::{path}")), "{listed}");
+    if !cgroup_v2() {
+        // No controllers here: a limit cannot be held.
+        let limits = Limits { memory: Some(1 << 30), ..Limits::default() };
+        let e = place(root, "", &place_of("/onering-unit-x", false).unwrap(), &limits, pid, &mut vec![]).unwrap_err();
+        assert!(e.to_string().contains("the memory controller is not available"), "{e}");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    remove(&made).unwrap();
+    assert!(!made[0].exists());
+}
+
 #[test]
 fn runc_refusals_force_and_leftovers() {
     let root = temp_dir("oci-state-refusals");
