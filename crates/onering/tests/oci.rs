@@ -521,6 +521,7 @@ fn runc_refusals_force_and_leftovers() {
     let f = runc(&root, &["features"]);
     let f: serde_json::Value = serde_json::from_slice(&f.stdout).unwrap();
     assert_eq!(f["ociVersionMax"], "1.1.0");
+    assert_eq!((&f["linux"]["cgroup"]["v1"], &f["linux"]["cgroup"]["v2"]), (&true.into(), &true.into()));
     assert_eq!(
         (&f["annotations"]["org.onering.exec"], &f["annotations"]["org.onering.exec.stdin"]),
         (&"true".into(), &"true".into())
