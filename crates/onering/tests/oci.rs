@@ -100,6 +100,11 @@ fn runc_with_input(root: &Path, args: &[&str], input: &[&[u8]]) -> Output {
 /// `create` of bundle B as ID, the container's stdout and stderr going to
 /// B/out; returns create's status and stderr.
 fn create(root: &Path, b: &Path, id: &str, log: &Path) -> (i32, String) {
+    create_with(root, b, id, log, &["--systemd-cgroup"])
+}
+
+/// `create` as `create` does it, with the global flags `globals`.
+fn create_with(root: &Path, b: &Path, id: &str, log: &Path, globals: &[&str]) -> (i32, String) {
     let out = std::fs::File::create(b.join("out")).unwrap();
     let err = std::fs::File::create(b.join("create.err")).unwrap();
     let s = Command::new(BIN)
@@ -107,7 +112,9 @@ fn create(root: &Path, b: &Path, id: &str, log: &Path) -> (i32, String) {
         .arg(root)
         .arg("--log")
         .arg(log)
-        .args(["--log-format", "json", "--systemd-cgroup", "create", "--bundle"])
+        .args(["--log-format", "json"])
+        .args(globals)
+        .args(["create", "--bundle"])
         .arg(b)
         .arg("--pid-file")
         .arg(b.join("pid"))
@@ -295,6 +302,181 @@ fn runc_exec_starts_processes_in_the_running_vm() {
     assert!(status(&o) == 1 && stderr(&o).contains("does not exist"));
 }
 
+/// Sets `linux.KEY` of bundle B's config.json to `value`.
+fn set_linux(b: &Path, key: &str, value: serde_json::Value) {
+    let path = b.join("config.json");
+    let mut config: serde_json::Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    config["linux"][key] = value;
+    std::fs::write(&path, config.to_string()).unwrap();
+}
+
+/// Whether the host has cgroup v2 alone (else v1, maybe with an empty v2
+/// hierarchy beside).
+fn cgroup_v2() -> bool {
+    Path::new("/sys/fs/cgroup/cgroup.controllers").exists()
+}
+
+/// The directories of cgroup PATH (absolute, as in /proc/PID/cgroup): one in
+/// each hierarchy.
+fn cgroup_dirs(path: &str) -> Vec<PathBuf> {
+    let rel = path.trim_start_matches('/');
+    if cgroup_v2() {
+        return vec![Path::new("/sys/fs/cgroup").join(rel)];
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/sys/fs/cgroup")
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|h| h.join("cgroup.procs").exists())
+        .map(|h| h.join(rel))
+        .collect();
+    dirs.sort();
+    dirs
+}
+
+/// The file NAME of cgroup PATH for the controller that has it (v1: the
+/// hierarchy named by the file's prefix, as `memory` for `memory.max_usage_in_bytes`).
+fn cgroup_file(path: &str, name: &str) -> String {
+    let rel = path.trim_start_matches('/');
+    let dir = match cgroup_v2() {
+        true => Path::new("/sys/fs/cgroup").join(rel),
+        false => Path::new("/sys/fs/cgroup").join(name.split('.').next().unwrap()).join(rel),
+    };
+    let file = dir.join(name);
+    std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display())).trim().to_string()
+}
+
+/// Checks that process PID is in cgroup PATH with memory limit MEM (bytes)
+/// and CPU quota QUOTA of PERIOD.
+fn assert_in_cgroup(pid: i32, path: &str, mem: u64, quota: u64, period: u64) {
+    let listed = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let lines: Vec<&str> = listed.lines().filter(|l| l.ends_with(&format!(":{path}"))).collect();
+    let in_ctrl = |c: &str| lines.iter().any(|l| l.split(':').nth(1).unwrap().split(',').any(|x| x == c));
+    if cgroup_v2() {
+        assert_eq!(lines, [format!("0::{path}")], "{listed}");
+        assert_eq!(cgroup_file(path, "memory.max"), mem.to_string());
+        assert_eq!(cgroup_file(path, "cpu.max"), format!("{quota} {period}"));
+    } else {
+        assert!(in_ctrl("memory") && in_ctrl("cpu") && in_ctrl("cpuacct") && in_ctrl("pids"), "{listed}");
+        assert_eq!(cgroup_file(path, "memory.limit_in_bytes"), mem.to_string());
+        assert_eq!(cgroup_file(path, "cpu.cfs_quota_us"), quota.to_string());
+        assert_eq!(cgroup_file(path, "cpu.cfs_period_us"), period.to_string());
+    }
+}
+
+/// What onering adds to a container's memory limit for the VMM's own needs.
+const HEADROOM: u64 = 64 << 20;
+
+#[test]
+fn runc_places_the_vmm_in_the_bundles_cgroup() {
+    let root = temp_dir("oci-state-cgroup");
+    let rf = rootfs();
+    let me = std::process::id();
+    let b = bundle("oci-bundle-cgroup", &rf, &["sh", "-c", "echo ready; while true; do sleep 0.05; done"], "");
+    let resources = serde_json::json!({"memory": {"limit": 134217728}, "cpu": {"quota": 50000, "period": 100000},
+                                       "pids": {"limit": 10}});
+    set_linux(&b, "resources", resources);
+    let log = b.join("log.json");
+    // cgroupfs: an absolute path below each hierarchy's root.
+    let path = format!("/onering-test-{me}");
+    set_linux(&b, "cgroupsPath", path.clone().into());
+    let (code, err) = create_with(&root, &b, "cg", &log, &[]);
+    assert_eq!(code, 0, "create: {err}");
+    let pid: i32 = std::fs::read_to_string(b.join("pid")).unwrap().parse().unwrap();
+    // Placed while it waits at the gate, with the bundle's limits (the memory
+    // one with the VMM's headroom); pids.limit is the guest's to enforce.
+    assert_in_cgroup(pid, &path, 134217728 + HEADROOM, 50000, 100000);
+    if !cgroup_v2() {
+        assert_eq!(cgroup_file(&path, "pids.max"), "max");
+    }
+    assert_eq!(status(&runc(&root, &["start", "cg"])), 0);
+    eventually("the program's output", || std::fs::read_to_string(b.join("out")).unwrap().contains("ready"));
+    // The VM's work is the cgroup's: its threads are in it, and charged.
+    let threads: Vec<_> = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().map(|t| t.unwrap().path()).collect();
+    assert!(threads.len() > 1);
+    for t in threads {
+        let listed = std::fs::read_to_string(t.join("cgroup")).unwrap();
+        assert!(listed.lines().any(|l| l.ends_with(&format!(":{path}"))), "{}: {listed}", t.display());
+    }
+    let usage: u64 = match cgroup_v2() {
+        true => cgroup_file(&path, "memory.current").parse().unwrap(),
+        false => cgroup_file(&path, "memory.usage_in_bytes").parse().unwrap(),
+    };
+    assert!(usage > 4 << 20, "the VM's memory is charged to the cgroup: {usage}");
+    if !cgroup_v2() {
+        let cpu: u64 = cgroup_file(&path, "cpuacct.usage").parse().unwrap();
+        assert!(cpu > 0);
+    }
+    let o = runc(&root, &["delete", "--force", "cg"]);
+    assert_eq!((status(&o), stderr(&o).as_str()), (0, ""));
+    for d in cgroup_dirs(&path) {
+        assert!(!d.exists(), "{} is left", d.display());
+    }
+    // --systemd-cgroup: SLICE:PREFIX:NAME is the directory systemd would make
+    // for the scope unit.
+    set_linux(&b, "cgroupsPath", format!("oneringtest.slice:onering:{me}").into());
+    let (code, err) = create_with(&root, &b, "cgs", &log, &["--systemd-cgroup"]);
+    assert_eq!(code, 0, "create: {err}");
+    let pid: i32 = std::fs::read_to_string(b.join("pid")).unwrap().parse().unwrap();
+    let scope = format!("/oneringtest.slice/onering-{me}.scope");
+    assert_in_cgroup(pid, &scope, 134217728 + HEADROOM, 50000, 100000);
+    assert_eq!(status(&runc(&root, &["delete", "cgs"])), 0);
+    for d in cgroup_dirs(&scope) {
+        assert!(!d.exists(), "{} is left", d.display());
+        // (The slice stays, as systemd's would; it goes here.)
+        let _ = std::fs::remove_dir(d.parent().unwrap());
+    }
+    set_linux(&b, "cgroupsPath", path.clone().into());
+    let (code, err) = create_with(&root, &b, "cgbad", &log, &["--systemd-cgroup"]);
+    assert!(code == 1 && err.contains("must be SLICE:PREFIX:NAME"), "a cgroupfs path with --systemd-cgroup: {err}");
+    assert!(!root.join("cgbad").exists());
+    // A limit the kernel refuses (a quota below its 1 ms minimum): create
+    // fails, the VMM is killed, its cgroup and record go.
+    set_linux(&b, "resources", serde_json::json!({"cpu": {"quota": 500, "period": 100000}}));
+    let (code, err) = create_with(&root, &b, "cgfail", &log, &[]);
+    assert!(code == 1 && err.contains("onering: cgroup /sys/fs/cgroup/"), "{err}");
+    assert!(!root.join("cgfail").exists());
+    for d in cgroup_dirs(&path) {
+        assert!(!d.exists(), "{} is left", d.display());
+    }
+    // No cgroupsPath: the VMM stays where create ran.
+    let b = bundle("oci-bundle-nocgroup", &rf, &["true"], "");
+    assert_eq!(create_with(&root, &b, "nocg", &log, &[]).0, 0);
+    let pid: i32 = std::fs::read_to_string(b.join("pid")).unwrap().parse().unwrap();
+    let mine = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+    assert_eq!(std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap(), mine);
+    assert_eq!(status(&runc(&root, &["delete", "nocg"])), 0);
+}
+
+/// `oci::cgroup::place` on a real cgroup v2 file system, as a pure v2 host
+/// has at /sys/fs/cgroup (the runc test covers that); on a v1 host, the
+/// hybrid's empty v2 hierarchy, which has no controllers to enable.
+#[test]
+fn cgroup_v2_placement_on_the_kernels_file_system() {
+    use onering::oci::cgroup::{place, place_of, remove, Limits};
+    let unified = Path::new("/sys/fs/cgroup/unified");
+    let root = if cgroup_v2() { Path::new("/sys/fs/cgroup") } else { unified };
+    assert!(root.join("cgroup.controllers").exists(), "no cgroup v2 file system at {}", root.display());
+    let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id() as i32;
+    let path = format!("/onering-unit-{}", std::process::id());
+    let mut made = vec![];
+    let at = place_of(&path, false).unwrap();
+    place(root, "", &at, &Limits::default(), pid, &mut made).unwrap();
+    assert_eq!(made, [root.join(&path[1..])]);
+    let listed = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    assert!(listed.lines().any(|l| l == format!("0::{path}")), "{listed}");
+    if !cgroup_v2() {
+        // No controllers here: a limit cannot be held.
+        let limits = Limits { memory: Some(1 << 30), ..Limits::default() };
+        let e = place(root, "", &place_of("/onering-unit-x", false).unwrap(), &limits, pid, &mut vec![]).unwrap_err();
+        assert!(e.to_string().contains("the memory controller is not available"), "{e}");
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    remove(&made).unwrap();
+    assert!(!made[0].exists());
+}
+
 #[test]
 fn runc_refusals_force_and_leftovers() {
     let root = temp_dir("oci-state-refusals");
@@ -339,6 +521,7 @@ fn runc_refusals_force_and_leftovers() {
     let f = runc(&root, &["features"]);
     let f: serde_json::Value = serde_json::from_slice(&f.stdout).unwrap();
     assert_eq!(f["ociVersionMax"], "1.1.0");
+    assert_eq!((&f["linux"]["cgroup"]["v1"], &f["linux"]["cgroup"]["v2"]), (&true.into(), &true.into()));
     assert_eq!(
         (&f["annotations"]["org.onering.exec"], &f["annotations"]["org.onering.exec.stdin"]),
         (&"true".into(), &"true".into())
@@ -484,6 +667,26 @@ fn podman_runs_containers_as_onering_vms() {
     assert!(!diff.contains(&"A /scratch/t"), "podman diff: {diff:?}");
     let o = p.run(&["rm", &id]);
     assert_eq!(status(&o), 0, "rm: {}", stderr(&o));
+    // The VMM is in the container's cgroup (podman's cgroupfs path), with the
+    // memory limit and the headroom, and the CPU quota; podman stats reads it.
+    let o = p.run(&["run", "-d", "--network", "none", "--memory", "200m", "--cpus", "1.5", image, "sleep", "100"]);
+    assert_eq!(status(&o), 0, "run -d --memory --cpus: {}", stderr(&o));
+    let id = stdout(&o).trim().to_string();
+    let pid: i32 = stdout(&p.run(&["inspect", &id, "--format", "{{.State.Pid}}"])).trim().parse().unwrap();
+    let listed = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let mark = if cgroup_v2() { "0::" } else { ":memory:" };
+    let path = listed.lines().find_map(|l| l.split_once(mark).map(|(_, p)| p.to_string())).unwrap();
+    assert!(path.contains(&format!("libpod-{id}")), "{listed}");
+    assert_in_cgroup(pid, &path, (200 << 20) + HEADROOM, 150000, 100000);
+    let o = p.run(&["stats", "--no-stream", "--format", "{{.MemUsage}}", &id]);
+    assert_eq!(status(&o), 0, "podman stats: {}", stderr(&o));
+    // (Its limit is the bundle's; the usage is the VM's, more than nothing.)
+    let (used, limit) = stdout(&o).trim().split_once(" / ").map(|(u, l)| (u.to_string(), l.to_string())).unwrap();
+    assert!(limit == "209.7MB" && !used.starts_with("0B") && used.ends_with("B"), "podman stats: {}", stdout(&o));
+    assert_eq!(status(&p.run(&["rm", "-f", "-t", "0", &id])), 0);
+    for d in cgroup_dirs(&path) {
+        assert!(!d.exists(), "{} is left", d.display());
+    }
     // Pod networking: the default (netavark bridge) network's address is the
     // VM's; the pod IP and a published port reach a server in the VM.
     let server = "mkdir -p /www; echo pod says hi > /www/index.html; exec busybox httpd -f -p 8080 -h /www";

@@ -24,10 +24,14 @@
 //! too: there is no container namespace to enter); startContainer hooks are
 //! refused by `spec`.
 //!
+//! `create` puts the VMM in the container's cgroup (`cgroup.rs`) while it
+//! waits at the gate, and `delete` removes that cgroup once the VMM is gone.
+//!
 //! Messages start with `onering:` on stderr and, with `--log`, go to the log
 //! too (one JSON object a line with `--log-format json`, which conmon and the
 //! shim read back).
 
+pub mod cgroup;
 pub mod exec;
 pub mod podnet;
 pub mod spec;
@@ -53,6 +57,8 @@ pub enum OciError {
     State(#[from] state::StateError),
     #[error(transparent)]
     PodNet(#[from] podnet::PodNetError),
+    #[error(transparent)]
+    Cgroup(#[from] cgroup::CgroupError),
     #[error("{0}")]
     Usage(String),
     #[error("{0}")]
@@ -198,7 +204,7 @@ pub fn dispatch(args: &[OsString]) -> Option<u8> {
     let store = Store { root: PathBuf::from(globals.get("root").unwrap_or("/run/onering")) };
     let ran = match word {
         "exec" => exec::exec(&store, &globals.rest[1..], &log),
-        _ => command(&store, word, &globals.rest[1..], &log).map(|()| 0),
+        _ => command(&store, word, &globals.rest[1..], globals.has("systemd-cgroup"), &log).map(|()| 0),
     };
     match ran {
         Ok(code) => Some(code),
@@ -209,7 +215,9 @@ pub fn dispatch(args: &[OsString]) -> Option<u8> {
     }
 }
 
-fn command(store: &Store, word: &str, args: &[OsString], log: &Log) -> Result<(), OciError> {
+/// Runs OCI command `word`; `systemd`: runc's global `--systemd-cgroup` was
+/// given (cgroupsPath is `SLICE:PREFIX:NAME`).
+fn command(store: &Store, word: &str, args: &[OsString], systemd: bool, log: &Log) -> Result<(), OciError> {
     let id_of = |f: &Flags| -> Result<String, OciError> {
         let id = f.rest.first().ok_or_else(|| OciError::Usage(format!("{word}: no container id")))?;
         Ok(id.to_string_lossy().into_owned())
@@ -228,7 +236,7 @@ fn command(store: &Store, word: &str, args: &[OsString], log: &Log) -> Result<()
             if f.get("preserve-fds").is_some_and(|n| n != "0") {
                 return Err(OciError::Usage("create: --preserve-fds is not supported by onering".into()));
             }
-            create(store, &id_of(&f)?, &f)
+            create(store, &id_of(&f)?, &f, systemd)
         }
         "start" => start(store, &id_of(&parse(args, &[], false)?)?, log),
         "state" => {
@@ -277,7 +285,7 @@ fn features() -> serde_json::Value {
         "mountOptions": ["bind", "rbind", "ro", "rw"],
         "linux": {
             "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "uts"],
-            "cgroup": {"v1": false, "v2": false, "systemd": false, "systemdUser": false},
+            "cgroup": {"v1": true, "v2": true, "systemd": false, "systemdUser": false},
             "seccomp": {"enabled": false},
             "apparmor": {"enabled": false},
             "selinux": {"enabled": false}
@@ -307,9 +315,11 @@ fn signal(s: &str) -> Result<i32, OciError> {
         .ok_or_else(|| OciError::Usage(format!("unknown signal {s:?}")))
 }
 
-/// `create`: checks the bundle, starts the gated VMM process, records it, runs
-/// the prestart, createRuntime and createContainer hooks, writes the pid file.
-fn create(store: &Store, id: &str, f: &Flags) -> Result<(), OciError> {
+/// `create`: checks the bundle, starts the gated VMM process, puts it in the
+/// container's cgroup, records it, runs the prestart, createRuntime and
+/// createContainer hooks, writes the pid file. On a failure the VMM is killed
+/// and what was made goes.
+fn create(store: &Store, id: &str, f: &Flags, systemd: bool) -> Result<(), OciError> {
     let cwd = std::env::current_dir().map_err(|e| failed("current directory", e))?;
     let bundle = cwd.join(f.get("bundle").unwrap_or("."));
     let config = bundle.join("config.json");
@@ -324,8 +334,9 @@ fn create(store: &Store, id: &str, f: &Flags) -> Result<(), OciError> {
     plan.run_args.splice(at..at, ["--exec-socket".into(), dir.join(exec::SOCKET).into_os_string()]);
     let made = (|| {
         let net = pod_network(&spec, &mut plan)?;
-        let r = spawn(id, &dir, &bundle, &spec, &plan, net.as_ref(), f.get("console-socket"))?;
-        let started = (|| {
+        let mut r = spawn(id, &dir, &bundle, &spec, &plan, net.as_ref(), f.get("console-socket"))?;
+        let placed = cgroup::apply(&spec, systemd, r.pid, &mut r.cgroups);
+        let started = placed.map_err(OciError::from).and_then(|()| {
             store.save(&r)?;
             let hooks = r.hooks.clone().unwrap_or_default();
             let json = state::oci_state(&r, Status::Created).to_string();
@@ -337,9 +348,11 @@ fn create(store: &Store, id: &str, f: &Flags) -> Result<(), OciError> {
                 run_hooks(kind, list.as_deref().unwrap_or_default(), &json)?;
             }
             write_pid_file(f.get("pid-file"), &cwd, r.pid)
-        })();
+        });
         if started.is_err() {
             let _ = host::kill(r.pid, libc::SIGKILL);
+            // (A killed process leaves its cgroups at once, even unreaped.)
+            let _ = cgroup::remove(&r.cgroups);
         }
         started
     })();
@@ -409,6 +422,7 @@ fn spawn(
         oci_version: spec.version().clone(),
         annotations: spec.annotations().clone().unwrap_or_default().into_iter().collect(),
         hooks: spec.hooks().clone(),
+        cgroups: Vec::new(),
     })
 }
 
@@ -526,6 +540,9 @@ fn delete(store: &Store, id: &str, force: bool, log: &Log) -> Result<(), OciErro
         while state::alive(r.pid, r.start_time) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+    if let Err(e) = cgroup::remove(&r.cgroups) {
+        log.error(&format!("warning: {e}"));
     }
     let hooks = r.hooks.clone().unwrap_or_default();
     let json = state::oci_state(&r, Status::Stopped).to_string();

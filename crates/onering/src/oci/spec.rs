@@ -15,8 +15,10 @@
 //! over /etc/hosts, /etc/hostname, /etc/resolv.conf, /run/.containerenv and
 //! /dev/shm (the program sees the image's /etc files, or onering's; the guest's
 //! /dev is its own), namespaces, seccomp, masked and read-only
-//! paths, cgroup paths, pids and device rules: a VM already isolates the
-//! program, and the host-side process is only the VMM. Everything else (another
+//! paths, pids and device rules: a VM already isolates the
+//! program, and the host-side process is only the VMM. linux.cgroupsPath, with
+//! the memory and cpu resources, is not an option of run: `create` puts the VMM
+//! process in that cgroup (`cgroup.rs`). Everything else (another
 //! user, an rlimit with soft above hard, other mount types, sysctls outside net.*, block I/O and
 //! huge-page limits, a startContainer hook, an ociVersion other than 1.x) is
 //! refused.

@@ -1,6 +1,6 @@
 //! The containers' records under `--root`: one directory a container, holding
 //! `state.json` (what `create` learnt: the VMM's pid and start time, the bundle,
-//! the annotations and the hooks still to run) and, while the container is
+//! the annotations, the hooks still to run and the cgroup directories made) and, while the container is
 //! created but not started, the start gate `exec.fifo`.
 //!
 //! Every write goes to a temporary file first and is renamed over the record, so
@@ -45,6 +45,10 @@ pub struct Record {
     pub oci_version: String,
     pub annotations: BTreeMap<String, String>,
     pub hooks: Option<Hooks>,
+    /// The cgroup directories `create` made for the VMM (`cgroup.rs`), which
+    /// `delete` removes. (Absent from older records: none.)
+    #[serde(default)]
+    pub cgroups: Vec<PathBuf>,
 }
 
 /// A container's status, as the OCI state reports it.
@@ -229,9 +233,15 @@ mod tests {
             oci_version: "1.0.2".into(),
             annotations: BTreeMap::new(),
             hooks: None,
+            cgroups: vec![],
         };
         store.save(&r).unwrap();
         assert_eq!(store.status(&store.load("c1").unwrap()), Status::Running);
+        // A record from before `cgroups` was kept still loads: none made.
+        let mut old = serde_json::to_value(&r).unwrap();
+        old.as_object_mut().unwrap().remove("cgroups");
+        let old: Record = serde_json::from_value(old).unwrap();
+        assert!(old.cgroups.is_empty());
         std::fs::write(dir.join(GATE), "").unwrap();
         assert_eq!(store.status(&r), Status::Created);
         let stale = Record { start_time: r.start_time + 1, ..r.clone() };
