@@ -216,11 +216,22 @@ pub fn place(
     pid: i32,
     made: &mut Vec<PathBuf>,
 ) -> Result<(), CgroupError> {
+    let t = Target { root, proc_cgroup, place, limits, pid };
     if root.join("cgroup.controllers").exists() {
-        place_v2(root, proc_cgroup, place, limits, pid, made)
+        place_v2(&t, made)
     } else {
-        place_v1(root, proc_cgroup, place, limits, pid, made)
+        place_v1(&t, made)
     }
+}
+
+/// What `place` was asked, for the layout that does it.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    root: &'a Path,
+    proc_cgroup: &'a str,
+    place: &'a Place,
+    limits: &'a Limits,
+    pid: i32,
 }
 
 /// The path of the cgroup below a hierarchy's root, given the runtime's own
@@ -255,14 +266,8 @@ fn make_path(
 }
 
 /// cgroup v2: one hierarchy at `root`.
-fn place_v2(
-    root: &Path,
-    proc_cgroup: &str,
-    place: &Place,
-    limits: &Limits,
-    pid: i32,
-    made: &mut Vec<PathBuf>,
-) -> Result<(), CgroupError> {
+fn place_v2(t: &Target, made: &mut Vec<PathBuf>) -> Result<(), CgroupError> {
+    let Target { root, proc_cgroup, place, limits, pid } = *t;
     let file = root.join("cgroup.controllers");
     let available = std::fs::read_to_string(&file).map_err(io(&file))?;
     let available: Vec<&str> = available.split_whitespace().collect();
@@ -326,14 +331,8 @@ fn hierarchies(root: &Path) -> Result<Vec<Hierarchy>, CgroupError> {
 }
 
 /// cgroup v1: a hierarchy a directory below `root`.
-fn place_v1(
-    root: &Path,
-    proc_cgroup: &str,
-    place: &Place,
-    limits: &Limits,
-    pid: i32,
-    made: &mut Vec<PathBuf>,
-) -> Result<(), CgroupError> {
+fn place_v1(t: &Target, made: &mut Vec<PathBuf>) -> Result<(), CgroupError> {
+    let Target { root, proc_cgroup, place, limits, pid } = *t;
     let hierarchies = hierarchies(root)?;
     let has = |file: &str| hierarchies.iter().any(|h| h.dir.join(file).exists());
     if limits.memory.is_some() && !has("memory.limit_in_bytes") {
