@@ -152,18 +152,11 @@ impl File for StdinFile {
         if self.host.kind == kind::TTY {
             tty::check(crate::sigframe::sig::SIGTTIN)?;
         }
-        if !self.stdin.current(self.epoch) {
-            return Ok(0);
-        }
-        self.stdin.read(user, buf, len.min(MAX_RW_COUNT))
+        self.stdin.read(self.epoch, user, buf, len.min(MAX_RW_COUNT))
     }
 
     fn poll(&self, _: &OpenFile) -> Option<Readiness> {
-        let mut r = self.stdin.poll();
-        if !self.stdin.current(self.epoch) {
-            r.events = crate::file::ev::IN | crate::file::ev::RDNORM;
-        }
-        Some(r)
+        Some(self.stdin.poll(self.epoch))
     }
 
     fn wait_key(&self) -> Option<u64> {
@@ -288,7 +281,7 @@ impl File for TtyFile {
         }
         let stdin = self.stdin.ok_or(Errno::EIO)?;
         tty::check(crate::sigframe::sig::SIGTTIN)?;
-        stdin.read(user, buf, len.min(MAX_RW_COUNT))
+        stdin.read(0, user, buf, len.min(MAX_RW_COUNT))
     }
 
     /// (The console's EAGAIN, rare, is waited out here: the file's wait key is
@@ -307,7 +300,7 @@ impl File for TtyFile {
     }
 
     fn poll(&self, _: &OpenFile) -> Option<Readiness> {
-        self.stdin.map(|s| s.poll())
+        self.stdin.map(|s| s.poll(0))
     }
 
     fn wait_key(&self) -> Option<u64> {

@@ -68,7 +68,8 @@ impl Stdin {
     }
 
     /// A new process reads this input from now on: what was buffered or pending
-    /// for the last one goes; its epoch (for [`Stdin::current`]).
+    /// for the last one goes; its epoch (files opened in an older one read end
+    /// of file: [`Stdin::read`]).
     pub fn reset(&self) -> u64 {
         let mut st = self.st.lock();
         st.epoch += 1;
@@ -80,23 +81,24 @@ impl Stdin {
         st.epoch
     }
 
-    /// Whether epoch `epoch` is the device's current one.
-    pub fn current(&self, epoch: u64) -> bool {
-        self.st.lock().epoch == epoch
-    }
-
     /// What a reader that got EAGAIN waits on.
     pub fn key(&self) -> u64 {
         key_of(self)
     }
 
-    /// Reads up to `len` bytes into user memory at `addr`: what is buffered, end of
-    /// file, or EAGAIN after asking the host (never waits).
-    pub fn read(&self, user: &dyn UserMem, addr: u64, len: u64) -> SysResult {
+    /// Reads up to `len` bytes into user memory at `addr` for a file opened in
+    /// epoch `epoch`: what is buffered, end of file, or EAGAIN after asking the
+    /// host (never waits). A file of an older epoch reads end of file (checked
+    /// under the same lock as the read: a reset between the two cannot give it
+    /// the next process's input).
+    pub fn read(&self, epoch: u64, user: &dyn UserMem, addr: u64, len: u64) -> SysResult {
         if !self.forwarded || len == 0 {
             return Ok(0);
         }
         let mut st = self.st.lock();
+        if st.epoch != epoch {
+            return Ok(0);
+        }
         if st.len > 0 {
             let n = (len as usize).min(st.len);
             let start = st.head;
@@ -183,9 +185,11 @@ impl Stdin {
     /// Readable when bytes, end of file or an error wait to be read, or the host
     /// said its stdin is readable; otherwise the VMM is asked to watch (unless a
     /// read or a watch is outstanding already: either wakes the key).
-    pub fn poll(&self) -> Readiness {
+    /// Readiness for a file opened in epoch `epoch` (one of an older epoch is
+    /// at end of file: readable, and nothing is asked of the host for it).
+    pub fn poll(&self, epoch: u64) -> Readiness {
         let mut st = self.st.lock();
-        let ready = !self.forwarded || st.len > 0 || st.eof || st.error || st.ready;
+        let ready = !self.forwarded || st.epoch != epoch || st.len > 0 || st.eof || st.error || st.ready;
         if !ready && !st.requested && !st.watching {
             match stdin_watch(self.input) {
                 Ok(()) => st.watching = true,
@@ -208,8 +212,8 @@ mod tests {
     fn without_i_stdin_is_empty() {
         let s = Stdin::new(0, false);
         let u = BufferMem::new(0x1000, 64);
-        assert_eq!(s.read(&u, 0x1000, 10), Ok(0));
-        assert_eq!(s.poll().events, ev::IN | ev::RDNORM);
+        assert_eq!(s.read(0, &u, 0x1000, 10), Ok(0));
+        assert_eq!(s.poll(0).events, ev::IN | ev::RDNORM);
     }
 
     #[test]
@@ -222,20 +226,20 @@ mod tests {
             s.complete();
         };
         // (The host test's hostcalls return 0: the request is accepted.)
-        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN));
-        assert_eq!(s.poll().events, 0);
-        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "still outstanding: no second request");
+        assert_eq!(s.read(0, &u, 0x1000, 10), Err(Errno::EAGAIN));
+        assert_eq!(s.poll(0).events, 0);
+        assert_eq!(s.read(0, &u, 0x1000, 10), Err(Errno::EAGAIN), "still outstanding: no second request");
         vmm(b"abc");
-        assert_eq!(s.poll().events, ev::IN | ev::RDNORM);
-        assert_eq!(s.read(&u, 0x1000, 2), Ok(2));
-        assert_eq!(s.read(&u, 0x1002, 2), Ok(1));
+        assert_eq!(s.poll(0).events, ev::IN | ev::RDNORM);
+        assert_eq!(s.read(0, &u, 0x1000, 2), Ok(2));
+        assert_eq!(s.read(0, &u, 0x1002, 2), Ok(1));
         assert_eq!(u.mem.lock()[..3], *b"abc");
-        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN));
+        assert_eq!(s.read(0, &u, 0x1000, 10), Err(Errno::EAGAIN));
         vmm(b"");
-        assert_eq!(s.read(&u, 0x1000, 10), Ok(0), "end of file, once");
-        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "then the host is asked again");
+        assert_eq!(s.read(0, &u, 0x1000, 10), Ok(0), "end of file, once");
+        assert_eq!(s.read(0, &u, 0x1000, 10), Err(Errno::EAGAIN), "then the host is asked again");
         s.complete();
-        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "nothing was posted: still waiting");
+        assert_eq!(s.read(0, &u, 0x1000, 10), Err(Errno::EAGAIN), "nothing was posted: still waiting");
     }
 
     #[test]
@@ -249,19 +253,19 @@ mod tests {
             s.complete();
         };
         let first = s.reset();
-        assert!(s.current(first));
-        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN));
+        assert_eq!(s.read(first, &u, 0x1000, 10), Err(Errno::EAGAIN));
         vmm(b"hi\n");
-        assert_eq!(s.read(&u, 0x1000, 10), Ok(3));
+        assert_eq!(s.read(first, &u, 0x1000, 10), Ok(3));
         assert_eq!(u.mem.lock()[..3], *b"hi\n");
-        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN));
+        assert_eq!(s.read(first, &u, 0x1000, 10), Err(Errno::EAGAIN));
         // The process ends with a request outstanding; the next one starts before
         // the VMM's end of file for it arrives: that end is not the new one's.
         let second = s.reset();
-        assert!(!s.current(first) && s.current(second));
+        assert_eq!(s.read(first, &u, 0x1000, 10), Ok(0), "the old process's files are at their end");
+        assert_eq!(s.poll(first).events, ev::IN | ev::RDNORM);
         vmm(b"");
-        assert_eq!(s.read(&u, 0x1000, 10), Err(Errno::EAGAIN), "a new request, no end of file");
+        assert_eq!(s.read(second, &u, 0x1000, 10), Err(Errno::EAGAIN), "a new request, no end of file");
         vmm(b"");
-        assert_eq!(s.read(&u, 0x1000, 10), Ok(0), "its own end of file");
+        assert_eq!(s.read(second, &u, 0x1000, 10), Ok(0), "its own end of file");
     }
 }
