@@ -197,7 +197,8 @@ fn thread_ticks(pid: u32, name: &str) -> Option<u64> {
 /// descriptor loops, chains longer than the queue, huge lengths, bad indirect
 /// tables, jumping indices; from two vCPUs at once with --smp 2) against passt and
 /// a TAP device. The guest may die of it (a message and a status); the VMM must
-/// never die of a signal or hang, print only `onering: ` lines on stderr, leave no
+/// never die of a signal or hang, print only `onering: ` lines on stderr (beside
+/// the fuzzer's own line when it faults), leave no
 /// passt running and the TAP device detached, and its I/O thread must be idle in
 /// the half second the fuzzer sleeps after its last scribble, whatever state the
 /// queues were left in.
@@ -249,7 +250,13 @@ fn a_hostile_virtio_net_driver_never_crashes_or_hangs_the_vmm() {
         let what = format!("seed {seed}, --smp {smp}, --net {net}");
         assert!(!r.timed_out, "{what}: hung (no end within 30 s); stderr: {}", r.stderr);
         assert!(r.status.is_some(), "{what}: the VMM died of a signal; stderr: {}", r.stderr);
-        assert!(r.stderr.lines().all(|l| l.starts_with("onering: ")), "{what}: stderr: {}", r.stderr);
+        // (The fuzzer itself may die of a fault: rings it points at overlapping
+        // places read one another's bytes as descriptors, so a receive buffer can
+        // land anywhere in the guest's RAM, its own code too, as a real device
+        // would write for a hostile driver. Seen once: seed 24405, --smp 2. The
+        // VMM is what is tested here.)
+        let guest_fault = |l: &str| l.starts_with("fuzz: signal ") && l.ends_with(" outside the calls");
+        assert!(r.stderr.lines().all(|l| l.starts_with("onering: ") || guest_fault(l)), "{what}: stderr: {}", r.stderr);
         if let Some(ticks) = idle {
             // (Clock ticks are 10 ms: a spinning thread would show 20.)
             assert!(ticks <= 5, "{what}: the I/O thread used {ticks} ticks in 200 ms of the guest sleeping");
