@@ -309,6 +309,8 @@ impl Contention {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use CpuState::*;
 
     #[test]
     fn the_wake_margin_follows_late_returns() {
@@ -324,8 +326,6 @@ mod tests {
         m.returned(0, u64::MAX);
         assert_eq!(m.ns, WakeMargin::MAX_NS);
     }
-    use super::*;
-    use CpuState::*;
 
     fn v(list: &[(CpuState, usize)]) -> Vec<CpuView> {
         list.iter().map(|&(state, queued)| CpuView { state, queued, space: 1 }).collect()

@@ -489,15 +489,12 @@ fn volumes(args: &RunArgs) -> Result<Vec<crate::hostfs::MountSpec>, Failure> {
 }
 
 /// The `--tmpfs` mounts, none at the same place as another or as a volume.
-fn tmpfs_mounts(args: &RunArgs) -> Result<Vec<onering_abi::tmpfs::Tmpfs>, Failure> {
-    let vols: Vec<Vec<u8>> = args
-        .volume
-        .iter()
-        .filter_map(|v| v.as_bytes().split(|b| *b == b':').nth(1))
-        .filter_map(crate::loader::rootfs::normal_path)
-        .collect();
+fn tmpfs_mounts(
+    args: &RunArgs,
+    volumes: &[crate::hostfs::MountSpec],
+) -> Result<Vec<onering_abi::tmpfs::Tmpfs>, Failure> {
     for (i, m) in args.tmpfs.iter().enumerate() {
-        if vols.contains(&m.path) || args.tmpfs[..i].iter().any(|o| o.path == m.path) {
+        if volumes.iter().any(|v| v.guest == m.path) || args.tmpfs[..i].iter().any(|o| o.path == m.path) {
             let shown = String::from_utf8_lossy(&m.path);
             return Err(Failure::Onering(format!("--tmpfs {shown}: another mount has the same path")));
         }
@@ -617,6 +614,8 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
     };
 
     let gdb = args.gdb.as_deref().map(vstate::gdb::listen).transpose().map_err(Failure::Onering)?;
+    let volumes = volumes(&args)?;
+    let tmpfs = tmpfs_mounts(&args, &volumes)?;
     let config = VmConfig {
         mem: args.mem,
         smp: args.smp,
@@ -624,13 +623,13 @@ fn run(args: RunArgs) -> Result<std::convert::Infallible, Failure> {
         envp: environment(&args),
         execfn: path.as_bytes(),
         rootfs: if host_root { Some(std::path::Path::new("/")) } else { args.rootfs.as_deref() },
-        volumes: volumes(&args)?,
+        volumes,
         read_only: args.read_only,
         rootfs_rw: args.rootfs_rw,
         caps: args.oci_caps,
         no_new_privs: args.no_new_privileges,
         rlimits: args.ulimit.clone(),
-        tmpfs: tmpfs_mounts(&args)?,
+        tmpfs,
         workdir: args.workdir.as_deref().or(host_cwd.as_deref()),
         hostname: args.hostname.as_deref().map(|h| h.as_bytes()),
         interactive: args.interactive,

@@ -349,13 +349,12 @@ fn open_at(ctx: &Ctx, dirfd: u64, path_addr: u64, flags: u32, mode_arg: u64) -> 
 /// [`open_at`] of `path`; `std`: /dev/stdin, /dev/stdout and /dev/stderr lead to
 /// the caller's descriptors ([`open_std`]).
 fn open_path(ctx: &Ctx, dirfd: u64, path: &[u8], flags: u32, mode_arg: u64, std: bool) -> Result<Opened, Errno> {
-    let path = path.to_vec();
-    let (start, _keep) = start_dir(ctx, dirfd, &path)?;
+    let (start, _keep) = start_dir(ctx, dirfd, path)?;
     let acc = flags & oflag::O_ACCMODE;
     if acc == 3 {
         return Err(Errno::EINVAL);
     }
-    if let Some(f) = crate::fs::proc::reopen(&path, flags, ctx.thread.pid()) {
+    if let Some(f) = crate::fs::proc::reopen(path, flags, ctx.thread.pid()) {
         return f.map(Opened::File);
     }
     let umask = ctx.proc().fs.lock().umask;
@@ -370,7 +369,7 @@ fn open_path(ctx: &Ctx, dirfd: u64, path: &[u8], flags: u32, mode_arg: u64, std:
         if path.ends_with(b"/") {
             return Err(Errno::EISDIR);
         }
-        let (parent, name) = v.parent_of(base, &path)?;
+        let (parent, name) = v.parent_of(base, path)?;
         let m = (mode_arg as u32) & !umask;
         let creatable = !name.is_empty() && name != b"." && name != b"..";
         let trunc = flags & oflag::O_TRUNC != 0 && writes;
@@ -407,7 +406,7 @@ fn open_path(ctx: &Ctx, dirfd: u64, path: &[u8], flags: u32, mode_arg: u64, std:
             Err(e) => return Err(e),
         }
     } else {
-        v.lookup(base, &path, flags & oflag::O_NOFOLLOW == 0)?
+        v.lookup(base, path, flags & oflag::O_NOFOLLOW == 0)?
     };
     let node = v.node(ino);
     if flags & oflag::O_PATH == 0 {

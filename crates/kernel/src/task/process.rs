@@ -180,7 +180,7 @@ pub(super) fn by_slot(slot: usize) -> &'static Process {
 }
 
 /// The resource number of RLIMIT_NOFILE.
-pub const RLIMIT_NOFILE: u32 = 7;
+pub const RLIMIT_NOFILE: u32 = onering_abi::rlimit::NOFILE as u32;
 
 /// Resource limits: (soft, hard); RLIM_INFINITY is u64::MAX.
 pub fn default_rlimit(resource: u32) -> Option<(u64, u64)> {

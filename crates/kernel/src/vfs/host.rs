@@ -183,13 +183,7 @@ impl Vfs {
             return Err(Errno::EBUSY);
         }
         if !copy {
-            let n = self.node_mut(root);
-            n.data = Data::Dir(BTreeMap::new());
-            if let Some(h) = n.host.take() {
-                if let (Some(ops), Some(x)) = (self.hostops, h.handle.filter(|_| !h.root)) {
-                    ops.close(x);
-                }
-            }
+            self.node_mut(root).data = Data::Dir(BTreeMap::new());
         }
         // (Each node's link to the host goes once all are read: a node is looked
         // up through its parent's.)

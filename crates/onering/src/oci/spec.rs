@@ -81,9 +81,9 @@ pub fn plan(spec: &Spec, bundle: &Path) -> Result<Plan, SpecError> {
     }
     let mut ulimits = Vec::new();
     for r in process.rlimits().as_deref().unwrap_or_default() {
-        // (RlimitNofile -> nofile: docker's names are Linux's without the prefix.)
-        let name = format!("{:?}", r.typ()).to_lowercase();
-        let name = name.strip_prefix("rlimit").unwrap_or(&name);
+        // (RLIMIT_NOFILE -> nofile: docker's names are Linux's without the prefix.)
+        let name = r.typ().to_string().to_lowercase();
+        let name = name.strip_prefix("rlimit_").unwrap_or(&name);
         let nofile_ok = name != "nofile" || r.hard() <= onering_abi::NR_OPEN;
         if onering_abi::rlimit::number(name).is_none() || r.soft() > r.hard() || !nofile_ok {
             return unsupported(format!("process.rlimits {:?} {}:{}", r.typ(), r.soft(), r.hard()));
