@@ -23,7 +23,7 @@
 //! come from one pool for all spaces (4 KiB pages cut from chunks kept for the
 //! kernel's life); a space's pages go back to it when the space is released
 //! ([`PageTables::release`]), its root only ever to be a root again (a vCPU may
-//! still have it loaded; its user half is cleared first, its upper half is
+//! still have it loaded; its user half is cleared when it is handed out again, its upper half is
 //! always the kernel's). A chunk mapped into a user half is memory the program
 //! writes at will: until every mapping of it is gone (a shared chunk is mapped in
 //! several spaces: `MAPPED` counts them) it cannot be freed (and so handed out
@@ -541,6 +541,15 @@ mod tables {
         unsafe { read_volatile(entry(table, index)) }
     }
 
+    /// Ends the hypervisor's shadowing of a table page given back: one two-byte
+    /// store of what its first entry holds already (no change), which a shadowing
+    /// hypervisor cannot treat as a table update and so stops shadowing the page.
+    fn unshadow(t: u64) {
+        let p = direct(t) as *mut u16;
+        // SAFETY: `t` is a pool page (given back, linked into no table, or a root whose user half was cleared); rewriting the low half-word of its first entry with its own value changes nothing.
+        unsafe { write_volatile(p, read_volatile(p)) };
+    }
+
     impl Pool {
         /// A zeroed page from the pool (cutting a new chunk when it is empty).
         fn page(&mut self, chunks: &mut ChunkAllocator) -> Result<u64, MapError> {
@@ -563,7 +572,10 @@ mod tables {
         /// the stores into a page the hypervisor may still shadow).
         fn page_unzeroed(&mut self, chunks: &mut ChunkAllocator) -> Result<u64, MapError> {
             Ok(match self.free.pop() {
-                Some(t) => t,
+                Some(t) => {
+                    unshadow(t);
+                    t
+                }
                 None => {
                     if self.next == self.end {
                         let c = chunks.alloc().ok_or(MapError::NoMemory)?;
@@ -586,8 +598,17 @@ mod tables {
         pub fn new_space(chunks: &mut ChunkAllocator) -> Result<PageTables, MapError> {
             let mut pool = POOL.lock();
             if let Some(root) = pool.roots.pop() {
-                // Its user half was cleared when it was given back; its upper half
-                // is the kernel's still.
+                // Its user half is still what its last space left (clearing it
+                // then would have trapped into the hypervisor, which shadows a
+                // root that has run): unshadowed first, it is cleared here at the
+                // price of plain stores. Its upper half is the kernel's still.
+                unshadow(root);
+                for i in 0..KERNEL_SLOT {
+                    if read(root, i) != 0 {
+                        // SAFETY: an aligned user-half entry of a root given back, which no space uses now; no vCPU runs a thread with it loaded (each switch loads its space's root again), so clearing it unmaps nothing anyone uses.
+                        unsafe { write_volatile(entry(root, i), 0) };
+                    }
+                }
                 return Ok(PageTables::with_root(root));
             }
             pool.roots.try_reserve(1).map_err(|_| MapError::NoMemory)?;
@@ -732,21 +753,15 @@ mod tables {
             }
         }
 
-        /// Unlinks the whole user half from the root (a store per present slot,
-        /// not per block) and gives the table pages back to the pool.
+        /// Gives the root and the table pages back to the pool. The root keeps
+        /// its user half until it is handed out again ([`PageTables::new_space`]
+        /// clears it): no thread of this space runs any more, and a vCPU that
+        /// still has the root loaded loads another (or this one, for its next
+        /// space: a reload, which drops what the TLB held) before it runs one.
         pub(super) fn unlink(&mut self) {
             if self.root == 0 {
                 return;
             }
-            for i in 0..KERNEL_SLOT {
-                if read(self.root, i) != 0 {
-                    // Clearing it unmaps the space's user half (its blocks' counts
-                    // are dropped by the caller).
-                    // SAFETY: an aligned user-half entry of this space's root, which only this instance edits.
-                    unsafe { write_volatile(entry(self.root, i), 0) };
-                }
-            }
-            crate::supervisor::flush_tlb();
             let mut pool = POOL.lock();
             // (Reserved before: giving pages back must not fail.)
             if pool.free.try_reserve(self.pages.len()).is_ok() {
