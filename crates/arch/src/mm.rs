@@ -444,7 +444,35 @@ pub struct PageTables {
     pages: Vec<u64>,
     /// What each mapped block maps: virtual block address -> how.
     mapped: alloc::collections::BTreeMap<u64, Mapping>,
+    /// Blocks whose page-directory entry may still hold what an earlier space
+    /// mapped there (tables handed out again whole, [`PageTables::new_space_for`]):
+    /// cleared by [`PageTables::settle`] before the root is first loaded, unless
+    /// this space maps the block first.
+    stale: Vec<u64>,
+    /// Which spaces these tables suit best (the parent's root for a fork's child,
+    /// 0 for an execve's): tables are handed out again to a space of the same key
+    /// first, whose entries are mostly the same.
+    key: u64,
 }
+
+/// A released space's tables, kept whole for the next space: its root, the table
+/// pages under it (still linked) and its stale blocks.
+#[cfg(target_os = "none")]
+struct Tree {
+    root: u64,
+    pages: Vec<u64>,
+    stale: Vec<u64>,
+    key: u64,
+    /// Its user half must be cleared before use: a space that mapped more than
+    /// [`STALE_MAX`] blocks gave back its table pages one by one instead.
+    clear: bool,
+}
+
+/// Above this many mapped blocks (128 MiB), a released space's tables are not
+/// kept whole: clearing what the next space does not map again would cost more
+/// traps than fresh tables.
+#[cfg(target_os = "none")]
+const STALE_MAX: usize = 64;
 
 /// How one 2 MiB block of a user half is mapped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -470,7 +498,8 @@ impl Mapping {
 }
 
 /// The table-page pool, shared by every space: the rest of the last chunk cut up,
-/// pages given back, and roots given back (only ever reused as roots).
+/// pages given back, and released spaces' tables, kept whole (roots are only ever
+/// reused as roots).
 #[cfg(target_os = "none")]
 struct Pool {
     next: u64,
@@ -478,16 +507,16 @@ struct Pool {
     /// Chunks holding table pages (kept for the kernel's life).
     held: Vec<Chunk>,
     free: Vec<u64>,
-    roots: Vec<u64>,
+    trees: Vec<Tree>,
 }
 
 #[cfg(target_os = "none")]
 static POOL: spin::Mutex<Pool> =
-    spin::Mutex::new(Pool { next: 0, end: 0, held: Vec::new(), free: Vec::new(), roots: Vec::new() });
+    spin::Mutex::new(Pool { next: 0, end: 0, held: Vec::new(), free: Vec::new(), trees: Vec::new() });
 
 impl PageTables {
     const fn with_root(root: u64) -> Self {
-        PageTables { root, pages: Vec::new(), mapped: alloc::collections::BTreeMap::new() }
+        PageTables { root, pages: Vec::new(), mapped: alloc::collections::BTreeMap::new(), stale: Vec::new(), key: 0 }
     }
 
     /// The boot space's tables, the VMM's root (None the second time).
@@ -546,7 +575,7 @@ mod tables {
     /// hypervisor cannot treat as a table update and so stops shadowing the page.
     fn unshadow(t: u64) {
         let p = direct(t) as *mut u16;
-        // SAFETY: `t` is a pool page (given back, linked into no table, or a root whose user half was cleared); rewriting the low half-word of its first entry with its own value changes nothing.
+        // SAFETY: `t` is a pool page given back, linked into no table; rewriting the low half-word of its first entry with its own value changes nothing.
         unsafe { write_volatile(p, read_volatile(p)) };
     }
 
@@ -593,25 +622,37 @@ mod tables {
     }
 
     impl PageTables {
-        /// Empty tables for a new address space: a root whose upper half is the
-        /// boot root's (the kernel's mappings), whose lower half maps nothing.
-        pub fn new_space(chunks: &mut ChunkAllocator) -> Result<PageTables, MapError> {
+        /// Tables for a new address space (`key`: see [`PageTables`]): a root
+        /// whose upper half is the boot root's (the kernel's mappings), whose
+        /// lower half maps nothing once [`settle`](Self::settle)d.
+        ///
+        /// A released space's tables are handed out whole, a tree of the same key
+        /// first: every table page the hypervisor shadows (all those of a space
+        /// that ran) costs a trap per store, so links already in place are kept,
+        /// an entry that already holds what is mapped is not stored again (a
+        /// fork's child maps its parent's blocks where the last child did), and
+        /// its shadow stays valid, so the new space's first touches find it
+        /// filled. What the new space does not map again is cleared by `settle`.
+        pub fn new_space_for(chunks: &mut ChunkAllocator, key: u64) -> Result<PageTables, MapError> {
             let mut pool = POOL.lock();
-            if let Some(root) = pool.roots.pop() {
-                // Its user half is still what its last space left (clearing it
-                // then would have trapped into the hypervisor, which shadows a
-                // root that has run): unshadowed first, it is cleared here at the
-                // price of plain stores. Its upper half is the kernel's still.
-                unshadow(root);
-                for i in 0..KERNEL_SLOT {
-                    if read(root, i) != 0 {
-                        // SAFETY: an aligned user-half entry of a root given back, which no space uses now; no vCPU runs a thread with it loaded (each switch loads its space's root again), so clearing it unmaps nothing anyone uses.
-                        unsafe { write_volatile(entry(root, i), 0) };
+            let pick = pool.trees.iter().rposition(|t| t.key == key).or(pool.trees.len().checked_sub(1));
+            if let Some(i) = pick {
+                let t = pool.trees.remove(i);
+                if t.clear {
+                    // Unshadowed first, its user half is cleared with plain stores.
+                    unshadow(t.root);
+                    for i in 0..KERNEL_SLOT {
+                        if read(t.root, i) != 0 {
+                            // SAFETY: an aligned user-half entry of a root given back, which no space uses now; no vCPU runs a thread with it loaded (each switch loads its space's root again), so clearing it unmaps nothing anyone uses.
+                            unsafe { write_volatile(entry(t.root, i), 0) };
+                        }
                     }
                 }
-                return Ok(PageTables::with_root(root));
+                let mut tables = PageTables::with_root(t.root);
+                (tables.pages, tables.stale, tables.key) = (t.pages, t.stale, key);
+                return Ok(tables);
             }
-            pool.roots.try_reserve(1).map_err(|_| MapError::NoMemory)?;
+            pool.trees.try_reserve(1).map_err(|_| MapError::NoMemory)?;
             let root = pool.page(chunks)?;
             for i in KERNEL_SLOT..512 {
                 let v = read(layout::BOOT_PT_PHYS, i);
@@ -623,7 +664,40 @@ mod tables {
                     unsafe { write_volatile(entry(root, i), v) };
                 }
             }
-            Ok(PageTables::with_root(root))
+            let mut tables = PageTables::with_root(root);
+            tables.key = key;
+            Ok(tables)
+        }
+
+        /// Clears the entries of the blocks an earlier space mapped and this one
+        /// has not mapped again: before the root is first loaded, and only then
+        /// (a block this space maps is no longer stale).
+        pub fn settle(&mut self) {
+            if self.stale.is_empty() {
+                return;
+            }
+            let mut any = false;
+            for virt in core::mem::take(&mut self.stale) {
+                if let Some(e) = self.pd_entry(virt, None) {
+                    // SAFETY: `e` is the aligned page-directory entry, in the direct map, of a user-half block in a table page of this instance (`pages`, or the boot tables), which no vCPU runs with yet; clearing it unmaps what an earlier space left there.
+                    if unsafe { read_volatile(e) } != 0 {
+                        // SAFETY: as above.
+                        unsafe { write_volatile(e, 0) };
+                        any = true;
+                    }
+                }
+            }
+            if any {
+                crate::supervisor::flush_tlb();
+            }
+        }
+
+        /// The block at `virt` is this space's now (its entry is about to be
+        /// written, or holds what it maps already).
+        fn unstale(&mut self, virt: u64) {
+            if let Some(i) = self.stale.iter().position(|v| *v == virt) {
+                self.stale.swap_remove(i);
+            }
         }
 
         /// The table entry `index` of `table` points at, created when absent.
@@ -676,10 +750,16 @@ mod tables {
             chunks: &mut ChunkAllocator,
         ) -> Result<(), MapError> {
             let e = self.pd_entry(virt, Some(chunks)).ok_or(MapError::NoMemory)?;
+            self.unstale(virt);
             let w = if writable { PTE_WRITE } else { 0 };
-            // SAFETY: `e` is the aligned page-directory entry, in the direct map, of a user-half `virt` (checked by the caller) in a table page only this instance edits; it maps the chunk at `phys`, which `MAPPED` keeps from being freed or kept as kernel memory until it is unmapped.
-            unsafe { write_volatile(e, phys | PTE_PRESENT | w | PTE_USER | PTE_HUGE) };
-            crate::supervisor::flush_tlb();
+            let v = phys | PTE_PRESENT | w | PTE_USER | PTE_HUGE;
+            // (Tables handed out again often hold this very entry: no store then.)
+            // SAFETY: `e` is the aligned page-directory entry, in the direct map, of a user-half `virt` (checked by the caller) in a table page only this instance edits.
+            if unsafe { read_volatile(e) } != v {
+                // SAFETY: as above; it maps the chunk at `phys`, which `MAPPED` keeps from being freed or kept as kernel memory until it is unmapped.
+                unsafe { write_volatile(e, v) };
+                crate::supervisor::flush_tlb();
+            }
             Ok(())
         }
 
@@ -695,6 +775,7 @@ mod tables {
             chunks: &mut ChunkAllocator,
         ) -> Result<u64, MapError> {
             let e = self.pd_entry(virt, Some(chunks)).ok_or(MapError::NoMemory)?;
+            self.unstale(virt);
             self.pages.try_reserve(1).map_err(|_| MapError::NoMemory)?;
             let t = POOL.lock().page_unzeroed(chunks)?;
             self.pages.push(t);
@@ -731,6 +812,7 @@ mod tables {
         }
 
         pub(super) fn clear(&mut self, virt: u64) {
+            self.unstale(virt);
             if let Some(e) = self.pd_entry(virt, None) {
                 // SAFETY: `e` is the aligned page-directory entry, in the direct map,
                 // of a user-half `virt` (checked by `unmap_block`) in a table page
@@ -753,22 +835,33 @@ mod tables {
             }
         }
 
-        /// Gives the root and the table pages back to the pool. The root keeps
-        /// its user half until it is handed out again ([`PageTables::new_space`]
-        /// clears it): no thread of this space runs any more, and a vCPU that
-        /// still has the root loaded loads another (or this one, for its next
-        /// space: a reload, which drops what the TLB held) before it runs one.
-        pub(super) fn unlink(&mut self) {
+        /// Gives the tables back to the pool whole (the root and the table pages
+        /// linked under it, as they are, with `stale`: the blocks whose entries
+        /// the next space must overwrite or clear), except split blocks' tables
+        /// (`splits`), which go back one by one. No thread of this space runs any
+        /// more, and a vCPU that still has the root loaded loads another (or
+        /// this one, for its next space: a reload, which drops what the TLB
+        /// held) before it runs one.
+        pub(super) fn unlink(&mut self, splits: &[u64], stale: Vec<u64>) {
             if self.root == 0 {
                 return;
             }
             let mut pool = POOL.lock();
-            // (Reserved before: giving pages back must not fail.)
-            if pool.free.try_reserve(self.pages.len()).is_ok() {
-                pool.free.append(&mut self.pages);
+            let mut pages = core::mem::take(&mut self.pages);
+            let clear = stale.len() > STALE_MAX;
+            let (mut back, stale) = if clear {
+                (core::mem::take(&mut pages), Vec::new())
+            } else {
+                pages.retain(|p| !splits.contains(p));
+                (splits.to_vec(), stale)
+            };
+            // (Giving pages back must not fail: a page that cannot be recorded is
+            // lost, never handed out twice.)
+            if pool.free.try_reserve(back.len()).is_ok() {
+                pool.free.append(&mut back);
             }
-            if pool.roots.try_reserve(1).is_ok() {
-                pool.roots.push(self.root);
+            if pool.trees.try_reserve(1).is_ok() {
+                pool.trees.push(Tree { root: self.root, pages, stale, key: self.key, clear });
             }
             self.root = 0;
         }
@@ -904,7 +997,16 @@ impl PageTables {
         let mapped = core::mem::take(&mut self.mapped);
         #[cfg(target_os = "none")]
         {
-            self.unlink();
+            let splits: Vec<u64> = mapped
+                .values()
+                .filter_map(|m| match m {
+                    Mapping::Split { table, .. } => Some(*table),
+                    Mapping::Block { .. } => None,
+                })
+                .collect();
+            let mut stale = core::mem::take(&mut self.stale);
+            stale.extend(mapped.keys().copied());
+            self.unlink(&splits, stale);
             mapped.values().flat_map(Mapping::chunks).for_each(forget);
         }
         #[cfg(not(target_os = "none"))]
@@ -933,6 +1035,19 @@ fn forget(phys: u64) {
     }
 }
 
+impl PageTables {
+    /// Tables for a new address space that is no fork's child (an execve's):
+    /// [`PageTables::new_space_for`] with key 0.
+    pub fn new_space(chunks: &mut ChunkAllocator) -> Result<PageTables, MapError> {
+        Self::new_space_for(chunks, 0)
+    }
+
+    /// The key a fork's child of this space gives [`PageTables::new_space_for`].
+    pub fn child_key(&self) -> u64 {
+        self.root
+    }
+}
+
 /// Host tests: a page-table editor that changes nothing (its root is made up).
 #[cfg(not(target_os = "none"))]
 pub fn host_page_tables() -> PageTables {
@@ -942,9 +1057,12 @@ pub fn host_page_tables() -> PageTables {
 #[cfg(not(target_os = "none"))]
 impl PageTables {
     /// Host tests: another editor that changes nothing.
-    pub fn new_space(_: &mut ChunkAllocator) -> Result<PageTables, MapError> {
+    pub fn new_space_for(_: &mut ChunkAllocator, _key: u64) -> Result<PageTables, MapError> {
         Ok(host_page_tables())
     }
+
+    /// Host tests: nothing to clear.
+    pub fn settle(&mut self) {}
 }
 
 /// The boot-time chunks the VMM placed (program image, stack), by virtual block

@@ -197,6 +197,9 @@ pub fn switch_to(space: &Space) {
         return;
     }
     let mut mm = space.mm.lock();
+    // (Tables handed out again hold what an earlier space left where this one
+    // maps nothing: cleared before they are first loaded.)
+    mm.mmu().settle();
     onering_arch::supervisor::set_root(mm.mmu());
     LOADED[cpu].store(id, Relaxed);
 }
