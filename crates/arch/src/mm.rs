@@ -553,6 +553,10 @@ mod tables {
     const PTE_WRITE: u64 = 2;
     const PTE_USER: u64 = 4;
     const PTE_HUGE: u64 = 0x80;
+    /// The accessed and dirty bits, which the processor (or the hypervisor)
+    /// sets in an entry it uses: an entry that differs only in them holds what
+    /// would be stored.
+    const PTE_USED: u64 = 0x60;
     const PTE_ADDR: u64 = 0x000f_ffff_ffff_f000;
     /// The first PML4 slot of the upper half (the kernel's).
     const KERNEL_SLOT: u64 = 256;
@@ -755,7 +759,7 @@ mod tables {
             let v = phys | PTE_PRESENT | w | PTE_USER | PTE_HUGE;
             // (Tables handed out again often hold this very entry: no store then.)
             // SAFETY: `e` is the aligned page-directory entry, in the direct map, of a user-half `virt` (checked by the caller) in a table page only this instance edits.
-            if unsafe { read_volatile(e) } != v {
+            if unsafe { read_volatile(e) } & !PTE_USED != v {
                 // SAFETY: as above; it maps the chunk at `phys`, which `MAPPED` keeps from being freed or kept as kernel memory until it is unmapped.
                 unsafe { write_volatile(e, v) };
                 crate::supervisor::flush_tlb();
@@ -787,7 +791,7 @@ mod tables {
                 };
                 // (A recycled table often holds these very entries already: the
                 // same chunks at the same place. Only what differs is stored.)
-                if read(t, i) != v {
+                if read(t, i) & !PTE_USED != v {
                     // SAFETY: `t` is a pool page this instance now owns (`pages`), linked into no table yet (every entry is written before it is); the entry is an aligned u64 in the direct map.
                     unsafe { write_volatile(entry(t, i), v) };
                 }

@@ -191,6 +191,18 @@ pub fn loaded(cpu: usize) -> u64 {
 /// Makes this vCPU run `space` (before a thread of it runs here): nothing if it
 /// does already.
 pub fn switch_to(space: &Space) {
+    load(space, true)
+}
+
+/// [`switch_to`] a space being built (execve), leaving in its tables what an
+/// earlier space left there (`PageTables::settle`, which the caller calls once
+/// it has mapped the new image, before anything else touches the user half):
+/// an entry that already holds what the image maps is then not stored again.
+pub fn switch_to_unsettled(space: &Space) {
+    load(space, false)
+}
+
+fn load(space: &Space, settle: bool) {
     let cpu = onering_arch::cpu::cpu_id();
     let id = space.id();
     if LOADED[cpu].load(Relaxed) == id {
@@ -199,7 +211,9 @@ pub fn switch_to(space: &Space) {
     let mut mm = space.mm.lock();
     // (Tables handed out again hold what an earlier space left where this one
     // maps nothing: cleared before they are first loaded.)
-    mm.mmu().settle();
+    if settle {
+        mm.mmu().settle();
+    }
     onering_arch::supervisor::set_root(mm.mmu());
     LOADED[cpu].store(id, Relaxed);
 }

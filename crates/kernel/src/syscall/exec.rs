@@ -924,9 +924,15 @@ fn replace_image(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Pr
         crate::task::signal::terminate(ctx.k, me, signal, 0, 0)
     };
     let space = crate::mm::spaces::fresh(&ctx.k.chunks).unwrap_or_else(|e| kill(e));
+    // Loaded before it is settled: what the image maps where an earlier space
+    // left the same entry is not stored again (each store into a table the
+    // hypervisor shadows traps), and the rest is cleared right after, before the
+    // program, or the exit of a failed build, touches anything else.
     p.replace_space(space);
     let user = space.user();
-    let start = build(ctx, &space.mm, &user, exe, prog, interp, args).unwrap_or_else(|e| kill(e));
+    let built = build(ctx, &space.mm, &user, exe, prog, interp, args);
+    space.mm.lock().mmu().settle();
+    let start = built.unwrap_or_else(|e| kill(e));
     space.mm.lock().set_brk_start(start.brk);
     let closing = p.fds.lock().take_cloexec();
     drop(closing);

@@ -326,13 +326,15 @@ impl Process {
 
     /// Gives the process another address space (execve: a fresh one from
     /// `mm::spaces::install`, whose hold passes to the process) and makes this vCPU
-    /// run it; the old one is let go (torn down if no other process uses it).
-    /// Only for a thread of this process, on its way back to the program with
-    /// the new image (other threads of the process have ended).
+    /// run it, not yet settled (`mm::spaces::switch_to_unsettled`: the caller
+    /// maps the new image, then settles it); the old one is let go (torn down if
+    /// no other process uses it). Only for a thread of this process, on its way
+    /// back to the program with the new image (other threads of the process
+    /// have ended).
     pub fn replace_space(&self, new: &'static Space) {
         let old = self.space.get();
         self.space.set(Some(new));
-        crate::mm::spaces::switch_to(new);
+        crate::mm::spaces::switch_to_unsettled(new);
         if let Some(old) = old {
             old.release();
         }
