@@ -696,6 +696,36 @@ mod tables {
             }
         }
 
+        /// [`settle`](Self::settle) for the blocks that meet `[start, end)`
+        /// only: before the kernel touches that range of a space it is still
+        /// building (execve), so that an earlier space's entry never takes the
+        /// place of the fault that backs the block.
+        pub fn settle_range(&mut self, start: u64, end: u64) {
+            if self.stale.is_empty() {
+                return;
+            }
+            let first = start & !(HUGE_PAGE_SIZE - 1);
+            let hit: Vec<u64> = self.stale.iter().copied().filter(|v| *v >= first && *v < end).collect();
+            if hit.is_empty() {
+                return;
+            }
+            self.stale.retain(|v| !hit.contains(v));
+            let mut any = false;
+            for virt in hit {
+                if let Some(e) = self.pd_entry(virt, None) {
+                    // SAFETY: as in `settle`: the aligned page-directory entry of a user-half block in a table page of this instance; clearing it unmaps what an earlier space left there.
+                    if unsafe { read_volatile(e) } != 0 {
+                        // SAFETY: as above.
+                        unsafe { write_volatile(e, 0) };
+                        any = true;
+                    }
+                }
+            }
+            if any {
+                crate::supervisor::flush_tlb();
+            }
+        }
+
         /// The block at `virt` is this space's now (its entry is about to be
         /// written, or holds what it maps already).
         fn unstale(&mut self, virt: u64) {
@@ -1067,6 +1097,9 @@ impl PageTables {
 
     /// Host tests: nothing to clear.
     pub fn settle(&mut self) {}
+
+    /// Host tests: nothing to clear.
+    pub fn settle_range(&mut self, _start: u64, _end: u64) {}
 }
 
 /// The boot-time chunks the VMM placed (program image, stack), by virtual block

@@ -138,7 +138,11 @@ impl UserMem for GuestUser<'_> {
         };
         loop {
             let fill = {
-                let space = self.space.lock();
+                let mut space = self.space.lock();
+                // (A space being built by execve may still hold an earlier
+                // space's entries where it maps nothing yet: cleared before the
+                // kernel touches the range, so it faults as it should.)
+                space.mmu().settle_range(addr, addr.saturating_add(len));
                 match space.check_for(addr, len, need)? {
                     None => return Ok(()),
                     Some(_) if !self.fills => return Err(Errno::EFAULT),
