@@ -643,8 +643,9 @@ mod tables {
             if let Some(i) = pick {
                 let t = pool.trees.remove(i);
                 if t.clear {
-                    // Unshadowed first, its user half is cleared with plain stores.
-                    unshadow(t.root);
+                    // (Not unshadowed: a vCPU may still have this root loaded,
+                    // and a root is better kept tracked store by store than
+                    // dropped under a vCPU. A few slots at most.)
                     for i in 0..KERNEL_SLOT {
                         if read(t.root, i) != 0 {
                             // SAFETY: an aligned user-half entry of a root given back, which no space uses now; no vCPU runs a thread with it loaded (each switch loads its space's root again), so clearing it unmaps nothing anyone uses.
