@@ -450,8 +450,9 @@ pub struct PageTables {
     /// this space maps the block first.
     stale: Vec<u64>,
     /// Which spaces these tables suit best (the parent's root for a fork's child,
-    /// 0 for an execve's): tables are handed out again to a space of the same key
-    /// first, whose entries are mostly the same.
+    /// a hash of the program's path for an execve's, 0 otherwise): tables are
+    /// handed out again to a space of the same key first, whose entries are
+    /// mostly the same.
     key: u64,
 }
 

@@ -923,7 +923,8 @@ fn replace_image(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Pr
         };
         crate::task::signal::terminate(ctx.k, me, signal, 0, 0)
     };
-    let space = crate::mm::spaces::fresh(&ctx.k.chunks).unwrap_or_else(|e| kill(e));
+    let key = crate::mm::spaces::program_key(&args.exe);
+    let space = crate::mm::spaces::fresh(&ctx.k.chunks, key).unwrap_or_else(|e| kill(e));
     // Loaded before it is settled: what the image maps where an earlier space
     // left the same entry is not stored again (each store into a table the
     // hypervisor shadows traps), and the rest is cleared right after, before the

@@ -62,7 +62,7 @@ pub fn spawn(k: &'static Kernel, s: Spawn) -> Result<(), Errno> {
         let hold = Some(v.hold(cwd));
         (fds, FsCtx { cwd, cwd_hold: hold, umask: 0o022 })
     };
-    let space = crate::mm::spaces::fresh(&k.chunks)?;
+    let space = crate::mm::spaces::fresh(&k.chunks, 0)?;
     let tid = sched::alloc_tid();
     let proc = Process::create(Start::leader(k, space, tid, fds, fs)).inspect_err(|_| space.release())?;
     proc.threads.store(1, Relaxed);

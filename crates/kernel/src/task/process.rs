@@ -371,6 +371,27 @@ impl Process {
         self.let_go_of_space();
     }
 
+    /// Its last thread, ending it (the caller), lets its address space go now,
+    /// before the parent can see that it ended: as on Linux, where a child's
+    /// memory is released before its exit is signalled, a parent whose wait
+    /// returned finds that memory free (a loop of forked children each touching
+    /// most of the VM's memory must not run out on two vCPUs). Nothing if another
+    /// thread still names the process.
+    pub fn let_go_of_space_last(&self) {
+        let space = {
+            let _t = TABLE.lock();
+            if !self.ended.load(Acquire) || self.members.load(Acquire) != 1 {
+                return;
+            }
+            let s = self.space.get();
+            self.space.set(None);
+            s
+        };
+        if let Some(s) = space {
+            s.release();
+        }
+    }
+
     /// Lets its address space go once it has ended and no thread names it.
     fn let_go_of_space(&self) {
         let space = {
