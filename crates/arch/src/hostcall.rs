@@ -436,12 +436,19 @@ pub mod fs {
     });
 
     fn call(op: u64, args: &[u64]) -> i64 {
+        send(DEFERRED.lock(), op, args, false)
+    }
+
+    /// Makes call `op` with what waits in `q` carried first. The queue stays
+    /// locked across it when something is carried or `hold` is set (`flush`: its
+    /// own operation came off the queue, so no other vCPU's call may reach the
+    /// host before it); with nothing carried, other vCPUs' calls run alongside.
+    fn send(mut q: spin::MutexGuard<'_, Deferred>, op: u64, args: &[u64], hold: bool) -> i64 {
         let mut a = [op, 0, 0, 0, 0, 0];
         a[1..1 + args.len().min(5)].copy_from_slice(&args[..args.len().min(5)]);
-        let mut q = DEFERRED.lock();
         // (What waits is carried, or the queue is empty: no unlock waits in it.)
         q.held = None;
-        let r = if q.len == 0 {
+        let r = if q.len == 0 && !hold {
             drop(q);
             polled(Hostcall::Fs, &a) as i64
         } else {
@@ -499,20 +506,23 @@ pub mod fs {
     }
 
     /// Sends what waits in the queue now (before the vCPU idles and the VM ends:
-    /// nothing waits longer than the next exit of any kind).
+    /// nothing waits longer than the next exit of any kind). The last operation
+    /// waiting is the call's own, the others ride on it; the queue stays locked
+    /// until the call returned. (What waits may be another vCPU's: a write its
+    /// program was told is done. Were the lock let go once it came off the queue,
+    /// a call another vCPU makes next, a read of that file by a process that
+    /// waited for the writer's end, could reach the host first and see the file
+    /// without it.)
     pub fn flush() {
-        let (last, buf) = {
-            let mut q = DEFERRED.lock();
-            if q.len == 0 {
-                return;
-            }
-            q.len -= 1;
-            q.held = None;
-            let n = q.len;
-            q.bytes -= q.bufs[n].as_ref().map_or(0, Vec::len);
-            (q.ops[n], q.bufs[n].take())
-        };
-        let _ = call(last[0], &last[1..]);
+        let mut q = DEFERRED.lock();
+        if q.len == 0 {
+            return;
+        }
+        q.len -= 1;
+        let n = q.len;
+        q.bytes -= q.bufs[n].as_ref().map_or(0, Vec::len);
+        let (last, buf) = (q.ops[n], q.bufs[n].take());
+        let _ = send(q, last[0], &last[1..], true);
         drop(buf);
     }
 
@@ -794,10 +804,12 @@ pub mod fs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use core::sync::atomic::{AtomicUsize, Ordering};
+    use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use onering_abi::hostfs as proto;
 
     static FS_CALLS: AtomicUsize = AtomicUsize::new(0);
+    /// The tests share the handler and the queue: one at a time.
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
     fn count(nr: Hostcall, _: &[u64]) -> u64 {
         if nr == Hostcall::Fs {
@@ -808,6 +820,7 @@ mod tests {
 
     #[test]
     fn a_read_lock_on_a_range_just_unlocked_is_the_queued_unlock_made_a_read_lock() {
+        let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         set_host_handler(Some(count));
         let calls = || FS_CALLS.load(Ordering::SeqCst);
         // SQLite's read mark: a write lock, its unlock, a read lock: one exit.
@@ -841,5 +854,42 @@ mod tests {
         assert_eq!(calls() - before, 7, "the flush one of them");
         fs::flush();
         set_host_handler(None);
+    }
+
+    static WRITING: AtomicBool = AtomicBool::new(false);
+    static ENTERED: AtomicBool = AtomicBool::new(false);
+    static OVERTAKEN: AtomicBool = AtomicBool::new(false);
+
+    /// A host whose writes take a while: a call that comes during one is noted.
+    fn slow_writes(nr: Hostcall, args: &[u64]) -> u64 {
+        if nr != Hostcall::Fs {
+            return 0;
+        }
+        if proto::split_op(args[0]).0 == proto::WRITE {
+            WRITING.store(true, Ordering::SeqCst);
+            ENTERED.store(true, Ordering::SeqCst);
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            WRITING.store(false, Ordering::SeqCst);
+        } else if WRITING.load(Ordering::SeqCst) {
+            OVERTAKEN.store(true, Ordering::SeqCst);
+        }
+        0
+    }
+
+    #[test]
+    fn a_flush_keeps_the_queue_locked_until_its_call_returned() {
+        let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        set_host_handler(Some(slow_writes));
+        // One vCPU's write waits; another vCPU sends it (it idles, or a file of
+        // its closes); a third call, made once that is under way, comes after it.
+        fs::write_later(7, alloc::vec![1u8; 10], 0).unwrap();
+        let flusher = std::thread::spawn(fs::flush);
+        while !ENTERED.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        let _ = fs::stat(7);
+        flusher.join().unwrap();
+        set_host_handler(None);
+        assert!(!OVERTAKEN.load(Ordering::SeqCst), "a call reached the host before the write sent earlier");
     }
 }

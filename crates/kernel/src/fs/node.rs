@@ -289,7 +289,7 @@ impl NodeFile {
                 };
                 let chunks = super::host::HOSTCALLS.read_chunks(p.handle, (p.first * CHUNK) as u64, count)?;
                 if !chunks.is_empty() {
-                    self.node.vfs.lock().cache_fill(ino, p.first, chunks);
+                    self.node.vfs.lock().cache_fill(ino, p.first, p.gen, chunks);
                 }
             }
             let v = self.node.vfs.lock();

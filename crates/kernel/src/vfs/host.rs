@@ -9,7 +9,9 @@
 //! `pages::CHUNK`, a missing chunk not read yet) with readahead, bounded by
 //! `cache_limit` (the oldest chunks go first), and given back, oldest first, when
 //! memory runs short (`shrink_cache`, which the kernel's reclaim function calls;
-//! cached chunks are clean copies, the VM's own files are never touched). So
+//! cached chunks are clean copies, the VM's own files are never touched). A read
+//! fetches without the tree's lock; what it fetched is cached only if no write
+//! or invalidation of the file came meanwhile (`HostRef::gen`). So
 //! start-up does not depend on the size of the tree, and warm reads do not leave
 //! the VM.
 //!
@@ -127,17 +129,24 @@ pub struct HostRef {
     /// sequential and reads ahead; any other fetches one chunk (random reads
     /// would waste the readahead).
     pub next: usize,
+    /// Counts the times the cache's chunks of the file went stale (a write, the
+    /// cache dropped): chunks a read fetched without the tree's lock are cached
+    /// only if it did not change meanwhile (a write that went to the host after
+    /// the fetch and dropped the chunks before they were cached would be undone).
+    pub gen: u64,
 }
 
 /// Chunks read ahead past the one a read needs (512 KiB in all: one hostcall,
 /// and what the heap can be made room for at once).
 pub const READAHEAD: usize = 7;
 
-/// A regular file's host read to make: the handle, the first chunk and how many.
+/// A regular file's host read to make: the handle, the first chunk and how many,
+/// and the file's `HostRef::gen` when it was planned (for [`Vfs::cache_fill`]).
 pub struct ReadPlan {
     pub handle: u64,
     pub first: usize,
     pub count: usize,
+    pub gen: u64,
 }
 
 fn node_of(layer: Layer, name: &[u8], st: &HostStat) -> Option<(Data, HostRef, u32)> {
@@ -162,6 +171,7 @@ fn node_of(layer: Layer, name: &[u8], st: &HostStat) -> Option<(Data, HostRef, u
         dev: st.dev,
         root: false,
         next: 0,
+        gen: 0,
     };
     Some((data, h, st.mode as u32 & 0o7777))
 }
@@ -242,6 +252,7 @@ impl Vfs {
             dev: 0,
             root: true,
             next: 0,
+            gen: 0,
         }));
         if let Some(st) = self.hostops.and_then(|ops| ops.stat(handle).ok()) {
             let n = self.node_mut(ino);
@@ -653,12 +664,19 @@ impl Vfs {
             h.next = first + count;
         }
         let handle = self.io_handle(ino, false)?;
-        Ok(Some(ReadPlan { handle, first, count }))
+        let gen = self.node(ino).host.as_ref().map_or(0, |h| h.gen);
+        Ok(Some(ReadPlan { handle, first, count, gen }))
     }
 
-    /// Puts chunks read for host file `ino` (from chunk `first` on) in its cache,
-    /// making room by forgetting the oldest cached chunks of all files.
-    pub fn cache_fill(&mut self, ino: Ino, first: usize, chunks: Vec<alloc::boxed::Box<[u8]>>) {
+    /// Puts chunks read for host file `ino` (from chunk `first` on, by a plan made
+    /// at generation `gen`) in its cache, making room by forgetting the oldest
+    /// cached chunks of all files. Nothing is cached if the file's chunks went
+    /// stale since the plan (a write on another vCPU meanwhile: what was read may
+    /// be older than it); the reader copies what it needs straight from the host.
+    pub fn cache_fill(&mut self, ino: Ino, first: usize, gen: u64, chunks: Vec<alloc::boxed::Box<[u8]>>) {
+        if self.nodes_get_mut(ino).and_then(|n| n.host.as_ref()).is_none_or(|h| h.gen != gen) {
+            return;
+        }
         for (i, c) in chunks.into_iter().enumerate() {
             while self.cache_used + CHUNK > self.cache_limit && self.evict_oldest().is_some() {}
             let Some(Data::HostFile(p)) = self.nodes_get_mut(ino).map(|n| &mut n.data) else { return };
@@ -719,6 +737,7 @@ impl Vfs {
 
     /// Forgets host file `ino`'s cached chunks (all, or those from `from` on).
     fn uncache_from(&mut self, ino: Ino, from: usize) {
+        self.stale(ino);
         let Some(Data::HostFile(p)) = self.nodes_get_mut(ino).map(|n| &mut n.data) else { return };
         let n = p.len().div_ceil(CHUNK as u64) as usize;
         let mut freed = 0;
@@ -729,6 +748,14 @@ impl Vfs {
             }
         }
         self.cache_used = self.cache_used.saturating_sub(freed);
+    }
+
+    /// Host file `ino`'s cached chunks may be older than the host's now: a fetch
+    /// in flight is not cached (`cache_fill`).
+    fn stale(&mut self, ino: Ino) {
+        if let Some(h) = self.nodes_get_mut(ino).and_then(|n| n.host.as_mut()) {
+            h.gen = h.gen.wrapping_add(1);
+        }
     }
 
     /// Forgets host file `ino`'s cached chunks.
@@ -749,6 +776,7 @@ impl Vfs {
     /// After `n` bytes were written at `at` on the host: the chunks they touched
     /// leave the cache (they are read again), the length grows, the time is now.
     pub fn wrote(&mut self, ino: Ino, at: u64, n: u64, now: u64) {
+        self.stale(ino);
         let first = (at / CHUNK as u64) as usize;
         if let Some(Data::HostFile(p)) = self.nodes_get_mut(ino).map(|x| &mut x.data) {
             let last = at.saturating_add(n).div_ceil(CHUNK as u64) as usize;
@@ -803,6 +831,7 @@ impl Vfs {
                 dev: st.dev,
                 root: false,
                 next: 0,
+                gen: 0,
             },
             0o755,
         ));
@@ -1023,7 +1052,7 @@ mod tests {
         }
         let mut bufs: Vec<&mut [u8]> = chunks.iter_mut().map(|c| &mut c[..]).collect();
         fake.read(plan.handle, 0, &mut bufs).unwrap();
-        v.cache_fill(big, plan.first, chunks);
+        v.cache_fill(big, plan.first, plan.gen, chunks);
         assert!(v.read_plan(big, 0, 3 * CHUNK + 5).unwrap().is_none(), "all cached");
         let mut b = [0u8; 4];
         assert_eq!(v.read(big, 3 * CHUNK as u64 + 3, &mut b), Ok(2));
@@ -1042,12 +1071,28 @@ mod tests {
                 (0..plan.count).map(|_| super::super::pages::zeroed_chunk().unwrap()).collect();
             let mut bufs: Vec<&mut [u8]> = chunks.iter_mut().map(|c| &mut c[..]).collect();
             fake.read(plan.handle, (plan.first * CHUNK) as u64, &mut bufs).unwrap();
-            v.cache_fill(ino, plan.first, chunks);
+            v.cache_fill(ino, plan.first, plan.gen, chunks);
         }
         let mut b = alloc::vec![0u8; len];
         let n = v.read(ino, off, &mut b).unwrap();
         b.truncate(n);
         b
+    }
+
+    #[test]
+    fn a_fetch_that_a_write_overtook_is_not_cached() {
+        let (fake, mut v) = setup();
+        let a = v.lookup(ROOT, b"/data/a.txt", true).unwrap();
+        let plan = v.read_plan(a, 0, 7).unwrap().expect("not cached yet");
+        let old = fake.read_chunks(plan.handle, 0, plan.count).unwrap();
+        // Another vCPU writes the file after the fetch, before it is cached: the
+        // chunk it read is older than the host's and must not be cached.
+        fake.put("vol/a.txt", 0o100644, b"VOLUME\n");
+        v.wrote(a, 0, 7, 9);
+        v.cache_fill(a, plan.first, plan.gen, old);
+        assert_eq!(v.cache_bytes(), 0);
+        assert_eq!(fetch(fake, &mut v, a, 0, 7), b"VOLUME\n");
+        assert_eq!(v.cache_bytes(), CHUNK, "a fetch nothing overtook is cached");
     }
 
     #[test]
