@@ -679,23 +679,7 @@ mod tables {
         /// has not mapped again: before the root is first loaded, and only then
         /// (a block this space maps is no longer stale).
         pub fn settle(&mut self) {
-            if self.stale.is_empty() {
-                return;
-            }
-            let mut any = false;
-            for virt in core::mem::take(&mut self.stale) {
-                if let Some(e) = self.pd_entry(virt, None) {
-                    // SAFETY: `e` is the aligned page-directory entry, in the direct map, of a user-half block in a table page of this instance (`pages`, or the boot tables), which no vCPU runs with yet; clearing it unmaps what an earlier space left there.
-                    if unsafe { read_volatile(e) } != 0 {
-                        // SAFETY: as above.
-                        unsafe { write_volatile(e, 0) };
-                        any = true;
-                    }
-                }
-            }
-            if any {
-                crate::supervisor::flush_tlb();
-            }
+            self.settle_range(0, onering_abi::layout::USER_END);
         }
 
         /// [`settle`](Self::settle) for the blocks that meet `[start, end)`
@@ -707,15 +691,12 @@ mod tables {
                 return;
             }
             let first = start & !(HUGE_PAGE_SIZE - 1);
-            let hit: Vec<u64> = self.stale.iter().copied().filter(|v| *v >= first && *v < end).collect();
-            if hit.is_empty() {
-                return;
-            }
-            self.stale.retain(|v| !hit.contains(v));
+            let (hit, kept): (Vec<u64>, Vec<u64>) = self.stale.iter().partition(|v| **v >= first && **v < end);
+            self.stale = kept;
             let mut any = false;
             for virt in hit {
                 if let Some(e) = self.pd_entry(virt, None) {
-                    // SAFETY: as in `settle`: the aligned page-directory entry of a user-half block in a table page of this instance; clearing it unmaps what an earlier space left there.
+                    // SAFETY: `e` is the aligned page-directory entry, in the direct map, of a user-half block in a table page of this instance (`pages`, or the boot tables) whose space runs no program code yet; clearing it unmaps what an earlier space left there.
                     if unsafe { read_volatile(e) } != 0 {
                         // SAFETY: as above.
                         unsafe { write_volatile(e, 0) };

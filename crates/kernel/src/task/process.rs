@@ -378,27 +378,21 @@ impl Process {
     /// most of the VM's memory must not run out on two vCPUs). Nothing if another
     /// thread still names the process.
     pub fn let_go_of_space_last(&self) {
-        let space = {
-            let _t = TABLE.lock();
-            if !self.ended.load(Acquire) || self.members.load(Acquire) != 1 {
-                return;
-            }
-            let s = self.space.get();
-            self.space.set(None);
-            s
-        };
-        if let Some(s) = space {
-            s.release();
-        }
+        self.let_go_of_space_if(1);
     }
 
     /// Lets its address space go once it has ended and no thread names it.
     fn let_go_of_space(&self) {
+        self.let_go_of_space_if(0);
+    }
+
+    /// Lets its address space go if it has ended and `members` threads name it.
+    fn let_go_of_space_if(&self, members: usize) {
         let space = {
             // (Under the table's lock: `create` reuses the slot only once the
             // space is gone, and this takes it only once.)
             let _t = TABLE.lock();
-            if !self.ended.load(Acquire) || self.members.load(Acquire) != 0 {
+            if !self.ended.load(Acquire) || self.members.load(Acquire) != members {
                 return;
             }
             let s = self.space.get();
