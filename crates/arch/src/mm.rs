@@ -15,16 +15,22 @@
 //!
 //! [`PageTables`] edits one address space's tables: the boot space's is the root
 //! the VMM built (`BOOT_PT_PHYS`, `boot` claims it), each further space (fork) gets
-//! a root page of its own ([`PageTables::new_space`]) whose upper half (PML4 slots
+//! a root page of its own ([`PageTables::new_space_for`]) whose upper half (PML4 slots
 //! 256..511: the kernel image, the direct map, MMIO, and PVM's slot 256 as the VMM
 //! left it) is a copy of the boot root's, so the kernel is mapped alike in every
 //! space. Only entries of the lower (user) half are ever edited, and only to map
 //! chunks; the kernel's own mappings are the VMM's and never change. Table pages
 //! come from one pool for all spaces (4 KiB pages cut from chunks kept for the
-//! kernel's life); a space's pages go back to it when the space is released
-//! ([`PageTables::release`]), its root only ever to be a root again (a vCPU may
-//! still have it loaded; its user half is cleared when it is handed out again, its upper half is
-//! always the kernel's). A chunk mapped into a user half is memory the program
+//! kernel's life). A released space's tables go back to it whole
+//! ([`PageTables::release`]: the root with the table pages linked under it, and
+//! the blocks it mapped as *stale* entries) and are handed out whole again
+//! ([`PageTables::new_space_for`], to a space of the same key first): under the
+//! software hypervisor every store into a table page of a space that ran traps,
+//! and the next space mostly maps the same blocks again; what it does not is
+//! cleared before it runs ([`PageTables::settle`]). A root is only ever a root
+//! again (a vCPU may still have it loaded), its upper half always the kernel's. A
+//! table page taken from the free list is first unshadowed (one store that makes
+//! the hypervisor stop shadowing it). A chunk mapped into a user half is memory the program
 //! writes at will: until every mapping of it is gone (a shared chunk is mapped in
 //! several spaces: `MAPPED` counts them) it cannot be freed (and so handed out
 //! again) or kept as kernel memory; both check.
@@ -435,7 +441,7 @@ pub enum MapError {
 
 /// One address space's page tables: its root and the user-half entries under it.
 /// The boot space's is claimed once (`claim`, by `boot`); others come from
-/// [`PageTables::new_space`].
+/// [`PageTables::new_space_for`].
 #[derive(Debug)]
 pub struct PageTables {
     /// Guest-physical address of the PML4 (0 once released).
@@ -1053,12 +1059,6 @@ fn forget(phys: u64) {
 }
 
 impl PageTables {
-    /// Tables for a new address space that is no fork's child (an execve's):
-    /// [`PageTables::new_space_for`] with key 0.
-    pub fn new_space(chunks: &mut ChunkAllocator) -> Result<PageTables, MapError> {
-        Self::new_space_for(chunks, 0)
-    }
-
     /// The key a fork's child of this space gives [`PageTables::new_space_for`].
     pub fn child_key(&self) -> u64 {
         self.root
