@@ -456,20 +456,17 @@ pub struct PageTables {
     /// this space maps the block first.
     stale: Vec<u64>,
     /// Which spaces these tables suit best (the parent's root for a fork's child,
-    /// a hash of the program's path for an execve's, 0 otherwise): tables are
+    /// the program file's identity for an execve's, 0 otherwise): tables are
     /// handed out again to a space of the same key first, whose entries are
     /// mostly the same.
     key: u64,
 }
 
 /// A released space's tables, kept whole for the next space: its root, the table
-/// pages under it (still linked) and its stale blocks.
+/// pages under it (still linked), its stale blocks and key (`mapped` empty).
 #[cfg(target_os = "none")]
 struct Tree {
-    root: u64,
-    pages: Vec<u64>,
-    stale: Vec<u64>,
-    key: u64,
+    tables: PageTables,
     /// Its user half must be cleared before use: a space that mapped more than
     /// [`STALE_MAX`] blocks gave back its table pages one by one instead.
     clear: bool,
@@ -646,22 +643,21 @@ mod tables {
         /// filled. What the new space does not map again is cleared by `settle`.
         pub fn new_space_for(chunks: &mut ChunkAllocator, key: u64) -> Result<PageTables, MapError> {
             let mut pool = POOL.lock();
-            let pick = pool.trees.iter().rposition(|t| t.key == key).or(pool.trees.len().checked_sub(1));
+            let pick = pool.trees.iter().rposition(|t| t.tables.key == key).or(pool.trees.len().checked_sub(1));
             if let Some(i) = pick {
-                let t = pool.trees.remove(i);
-                if t.clear {
+                let Tree { mut tables, clear } = pool.trees.remove(i);
+                if clear {
                     // (Not unshadowed: a vCPU may still have this root loaded,
                     // and a root is better kept tracked store by store than
                     // dropped under a vCPU. A few slots at most.)
                     for i in 0..KERNEL_SLOT {
-                        if read(t.root, i) != 0 {
+                        if read(tables.root, i) != 0 {
                             // SAFETY: an aligned user-half entry of a root given back, which no space uses now; no vCPU runs a thread with it loaded (each switch loads its space's root again), so clearing it unmaps nothing anyone uses.
-                            unsafe { write_volatile(entry(t.root, i), 0) };
+                            unsafe { write_volatile(entry(tables.root, i), 0) };
                         }
                     }
                 }
-                let mut tables = PageTables::with_root(t.root);
-                (tables.pages, tables.stale, tables.key) = (t.pages, t.stale, key);
+                tables.key = key;
                 return Ok(tables);
             }
             pool.trees.try_reserve(1).map_err(|_| MapError::NoMemory)?;
@@ -884,7 +880,9 @@ mod tables {
                 pool.free.append(&mut back);
             }
             if pool.trees.try_reserve(1).is_ok() {
-                pool.trees.push(Tree { root: self.root, pages, stale, key: self.key, clear });
+                let mut tables = PageTables::with_root(self.root);
+                (tables.pages, tables.stale, tables.key) = (pages, stale, self.key);
+                pool.trees.push(Tree { tables, clear });
             }
             self.root = 0;
         }
@@ -1055,13 +1053,6 @@ fn forget(phys: u64) {
         if *n == 0 {
             m.remove(&phys);
         }
-    }
-}
-
-impl PageTables {
-    /// The key a fork's child of this space gives [`PageTables::new_space_for`].
-    pub fn child_key(&self) -> u64 {
-        self.root
     }
 }
 

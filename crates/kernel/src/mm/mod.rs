@@ -57,7 +57,7 @@ impl space::Mmu for PageTables {
     }
 
     fn new_space(&mut self, chunks: &mut ChunkAllocator) -> Result<Self, Errno> {
-        PageTables::new_space_for(chunks, self.child_key()).map_err(|_| Errno::ENOMEM)
+        PageTables::new_space_for(chunks, self.root()).map_err(|_| Errno::ENOMEM)
     }
 
     fn release(&mut self) {

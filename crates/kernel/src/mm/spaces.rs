@@ -99,20 +99,12 @@ pub fn install(space: UserSpace) -> Result<&'static Space, Errno> {
 }
 
 /// A new empty address space with page tables of its own (`execve`), one hold
-/// passing to the caller's process. `key` ([`program_key`], or 0) picks page
+/// passing to the caller's process. `key` (the program's, or 0) picks page
 /// tables last used by a space of the same key first (`PageTables::new_space_for`).
 pub fn fresh(chunks: &super::space::Chunks, key: u64) -> Result<&'static Space, Errno> {
     let tables = onering_arch::mm::PageTables::new_space_for(&mut chunks.lock(), key).map_err(|_| Errno::ENOMEM)?;
     let mmap_top = onering_abi::layout::MMAP_TOP;
     install(UserSpace::new(chunks.clone(), tables, 0, super::space::MMAP_BOTTOM, mmap_top))
-}
-
-/// The page-table key of an execve of the program at `path` (FNV-1a, top bit
-/// set: a fork's keys are root addresses, far below): the same program maps the
-/// same blocks again, so its last tables need the fewest stores.
-pub fn program_key(path: &[u8]) -> u64 {
-    let h = path.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x100_0000_01b3));
-    h | 1 << 63
 }
 
 /// The space of the thread running here (the boot space before the first thread).

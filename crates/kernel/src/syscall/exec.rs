@@ -923,7 +923,10 @@ fn replace_image(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Pr
         };
         crate::task::signal::terminate(ctx.k, me, signal, 0, 0)
     };
-    let key = crate::mm::spaces::program_key(&args.exe);
+    // Page tables last used by this program file first (it maps the same blocks
+    // again): its identity, top bit set (a fork's keys are root addresses).
+    let (dev, ino, ..) = exe.key;
+    let key = (ino ^ dev.rotate_left(32)) | 1 << 63;
     let space = crate::mm::spaces::fresh(&ctx.k.chunks, key).unwrap_or_else(|e| kill(e));
     // Loaded before it is settled: what the image maps where an earlier space
     // left the same entry is not stored again (each store into a table the
@@ -932,9 +935,12 @@ fn replace_image(ctx: &Ctx, exe: &Exe, prog: &Program, interp: Option<(&Exe, &Pr
     p.replace_space(space);
     let user = space.user();
     let built = build(ctx, &space.mm, &user, exe, prog, interp, args);
-    space.mm.lock().mmu().settle();
-    let start = built.unwrap_or_else(|e| kill(e));
-    space.mm.lock().set_brk_start(start.brk);
+    let start = {
+        let mut mm = space.mm.lock();
+        mm.mmu().settle();
+        built.inspect(|s| mm.set_brk_start(s.brk))
+    }
+    .unwrap_or_else(|e| kill(e));
     let closing = p.fds.lock().take_cloexec();
     drop(closing);
     for a in p.actions.lock().iter_mut() {

@@ -89,9 +89,6 @@ pub fn end_process(k: &Kernel, t: &Thread, status: u64) {
     let Some(files) = p.end() else {
         return; // another thread ended it already
     };
-    if super::thread::try_current().is_some_and(|me| core::ptr::eq(me.process(), p)) {
-        p.let_go_of_space_last();
-    }
     let ppid = p.ppid.load(Relaxed);
     if let Some(parent) = process::find(ppid) {
         let mut f = parent.family.lock();

@@ -371,16 +371,6 @@ impl Process {
         self.let_go_of_space();
     }
 
-    /// Its last thread, ending it (the caller), lets its address space go now,
-    /// before the parent can see that it ended: as on Linux, where a child's
-    /// memory is released before its exit is signalled, a parent whose wait
-    /// returned finds that memory free (a loop of forked children each touching
-    /// most of the VM's memory must not run out on two vCPUs). Nothing if another
-    /// thread still names the process.
-    pub fn let_go_of_space_last(&self) {
-        self.let_go_of_space_if(1);
-    }
-
     /// Lets its address space go once it has ended and no thread names it.
     fn let_go_of_space(&self) {
         self.let_go_of_space_if(0);
@@ -419,8 +409,14 @@ impl Process {
         }
         let files = self.fds.lock().clear();
         self.fs.lock().cwd_hold = None;
-        // (A process whose first thread never started lets its space go now.)
-        self.let_go_of_space();
+        // Its space goes now if no thread but the caller names it (a process
+        // whose first thread never started, or the caller its last thread):
+        // before the parent can see the end, as Linux frees a child's memory
+        // before signalling its exit, so a parent whose wait returned finds that
+        // memory free (forked children each touching most of the VM's memory
+        // must not run out on two vCPUs). Else its last thread's leaving does.
+        let caller = crate::task::thread::try_current().is_some_and(|me| core::ptr::eq(me.process(), self));
+        self.let_go_of_space_if(usize::from(caller));
         Some(files)
     }
 
