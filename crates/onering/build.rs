@@ -114,6 +114,7 @@ fn main() {
          pub const SYSCALL_ENTRY: u64 = {sys:#x};\n\
          pub const SYSCALL_TRAP_ENTRY_OBSERVED: u64 = {trap_obs:#x};\n\
          pub const SYSCALL_ENTRY_OBSERVED: u64 = {sys_obs:#x};\n\
+         pub const CPUID_ENTRY: u64 = {cpuid:#x};\n\
          pub const EXCEPTION_STUBS: u64 = {exc:#x};\n\
          pub const INTERRUPT_STUB: u64 = {irq:#x};\n\
          pub const TLB_FLUSH_STUB: u64 = {tlb:#x};\n\
@@ -123,6 +124,7 @@ fn main() {
         sys = sym("syscall_entry"),
         trap_obs = sym("syscall_trap_entry_observed"),
         sys_obs = sym("syscall_entry_observed"),
+        cpuid = sym("cpuid_entry"),
         exc = sym("exception_stubs"),
         irq = sym("interrupt_stub"),
         tlb = sym("tlb_flush_stub"),

@@ -34,6 +34,8 @@ pub const TSS_STRIDE: u64 = 0x80;
 pub const BOOT_INFO_PHYS: u64 = 0x10_4000;
 pub const PERCPU_PHYS: u64 = 0x10_5000;
 pub const PERCPU_STRIDE: u64 = 0x1000;
+/// The CPUID table (`crate::cpuid`), one page.
+pub const CPUID_PHYS: u64 = 0x1f_e000;
 /// The events page (`crate::events`): device completions posted by the VMM.
 pub const EVENTS_PHYS: u64 = 0x1f_f000;
 /// End of the boot area.
@@ -104,7 +106,8 @@ pub const fn align_down(x: u64, align: u64) -> u64 {
 }
 
 const _: () = {
-    assert!(PERCPU_PHYS + crate::MAX_CPUS as u64 * PERCPU_STRIDE <= EVENTS_PHYS);
+    assert!(PERCPU_PHYS + crate::MAX_CPUS as u64 * PERCPU_STRIDE <= CPUID_PHYS);
+    assert!(CPUID_PHYS + PAGE_SIZE <= EVENTS_PHYS);
     assert!(EVENTS_PHYS + PAGE_SIZE <= BOOT_AREA_END);
     assert!(TSS_PHYS + crate::MAX_CPUS as u64 * TSS_STRIDE <= BOOT_INFO_PHYS);
     assert!(GDT_ENTRIES * 8 <= 0x1000);

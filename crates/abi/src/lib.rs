@@ -12,6 +12,7 @@
 
 extern crate alloc;
 
+pub mod cpuid;
 pub mod debug;
 pub mod exec;
 pub mod hostcall;
@@ -25,7 +26,7 @@ pub mod tmpfs;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 30;
+pub const ABI_VERSION: u64 = 31;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");

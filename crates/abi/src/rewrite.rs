@@ -2,7 +2,7 @@
 //! answers when the kernel maps an ELF file executable. Little-endian u64 words:
 //!
 //! ```text
-//! sites, rewritten, patch count, trampoline length,
+//! sites, rewritten, cpuid sites, cpuid rewritten, patch count, trampoline length,
 //! then per patch: address, length, the bytes padded to 8,
 //! then the trampoline bytes.
 //! ```
@@ -26,6 +26,8 @@ pub struct WirePatch {
 pub struct WirePlan {
     pub sites: u64,
     pub rewritten: u64,
+    pub cpuid_sites: u64,
+    pub cpuid_rewritten: u64,
     pub patches: Vec<WirePatch>,
     pub trampolines: Vec<u8>,
 }
@@ -38,7 +40,14 @@ impl WirePlan {
     /// The encoded form.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
-        for w in [self.sites, self.rewritten, self.patches.len() as u64, self.trampolines.len() as u64] {
+        for w in [
+            self.sites,
+            self.rewritten,
+            self.cpuid_sites,
+            self.cpuid_rewritten,
+            self.patches.len() as u64,
+            self.trampolines.len() as u64,
+        ] {
             out.extend_from_slice(&w.to_le_bytes());
         }
         for p in &self.patches {
@@ -59,7 +68,9 @@ impl WirePlan {
             *at += 8;
             Some(u64::from_le_bytes(w.try_into().ok()?))
         };
-        let (sites, rewritten, n, tramp_len) = (word(&mut at)?, word(&mut at)?, word(&mut at)?, word(&mut at)?);
+        let (sites, rewritten) = (word(&mut at)?, word(&mut at)?);
+        let (cpuid_sites, cpuid_rewritten) = (word(&mut at)?, word(&mut at)?);
+        let (n, tramp_len) = (word(&mut at)?, word(&mut at)?);
         // Each patch takes at least 16 bytes: a count beyond that is a lie.
         if n > (b.len() / 16) as u64 {
             return None;
@@ -74,7 +85,7 @@ impl WirePlan {
         }
         let end = at.checked_add(usize::try_from(tramp_len).ok()?)?;
         let trampolines = b.get(at..end)?.to_vec();
-        Some(WirePlan { sites, rewritten, patches, trampolines })
+        Some(WirePlan { sites, rewritten, cpuid_sites, cpuid_rewritten, patches, trampolines })
     }
 }
 
@@ -86,7 +97,9 @@ mod tests {
     fn round_trips_and_rejects_short_or_lying_input() {
         let plan = WirePlan {
             sites: 3,
-            rewritten: 2,
+            rewritten: 1,
+            cpuid_sites: 2,
+            cpuid_rewritten: 1,
             patches: alloc::vec![
                 WirePatch { addr: 0x1000, bytes: alloc::vec![0xe9, 1, 2, 3, 4] },
                 WirePatch { addr: 0x2000, bytes: alloc::vec![0xcc; 9] },
@@ -100,10 +113,10 @@ mod tests {
             assert_eq!(WirePlan::decode(&b[..cut]), None, "cut at {cut}");
         }
         let mut lie = b.clone();
-        lie[16..24].copy_from_slice(&u64::MAX.to_le_bytes());
+        lie[32..40].copy_from_slice(&u64::MAX.to_le_bytes());
         assert_eq!(WirePlan::decode(&lie), None);
         let mut lie = b;
-        lie[40..48].copy_from_slice(&(u64::MAX - 3).to_le_bytes());
+        lie[56..64].copy_from_slice(&(u64::MAX - 3).to_le_bytes());
         assert_eq!(WirePlan::decode(&lie), None);
         assert_eq!(WirePlan::decode(&WirePlan::default().encode()), Some(WirePlan::default()));
     }

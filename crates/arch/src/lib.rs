@@ -9,6 +9,7 @@
 //! - `frame`: the user context the entry code saves (pure types).
 //! - `cpu`: this vCPU's number and per-CPU words, counters, TSC, FS base, and
 //!   typed per-CPU pointers; `sref`: a changeable `&'static T`.
+//! - `cpuid`: rewritten `cpuid` instructions answered from the VMM's table.
 //! - `task`: kernel stacks, context switches, extended register state.
 //! - `user`: fallible copies to and from the program's memory (faults caught).
 //! - `mm`: 2 MiB chunks of guest RAM (owned tokens) and the page tables' user half.
@@ -34,6 +35,7 @@ extern crate alloc;
 
 pub mod boot;
 pub mod cpu;
+pub mod cpuid;
 #[cfg(target_os = "none")]
 pub mod entry;
 pub mod events;

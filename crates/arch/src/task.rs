@@ -111,13 +111,13 @@ pub fn xfeatures() -> u64 {
 #[cfg(target_os = "none")]
 pub(crate) fn init() {
     XSAVE.call_once(|| {
-        // cpuid is unprivileged (here it exits to the hypervisor, once at boot).
-        let r = core::arch::x86_64::__cpuid_count(0xd, 0);
-        let opt = core::arch::x86_64::__cpuid_count(0xd, 1).eax & 1 != 0;
+        // From the VMM's CPUID table (a real cpuid exits to the hypervisor).
+        let [_, ebx, _, _] = crate::cpuid::query(0xd, 0);
+        let opt = crate::cpuid::query(0xd, 1)[0] & 1 != 0;
         let (lo, hi): (u32, u32);
         // SAFETY: xgetbv reads XCR0 (the VMM set CR4.OSXSAVE); no memory.
         unsafe { core::arch::asm!("xgetbv", in("ecx") 0, out("eax") lo, out("edx") hi, options(nomem, nostack)) };
-        (r.ebx, u64::from(lo) | (u64::from(hi) << 32), opt)
+        (ebx, u64::from(lo) | (u64::from(hi) << 32), opt)
     });
 }
 

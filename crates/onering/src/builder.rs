@@ -290,6 +290,10 @@ pub fn run(
     bi.boot_realtime_ns =
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     loader::write_boot_info(&mem, &bi).map_err(BuildError::BootInfo)?;
+    // What KVM answers vCPU 0 now that its state is built (the CR4 and XCR0
+    // dependent bits included): rewritten `cpuid`s are answered from it.
+    let answers = crate::arch::cpuid::table(&vcpu::guest_cpuid(&vcpu)?);
+    loader::write_cpuid(&mem, &answers).map_err(BuildError::BootInfo)?;
     // From the first free chunk on, which the kernel takes at boot for its own
     // things (kernel stacks, page tables, and then its heap: the page cache, plans).
     // Leaving that chunk without a host huge page saved 2 MiB of host memory per

@@ -772,12 +772,15 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64, summary: &cra
         say!("{line}");
     }
     say!(
-        "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} system calls trapped; \
+        "onering: stats: {} syscall sites, {} rewritten, {} left on the trap path; {} cpuid sites, {} rewritten; \
+         {} system calls trapped; \
          {} interrupts, {} APIC stores, {} thread switches; {} halts, {} kicks; {} hostcalls, {} output writes; \
          {} host-file closes, unlocks and writes carried by a later hostcall",
         r.sites,
         r.rewritten,
         r.sites - r.rewritten,
+        r.cpuid_sites,
+        r.cpuid_rewritten,
         sum(pc::TRAPS),
         sum(pc::INTERRUPTS),
         sum(pc::LAPIC_WRITES),
@@ -842,6 +845,8 @@ fn summary(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64, wall_ns: u64) -> 
         ("through rewritten sites", calls.saturating_sub(traps)),
         ("syscall sites", r.sites as u64),
         ("sites rewritten", r.rewritten as u64),
+        ("cpuid sites", r.cpuid_sites as u64),
+        ("cpuid sites rewritten", r.cpuid_rewritten as u64),
         ("faults (exceptions in ring 3)", sum(pc::FAULTS)),
         ("interrupts", sum(pc::INTERRUPTS)),
         ("APIC stores", sum(pc::LAPIC_WRITES)),

@@ -18,6 +18,7 @@ pub fn plan_at(
         entry: syscall_entry(),
         user_rsp: onering_abi::percpu_offsets::USER_RSP as u32,
         kstack_top: onering_abi::percpu_offsets::KSTACK_TOP as u32,
+        cpuid: cpuid_entry(),
     };
     rewrite::plan(&code, &functions, base, &target)
 }
@@ -39,6 +40,11 @@ pub fn syscall_entry() -> u64 {
     } else {
         kernel_image::SYSCALL_ENTRY
     }
+}
+
+/// Where rewritten `cpuid` instructions enter the kernel (`onering_arch::cpuid`).
+pub fn cpuid_entry() -> u64 {
+    kernel_image::CPUID_ENTRY
 }
 
 /// Where the `syscall` instruction traps to (LSTAR).

@@ -13,7 +13,7 @@
 //! written to a temporary name and renamed, so concurrent VMs never read half of
 //! one. Nothing here is required: any I/O error just means planning afresh.
 
-use crate::embedded::{plan_at, syscall_entry};
+use crate::embedded::{cpuid_entry, plan_at, syscall_entry};
 use onering_abi::rewrite::{WirePatch, WirePlan};
 use onering_rewrite::elf::{Program, PF_X};
 use onering_rewrite::rewrite::{Patch, Plan};
@@ -21,7 +21,7 @@ use std::path::PathBuf;
 
 /// The entry format and planner generation: bump it whenever the planner changes
 /// what it plans (old entries are then never found).
-const MAGIC: &[u8; 8] = b"ORPLAN02";
+const MAGIC: &[u8; 8] = b"ORPLAN03";
 /// Smaller files are planned faster than an entry is found.
 const MIN_FILE: usize = 256 * 1024;
 
@@ -45,6 +45,7 @@ fn key(file: &[u8], bias: u64, base: u64) -> blake3::Hash {
         bias,
         base,
         syscall_entry(),
+        cpuid_entry(),
         onering_abi::percpu_offsets::USER_RSP as u64,
         onering_abi::percpu_offsets::KSTACK_TOP as u64,
     ] {
@@ -81,6 +82,8 @@ pub fn wire_plan(file: &[u8], bias: u64, base: u64, room: u64) -> Result<Vec<u8>
     let wire = WirePlan {
         sites: p.sites as u64,
         rewritten: p.rewritten as u64,
+        cpuid_sites: p.cpuid_sites as u64,
+        cpuid_rewritten: p.cpuid_rewritten as u64,
         patches: p.patches.into_iter().map(|x| WirePatch { addr: x.addr, bytes: x.bytes }).collect(),
         trampolines: p.trampolines,
     }
@@ -95,6 +98,8 @@ fn encode(k: &blake3::Hash, p: &Plan) -> Vec<u8> {
     let body = WirePlan {
         sites: p.sites as u64,
         rewritten: p.rewritten as u64,
+        cpuid_sites: p.cpuid_sites as u64,
+        cpuid_rewritten: p.cpuid_rewritten as u64,
         patches: p.patches.iter().map(|x| WirePatch { addr: x.addr, bytes: x.bytes.clone() }).collect(),
         trampolines: p.trampolines.clone(),
     }
@@ -119,13 +124,15 @@ fn decode(e: &[u8], k: &blake3::Hash) -> Option<Plan> {
     Some(Plan {
         sites: usize::try_from(w.sites).ok()?,
         rewritten: usize::try_from(w.rewritten).ok()?,
+        cpuid_sites: usize::try_from(w.cpuid_sites).ok()?,
+        cpuid_rewritten: usize::try_from(w.cpuid_rewritten).ok()?,
         patches: w.patches.into_iter().map(|x| Patch { addr: x.addr, bytes: x.bytes }).collect(),
         trampolines: w.trampolines,
     })
 }
 
 /// Whether `p` could be the plan for `prog` at `bias`: no more rewritten sites
-/// than sites, one patch per rewritten site at most, each inside an executable
+/// than sites (of each kind), one patch per rewritten site at most, each inside an executable
 /// segment's bytes.
 fn sound(p: &Plan, prog: &Program, file: &[u8], bias: u64) -> bool {
     let code: Vec<(u64, u64)> = prog
@@ -139,7 +146,10 @@ fn sound(p: &Plan, prog: &Program, file: &[u8], bias: u64) -> bool {
             x.addr.checked_sub(*at).is_some_and(|off| off.checked_add(x.bytes.len() as u64).is_some_and(|e| e <= *len))
         })
     };
-    p.rewritten <= p.sites && p.patches.len() <= p.rewritten && p.patches.iter().all(inside)
+    p.rewritten <= p.sites
+        && p.cpuid_rewritten <= p.cpuid_sites
+        && p.patches.len() <= p.rewritten + p.cpuid_rewritten
+        && p.patches.iter().all(inside)
 }
 
 fn store(dir: &std::path::Path, path: &std::path::Path, k: &blake3::Hash, p: &Plan) -> std::io::Result<()> {

@@ -301,7 +301,8 @@ pub fn function_discovery(data: &[u8]) -> Result<(), String> {
 }
 
 /// The kernel side the rewriter is given in the fuzz targets.
-pub const TARGET: Target = Target { entry: 0xffff_ffff_8020_0030, user_rsp: 32, kstack_top: 16 };
+pub const TARGET: Target =
+    Target { entry: 0xffff_ffff_8020_0030, user_rsp: 32, kstack_top: 16, cpuid: 0xffff_ffff_8020_0040 };
 
 /// Target: what the loader does with a program file: parse, find functions, plan
 /// the rewrite of its executable segments, at the static-pie base or its link
@@ -328,8 +329,18 @@ pub fn pipeline(data: &[u8]) -> Result<(), String> {
 /// add up.
 pub fn check_plan(code: &[Code], functions: &[(u64, u64)], base: u64) -> Result<(), String> {
     let plan: Plan = rewrite::plan(code, functions, base, &TARGET);
-    if plan.rewritten > plan.sites || plan.patches.len() != plan.rewritten {
-        return Err(format!("{} sites, {} rewritten, {} patches", plan.sites, plan.rewritten, plan.patches.len()));
+    if plan.rewritten > plan.sites
+        || plan.cpuid_rewritten > plan.cpuid_sites
+        || plan.patches.len() != plan.rewritten + plan.cpuid_rewritten
+    {
+        return Err(format!(
+            "{} sites, {} rewritten, {} cpuid sites, {} rewritten, {} patches",
+            plan.sites,
+            plan.rewritten,
+            plan.cpuid_sites,
+            plan.cpuid_rewritten,
+            plan.patches.len()
+        ));
     }
     let disjoint = {
         let mut spans: Vec<(u64, u64)> =

@@ -25,6 +25,13 @@
 //! because a call pushes a return address into the red zone; systrap-style rewriting
 //! of only `mov $nr,%eax; syscall` would miss sites whose number is computed.
 //!
+//! `cpuid` is rewritten the same way when the target names a CPUID entry: here it
+//! exits to the hypervisor (~27 µs under PVM, a few µs on hardware KVM), and glibc's
+//! loader runs it ~70 times in every process. Its trampoline keeps every register
+//! but the four `cpuid` writes and the flags: RBX (an output) carries the user stack
+//! pointer to the kernel stack, where it is pushed; the entry answers from the
+//! VMM's table and returns with `ret`.
+//!
 //! A site whose neighbourhood cannot be moved safely stays as it is and traps.
 
 use crate::elf::{Program, PF_X};
@@ -45,6 +52,8 @@ pub struct Target {
     /// `%gs` offsets of the user stack pointer slot and of the kernel stack top.
     pub user_rsp: u32,
     pub kstack_top: u32,
+    /// Ring-3 CPUID entry of the kernel; 0: `cpuid` instructions stay as they are.
+    pub cpuid: u64,
 }
 
 /// Bytes to write over the program's code.
@@ -64,6 +73,10 @@ pub struct Plan {
     pub sites: usize,
     /// Of those, rewritten.
     pub rewritten: usize,
+    /// `cpuid` instructions found (none when the target has no CPUID entry), and
+    /// of those, rewritten.
+    pub cpuid_sites: usize,
+    pub cpuid_rewritten: usize,
 }
 
 /// A stretch of code to decode: its (loaded) address and bytes.
@@ -87,6 +100,7 @@ pub fn program_code<'a>(prog: &Program, file: &'a [u8], bias: u64) -> Vec<Code<'
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Kind {
     Syscall,
+    Cpuid,
     /// A direct jump, conditional jump, call or loop, and where it goes.
     Branch(u64),
     Return,
@@ -120,6 +134,7 @@ fn site_or_branch(i: &X86, next: u64) -> Option<Kind> {
     use Opcode::*;
     Some(match i.opcode() {
         SYSCALL => Kind::Syscall,
+        CPUID => Kind::Cpuid,
         JMP | CALL | JO | JNO | JB | JNB | JZ | JNZ | JA | JNA | JS | JNS | JP | JNP | JL | JGE | JLE | JG | LOOP
         | LOOPZ | LOOPNZ | JRCXZ | JECXZ => match i.operand(0) {
             Operand::ImmediateI8 { imm } => Kind::Branch(next.wrapping_add(imm as i64 as u64)),
@@ -212,6 +227,7 @@ fn scan(addr: u64, bytes: &[u8], mut f: impl FnMut(u64, Kind)) {
                     ip,
                     match flow {
                         Flow::Syscall => Kind::Syscall,
+                        Flow::Cpuid => Kind::Cpuid,
                         Flow::Branch(t) => Kind::Branch(t),
                         Flow::Other => Kind::Plain,
                     },
@@ -226,14 +242,15 @@ fn scan(addr: u64, bytes: &[u8], mut f: impl FnMut(u64, Kind)) {
     }
 }
 
-fn has_syscall_bytes(b: &[u8]) -> bool {
-    memchr::memmem::find(b, &[0x0f, 0x05]).is_some()
+/// Whether `b` holds the bytes of a `syscall`, or of a `cpuid` if `cpuid` is set.
+fn has_site_bytes(b: &[u8], cpuid: bool) -> bool {
+    memchr::memmem::find(b, &[0x0f, 0x05]).is_some() || (cpuid && memchr::memmem::find(b, &[0x0f, 0xa2]).is_some())
 }
 
 /// The pieces of `code` to decode one by one: each function wholly inside a piece
 /// of code, and the gaps between them; only those that may hold a site. `code`
 /// pieces must not wrap around the address space; `functions` must be sorted.
-fn units<'a>(code: &[Code<'a>], functions: &[(u64, u64)]) -> Vec<Code<'a>> {
+fn units<'a>(code: &[Code<'a>], functions: &[(u64, u64)], cpuid: bool) -> Vec<Code<'a>> {
     let mut out = Vec::new();
     for c in code {
         let end = c.addr.saturating_add(c.bytes.len() as u64);
@@ -263,7 +280,7 @@ fn units<'a>(code: &[Code<'a>], functions: &[(u64, u64)]) -> Vec<Code<'a>> {
             out.push(piece(at, end));
         }
     }
-    out.retain(|u| has_syscall_bytes(u.bytes));
+    out.retain(|u| has_site_bytes(u.bytes, cpuid));
     out
 }
 
@@ -300,7 +317,10 @@ fn rel32(from_next: u64, to: u64) -> Option<[u8; 4]> {
 
 /// Builds the trampoline for a window (`pre`, the site, `post`) at `at`, returning
 /// to `back`.
-fn trampoline(pre: &[Ins], post: &[Ins], code: &Code, at: u64, back: u64, t: &Target) -> Option<Vec<u8>> {
+fn trampoline(kind: Kind, pre: &[Ins], post: &[Ins], code: &Code, at: u64, back: u64, t: &Target) -> Option<Vec<u8>> {
+    if kind == Kind::Cpuid {
+        return cpuid_trampoline(pre, post, code, at, back, t);
+    }
     let mut out = encode(pre, code, at)?;
     // mov %rsp, %r11 ; mov %gs:kstack_top, %rsp ; mov %r11, %gs:user_rsp
     // (R11 is scratch: `syscall` clobbers it. The per-CPU slot is written only once
@@ -332,7 +352,34 @@ fn trampoline(pre: &[Ins], post: &[Ins], code: &Code, at: u64, back: u64, t: &Ta
     Some(out)
 }
 
-/// Finds and rewrites the `syscall` sites of `code`; trampolines go at `base`
+/// The trampoline of a `cpuid` site: the moved instructions before it; then
+/// `mov %rsp, %rbx ; mov %gs:kstack_top, %rsp ; push %rbx ; call *E(%rip) ;
+/// pop %rsp` (RBX is one of `cpuid`'s outputs; the entry keeps every other
+/// register and the flags, and nothing touches the program's stack); the moved
+/// instructions after it; the jump back; E, the entry's address.
+fn cpuid_trampoline(pre: &[Ins], post: &[Ins], code: &Code, at: u64, back: u64, t: &Target) -> Option<Vec<u8>> {
+    let mut out = encode(pre, code, at)?;
+    out.extend([0x48, 0x89, 0xe3]);
+    out.extend([0x65, 0x48, 0x8b, 0x24, 0x25]);
+    out.extend(t.kstack_top.to_le_bytes());
+    out.push(0x53);
+    let call_at = at.checked_add(out.len() as u64)?;
+    let post_at = call_at.checked_add(6 + 1)?;
+    let post_code = encode(post, code, post_at)?;
+    let jmp_back_at = post_at.checked_add(post_code.len() as u64)?;
+    let e = jmp_back_at.checked_add(JMP_LEN as u64)?;
+    out.extend([0xff, 0x15]);
+    out.extend(rel32(call_at + 6, e)?);
+    out.push(0x5c);
+    out.extend(&post_code);
+    out.push(0xe9);
+    out.extend(rel32(jmp_back_at.checked_add(5)?, back)?);
+    out.extend(t.cpuid.to_le_bytes());
+    Some(out)
+}
+
+/// Finds and rewrites the `syscall` sites of `code` (and its `cpuid` sites, if
+/// `target.cpuid` is set); trampolines go at `base`
 /// (which must be within ±2 GiB of the code). `functions` are function ranges
 /// (loaded addresses) from [`crate::functions::ranges`], empty if there are none.
 ///
@@ -354,9 +401,10 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
     // Pass 1, streaming (no instruction is kept: a large binary has hundreds of
     // thousands): every direct branch target, and for each site where decoding may
     // restart to see the instructions just before it.
-    let units = units(&code, functions);
+    let cpuid = target.cpuid != 0;
+    let units = units(&code, functions, cpuid);
     let mut targets: Vec<u64> = Vec::new();
-    let mut sites: Vec<(usize, u64, u64)> = Vec::new(); // (unit, restart address, site)
+    let mut sites: Vec<(usize, u64, u64, Kind)> = Vec::new(); // (unit, restart address, site, kind)
     for (n, unit) in units.iter().enumerate() {
         targets.push(unit.addr);
         let mut recent = [0u64; REACH];
@@ -364,10 +412,10 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
         scan(unit.addr, unit.bytes, |ip, kind| {
             match kind {
                 Kind::Branch(t) => targets.push(t),
-                Kind::Syscall => {
+                Kind::Syscall | Kind::Cpuid if kind == Kind::Syscall || cpuid => {
                     let back = seen.min(REACH);
                     let restart = if back == 0 { ip } else { recent[(seen - back) % REACH] };
-                    sites.push((n, restart, ip));
+                    sites.push((n, restart, ip, kind));
                 }
                 _ => {}
             }
@@ -379,9 +427,10 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
     targets.dedup();
 
     // Pass 2: decode a few instructions around each site and rewrite it.
-    let mut plan = Plan { sites: sites.len(), ..Plan::default() };
+    let cpuid_sites = sites.iter().filter(|s| s.3 == Kind::Cpuid).count();
+    let mut plan = Plan { sites: sites.len() - cpuid_sites, cpuid_sites, ..Plan::default() };
     let mut done_until = 0u64; // code below this address is already patched
-    for (n, restart, site) in sites {
+    for (n, restart, site, kind) in sites {
         let Some(unit) = units.get(n) else { continue };
         // In the unit: `restart <= site`, and `done_until` counts only if it is above
         // `restart` (so inside the unit) and not above the site.
@@ -389,7 +438,7 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
         // A signal restorer's unwind entry starts a byte before it (glibc: for
         // unwinders, which subtract one from return addresses), so decoding from
         // the unit's start can be out of step there: start at its `mov` itself.
-        if let Some(n) = sigreturn_mov_before(unit, site) {
+        if let Some(n) = sigreturn_mov_before(unit, site).filter(|_| kind == Kind::Syscall) {
             if site - n >= done_until {
                 from = site - n;
             }
@@ -407,7 +456,7 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
         let Some(at) = base.checked_add(plan.trampolines.len() as u64) else {
             continue;
         };
-        let Some(tramp) = trampoline(&local[lo..idx], &local[idx + 1..=hi], unit, at, we, target) else {
+        let Some(tramp) = trampoline(kind, &local[lo..idx], &local[idx + 1..=hi], unit, at, we, target) else {
             continue;
         };
         let Some(rel) = rel32(ws + JMP_LEN as u64, at) else {
@@ -418,7 +467,11 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
         bytes.resize((we - ws) as usize, 0xcc); // int3: nothing may land here
         plan.patches.push(Patch { addr: ws, bytes });
         plan.trampolines.extend(tramp);
-        plan.rewritten += 1;
+        if kind == Kind::Cpuid {
+            plan.cpuid_rewritten += 1;
+        } else {
+            plan.rewritten += 1;
+        }
         done_until = we;
     }
     plan
@@ -470,7 +523,8 @@ fn window(unit: &[Ins], idx: usize, targets: &[u64]) -> Option<(usize, usize)> {
 mod tests {
     use super::*;
 
-    const T: Target = Target { entry: 0xffff_ffff_8020_0030, user_rsp: 32, kstack_top: 16 };
+    const T: Target =
+        Target { entry: 0xffff_ffff_8020_0030, user_rsp: 32, kstack_top: 16, cpuid: 0xffff_ffff_8020_0040 };
 
     fn run(code: &[u8]) -> Plan {
         plan(&[Code { addr: 0x401000, bytes: code }], &[], 0x500000, &T)
@@ -511,6 +565,39 @@ mod tests {
         assert_eq!(&p.trampolines[..5], &[0xb8, 1, 0, 0, 0]);
         // And ends with the kernel entry.
         assert_eq!(&p.trampolines[p.trampolines.len() - 8..], &T.entry.to_le_bytes());
+    }
+
+    #[test]
+    fn cpuid_is_rewritten_into_a_call_on_the_kernel_stack() {
+        // mov $7, %eax ; xor %ecx, %ecx ; cpuid ; ret
+        let code = [0xb8, 7, 0, 0, 0, 0x31, 0xc9, 0x0f, 0xa2, 0xc3];
+        let p = run(&code);
+        assert_eq!((p.sites, p.rewritten, p.cpuid_sites, p.cpuid_rewritten), (0, 0, 1, 1));
+        assert_eq!(p.patches[0].addr, 0x401000, "mov, xor and cpuid make the window");
+        let t = iced(0x500000, &p.trampolines[..p.trampolines.len() - 8]);
+        use iced_x86::{Code as C, Register as R};
+        let ops: Vec<C> = t.iter().map(|i| i.code()).collect();
+        let glue = [
+            C::Mov_r32_imm32,
+            C::Xor_rm32_r32,
+            C::Mov_rm64_r64,
+            C::Mov_r64_rm64,
+            C::Push_r64,
+            C::Call_rm64,
+            C::Pop_r64,
+            C::Jmp_rel32_64,
+        ];
+        assert_eq!(ops[..8], glue);
+        assert_eq!((t[2].op0_register(), t[2].op1_register()), (R::RBX, R::RSP));
+        assert_eq!((t[3].segment_prefix(), t[3].memory_displacement64()), (R::GS, 16));
+        assert_eq!(t[7].near_branch_target(), 0x401009, "back to the ret");
+        let entry = t[5].ip_rel_memory_address();
+        assert_eq!(entry, 0x500000 + p.trampolines.len() as u64 - 8, "the call reads the entry's address");
+        assert_eq!(&p.trampolines[p.trampolines.len() - 8..], &T.cpuid.to_le_bytes());
+        // Without a CPUID entry, cpuid is not a site.
+        let off = Target { cpuid: 0, ..T };
+        let p = plan(&[Code { addr: 0x401000, bytes: &code }], &[], 0x500000, &off);
+        assert_eq!((p.cpuid_sites, p.cpuid_rewritten, p.patches.len()), (0, 0, 0));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! A table-driven x86-64 instruction-length decoder for the rewriter's first pass.
 //!
 //! Pass 1 sweeps every byte of code that may hold a `syscall` and needs only each
-//! instruction's length, whether it is `syscall`, and where a direct branch goes.
+//! instruction's length, whether it is `syscall` or `cpuid`, and where a direct branch goes.
 //! A full decoder (yaxpeax) spends ~22 ns per instruction producing operands nobody
 //! reads; this one reads prefixes, the opcode, ModRM/SIB and the immediate size and
 //! stops, at a few nanoseconds. It is a real decoder, not a byte search: it walks
@@ -14,6 +14,8 @@
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Flow {
     Syscall,
+    /// `cpuid` (also rewritten: here it exits to the hypervisor).
+    Cpuid,
     /// A direct jump, conditional jump, call, loop or jrcxz, and its target.
     Branch(u64),
     /// Anything else.
@@ -217,6 +219,7 @@ pub fn decode(b: &[u8], ip: u64) -> Option<(usize, Flow)> {
             p += 1;
             match op2 {
                 0x05 => finish(p, Flow::Syscall),
+                0xa2 => finish(p, Flow::Cpuid),
                 0x38 => {
                     b.get(p)?; // the third opcode byte
                     let len = p + 1 + modrm_len(b.get(p + 1..)?)?;
@@ -319,6 +322,7 @@ mod tests {
     #[test]
     fn common_shapes() {
         assert_eq!(d(&[0x0f, 0x05]), Some((2, Flow::Syscall)));
+        assert_eq!(d(&[0x0f, 0xa2]), Some((2, Flow::Cpuid)));
         assert_eq!(d(&[0xb8, 1, 0, 0, 0]), Some((5, Flow::Other)));
         assert_eq!(d(&[0x48, 0xb8, 1, 2, 3, 4, 5, 6, 7, 8]), Some((10, Flow::Other)));
         assert_eq!(d(&[0x66, 0xb8, 1, 2]), Some((4, Flow::Other)));

@@ -13,7 +13,7 @@ use onering_rewrite::rewrite::{plan, program_code, Plan, Target};
 use onering_rewrite::x86len::{self, Flow};
 use std::path::Path;
 
-const T: Target = Target { entry: 0xffff_ffff_8020_0030, user_rsp: 32, kstack_top: 16 };
+const T: Target = Target { entry: 0xffff_ffff_8020_0030, user_rsp: 32, kstack_top: 16, cpuid: 0xffff_ffff_8020_0040 };
 
 /// Plans the rewrite of `path` as the loader would, and checks every patch.
 fn check(path: &Path) -> Plan {
@@ -28,15 +28,18 @@ fn check(path: &Path) -> Plan {
     let took = start.elapsed();
     let text: usize = code.iter().map(|c| c.bytes.len()).sum();
     eprintln!(
-        "{}: {} KiB of code, {} sites, {} rewritten, in {:?}",
+        "{}: {} KiB of code, {} sites, {} rewritten, {} cpuid sites, {} rewritten, in {:?}",
         path.display(),
         text / 1024,
         plan.sites,
         plan.rewritten,
+        plan.cpuid_sites,
+        plan.cpuid_rewritten,
         took
     );
     assert!(plan.sites > 0);
     assert_eq!(plan.rewritten, plan.sites, "every site rewritten");
+    assert_eq!(plan.cpuid_rewritten, plan.cpuid_sites, "every cpuid rewritten");
     assert!(took.as_millis() < 200, "rewriting took {took:?}");
 
     let bytes_at = |addr: u64, len: usize| -> &[u8] {
@@ -56,19 +59,26 @@ fn check(path: &Path) -> Plan {
         assert!(tramp >= base && tramp < base + plan.trampolines.len() as u64);
         // The displaced instructions, and what the trampoline runs.
         let original = common::iced(p.addr, bytes_at(p.addr, p.bytes.len()));
-        let sys = original.iter().position(|i| i.mnemonic() == Mnemonic::Syscall).expect("a syscall in the window");
+        let sys = original
+            .iter()
+            .position(|i| matches!(i.mnemonic(), Mnemonic::Syscall | Mnemonic::Cpuid))
+            .expect("a syscall or cpuid in the window");
         let moved = common::iced(tramp, &plan.trampolines[(tramp - base) as usize..]);
         let ops = |v: &[Instruction]| v.iter().map(|i| i.code()).collect::<Vec<_>>();
         assert_eq!(ops(&moved[..sys]), ops(&original[..sys]), "instructions before the site at {:#x}", p.addr);
-        let glue = [
-            Op::Mov_rm64_r64,
-            Op::Mov_r64_rm64,
-            Op::Mov_rm64_r64,
-            Op::Pushfq,
-            Op::Pop_r64,
-            Op::Lea_r64_m,
-            Op::Jmp_rm64,
-        ];
+        let glue: &[Op] = if original[sys].mnemonic() == Mnemonic::Cpuid {
+            &[Op::Mov_rm64_r64, Op::Mov_r64_rm64, Op::Push_r64, Op::Call_rm64, Op::Pop_r64]
+        } else {
+            &[
+                Op::Mov_rm64_r64,
+                Op::Mov_r64_rm64,
+                Op::Mov_rm64_r64,
+                Op::Pushfq,
+                Op::Pop_r64,
+                Op::Lea_r64_m,
+                Op::Jmp_rm64,
+            ]
+        };
         assert_eq!(ops(&moved[sys..sys + glue.len()]), glue, "entry sequence at {:#x}", p.addr);
         let post = &original[sys + 1..];
         let after = &moved[sys + glue.len()..sys + glue.len() + post.len() + 1];
@@ -101,7 +111,7 @@ fn executable_segments(file: &[u8]) -> Vec<elf::Segment> {
 
 /// The length decoder of pass 1 agrees with iced-x86 on every instruction of
 /// the binary's executable segments (a linear sweep), in length, in which are
-/// `syscall`s and in where direct branches go.
+/// `syscall`s and `cpuid`s and in where direct branches go.
 fn lengths_agree(path: &Path) {
     let file = std::fs::read(path).unwrap();
     let mut checked = 0usize;
@@ -118,6 +128,8 @@ fn lengths_agree(path: &Path) {
             }
             let flow = if ins.mnemonic() == Mnemonic::Syscall {
                 Flow::Syscall
+            } else if ins.mnemonic() == Mnemonic::Cpuid {
+                Flow::Cpuid
             } else if ins.is_jmp_short_or_near()
                 || ins.is_jcc_short_or_near()
                 || ins.is_call_near()
@@ -174,7 +186,17 @@ fn unwind_ranges_agree_with_symbols() {
 fn glibc_static_busybox() {
     let bb = Path::new("/bin/busybox");
     assert!(bb.exists(), "/bin/busybox missing (apt-get install busybox-static)");
-    check(bb);
+    let plan = check(bb);
+    // glibc reads the CPU's features with `cpuid` at start-up.
+    assert!(plan.cpuid_sites > 0, "no cpuid in a static glibc program");
+}
+
+#[test]
+fn glibc_dynamic_loader() {
+    // The loader of every dynamic program: its `cpuid`s (~70 run per process) are
+    // rewritten like its system calls.
+    let plan = check(Path::new("/lib64/ld-linux-x86-64.so.2"));
+    assert!(plan.cpuid_sites > 0);
 }
 
 #[test]

@@ -513,22 +513,31 @@ fn maps(k: &Kernel, space: &crate::mm::spaces::Space, image: &ExecImage) -> Vec<
     out
 }
 
-/// The CPU's vendor, model and flags from CPUID.
+/// The CPU's vendor, model and flags from CPUID (the VMM's table).
 fn cpuid() -> CpuId {
-    use core::arch::x86_64::__cpuid;
-    let l0 = __cpuid(0);
+    struct R {
+        eax: u32,
+        ebx: u32,
+        ecx: u32,
+        edx: u32,
+    }
+    let cpuid = |leaf| {
+        let [eax, ebx, ecx, edx] = onering_arch::cpuid::query(leaf, 0);
+        R { eax, ebx, ecx, edx }
+    };
+    let l0 = cpuid(0);
     let mut vendor = Vec::new();
     for r in [l0.ebx, l0.edx, l0.ecx] {
         vendor.extend_from_slice(&r.to_le_bytes());
     }
-    let l1 = __cpuid(1);
-    let l7 = if l0.eax >= 7 { __cpuid(7).ebx } else { 0 };
+    let l1 = cpuid(1);
+    let l7 = if l0.eax >= 7 { cpuid(7).ebx } else { 0 };
     let family = (l1.eax >> 8) & 0xf;
     let model = ((l1.eax >> 4) & 0xf) | if family >= 6 { ((l1.eax >> 16) & 0xf) << 4 } else { 0 };
     let mut name = Vec::new();
-    if __cpuid(0x8000_0000).eax >= 0x8000_0004 {
+    if cpuid(0x8000_0000).eax >= 0x8000_0004 {
         for leaf in 0x8000_0002..=0x8000_0004u32 {
-            let r = __cpuid(leaf);
+            let r = cpuid(leaf);
             for x in [r.eax, r.ebx, r.ecx, r.edx] {
                 name.extend_from_slice(&x.to_le_bytes());
             }

@@ -68,7 +68,7 @@ type Pieces = Vec<Vec<u8>>;
 const SHEBANG_MAX: usize = 256;
 /// Interpreters of interpreters followed (Linux: 4 levels of binfmt).
 const MAX_SCRIPT_DEPTH: usize = 4;
-/// Room for the trampolines of one `syscall` site, to size a library's
+/// Room for the trampolines of one `syscall` or `cpuid` site, to size a library's
 /// trampoline mapping before the plan is known (the longest seen is ~90 bytes).
 const TRAMPOLINE_ROOM: u64 = 128;
 /// Plans kept (a program and its libraries take a few each).
@@ -190,8 +190,9 @@ fn prot_of(flags: u32) -> u32 {
         | (if flags & PF_X != 0 { PROT_EXEC } else { 0 })
 }
 
-/// Bytes `0f 05` in the executable segments of the file that is `pieces` (each
-/// [`PIECE`] bytes long but the last): an upper bound on the sites.
+/// Bytes `0f 05` (`syscall`) and `0f a2` (`cpuid`) in the executable segments of
+/// the file that is `pieces` (each [`PIECE`] bytes long but the last): an upper
+/// bound on the sites.
 fn site_bound(prog: &Program, pieces: &[Vec<u8>]) -> u64 {
     let mut n = 0;
     for s in prog.segments.iter().filter(|s| s.flags & PF_X != 0) {
@@ -201,8 +202,8 @@ fn site_bound(prog: &Program, pieces: &[Vec<u8>]) -> u64 {
             let from = (at % PIECE) as usize;
             let b = p.get(from..p.len().min(from.saturating_add((end - at) as usize))).unwrap_or(&[]);
             let Some(&tail) = b.last() else { break };
-            let inside = b.windows(2).filter(|w| *w == [0x0f, 0x05]).count() as u64;
-            n += inside + u64::from(last == 0x0f && b[0] == 0x05);
+            let inside = b.windows(2).filter(|w| w[0] == 0x0f && matches!(w[1], 0x05 | 0xa2)).count() as u64;
+            n += inside + u64::from(last == 0x0f && matches!(b[0], 0x05 | 0xa2));
             last = tail;
             at += b.len() as u64;
         }

@@ -1,5 +1,6 @@
 //! The CPUID each vCPU gets: everything KVM supports (`KVM_GET_SUPPORTED_CPUID`),
-//! with the vCPU's own APIC id, and the XSAVE features that decide XCR0.
+//! with the vCPU's own APIC id, and the XSAVE features that decide XCR0; and the
+//! table the guest answers rewritten `cpuid`s from.
 
 use kvm_bindings::CpuId;
 
@@ -8,13 +9,26 @@ use kvm_bindings::CpuId;
 pub fn for_vcpu(supported: &CpuId, id: u64) -> CpuId {
     let mut cpuid = supported.clone();
     for e in cpuid.as_mut_slice() {
-        match e.function {
-            1 => e.ebx = (e.ebx & 0x00ff_ffff) | ((id as u32) << 24),
-            0xb | 0x1f => e.edx = id as u32,
-            _ => {}
-        }
+        [e.eax, e.ebx, e.ecx, e.edx] = onering_abi::cpuid::for_cpu(e.function, [e.eax, e.ebx, e.ecx, e.edx], id as u32);
     }
     cpuid
+}
+
+/// `cpuid`'s entries as the guest's CPUID table (`onering_abi::cpuid`).
+pub fn table(cpuid: &CpuId) -> Vec<onering_abi::cpuid::Entry> {
+    cpuid
+        .as_slice()
+        .iter()
+        .map(|e| onering_abi::cpuid::Entry {
+            function: e.function,
+            index: e.index,
+            flags: e.flags & onering_abi::cpuid::SIGNIFICANT_INDEX,
+            eax: e.eax,
+            ebx: e.ebx,
+            ecx: e.ecx,
+            edx: e.edx,
+        })
+        .collect()
 }
 
 /// XSAVE features the CPU supports (CPUID leaf 0xD, subleaf 0); x87 and SSE if the

@@ -140,11 +140,14 @@ fn heap_size(mem: u64) -> u64 {
     }
 }
 
-/// How many system-call sites were found and rewritten.
+/// How many system-call sites, and how many `cpuid` sites, were found and
+/// rewritten in the first program.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct RewriteStats {
     pub sites: usize,
     pub rewritten: usize,
+    pub cpuid_sites: usize,
+    pub cpuid_rewritten: usize,
 }
 
 /// Where the program goes: the load bias (static-pie) and the end of its image.
@@ -390,7 +393,13 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         ..Default::default()
     };
     write_boot_info(mem, &bi)?;
-    Ok((bi, RewriteStats { sites: rewrite.sites, rewritten: rewrite.rewritten }))
+    let stats = RewriteStats {
+        sites: rewrite.sites,
+        rewritten: rewrite.rewritten,
+        cpuid_sites: rewrite.cpuid_sites,
+        cpuid_rewritten: rewrite.cpuid_rewritten,
+    };
+    Ok((bi, stats))
 }
 
 fn words_to_bytes(words: &[u64]) -> Vec<u8> {
@@ -420,6 +429,12 @@ fn percpu_bytes(h: &PerCpuHeader) -> Vec<u8> {
     w.push(h.hostcall.ret);
     w.extend([h.traps, h.interrupts, h.lapic_writes, h.switches]);
     words_to_bytes(&w)
+}
+
+/// Writes the CPUID table the kernel answers rewritten `cpuid`s from
+/// (`onering_abi::cpuid`).
+pub fn write_cpuid(mem: &GuestMemoryMmap, entries: &[onering_abi::cpuid::Entry]) -> Result<()> {
+    write(mem, layout::CPUID_PHYS, &onering_abi::cpuid::encode(entries))
 }
 
 /// Serializes the boot info field by field (it is `#[repr(C)]`, all `u64`s).

@@ -9,6 +9,11 @@ use crate::arch::{cpuid, regs};
 use kvm_bindings::{kvm_msr_entry, kvm_run__bindgen_ty_1__bindgen_ty_6 as KvmMmio, kvm_xcrs, CpuId, Msrs};
 use kvm_ioctls::{VcpuFd, VmFd};
 
+/// The CPUID KVM answers `vcpu` with, as its state now is.
+pub fn guest_cpuid(vcpu: &VcpuFd) -> Result<CpuId> {
+    ioctl("KVM_GET_CPUID2", vcpu.get_cpuid2(kvm_bindings::KVM_MAX_CPUID_ENTRIES))
+}
+
 /// Creates vCPU `id`, ready to start in ring 3 at `entry` on `stack` with `rdi = arg`.
 pub fn create_vcpu(vm: &VmFd, cpuid: &CpuId, id: u64, entry: u64, stack: u64, arg: u64, lstar: u64) -> Result<VcpuFd> {
     let vcpu = ioctl("KVM_CREATE_VCPU", vm.create_vcpu(id))?;
