@@ -58,13 +58,15 @@ extern "C" fn onering_cpuid(leaf: u32, sub: u32, out: &mut [u32; 4]) {
     *out = query(leaf, sub);
 }
 
+// (In a section of its own, which the linker script keeps: nothing in the kernel
+// calls it; the VMM puts its address in the trampolines.)
 // Ring 3, called by a rewritten site's trampoline on the thread's kernel stack
 // (the interrupt stub then treats the thread as in the kernel and does not preempt
 // it): EAX and ECX in, EAX, EBX, ECX, EDX out (upper halves zeroed, as `cpuid`
 // leaves them); every other register and the flags kept.
 core::arch::global_asm!(
     r#"
-    .pushsection .text.entry, "ax"
+    .pushsection .text.cpuid, "ax"
     .global cpuid_entry
 cpuid_entry:
     pushfq
