@@ -47,6 +47,7 @@ pub(crate) fn init(boot_info: u64) -> Boot {
     crate::heap::init(info);
     crate::supervisor::init(info.flags);
     crate::cpuid::init();
+    crate::mm::set_small_pages_end(info.phys_free_start);
     crate::task::init();
     let mut chunks = ChunkAllocator::new();
     for (i, r) in info.mem.iter().take(info.nmem as usize).enumerate() {

@@ -234,6 +234,10 @@ mod global {
         }
     }
 
+    /// How far into a 2 MiB chunk of the heap's first region an allocation must
+    /// reach for the chunk to be merged into a host huge page.
+    const DEEP: u64 = 512 << 10;
+
     // SAFETY: every block handed out lies inside one region and is handed out
     // once until freed (linked_list_allocator's contract, and a class's list holds
     // each of its blocks once); the class of a layout is fixed, so `dealloc` gives
@@ -243,10 +247,19 @@ mod global {
     unsafe impl GlobalAlloc for Locked {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             let mut h = self.0.lock();
-            match class_of(layout) {
+            let p = match class_of(layout) {
                 Some(c) => h.take(c),
                 None => h.first_fit(layout),
+            };
+            drop(h);
+            // The heap's first region lies where the host backs RAM with small
+            // pages: once it is used deep into a chunk (the page cache of the
+            // libraries a program loads), that chunk gets a host huge page.
+            let end = (p as u64).wrapping_add(layout.size() as u64);
+            if !p.is_null() && end % onering_abi::layout::HUGE_PAGE_SIZE >= DEEP {
+                crate::mm::prefer_huge(end.wrapping_sub(onering_abi::layout::DIRECT_MAP_BASE));
             }
+            p
         }
 
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {

@@ -72,6 +72,13 @@ pub fn killed(signal: u64, rip: u64, addr: u64) -> ! {
     crate::panic::halt_forever()
 }
 
+/// Asks the VMM to back the chunk at guest-physical `phys` with one host huge
+/// page (`Hostcall::HugePages`); 0 or a negative errno (the chunk is then only
+/// slower to touch).
+pub fn huge_pages(phys: u64) -> i64 {
+    hostcall(Hostcall::HugePages, &[phys]) as i64
+}
+
 /// The address of this vCPU's last page fault (CR2, which ring 0 here cannot read).
 pub fn fault_addr() -> u64 {
     hostcall(Hostcall::FaultAddr, &[])

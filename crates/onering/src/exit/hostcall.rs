@@ -68,6 +68,7 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::Fs) => env.host_file(args),
         Some(Hostcall::Rewrite) => rewrite(args, env.mem()),
         Some(Hostcall::SetRoot) => set_root(args[0], env),
+        Some(Hostcall::HugePages) => huge_pages(args[0], env.mem()),
         Some(Hostcall::Trace) => trace(args, env.mem()),
         Some(Hostcall::Debug) => env.debug_stop(args),
         Some(Hostcall::ExecTake) => env.exec_take(args[0], args[1]),
@@ -254,6 +255,24 @@ fn set_root(root: u64, env: &mut impl Env) -> i64 {
             0
         }
         Err(e) => e,
+    }
+}
+
+/// `HugePages`: the chunk at guest-physical `phys` merged into a host huge page.
+/// Only a whole 2 MiB chunk of guest RAM: the guest chooses `phys`.
+fn huge_pages(phys: u64, mem: &GuestMemoryMmap) -> i64 {
+    use vm_memory::GuestMemoryBackend;
+    let len = onering_abi::layout::HUGE_PAGE_SIZE;
+    let at = |a: Option<u64>| a.and_then(|a| mem.get_host_address(GuestAddress(a)).ok());
+    // Both ends in guest RAM, one mapping apart (so in one region).
+    let (first, last) = (at(Some(phys)), at(phys.checked_add(len - 1)));
+    let Some(host) = first.filter(|f| phys.is_multiple_of(len) && last == Some(f.wrapping_add(len as usize - 1)))
+    else {
+        return -EINVAL;
+    };
+    match crate::sys::collapse_hugepages(host, len as usize) {
+        Ok(()) => 0,
+        Err(e) => -i64::from(e.raw_os_error().unwrap_or(libc::EIO)),
     }
 }
 
@@ -512,6 +531,24 @@ mod tests {
         assert_eq!((ret(&e), e.roots.clone()), (0, vec![root]));
         call(&mut e, Hostcall::Write, &[1, 0x40_1000, 5]);
         assert_eq!(e.out, [(1, b"other".to_vec())]);
+    }
+
+    /// `HugePages` takes only a whole, aligned chunk of guest RAM, and keeps what
+    /// the chunk holds.
+    #[test]
+    fn huge_pages_takes_a_whole_chunk_and_keeps_it() {
+        let mut e = env();
+        for bad in [0x1000, 0x30_0000, 8 << 20, 6 << 20 | 1, !0x1f_ffff] {
+            assert_eq!(call(&mut e, Hostcall::HugePages, &[bad]), Action::Resume);
+            assert_eq!(ret(&e), -EINVAL, "{bad:#x}");
+        }
+        e.mem.write_slice(b"kept", GuestAddress(0x40_1234)).unwrap();
+        assert_eq!(call(&mut e, Hostcall::HugePages, &[0x40_0000]), Action::Resume);
+        // 0, or the host's refusal (a host without huge pages): never a lost byte.
+        assert!(ret(&e) == 0 || ret(&e) < 0 && ret(&e) != -EINVAL, "{}", ret(&e));
+        let mut b = [0u8; 4];
+        e.mem.read_slice(&mut b, GuestAddress(0x40_1234)).unwrap();
+        assert_eq!(&b, b"kept");
     }
 
     #[test]

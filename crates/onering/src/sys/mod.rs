@@ -15,6 +15,22 @@ use kvm_ioctls::VmFd;
 
 /// Asks the host to back `len` bytes at `host` (inside guest memory this process
 /// mapped) with transparent huge pages.
+/// Merges the small host pages of `[host, host + len)` (a 2 MiB aligned range
+/// inside guest RAM) into huge pages now (`MADV_COLLAPSE`, after `MADV_HUGEPAGE`).
+pub fn collapse_hugepages(host: *mut u8, len: usize) -> std::io::Result<()> {
+    const MADV_COLLAPSE: libc::c_int = 25;
+    advise_hugepages(host, len);
+    // SAFETY: madvise on a range inside a mapping this process owns (the caller
+    // checked it is guest RAM); MADV_COLLAPSE copies the pages into a huge page and
+    // never changes what they hold.
+    let r = unsafe { libc::madvise(host as *mut libc::c_void, len, MADV_COLLAPSE) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 pub fn advise_hugepages(host: *mut u8, len: usize) {
     let page = 4096;
     let start = (host as usize).next_multiple_of(page);
