@@ -562,7 +562,7 @@ impl Vfs {
                 return Err(Errno::ENAMETOOLONG);
             }
             self.entries(at)?;
-            self.load(at)?;
+            self.prepare_lookup(at, part)?;
             if last && self.node(at).host.is_some() {
                 self.refresh_entry(at, part)?;
             }
