@@ -46,6 +46,13 @@ pub fn advise_hugepages(host: *mut u8, len: usize) {
     }
 }
 
+/// Whether the host gives transparent huge pages to memory that asks for them
+/// (`always` or `madvise` in /sys/kernel/mm/transparent_hugepage/enabled).
+pub fn huge_pages_offered() -> bool {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .is_ok_and(|s| s.contains("[always]") || s.contains("[madvise]"))
+}
+
 /// Maps `len` bytes of `file` from `offset` at `host` (both page-aligned; `host`
 /// inside guest memory this process mapped) in place of the anonymous memory there,
 /// private and copy-on-write: pages the guest only reads stay the host's page
