@@ -107,6 +107,8 @@ impl core::ops::Deref for Ops {
 /// entries, a stat each on the host) cost a dynamic program ~4 ms at start, and a
 /// shell ~4 ms for its first command found in `/usr/bin`.
 pub const BIG_DIR: u64 = 16 << 10;
+/// Names asked of a big directory one by one before it is listed whole.
+pub const ASK_MAX: u32 = 64;
 
 /// What kind of mount a host node belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -131,6 +133,10 @@ pub struct HostRef {
     /// [`BIG_DIR`]): until something needs the whole listing, names are looked
     /// up one by one ([`Vfs::prepare_lookup`]).
     pub big: bool,
+    /// Names of a big directory asked of the host one by one so far: after
+    /// [`ASK_MAX`] it is listed (a program probing many names, an import path
+    /// searched, is then served from the tree again).
+    pub asked: u32,
     /// An I/O handle on a regular file, and whether it was opened for writing.
     pub io: Option<(u64, bool)>,
     /// The host's inode and device (stat reports them).
@@ -180,6 +186,7 @@ fn node_of(layer: Layer, name: &[u8], st: &HostStat) -> Option<(Data, HostRef, u
         name: name.to_vec(),
         loaded: false,
         big: kind == super::tree::mode::S_IFDIR && layer == Layer::Rootfs && st.size > BIG_DIR,
+        asked: 0,
         io: None,
         ino: st.ino,
         dev: st.dev,
@@ -262,6 +269,7 @@ impl Vfs {
             name: Vec::new(),
             loaded: false,
             big: false,
+            asked: 0,
             io: None,
             ino: 0,
             dev: 0,
@@ -298,12 +306,13 @@ impl Vfs {
 
     /// Before `name` is looked up in directory `dir`: a rootfs directory too large
     /// to list ([`HostRef::big`]) that is not listed yet gets entry `name` alone
-    /// (one stat on the host; a name it lacks is asked again next time); any other
-    /// host directory is listed ([`Vfs::load`]). A call that needs the whole
+    /// (one stat on the host; a name it lacks is asked again next time, until
+    /// [`ASK_MAX`] names were asked); any other host directory is listed
+    /// ([`Vfs::load`]). A call that needs the whole
     /// directory (listing it, making or removing an entry) loads it, the names
     /// found one by one kept.
     pub fn prepare_lookup(&mut self, dir: Ino, name: &[u8]) -> Result<(), Errno> {
-        let big = self.node(dir).host.as_ref().is_some_and(|h| h.big && !h.loaded);
+        let big = self.node(dir).host.as_ref().is_some_and(|h| h.big && !h.loaded && h.asked < ASK_MAX);
         if !big {
             return self.load(dir);
         }
@@ -312,6 +321,9 @@ impl Vfs {
             return Ok(());
         }
         let handle = self.handle_of(dir)?;
+        if let Some(h) = self.node_mut(dir).host.as_mut() {
+            h.asked += 1;
+        }
         match ops.stat_at(handle, name) {
             Ok(st) => {
                 self.room_for_node(ops)?;
@@ -869,6 +881,7 @@ impl Vfs {
                 name: name.to_vec(),
                 loaded: true,
                 big: false,
+                asked: 0,
                 io: None,
                 ino: st.ino,
                 dev: st.dev,
@@ -1093,6 +1106,7 @@ mod tests {
         fake.put("root/etc/lib/libm.so.6", 0o100644, b"elf!");
         fake.put("root/etc/small", 0o040755, b"");
         fake.put("root/etc/small/x", 0o100644, b"x");
+        fake.put("root/etc/lib2", 0o040755, &alloc::vec![0u8; BIG_DIR as usize + 1]);
         let lib = v.lookup(ROOT, b"/etc/lib", true).unwrap();
         let before = calls(fake, "readdir");
         let libc = v.lookup(ROOT, b"/etc/lib/libc.so.6", true).unwrap();
@@ -1100,6 +1114,14 @@ mod tests {
         assert_eq!(v.lookup(ROOT, b"/etc/lib/nothing", true), Err(Errno::ENOENT));
         assert_eq!(v.lookup(ROOT, b"/etc/lib/libc.so.6", true), Ok(libc), "found once, kept");
         assert_eq!(calls(fake, "readdir"), before, "no listing for a lookup");
+        // Many names asked: listed then.
+        let many = calls(fake, "readdir");
+        for i in 0..ASK_MAX + 3 {
+            let missing = alloc::format!("/etc/lib2/n{i}");
+            assert_eq!(v.lookup(ROOT, missing.as_bytes(), true), Err(Errno::ENOENT));
+        }
+        assert_eq!(calls(fake, "readdir"), many + 1, "listed once, after ASK_MAX names");
+        let before = calls(fake, "readdir");
         v.lookup(ROOT, b"/etc/small/x", true).unwrap();
         assert_eq!(calls(fake, "readdir"), before + 1, "a small directory is listed");
         v.load(lib).unwrap();
