@@ -31,6 +31,9 @@ pub(crate) fn init() {
             unsafe { core::slice::from_raw_parts(at as *const u8, onering_abi::layout::PAGE_SIZE as usize) };
         cpuid::decode(page)
     });
+    // The cache of leaves the table lacks never grows past this while a program
+    // waits in `cpuid_entry`.
+    ASKED.lock().reserve_exact(MISSES);
 }
 
 /// What `cpuid` answers for EAX `leaf`, ECX `sub` on this CPU (EAX, EBX, ECX, EDX).

@@ -94,7 +94,8 @@ pub(crate) fn prefer_huge(phys: u64) {
     let i = (phys / HUGE_PAGE_SIZE) as usize;
     let Some(word) = MERGED.get(i / 64) else { return };
     let bit = 1u64 << (i % 64);
-    if word.fetch_or(bit, Relaxed) & bit == 0 {
+    // (A load first: the heap asks at most allocations, and the word is shared.)
+    if word.load(Relaxed) & bit == 0 && word.fetch_or(bit, Relaxed) & bit == 0 {
         #[cfg(target_os = "none")]
         let _ = crate::hostcall::huge_pages(phys & !(HUGE_PAGE_SIZE - 1));
     }

@@ -313,7 +313,7 @@ impl Vfs {
     /// found one by one kept.
     pub fn prepare_lookup(&mut self, dir: Ino, name: &[u8]) -> Result<(), Errno> {
         let big = self.node(dir).host.as_ref().is_some_and(|h| h.big && !h.loaded && h.asked < ASK_MAX);
-        if !big {
+        if !big || self.node(dir).removed {
             return self.load(dir);
         }
         let Some(ops) = self.hostops else { return Ok(()) };
@@ -1096,13 +1096,19 @@ mod tests {
         assert_eq!(calls(fake, "readdir"), before, "a listing is read once");
     }
 
+    /// [`setup`], with a big directory `/etc/lib` holding `libc.so.6`.
+    fn setup_big_lib() -> (&'static Fake, Vfs) {
+        let (fake, v) = setup();
+        fake.put("root/etc/lib", 0o040755, &alloc::vec![0u8; BIG_DIR as usize + 1]);
+        fake.put("root/etc/lib/libc.so.6", 0o100644, b"elf");
+        (fake, v)
+    }
+
     /// A big rootfs directory gives a lookup the one name asked for (a name it
     /// lacks is not found); what lists it later has every entry once.
     #[test]
     fn a_big_rootfs_directory_is_looked_up_name_by_name_until_listed() {
-        let (fake, mut v) = setup();
-        fake.put("root/etc/lib", 0o040755, &alloc::vec![0u8; BIG_DIR as usize + 1]);
-        fake.put("root/etc/lib/libc.so.6", 0o100644, b"elf");
+        let (fake, mut v) = setup_big_lib();
         fake.put("root/etc/lib/libm.so.6", 0o100644, b"elf!");
         fake.put("root/etc/small", 0o040755, b"");
         fake.put("root/etc/small/x", 0o100644, b"x");
@@ -1130,6 +1136,21 @@ mod tests {
         assert_eq!(v.lookup(ROOT, b"/etc/lib/libc.so.6", true), Ok(libc), "the node looked up stays");
         let names: Vec<Vec<u8>> = v.list(lib).unwrap().into_iter().map(|e| e.0).collect();
         assert_eq!(names.iter().filter(|n| !n.starts_with(b".")).count(), 2, "each entry once");
+    }
+
+    /// A host directory walked through but not listed is not taken for empty:
+    /// removing it, or renaming a directory over it, is ENOTEMPTY as its listing
+    /// says.
+    #[test]
+    fn an_unlisted_host_directory_is_not_empty_to_rmdir() {
+        let (fake, mut v) = setup_big_lib();
+        fake.put("root/etc/empty", 0o040755, b"");
+        let etc = v.lookup(ROOT, b"/etc", true).unwrap();
+        assert_eq!(v.lookup(ROOT, b"/etc/lib/missing", true), Err(Errno::ENOENT));
+        assert_eq!(v.remove(etc, b"lib", true), Err(Errno::ENOTEMPTY));
+        assert_eq!(v.rename(etc, b"empty", etc, b"lib"), Err(Errno::ENOTEMPTY));
+        assert_eq!(v.lookup(ROOT, b"/etc/lib/libc.so.6", true).map(|_| ()), Ok(()));
+        assert_eq!(v.remove(etc, b"empty", true), Ok(()));
     }
 
     #[test]

@@ -760,6 +760,10 @@ impl Vfs {
         }
         let ino = *self.entries(dir)?.get(name).ok_or(Errno::ENOENT)?;
         self.writable_dir(dir)?;
+        if dir_only && self.node(ino).is_dir() {
+            // Empty only if its host listing, not read yet, says so too.
+            self.load(ino)?;
+        }
         match (&self.node(ino).data, dir_only) {
             (Data::Dir(e), true) if !e.is_empty() => return Err(Errno::ENOTEMPTY),
             (Data::Dir(_), false) => return Err(Errno::EISDIR),
@@ -820,6 +824,10 @@ impl Vfs {
         if let Some(old) = replaced {
             if old == ino {
                 return Ok(());
+            }
+            if self.node(ino).is_dir() && self.node(old).is_dir() {
+                // Empty only if its host listing, not read yet, says so too.
+                self.load(old)?;
             }
             match (self.node(ino).is_dir(), &self.node(old).data) {
                 (true, Data::Dir(e)) if !e.is_empty() => return Err(Errno::ENOTEMPTY),

@@ -270,6 +270,11 @@ fn huge_pages(phys: u64, mem: &GuestMemoryMmap) -> i64 {
     else {
         return -EINVAL;
     };
+    // (A huge page needs the host's mapping 2 MiB aligned too; Linux aligns large
+    // anonymous mappings so since 6.7, older ones may not.)
+    if !(host as usize).is_multiple_of(len as usize) {
+        return -i64::from(libc::EOPNOTSUPP);
+    }
     match crate::sys::collapse_hugepages(host, len as usize) {
         Ok(()) => 0,
         Err(e) => -i64::from(e.raw_os_error().unwrap_or(libc::EIO)),

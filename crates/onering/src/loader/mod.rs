@@ -119,7 +119,8 @@ fn kernel_on_huge_page(mem: &GuestMemoryMmap) -> bool {
     const _: () = assert!(layout::KERNEL_PHYS.is_multiple_of(HUGE_PAGE_SIZE));
     let in_chunk = kernel_image::MEM_END - layout::KERNEL_VBASE <= layout::KERNEL_PHYS + HUGE_PAGE_SIZE;
     let Ok(host) = mem.get_host_address(GuestAddress(layout::KERNEL_PHYS)) else { return false };
-    if !in_chunk || !crate::sys::huge_pages_offered() {
+    // (The host's mapping must be 2 MiB aligned too for a huge page to back it.)
+    if !in_chunk || !(host as usize).is_multiple_of(HUGE_PAGE_SIZE as usize) || !crate::sys::huge_pages_offered() {
         return false;
     }
     crate::sys::advise_hugepages(host, HUGE_PAGE_SIZE as usize);

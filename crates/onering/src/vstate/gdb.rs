@@ -400,11 +400,18 @@ impl Debugger {
         let mem = &self.mem;
         if vector == debug::VECTOR_DEBUG && regs.rip >= KERNEL_VBASE {
             // A step ran into the kernel through a rewritten site: it ends where
-            // the call returns (rcx, as the trampoline left it).
+            // the call returns (a system call's: rcx, as the trampoline left it; a
+            // `cpuid`'s: the return address its `call` pushed on the kernel stack).
             if let Some(r) = st.step_return.take() {
                 let _ = paging::write_guest_in(mem, root, r.at, &[r.byte]);
             }
-            let at = regs.rcx;
+            let at = if regs.rip == crate::embedded::cpuid_entry() {
+                paging::read_guest_in(mem, root, regs.rsp, 8)
+                    .and_then(|b| b.try_into().ok())
+                    .map_or(u64::MAX, u64::from_le_bytes)
+            } else {
+                regs.rcx
+            };
             st.step_return =
                 (at < USER_END).then(|| plant(mem, root, at)).flatten().map(|byte| StepReturn { at, byte, tid });
             return Some(debug::resume::CONTINUE);
