@@ -60,7 +60,10 @@ fn debug(s: Session) -> (String, i32, String) {
         g.args(["-ex", c]);
     }
     if let Some(text) = s.script {
-        let file = out_dir().join(format!("gdb-script-{}", std::process::id()));
+        // (One file per session: the tests run at once in one process.)
+        static SESSIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = SESSIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let file = out_dir().join(format!("gdb-script-{}-{n}", std::process::id()));
         std::fs::write(&file, text).unwrap();
         g.arg("-x").arg(file);
     }
@@ -128,7 +131,7 @@ fn gdb_stops_in_main_reads_variables_lists_threads_and_sees_the_exit() {
     assert!(out.contains("Value returned is $4 = 43"), "finish returns compute's value: {all}");
     // `next` over write() and over pthread_join(), which waits for the other
     // thread: every vCPU runs on while gdb waits for the line's end.
-    assert!(out.contains("46\t    pthread_join") && out.contains("47\t    printf"), "next, line by line: {all}");
+    assert!(out.contains("54\t    pthread_join") && out.contains("55\t    printf"), "next, line by line: {all}");
     assert!(out.contains("exited with code 07"), "{all}");
     assert_eq!(status, 7, "{all}");
     assert!(err.contains("answer 43 pid 1"), "the program ran on: {all}");
@@ -159,6 +162,36 @@ continue
     assert!((3..40).contains(&n), "through the trampoline in a few steps, not run away: {all}");
     assert!(line.ends_with("rax 1"), "getpid's result after the step over the kernel: {all}");
     assert!(out.contains("exited with code 07"), "{all}");
+    assert_eq!(status, 7, "{all}");
+}
+
+/// The same through a rewritten `cpuid`: the step that enters the kernel's CPUID
+/// entry ends where its call returns, EAX holding the answer (leaf 0: the highest
+/// basic leaf, not 0).
+#[test]
+fn stepping_through_a_rewritten_cpuid_crosses_the_kernel() {
+    let script = "\
+break raw_cpuid
+continue
+set $k = 0
+while $pc >= (long)&raw_cpuid && $pc < (long)&raw_cpuid + 64 && $k < 10
+  stepi
+  set $k = $k + 1
+end
+set $n = 0
+while ($pc < (long)&raw_cpuid || $pc >= (long)&raw_cpuid + 64) && $n < 40
+  stepi
+  set $n = $n + 1
+end
+printf \"steps %d, back at raw_cpuid+%d, eax %d\\n\", $n, $pc - (long)&raw_cpuid, $eax
+continue
+";
+    let (out, status, err) = debug(Session { script: Some(script), ..Session::default() });
+    let all = format!("gdb said:\n{out}\nonering said:\n{err}");
+    let line = out.lines().find(|l| l.starts_with("steps ")).unwrap_or_else(|| panic!("no steps line: {all}"));
+    let n: u32 = line["steps ".len()..].split(',').next().unwrap().parse().unwrap();
+    assert!((3..40).contains(&n), "through the trampoline in a few steps, not run away: {all}");
+    assert!(!line.ends_with("eax 0"), "cpuid's answer after the step over the kernel: {all}");
     assert_eq!(status, 7, "{all}");
 }
 
