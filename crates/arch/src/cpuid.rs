@@ -24,11 +24,9 @@ const MISSES: usize = 64;
 pub(crate) fn init() {
     TABLE.call_once(|| {
         let at = onering_abi::layout::direct(onering_abi::layout::CPUID_PHYS);
-        // SAFETY: the CPUID page is in the boot area the VMM wrote before the first
-        // instruction (layout::CPUID_PHYS, mapped by the direct map); nothing writes
-        // it afterwards, so a shared 'static view of its bytes is sound.
-        let page: &'static [u8] =
-            unsafe { core::slice::from_raw_parts(at as *const u8, onering_abi::layout::PAGE_SIZE as usize) };
+        let len = onering_abi::layout::PAGE_SIZE as usize;
+        // SAFETY: the CPUID page (boot area, mapped by the direct map) was written by the VMM before boot and nothing writes it after: a shared 'static view of its bytes is sound.
+        let page: &'static [u8] = unsafe { core::slice::from_raw_parts(at as *const u8, len) };
         cpuid::decode(page)
     });
     // The cache of leaves the table lacks never grows past this while a program

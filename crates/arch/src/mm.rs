@@ -68,10 +68,10 @@ use alloc::vec::Vec;
 use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use onering_abi::layout::HUGE_PAGE_SIZE;
 
-/// Chunks below this guest-physical address are the ones the VMM wrote before
-/// boot (the first program's stack and image, and the kernel heap's first
-/// region), whose host memory is in small pages: there each 4 KiB page costs its own shadow fill the first time it is
-/// touched through a mapping (~15 µs here). Set at boot ([`set_small_pages_end`]).
+/// Guest RAM below this guest-physical address (the kernel heap's first region,
+/// the first program's stack and image, placed by the VMM) is in small host
+/// pages: there each 4 KiB page costs its own shadow fill the first time a mapping
+/// touches it (~15 µs here). Set at boot ([`set_small_pages_end`]).
 static SMALL_PAGES_END: AtomicU64 = AtomicU64::new(0);
 /// Which of those chunks were merged into a host huge page already (bit per chunk
 /// index; chunks beyond the bitmap are left as they are).

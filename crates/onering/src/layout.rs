@@ -25,13 +25,6 @@ pub fn stacks_base() -> u64 {
     align_up(kernel_image::MEM_END - layout::KERNEL_VBASE, HUGE_PAGE_SIZE)
 }
 
-/// Where the kernel heap starts, after the per-CPU stacks of `ncpus` CPUs;
-/// guest RAM from here on is all the program's and the kernel's working memory
-/// (heap, the first program's stack and image, then the free chunks).
-pub fn heap_base(ncpus: u64) -> u64 {
-    stacks_base() + align_up(ncpus * layout::CPU_STACKS_SIZE, HUGE_PAGE_SIZE)
-}
-
 /// Guest-physical tops of the stacks of `cpu`: (kernel stack, fault stack, IST).
 pub fn cpu_stack_tops(cpu: u64) -> (u64, u64, u64) {
     let k = stacks_base() + cpu * layout::CPU_STACKS_SIZE + layout::KERNEL_STACK_SIZE;

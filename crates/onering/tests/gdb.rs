@@ -137,28 +137,43 @@ fn gdb_stops_in_main_reads_variables_lists_threads_and_sees_the_exit() {
     assert!(err.contains("answer 43 pid 1"), "the program ran on: {all}");
 }
 
+/// Breaks in `func`, steps (`stepi`) out into the trampoline of its rewritten
+/// site and on until back in `func`: gdb's output, its "steps N, back at
+/// func+M, REG V" line (N the steps of the way back, V register `reg`), N,
+/// onering's exit status, and everything said, for messages.
+fn step_across_the_kernel(func: &str, reg: &str) -> (String, String, u32, i32, String) {
+    let script = format!(
+        "\
+break {func}
+continue
+set $k = 0
+while $pc >= (long)&{func} && $pc < (long)&{func} + 64 && $k < 10
+  stepi
+  set $k = $k + 1
+end
+set $n = 0
+while ($pc < (long)&{func} || $pc >= (long)&{func} + 64) && $n < 40
+  stepi
+  set $n = $n + 1
+end
+printf \"steps %d, back at {func}+%d, {reg} %d\\n\", $n, $pc - (long)&{func}, ${reg}
+continue
+"
+    );
+    let (out, status, err) = debug(Session { script: Some(&script), ..Session::default() });
+    let all = format!("gdb said:\n{out}\nonering said:\n{err}");
+    let line = out.lines().find(|l| l.starts_with("steps ")).unwrap_or_else(|| panic!("no steps line: {all}"));
+    let n: u32 = line["steps ".len()..].split(',').next().unwrap().parse().unwrap();
+    (out.clone(), line.to_string(), n, status, all)
+}
+
 /// `stepi` from a rewritten `syscall` site (now a jump) goes through the
 /// trampoline, and the step that enters the kernel ends where the call returns,
 /// with its result in rax; a few more steps are back in the function.
 #[test]
 fn stepping_through_a_rewritten_system_call_crosses_the_kernel() {
-    let script = "\
-break raw_getpid
-continue
-stepi
-set $n = 0
-while ($pc < (long)&raw_getpid || $pc >= (long)&raw_getpid + 64) && $n < 40
-  stepi
-  set $n = $n + 1
-end
-printf \"steps %d, back at raw_getpid+%d, rax %d\\n\", $n, $pc - (long)&raw_getpid, $rax
-continue
-";
-    let (out, status, err) = debug(Session { script: Some(script), ..Session::default() });
-    let all = format!("gdb said:\n{out}\nonering said:\n{err}");
+    let (out, line, n, status, all) = step_across_the_kernel("raw_getpid", "rax");
     assert!(out.contains("Breakpoint 1, ") && out.contains("raw_getpid ()"), "{all}");
-    let line = out.lines().find(|l| l.starts_with("steps ")).unwrap_or_else(|| panic!("no steps line: {all}"));
-    let n: u32 = line["steps ".len()..].split(',').next().unwrap().parse().unwrap();
     assert!((3..40).contains(&n), "through the trampoline in a few steps, not run away: {all}");
     assert!(line.ends_with("rax 1"), "getpid's result after the step over the kernel: {all}");
     assert!(out.contains("exited with code 07"), "{all}");
@@ -170,26 +185,7 @@ continue
 /// basic leaf, not 0).
 #[test]
 fn stepping_through_a_rewritten_cpuid_crosses_the_kernel() {
-    let script = "\
-break raw_cpuid
-continue
-set $k = 0
-while $pc >= (long)&raw_cpuid && $pc < (long)&raw_cpuid + 64 && $k < 10
-  stepi
-  set $k = $k + 1
-end
-set $n = 0
-while ($pc < (long)&raw_cpuid || $pc >= (long)&raw_cpuid + 64) && $n < 40
-  stepi
-  set $n = $n + 1
-end
-printf \"steps %d, back at raw_cpuid+%d, eax %d\\n\", $n, $pc - (long)&raw_cpuid, $eax
-continue
-";
-    let (out, status, err) = debug(Session { script: Some(script), ..Session::default() });
-    let all = format!("gdb said:\n{out}\nonering said:\n{err}");
-    let line = out.lines().find(|l| l.starts_with("steps ")).unwrap_or_else(|| panic!("no steps line: {all}"));
-    let n: u32 = line["steps ".len()..].split(',').next().unwrap().parse().unwrap();
+    let (_, line, n, status, all) = step_across_the_kernel("raw_cpuid", "eax");
     assert!((3..40).contains(&n), "through the trampoline in a few steps, not run away: {all}");
     assert!(!line.ends_with("eax 0"), "cpuid's answer after the step over the kernel: {all}");
     assert_eq!(status, 7, "{all}");

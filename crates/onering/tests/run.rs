@@ -348,10 +348,17 @@ fn a_damaged_eh_frame_does_not_stop_the_program() {
         assert_eq!(status(&o), 0, "{extra:?}: {}", stderr(&o));
         assert_eq!(stdout(&o), stdout(&host), "{extra:?}");
     }
-    let o = onering(&["run", "--stats", bad.to_str().unwrap()]);
+    every_site_rewritten(&bad, "syscall", ", 0 left");
+}
+
+/// `--stats` of `bin` counts some `kind` sites (syscall or cpuid), and as many
+/// rewritten, `then` following the count.
+fn every_site_rewritten(bin: &Path, kind: &str, then: &str) {
+    let o = onering(&["run", "--stats", bin.to_str().unwrap()]);
     let e = stderr(&o);
-    let sites = e.split(" syscall sites, ").next().and_then(|s| s.rsplit(' ').next()).unwrap_or("?");
-    assert!(sites != "0" && e.contains(&format!(" syscall sites, {sites} rewritten, 0 left")), "{e}");
+    let label = format!(" {kind} sites, ");
+    let n = e.split(&label).next().and_then(|s| s.rsplit(' ').next()).unwrap_or("?");
+    assert!(n != "0" && e.contains(&format!("{label}{n} rewritten{then}")), "{e}");
 }
 
 #[test]
@@ -1414,10 +1421,7 @@ fn same_as_host_from_its_directory(bin: &Path) {
 fn rewritten_cpuid_answers_as_the_cpu() {
     let bin = musl("cpuid");
     same_as_host_on_1_2_4_vcpus(&bin);
-    let o = onering(&["run", "--stats", bin.to_str().unwrap()]);
-    let e = stderr(&o);
-    let n = e.split(" cpuid sites, ").next().and_then(|s| s.rsplit(' ').next()).unwrap_or("?");
-    assert!(n != "0" && e.contains(&format!(" cpuid sites, {n} rewritten;")), "{e}");
+    every_site_rewritten(&bin, "cpuid", ";");
 }
 
 /// Page tables handed out again whole (issue 17's speed work) never let a process

@@ -315,12 +315,9 @@ fn rel32(from_next: u64, to: u64) -> Option<[u8; 4]> {
     i32::try_from(to.wrapping_sub(from_next) as i64).ok().map(i32::to_le_bytes)
 }
 
-/// Builds the trampoline for a window (`pre`, the site, `post`) at `at`, returning
-/// to `back`.
-fn trampoline(kind: Kind, pre: &[Ins], post: &[Ins], code: &Code, at: u64, back: u64, t: &Target) -> Option<Vec<u8>> {
-    if kind == Kind::Cpuid {
-        return cpuid_trampoline(pre, post, code, at, back, t);
-    }
+/// Builds the trampoline of a `syscall` site's window (`pre`, the site, `post`)
+/// at `at`, returning to `back`.
+fn trampoline(pre: &[Ins], post: &[Ins], code: &Code, at: u64, back: u64, t: &Target) -> Option<Vec<u8>> {
     let mut out = encode(pre, code, at)?;
     // mov %rsp, %r11 ; mov %gs:kstack_top, %rsp ; mov %r11, %gs:user_rsp
     // (R11 is scratch: `syscall` clobbers it. The per-CPU slot is written only once
@@ -456,7 +453,8 @@ pub fn plan(code: &[Code], functions: &[(u64, u64)], base: u64, target: &Target)
         let Some(at) = base.checked_add(plan.trampolines.len() as u64) else {
             continue;
         };
-        let Some(tramp) = trampoline(kind, &local[lo..idx], &local[idx + 1..=hi], unit, at, we, target) else {
+        let build = if kind == Kind::Cpuid { cpuid_trampoline } else { trampoline };
+        let Some(tramp) = build(&local[lo..idx], &local[idx + 1..=hi], unit, at, we, target) else {
             continue;
         };
         let Some(rel) = rel32(ws + JMP_LEN as u64, at) else {

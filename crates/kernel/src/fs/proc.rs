@@ -515,30 +515,21 @@ fn maps(k: &Kernel, space: &crate::mm::spaces::Space, image: &ExecImage) -> Vec<
 
 /// The CPU's vendor, model and flags from CPUID (the VMM's table).
 fn cpuid() -> CpuId {
-    struct R {
-        eax: u32,
-        ebx: u32,
-        ecx: u32,
-        edx: u32,
-    }
-    let cpuid = |leaf| {
-        let [eax, ebx, ecx, edx] = onering_arch::cpuid::query(leaf, 0);
-        R { eax, ebx, ecx, edx }
-    };
-    let l0 = cpuid(0);
+    // Each answer is [EAX, EBX, ECX, EDX].
+    let cpuid = |leaf| onering_arch::cpuid::query(leaf, 0);
+    let [max, b0, c0, d0] = cpuid(0);
     let mut vendor = Vec::new();
-    for r in [l0.ebx, l0.edx, l0.ecx] {
+    for r in [b0, d0, c0] {
         vendor.extend_from_slice(&r.to_le_bytes());
     }
-    let l1 = cpuid(1);
-    let l7 = if l0.eax >= 7 { cpuid(7).ebx } else { 0 };
-    let family = (l1.eax >> 8) & 0xf;
-    let model = ((l1.eax >> 4) & 0xf) | if family >= 6 { ((l1.eax >> 16) & 0xf) << 4 } else { 0 };
+    let [eax1, _, ecx1, edx1] = cpuid(1);
+    let l7 = if max >= 7 { cpuid(7)[1] } else { 0 };
+    let family = (eax1 >> 8) & 0xf;
+    let model = ((eax1 >> 4) & 0xf) | if family >= 6 { ((eax1 >> 16) & 0xf) << 4 } else { 0 };
     let mut name = Vec::new();
-    if cpuid(0x8000_0000).eax >= 0x8000_0004 {
+    if cpuid(0x8000_0000)[0] >= 0x8000_0004 {
         for leaf in 0x8000_0002..=0x8000_0004u32 {
-            let r = cpuid(leaf);
-            for x in [r.eax, r.ebx, r.ecx, r.edx] {
+            for x in cpuid(leaf) {
                 name.extend_from_slice(&x.to_le_bytes());
             }
         }
@@ -546,12 +537,12 @@ fn cpuid() -> CpuId {
     let text = |b: &[u8]| String::from(String::from_utf8_lossy(b).trim_matches(|c: char| c == '\0' || c == ' '));
     CpuId {
         vendor: text(&vendor),
-        family: family + if family == 0xf { (l1.eax >> 20) & 0xff } else { 0 },
+        family: family + if family == 0xf { (eax1 >> 20) & 0xff } else { 0 },
         model,
-        stepping: l1.eax & 0xf,
+        stepping: eax1 & 0xf,
         name: text(&name),
         mhz: crate::time::tsc_hz() / 1_000_000,
-        flags: fmt::cpu_flags([l1.edx, l1.ecx, l7]),
+        flags: fmt::cpu_flags([edx1, ecx1, l7]),
     }
 }
 

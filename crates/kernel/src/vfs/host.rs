@@ -155,6 +155,27 @@ pub struct HostRef {
     pub gen: u64,
 }
 
+impl HostRef {
+    /// A link to host entry `name` (inode `ino` on device `dev`) of a `layer`
+    /// mount, nothing read or opened yet.
+    fn new(layer: Layer, name: &[u8], ino: u64, dev: u64) -> HostRef {
+        HostRef {
+            layer,
+            handle: None,
+            name: name.to_vec(),
+            loaded: false,
+            big: false,
+            asked: 0,
+            io: None,
+            ino,
+            dev,
+            root: false,
+            next: 0,
+            gen: 0,
+        }
+    }
+}
+
 /// Chunks read ahead past the one a read needs (512 KiB in all: one hostcall,
 /// and what the heap can be made room for at once).
 pub const READAHEAD: usize = 7;
@@ -181,18 +202,8 @@ fn node_of(layer: Layer, name: &[u8], st: &HostStat) -> Option<(Data, HostRef, u
         _ => return None, // devices, FIFOs and sockets of the host are not shared
     };
     let h = HostRef {
-        layer,
-        handle: None,
-        name: name.to_vec(),
-        loaded: false,
         big: kind == super::tree::mode::S_IFDIR && layer == Layer::Rootfs && st.size > BIG_DIR,
-        asked: 0,
-        io: None,
-        ino: st.ino,
-        dev: st.dev,
-        root: false,
-        next: 0,
-        gen: 0,
+        ..HostRef::new(layer, name, st.ino, st.dev)
     };
     Some((data, h, st.mode as u32 & 0o7777))
 }
@@ -263,20 +274,7 @@ impl Vfs {
             n.data = Data::Dir(BTreeMap::new());
         }
         n.readonly = readonly;
-        n.host = Some(Box::new(HostRef {
-            layer,
-            handle: Some(handle),
-            name: Vec::new(),
-            loaded: false,
-            big: false,
-            asked: 0,
-            io: None,
-            ino: 0,
-            dev: 0,
-            root: true,
-            next: 0,
-            gen: 0,
-        }));
+        n.host = Some(Box::new(HostRef { handle: Some(handle), root: true, ..HostRef::new(layer, &[], 0, 0) }));
         if let Some(st) = self.hostops.and_then(|ops| ops.stat(handle).ok()) {
             let n = self.node_mut(ino);
             n.mode = st.mode as u32 & 0o7777;
@@ -875,20 +873,7 @@ impl Vfs {
         let layer = self.layer(dir).unwrap_or(Layer::Volume { ro: false });
         let (data, mut r, mode) = node_of(layer, name, st).unwrap_or((
             Data::Dir(BTreeMap::new()),
-            HostRef {
-                layer,
-                handle: None,
-                name: name.to_vec(),
-                loaded: true,
-                big: false,
-                asked: 0,
-                io: None,
-                ino: st.ino,
-                dev: st.dev,
-                root: false,
-                next: 0,
-                gen: 0,
-            },
+            HostRef::new(layer, name, st.ino, st.dev),
             0o755,
         ));
         r.loaded = true;

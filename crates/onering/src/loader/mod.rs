@@ -199,7 +199,8 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     // The kernel's mapping ends where the per-CPU stacks start.
     let stacks = stacks_base();
     let kernel_span = stacks;
-    let heap = crate::layout::heap_base(spec.ncpus);
+    let stacks_size = align_up(spec.ncpus * layout::CPU_STACKS_SIZE, HUGE_PAGE_SIZE);
+    let heap = stacks + stacks_size;
     let heap_size = heap_size(spec.mem_size);
     let mut next = heap + heap_size;
     let stack_phys = next;

@@ -20,9 +20,7 @@ use kvm_ioctls::VmFd;
 pub fn collapse_hugepages(host: *mut u8, len: usize) -> std::io::Result<()> {
     const MADV_COLLAPSE: libc::c_int = 25;
     advise_hugepages(host, len);
-    // SAFETY: madvise on a range inside a mapping this process owns (the caller
-    // checked it is guest RAM); MADV_COLLAPSE copies the pages into a huge page and
-    // never changes what they hold.
+    // SAFETY: madvise on guest RAM this process mapped (the caller checked the range); MADV_COLLAPSE never changes what the pages hold.
     let r = unsafe { libc::madvise(host as *mut libc::c_void, len, MADV_COLLAPSE) };
     if r == 0 {
         Ok(())
