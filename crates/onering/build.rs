@@ -117,7 +117,6 @@ fn main() {
          pub const CPUID_ENTRY: u64 = {cpuid:#x};\n\
          pub const EXCEPTION_STUBS: u64 = {exc:#x};\n\
          pub const INTERRUPT_STUB: u64 = {irq:#x};\n\
-         pub const TLB_FLUSH_STUB: u64 = {tlb:#x};\n\
          pub const PREEMPT_STUB: u64 = {preempt:#x};\n",
         entry = elf.entry(),
         trap = sym("syscall_trap_entry"),
@@ -127,7 +126,6 @@ fn main() {
         cpuid = sym("cpuid_entry"),
         exc = sym("exception_stubs"),
         irq = sym("interrupt_stub"),
-        tlb = sym("tlb_flush_stub"),
         preempt = sym("preempt_stub"),
     );
     std::fs::write(out.join("kernel_image.rs"), consts).unwrap();

@@ -111,12 +111,8 @@ pub enum Hostcall {
     /// and returns its length; -ENOSPC if it does not fit (the guest retries with
     /// more), -ENOEXEC if the file is not an x86-64 executable or shared object.
     Rewrite = 20,
-    /// Switches this vCPU to the page tables rooted at guest-physical `args[0]`
-    /// (an address space's PML4: fork gives each process its own): the VMM sets
-    /// the vCPU's CR3 and translates this vCPU's guest-virtual arguments through
-    /// it from then on. Returns 0, or -EINVAL (the VM continues on its old root)
-    /// if the root is not a page-aligned page of guest RAM.
-    SetRoot = 14,
+    // (14 was `SetRoot`, the address-space switch through the VMM; the kernel
+    // loads CR3 itself since ABI 33: arch's supervisor call.)
     /// Backs the 2 MiB chunk of guest RAM at guest-physical `args[0]` (2 MiB
     /// aligned) with one host huge page now, merging the small pages the host
     /// gave it (`MADV_COLLAPSE`): the guest asks before it copies or zeroes a whole
@@ -174,7 +170,6 @@ impl Hostcall {
             11 => Self::StdioSeek,
             12 => Self::StdioIoctl,
             13 => Self::Fs,
-            14 => Self::SetRoot,
             15 => Self::Yield,
             16 => Self::ExecTake,
             17 => Self::ExecDone,
@@ -224,7 +219,9 @@ pub struct PollSlot {
     pub open: u64,
     /// The hostcall number.
     pub nr: u64,
-    /// The vCPU's page-table root (its CR3), written by the guest at each switch.
+    /// The vCPU's page-table root (its CR3), written by the guest at each switch,
+    /// before it loads it: the VMM translates the vCPU's guest-virtual arguments
+    /// through it, for polled calls and exits alike (0: the boot root).
     pub root: u64,
     pub args: [u64; 6],
     pub ret: u64,
@@ -278,7 +275,6 @@ mod tests {
             Hostcall::StdioSeek,
             Hostcall::StdioIoctl,
             Hostcall::Fs,
-            Hostcall::SetRoot,
             Hostcall::Rewrite,
             Hostcall::Trace,
             Hostcall::Debug,

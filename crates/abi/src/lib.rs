@@ -26,7 +26,7 @@ pub mod tmpfs;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 32;
+pub const ABI_VERSION: u64 = 33;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -66,8 +66,6 @@ pub mod vectors {
     /// The inter-processor interrupt one vCPU sends another to make it look at
     /// its run queue or at a signal for the thread it runs.
     pub const RESCHEDULE: u8 = 0x41;
-    /// The supervisor's TLB flush (`int $0x81` from ring 3, hardware KVM only).
-    pub const TLB_FLUSH: u8 = 0x81;
 }
 
 /// How the VMM programs each vCPU's local APIC before it starts, so that the kernel
@@ -652,6 +650,8 @@ pub struct PerCpuHeader {
     pub reclaimed: u64,
     /// Exceptions the fault hook took in ring 3 (page faults and others; `--stats`).
     pub faults: u64,
+    /// Address-space switches (CR3 loads by the supervisor call; `--stats`).
+    pub root_loads: u64,
 }
 
 /// KVM's steal-time record (`struct kvm_steal_time`, 64 bytes), one per vCPU at
@@ -695,6 +695,7 @@ pub mod percpu_offsets {
     pub const SWITCHES: usize = 128;
     pub const RECLAIMED: usize = 136;
     pub const FAULTS: usize = 144;
+    pub const ROOT_LOADS: usize = 152;
 }
 
 const _: () = {
@@ -710,6 +711,7 @@ const _: () = {
     assert!(offset_of!(PerCpuHeader, switches) == percpu_offsets::SWITCHES);
     assert!(offset_of!(PerCpuHeader, reclaimed) == percpu_offsets::RECLAIMED);
     assert!(offset_of!(PerCpuHeader, faults) == percpu_offsets::FAULTS);
+    assert!(offset_of!(PerCpuHeader, root_loads) == percpu_offsets::ROOT_LOADS);
     assert!(size_of::<BootInfo>() <= layout::PAGE_SIZE as usize);
     assert!(size_of::<PerCpuHeader>() <= layout::PERCPU_STRIDE as usize);
     assert!(size_of::<StealTime>() == 64 && STEAL_TIME_OFFSET.is_multiple_of(64));

@@ -41,6 +41,8 @@ pub enum Counter {
     Reclaimed,
     /// Exceptions taken in ring 3 (page faults and others).
     Faults,
+    /// Address-space switches (`supervisor::set_root`).
+    RootLoads,
 }
 
 #[cfg(target_os = "none")]
@@ -140,6 +142,7 @@ mod imp {
             Counter::Switches => onering_abi::percpu_offsets::SWITCHES,
             Counter::Reclaimed => onering_abi::percpu_offsets::RECLAIMED,
             Counter::Faults => onering_abi::percpu_offsets::FAULTS,
+            Counter::RootLoads => onering_abi::percpu_offsets::ROOT_LOADS,
         };
         // GS points at this CPU's header (mapped for the kernel's life); `offset` is
         // one of its u64 counters, which only this CPU writes.

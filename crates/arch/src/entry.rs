@@ -1,12 +1,19 @@
 //! Entry points in assembly: the kernel's first instruction, the ring-0 trap stubs
-//! (system call and exceptions), the ring-3 landings they hand control to, and the
-//! return to the program with every register chosen. The kernel's Rust code is
-//! reached through five hooks it names with `entry_point!` (lib.rs).
+//! (system call and exceptions), the ring-3 landings they hand control to, the
+//! supervisor calls, and the return to the program with every register chosen.
+//! The kernel's Rust code is reached through five hooks it names with
+//! `entry_point!` (lib.rs).
 //!
-//! Ring 0 here may run only unprivileged instructions plus `iretq` (no `swapgs`, no
-//! `cli`/`sti`, no `hlt`): the stubs reach per-CPU data through `%gs`, whose base the
-//! VMM set to the CPU's [`PerCpuHeader`](onering_abi::PerCpuHeader), switch to a
-//! known stack without a scratch register, and leave ring 0 at once.
+//! Ring 0 entered by `syscall` runs natively on PVM and may run only unprivileged
+//! instructions plus `iretq` (no `swapgs`, no `cli`/`sti`, no `hlt`, no `mov cr3`:
+//! #GP). Ring 0 entered through the IDT (an exception or an interrupt) is run by
+//! PVM's instruction emulator, ~0.5-1 µs an instruction, where `mov cr3` works
+//! (measured, docs/design.md "Supervisor calls"). So the stubs reach per-CPU data
+//! through `%gs`, whose base the VMM set to the CPU's
+//! [`PerCpuHeader`](onering_abi::PerCpuHeader), switch to a known stack without a
+//! scratch register, and leave ring 0 at once; and the kernel's one privileged
+//! operation, loading CR3, is a `ud2` at a known address whose #UD stub does it
+//! (the supervisor call, on hardware KVM too).
 
 use crate::frame::UserRegs;
 use core::arch::global_asm;
@@ -115,6 +122,19 @@ _start:
     // A process the host starts in the VM (`onering_abi::exec`) first returns
     // here from the kernel, rax holding `exec::START_SYSCALL`: the system call
     // in which the kernel loads its program (which never returns here).
+    // ---- Ring 3: the supervisor calls (supervisor.rs). -------------------------
+    // Each is a `ud2` the #UD stub recognizes by its address: it loads rax into
+    // CR3 (`onering_supervisor_load`: rax is a root) or reloads CR3 (`_flush`:
+    // rax clobbered), steps over the `ud2` and returns here. Called with `call`.
+    .global onering_supervisor_load
+onering_supervisor_load:
+    ud2
+    ret
+    .global onering_supervisor_flush
+onering_supervisor_flush:
+    ud2
+    ret
+
     .global spawn_landing
 spawn_landing:
     syscall
@@ -240,12 +260,15 @@ onering_step_return:
 
     // ---- Ring 0: exceptions (every IDT gate uses IST1). ----------------------------
     // Each stub is 16 bytes long, so the VMM finds stub n at exception_stubs + 16 * n.
+    // #UD (6) first asks whether it is a supervisor call.
     .balign 16
     .global exception_stubs
 exception_stubs:
     .irp n, 0,1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31
     .balign 16
-    .if (\n == 8) || (\n >= 10 && \n <= 14) || (\n == 17) || (\n == 21) || (\n == 29) || (\n == 30)
+    .if (\n == 6)
+    jmp supervisor_call
+    .elseif (\n == 8) || (\n >= 10 && \n <= 14) || (\n == 17) || (\n == 21) || (\n == 29) || (\n == 30)
     pushq $\n
     .else
     pushq $0
@@ -254,18 +277,25 @@ exception_stubs:
     jmp exception_common
     .endr
 
-    // Ring 0, reached by `int $0x81` from ring 3 on hardware KVM only (see
-    // supervisor.rs): rax 0 drops all non-global translations (CR3 reloaded);
-    // any other rax is a root to load (an address-space switch). Clobbers rax.
-    // PVM would raise #GP here.
-    .balign 16
-    .global tlb_flush_stub
-tlb_flush_stub:
-    test %rax, %rax
-    jnz 1f
-    mov %cr3, %rax
-1:  mov %rax, %cr3
+    // Ring 0, #UD: IST stack rip, cs, rflags, rsp, ss. A `ud2` at one of the two
+    // supervisor-call sites (kernel text) is the kernel asking for CR3; any other
+    // #UD is an exception like the others. Every instruction here is emulated on
+    // PVM, so the load, the common case, is tested first.
+supervisor_call:
+    cmpq $onering_supervisor_load, (%rsp)
+    jne 1f
+    mov %rax, %cr3
+    addq $2, (%rsp)
     iretq
+1:  cmpq $onering_supervisor_flush, (%rsp)
+    jne 2f
+    mov %cr3, %rax
+    mov %rax, %cr3
+    addq $2, (%rsp)
+    iretq
+2:  pushq $0
+    pushq $6
+    jmp exception_common
 
     // Interrupts nobody asked for: ignore.
     .balign 16

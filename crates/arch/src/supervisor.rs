@@ -1,11 +1,19 @@
 //! The few operations that need ring 0 or the hypervisor, behind one interface:
-//! TLB flushes, halting an idle vCPU, kicking a halted one, interrupting a running
-//! one, and arming this vCPU's timer.
+//! TLB flushes, address-space switches, halting an idle vCPU, kicking a halted
+//! one, interrupting a running one, and arming this vCPU's timer.
 //!
-//! On PVM (our machines) ring 0 cannot execute `invlpg`, `mov cr3`, `hlt`, `sti` or
-//! `wrmsr`: they raise #GP once ring 3 has run. The defaults work there:
+//! On PVM (our machines) ring 0 entered by `syscall` cannot execute `invlpg`,
+//! `mov cr3`, `hlt`, `sti` or `wrmsr`: they raise #GP once ring 3 has run. Ring 0
+//! entered through the IDT is emulated instruction by instruction instead, and
+//! there `mov cr3` works (entry.rs). The defaults work there:
 //! - TLB: the hypervisor write-protects the page tables it shadows, so a page-table
 //!   store already drops the stale translation on every vCPU.
+//! - Address-space switch (fork's processes each have page tables of their own,
+//!   [`set_root`]): a supervisor call, a `ud2` at a known kernel address whose #UD
+//!   stub loads CR3 and returns (~8 µs here: the exception's delivery and six
+//!   emulated instructions; the `SetRoot` hostcall it replaced, an exit and two
+//!   ioctls in the VMM, cost 35-90 µs). The root is also published in this vCPU's
+//!   poll slot, which the VMM translates the vCPU's hostcall arguments through.
 //! - Halt and kick: hostcalls (`Halt`, `Kick`); the vCPU thread sleeps in the VMM.
 //!   An exit costs ~18 µs, which is why the scheduler spins before it halts and
 //!   kicks only vCPUs that really halted.
@@ -20,14 +28,11 @@
 //!   cannot tell that another vCPU is off its core right now, only that vCPUs
 //!   have been kept waiting recently.
 //!
-//! - Address-space switch (fork's processes each have page tables of their own):
-//!   the `SetRoot` hostcall, in which the VMM sets the vCPU's CR3 ([`set_root`]).
-//!
 //! On hardware KVM (`flags::PRIVILEGED_RING0`, set by the VMM when the host CPU has
-//! VMX or SVM) the TLB is the guest's own: a flush traps into ring 0 through
-//! `int $0x81`, whose stub reloads CR3 (rax 0) or loads a new root (rax non-zero:
-//! the address-space switch, no exit). Halting there could use `hlt` and the APIC
-//! (no exit to the VMM); it uses the hostcalls, which work on both, until we can
+//! VMX or SVM) the TLB is the guest's own: after a page-table edit the kernel
+//! reloads CR3 with the second supervisor call (ring 0 runs natively there, so
+//! the calls cost a trap each). Halting there could use `hlt` and the APIC (no
+//! exit to the VMM); it uses the hostcalls, which work on both, until we can
 //! measure that variant on such a machine.
 
 use crate::cpu::{count, cpu_id, Counter};
@@ -42,51 +47,58 @@ pub(crate) fn init(flags: u64) {
     PRIVILEGED.store(flags & onering_abi::flags::PRIVILEGED_RING0 != 0, Ordering::Relaxed);
 }
 
+// SAFETY: defined in entry.rs's assembly: a `ud2` the #UD stub recognizes, then
+// `ret`. `load` loads rax into CR3; `flush` reloads CR3 (clobbering rax). Neither
+// touches the stack beyond the call's return address, nor any other register.
+extern "C" {
+    fn onering_supervisor_load();
+    fn onering_supervisor_flush();
+}
+
 /// Drops any cached translation after a page-table entry changed.
 pub(crate) fn flush_tlb() {
     #[cfg(target_os = "none")]
     if PRIVILEGED.load(Ordering::Relaxed) {
-        // Vector 0x81 is the supervisor stub, a DPL-3 gate the VMM installs only on
-        // hardware KVM.
-        // SAFETY: with rax 0 the stub reloads CR3 (the same root), changes no other register and returns with iretq.
-        unsafe { core::arch::asm!("int 0x81", inout("rax") 0u64 => _, options(nostack)) };
+        // SAFETY: the flush call reloads CR3 with the root already loaded (the same translations, minus the stale ones) and clobbers only rax.
+        unsafe { core::arch::asm!("call {f}", f = sym onering_supervisor_flush, out("rax") _) };
     }
 }
 
 /// What one [`set_root`] to another address space costs, roughly (ns): on PVM the
-/// exit, the VMM's two ioctls and the shadow tables rebuilt (35-90 µs measured,
-/// docs/perf.md); on hardware KVM a `mov cr3` and the TLB refilled after it.
-/// The scheduler weighs a switch against waiting with this.
+/// supervisor call (~8 µs) and the shadow entries PVM fills again for the new root
+/// (measured with `bench/proc.sh`'s ping-pong, docs/perf.md); on hardware KVM a
+/// trap, a `mov cr3` and the TLB refilled after it. The scheduler weighs a switch
+/// against waiting with this.
 pub fn switch_cost_ns() -> u64 {
     if PRIVILEGED.load(Ordering::Relaxed) {
         2_000
     } else {
-        60_000
+        SWITCH_COST_PVM_NS
     }
 }
 
+/// [`switch_cost_ns`] on PVM.
+const SWITCH_COST_PVM_NS: u64 = 25_000;
+
 /// Makes this vCPU translate through the page tables rooted at `root` (an
 /// address space's `mm::PageTables::root`, whose upper half is the kernel's):
-/// a context switch to a thread of another address space. On PVM a hostcall
-/// (`SetRoot`: the VMM sets the vCPU's CR3, ~one exit); on hardware KVM the
-/// `int $0x81` stub loads CR3 itself. The caller skips it when the vCPU runs that
-/// root already, so a program that never forks never calls it.
+/// a context switch to a thread of another address space. The root is published
+/// in this vCPU's poll slot first (the VMM translates the vCPU's hostcall
+/// arguments through it), then loaded by the supervisor call. The caller skips it
+/// when the vCPU runs that root already, so a program that never forks never
+/// calls it.
 pub fn set_root(root: &crate::mm::PageTables) {
     let root = root.root();
     if root == 0 {
         return;
     }
+    count(Counter::RootLoads);
     #[cfg(target_os = "none")]
-    crate::hostcall::poll_root(root);
-    #[cfg(target_os = "none")]
-    if PRIVILEGED.load(Ordering::Relaxed) {
-        // Vector 0x81 is the supervisor stub (a DPL-3 gate, hardware KVM only); with
-        // rax non-zero it loads rax into CR3 and returns with iretq.
-        // SAFETY: `root` is a live space's root page (held by `PageTables` until released) whose upper half maps the kernel as every root does, so the code and stack in use stay mapped.
-        unsafe { core::arch::asm!("int 0x81", inout("rax") root => _, options(nostack)) };
-        return;
+    {
+        crate::hostcall::poll_root(root);
+        // SAFETY: `root` is a live space's root page (held by `PageTables` until released) whose upper half maps the kernel as every root does, so the code and stack in use stay mapped; the call clobbers only rax.
+        unsafe { core::arch::asm!("call {f}", f = sym onering_supervisor_load, inout("rax") root => _) };
     }
-    hostcall(Hostcall::SetRoot, &[root]);
 }
 
 /// Halts this vCPU for at most `ns` nanoseconds or until [`kick`]ed (a kick sent

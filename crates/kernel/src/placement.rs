@@ -69,9 +69,10 @@ pub struct Want {
 ///    `last`, then `me`.
 ///
 /// A CPU of another space would switch spaces to run the thread (and likely back):
-/// `SetRoot`, an exit and PVM's shadow rebuild, ~35-90 µs each here, more than a
-/// kick; so processes that hand work to each other (a pipeline, a client and its
-/// server) each keep a CPU rather than take turns on both. A program that never
+/// a supervisor call and PVM's shadow entries filled again, ~25 µs each here
+/// (`bench/proc.sh`'s ping-pong), about what a kick costs; so processes that hand
+/// work to each other (a pipeline, a client and its server) each keep a CPU rather
+/// than take turns on both. A program that never
 /// forks has one space everywhere, and the rules are the plain ones.
 ///
 /// Candidates are tried from `me + 1` on, so wake-ups spread over the CPUs. With

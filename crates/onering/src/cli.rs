@@ -792,7 +792,7 @@ fn print_stats(mem: &GuestMemoryMmap, r: RewriteStats, ncpus: u64, summary: &cra
         exit::DEFERRED.load(Relaxed)
     );
     say!("onering: stats: page cache: {} chunks given back under memory pressure", sum(pc::RECLAIMED));
-    say!("onering: stats: {} address-space switches (SetRoot)", exit::ROOT_SWITCHES.load(Relaxed));
+    say!("onering: stats: {} address-space switches", sum(pc::ROOT_LOADS));
     say!(
         "onering: stats: {} host-file calls served by the poller, without an exit",
         crate::vstate::poller::POLLED.load(Relaxed)

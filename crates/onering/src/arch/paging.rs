@@ -63,10 +63,9 @@ impl<'a> PageTables<'a> {
 }
 
 thread_local! {
-    /// The root (CR3) of the vCPU this thread runs: the boot root until the guest
-    /// switches the vCPU to another address space (`SetRoot`, served on the vCPU's
-    /// own thread). Guest-virtual arguments of its hostcalls translate through it;
-    /// the kernel's half is the same in every root.
+    /// The root (CR3) of the vCPU this thread runs, as the guest published it at
+    /// its last hostcall ([`guest_root`]): guest-virtual arguments of its
+    /// hostcalls translate through it; the kernel's half is the same in every root.
     static ROOT: Cell<u64> = const { Cell::new(layout::BOOT_PT_PHYS) };
 }
 
@@ -78,6 +77,19 @@ pub fn current_root() -> u64 {
 /// Records that this thread's vCPU now runs on `root` (already checked).
 pub fn set_current_root(root: u64) {
     ROOT.with(|r| r.set(root));
+}
+
+/// The root vCPU `cpu` runs on, as its kernel published it in the vCPU's poll
+/// slot before loading it (`PollSlot::root`: the kernel switches address spaces
+/// itself, without an exit); the boot root while that word is not a page of
+/// guest RAM (never switched, or garbage: translating through the boot root then
+/// finds nothing the guest did not map for itself).
+pub fn guest_root(mem: &GuestMemoryMmap, cpu: u64) -> u64 {
+    let at = crate::layout::poll_slot(cpu) + onering_abi::hostcall::poll_offsets::ROOT;
+    match mem.read_obj::<u64>(GuestAddress(at)) {
+        Ok(root) if root != 0 && valid_root(mem, root) => root,
+        _ => layout::BOOT_PT_PHYS,
+    }
 }
 
 /// Whether `root` can be a root: a page-aligned page of guest RAM.

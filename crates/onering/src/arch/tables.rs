@@ -51,7 +51,6 @@ pub fn write_tss(mem: &GuestMemoryMmap, cpu: u64, ist_top: u64) -> Result<()> {
 }
 
 use onering_abi::vectors;
-const TLB_FLUSH_VECTOR: u64 = vectors::TLB_FLUSH as u64;
 const TIMER_VECTOR: u64 = vectors::TIMER as u64;
 const RESCHEDULE_VECTOR: u64 = vectors::RESCHEDULE as u64;
 
@@ -61,25 +60,22 @@ pub struct Stubs {
     pub exceptions: u64,
     /// Ignores an interrupt.
     pub interrupt: u64,
-    /// Flushes the TLB.
-    pub tlb_flush: u64,
     /// The local APIC timer and the reschedule IPI: preempts the program.
     pub preempt: u64,
 }
 
-/// IDT: vectors 0-31 go to the kernel's exception stubs, the APIC timer and the
-/// reschedule IPI to the preemption stub, `TLB_FLUSH_VECTOR` to the flush stub, the
-/// rest to a stub that ignores them. All use IST1; `int3`, `into`
-/// and the flush may be raised from ring 3.
+/// IDT: vectors 0-31 go to the kernel's exception stubs (#UD's also serves the
+/// supervisor calls), the APIC timer and the reschedule IPI to the preemption
+/// stub, the rest to a stub that ignores them. All use IST1; only `int3` and
+/// `into` may be raised from ring 3.
 pub fn write_idt(mem: &GuestMemoryMmap, stubs: &Stubs) -> Result<()> {
     for v in 0..256u64 {
         let handler = match v {
             0..32 => stubs.exceptions + 16 * v,
-            TLB_FLUSH_VECTOR => stubs.tlb_flush,
             TIMER_VECTOR | RESCHEDULE_VECTOR => stubs.preempt,
             _ => stubs.interrupt,
         };
-        let dpl: u64 = if v == 3 || v == 4 || v == TLB_FLUSH_VECTOR { 3 } else { 0 };
+        let dpl: u64 = if v == 3 || v == 4 { 3 } else { 0 };
         let type_attr = 0x8e | (dpl << 5); // present, 64-bit interrupt gate
         let low = (handler & 0xffff)
             | (u64::from(layout::KERNEL_CS) << 16)
@@ -107,7 +103,6 @@ mod tests {
         let stubs = Stubs {
             exceptions: 0xffff_ffff_8020_1000,
             interrupt: 0xffff_ffff_8020_2000,
-            tlb_flush: 0xffff_ffff_8020_3000,
             preempt: 0xffff_ffff_8020_4000,
         };
         write_idt(&m, &stubs).unwrap();

@@ -26,9 +26,6 @@ pub static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::
 /// (closes, unlocks and writes that took no exit of their own; for `--stats`).
 pub static DEFERRED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
-/// Address-space switches (`SetRoot`) so far, all vCPUs together (for `--stats`).
-pub static ROOT_SWITCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
 /// Bytes copied out of the guest at a time by `Write`.
 const WRITE_CHUNK: u64 = 64 * 1024;
 const EBADF: i64 = 9;
@@ -49,6 +46,9 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
     }
     HOSTCALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     crate::observe::count_hostcall(nr);
+    // The guest-virtual arguments translate through the root the kernel last
+    // loaded on this vCPU (it switches address spaces without exits).
+    crate::arch::paging::set_current_root(crate::arch::paging::guest_root(env.mem(), env.cpu()));
     let ret: i64 = match Hostcall::from_u64(nr) {
         Some(Hostcall::Write) => {
             WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -67,7 +67,6 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
         Some(Hostcall::StdioIoctl) => stdio_ioctl(args, env),
         Some(Hostcall::Fs) => env.host_file(args),
         Some(Hostcall::Rewrite) => rewrite(args, env.mem()),
-        Some(Hostcall::SetRoot) => set_root(args[0], env),
         Some(Hostcall::HugePages) => huge_pages(args[0], env.mem()),
         Some(Hostcall::Trace) => trace(args, env.mem()),
         Some(Hostcall::Debug) => env.debug_stop(args),
@@ -240,24 +239,6 @@ fn fatal(env: &impl Env) -> Outcome {
     Outcome::Fatal { vector: word(0), error: word(1), rip: word(2) }
 }
 
-/// `SetRoot`: the vCPU runs on the page tables at `root` from now on (its CR3,
-/// and the root its hostcalls' guest-virtual arguments translate through). The
-/// root must be a page of guest RAM; what the guest keeps in it is its own
-/// business (a bad table faults in the guest, and `translate` checks every entry).
-fn set_root(root: u64, env: &mut impl Env) -> i64 {
-    if !crate::arch::paging::valid_root(env.mem(), root) {
-        return -EINVAL;
-    }
-    match env.set_root(root) {
-        Ok(()) => {
-            crate::arch::paging::set_current_root(root);
-            ROOT_SWITCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            0
-        }
-        Err(e) => e,
-    }
-}
-
 /// `HugePages`: the chunk at guest-physical `phys` merged into a host huge page.
 /// Only a whole 2 MiB chunk of guest RAM: the guest chooses `phys`.
 fn huge_pages(phys: u64, mem: &GuestMemoryMmap) -> i64 {
@@ -352,7 +333,6 @@ mod tests {
         kicks: Vec<u64>,
         stdin: Vec<(u64, u64, u64)>,
         fs: Vec<[u64; 6]>,
-        roots: Vec<u64>,
     }
 
     impl Env for TestEnv {
@@ -400,10 +380,6 @@ mod tests {
                 7
             })
         }
-        fn set_root(&mut self, root: u64) -> Result<(), i64> {
-            self.roots.push(root);
-            Ok(())
-        }
     }
 
     /// 8 MiB of guest memory with [0x40_0000, 0x60_0000) mapped to [0x40_0000, ...).
@@ -411,17 +387,7 @@ mod tests {
         let mem = GuestMemoryMmap::from_ranges(&[(GuestAddress(0), 8 << 20)]).unwrap();
         PageTables::new(&mem).map_2m(0x40_0000, 0x40_0000, 0).unwrap();
         let bus = crate::devices::standard_bus().unwrap();
-        TestEnv {
-            mem,
-            bus,
-            out: vec![],
-            fail: None,
-            halts: 0,
-            kicks: vec![],
-            stdin: Vec::new(),
-            fs: Vec::new(),
-            roots: Vec::new(),
-        }
+        TestEnv { mem, bus, out: vec![], fail: None, halts: 0, kicks: vec![], stdin: Vec::new(), fs: Vec::new() }
     }
 
     fn call(e: &mut TestEnv, nr: Hostcall, args: &[u64]) -> Action {
@@ -518,24 +484,28 @@ mod tests {
         assert_eq!((ret(&e), e.fs.len()), (-EINVAL, 0));
     }
 
+    /// Guest-virtual arguments translate through the root the guest published
+    /// in the vCPU's poll slot (the one it loaded), the boot root while that is
+    /// not a page of guest RAM.
     #[test]
-    fn set_root_checks_the_root_and_translates_through_it() {
+    fn arguments_translate_through_the_published_root() {
         let mut e = env();
-        for bad in [0x1234, 8 << 20, !0xfff, 1 << 52] {
-            assert_eq!(call(&mut e, Hostcall::SetRoot, &[bad]), Action::Resume);
-            assert_eq!(ret(&e), -EINVAL, "{bad:#x}");
-        }
-        assert_eq!(e.roots, Vec::<u64>::new());
+        let slot = crate::layout::poll_slot(0) + onering_abi::hostcall::poll_offsets::ROOT;
         // A second root mapping the same user block to other memory.
         let root = 0x20_0000;
         e.mem.write_obj(0x60_0000u64 | 0x87, GuestAddress(0x20_3000 + 2 * 8)).unwrap(); // PD entry of 0x40_0000
         e.mem.write_obj(0x20_3000u64 | 7, GuestAddress(0x20_2000)).unwrap(); // PDPT entry
         e.mem.write_obj(0x20_2000u64 | 7, GuestAddress(root)).unwrap(); // PML4 entry
         e.mem.write_slice(b"other", GuestAddress(0x60_0000 + 0x1000)).unwrap();
-        assert_eq!(call(&mut e, Hostcall::SetRoot, &[root]), Action::Resume);
-        assert_eq!((ret(&e), e.roots.clone()), (0, vec![root]));
-        call(&mut e, Hostcall::Write, &[1, 0x40_1000, 5]);
-        assert_eq!(e.out, [(1, b"other".to_vec())]);
+        e.mem.write_slice(b"first", GuestAddress(0x40_1000)).unwrap();
+        for (published, seen) in
+            [(root, b"other"), (0x1234, b"first"), (8 << 20, b"first"), (0, b"first"), (root, b"other")]
+        {
+            e.mem.write_obj(published, GuestAddress(slot)).unwrap();
+            e.out.clear();
+            call(&mut e, Hostcall::Write, &[1, 0x40_1000, 5]);
+            assert_eq!(e.out, [(1, seen.to_vec())], "{published:#x}");
+        }
     }
 
     /// `HugePages` takes only a whole, aligned chunk of guest RAM, and keeps what

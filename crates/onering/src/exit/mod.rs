@@ -11,7 +11,7 @@ pub mod hostcall;
 use crate::devices::{MmioAction, MmioBus};
 use vm_memory::GuestMemoryMmap;
 
-pub use hostcall::{DEFERRED, HALTS, HOSTCALLS, KICKS, ROOT_SWITCHES, WRITES};
+pub use hostcall::{DEFERRED, HALTS, HOSTCALLS, KICKS, WRITES};
 
 /// A vCPU exit, detached from KVM's borrowed run structure.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -152,12 +152,6 @@ pub trait Env {
     /// VM has no mounts.
     fn host_file(&mut self, args: [u64; 6]) -> i64 {
         hostcall::fs_call(self.mem(), self.cpu(), args, &mut |_, _| -38)
-    }
-    /// Sets the exiting vCPU's CR3 to `root` (checked to be a page of guest RAM):
-    /// Ok, or -errno.
-    fn set_root(&mut self, root: u64) -> Result<(), i64> {
-        let _ = root;
-        Err(-38)
     }
     /// `--gdb`: the program stopped on a breakpoint or a step (`Hostcall::Debug`'s
     /// arguments); returns once gdb resumed it: what the thread does next, or

@@ -338,7 +338,6 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
     let stubs = tables::Stubs {
         exceptions: kernel_image::EXCEPTION_STUBS,
         interrupt: kernel_image::INTERRUPT_STUB,
-        tlb_flush: kernel_image::TLB_FLUSH_STUB,
         preempt: kernel_image::PREEMPT_STUB,
     };
     tables::write_idt(mem, &stubs)?;

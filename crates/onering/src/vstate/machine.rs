@@ -449,13 +449,6 @@ impl Env for VcpuEnv<'_> {
     fn stdio_ioctl(&mut self, fd: u64, request: u64, arg: &mut [u8]) -> i64 {
         self.m.stdio.ioctl(fd, request, arg)
     }
-    fn set_root(&mut self, root: u64) -> Result<(), i64> {
-        // On the vCPU's own thread, between two runs of it: KVM takes the whole
-        // special-register set, CR3 changed.
-        let mut s = self.vcpu.get_sregs().map_err(|e| -i64::from(e.errno()))?;
-        s.cr3 = root;
-        self.vcpu.set_sregs(&s).map_err(|e| -i64::from(e.errno()))
-    }
     fn debug_stop(&mut self, args: [u64; 6]) -> i64 {
         match self.m.gdb.get() {
             Some(g) => g.stop(self.cpu, crate::arch::paging::current_root(), args),

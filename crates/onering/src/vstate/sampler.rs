@@ -95,9 +95,9 @@ impl Sampler {
             };
             regs
         };
-        // (On the vCPU's own thread: the root it translates through is the
-        // address space it ran, a forked child's too.)
-        let stack = walk(mem, crate::arch::paging::current_root(), regs.rip, regs.rbp);
+        // (The root the vCPU's kernel last loaded: the address space it ran, a
+        // forked child's too.)
+        let stack = walk(mem, crate::arch::paging::guest_root(mem, cpu), regs.rip, regs.rbp);
         let periods = 1 + timer.overrun();
         self.samples.lock().unwrap_or_else(|e| e.into_inner()).add(cpu, stack, periods);
     }
