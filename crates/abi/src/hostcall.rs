@@ -36,8 +36,7 @@ pub enum Hostcall {
     /// [`MAX_BACKTRACE`]), which the VMM names with the kernel's symbols. Does not
     /// return.
     Panic = 4,
-    /// Returns the address of the last page fault (CR2, which ring 0 here cannot read).
-    FaultAddr = 5,
+    // (5 was `FaultAddr`, CR2 read by the VMM; the #PF stub reads it since ABI 34.)
     /// Sent by the ring-0 exception stub when an exception cannot be handed to ring 3
     /// (it hit ring 0, or ring 3 was still handling the previous one). No arguments:
     /// the stub trusts nothing, GS included, so the VMM reads the exception frame
@@ -161,7 +160,6 @@ impl Hostcall {
             2 => Self::Exit,
             3 => Self::Killed,
             4 => Self::Panic,
-            5 => Self::FaultAddr,
             6 => Self::Fatal,
             7 => Self::StdinRequest,
             8 => Self::Halt,
@@ -266,7 +264,6 @@ mod tests {
             Hostcall::Exit,
             Hostcall::Killed,
             Hostcall::Panic,
-            Hostcall::FaultAddr,
             Hostcall::Fatal,
             Hostcall::StdinRequest,
             Hostcall::Halt,

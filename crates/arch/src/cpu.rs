@@ -26,10 +26,12 @@ pub(crate) const RESCHED: usize = 0x908;
 pub(crate) const TIMER_ARMED: usize = 0x910;
 /// The kernel's per-CPU pointer (`CurrentSlot`).
 pub(crate) const KERNEL_SLOT: usize = 0x918;
+/// The address of this CPU's last page fault: the #PF stub stores CR2 here.
+pub(crate) const FAULT_CR2: usize = 0x920;
 
 const _: () = assert!(FULL_REGS + core::mem::size_of::<crate::frame::UserRegs>() <= CURRENT_TASK);
-const _: () = assert!(KERNEL_SLOT + 8 <= onering_abi::STEAL_TIME_OFFSET as usize);
-const _: () = assert!(KERNEL_SLOT + 8 <= onering_abi::hostfs::DEFERRED_OFFSET as usize);
+const _: () = assert!(FAULT_CR2 + 8 <= onering_abi::STEAL_TIME_OFFSET as usize);
+const _: () = assert!(FAULT_CR2 + 8 <= onering_abi::hostfs::DEFERRED_OFFSET as usize);
 const _: () = assert!(core::mem::size_of::<onering_abi::PerCpuHeader>() <= FULL_REGS);
 
 /// The counters of a CPU's header that the kernel (not a ring-0 stub) keeps.
@@ -186,6 +188,11 @@ mod imp {
     pub(crate) fn set_kernel_slot(p: u64) {
         gs_store!(KERNEL_SLOT, p)
     }
+
+    /// The address of this CPU's last page fault (CR2, saved by the #PF stub).
+    pub fn fault_addr() -> u64 {
+        gs_load!(FAULT_CR2)
+    }
 }
 
 #[cfg(not(target_os = "none"))]
@@ -217,6 +224,9 @@ mod imp {
     pub fn set_timer_armed(at: u64) {
         TIMER.store(at, Relaxed)
     }
+    pub fn fault_addr() -> u64 {
+        0
+    }
     pub fn count(_: Counter) {}
     pub fn count_by(_: Counter, _: u64) {}
     pub fn rdtsc() -> u64 {
@@ -246,7 +256,8 @@ mod imp {
 #[cfg(target_os = "none")]
 pub(crate) use imp::{clear_in_fault, page};
 pub use imp::{
-    count, count_by, cpu_id, fs_base, rdtsc, resched_pending, set_fs_base, set_timer_armed, take_resched, timer_armed,
+    count, count_by, cpu_id, fault_addr, fs_base, rdtsc, resched_pending, set_fs_base, set_timer_armed, take_resched,
+    timer_armed,
 };
 pub(crate) use imp::{current_task_word, kernel_slot, set_current_task_word, set_kernel_slot, set_kstack_top};
 

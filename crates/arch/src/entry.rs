@@ -359,7 +359,16 @@ exception_common:
     cmpq $0, %gs:{in_fault}
     jne 2f
     movq $1, %gs:{in_fault}
-    TO_RING3 {fault_stack_top}, fault_entry
+    // A page fault's address goes to this CPU's page, where the kernel's fault
+    // hook reads it (`cpu::fault_addr`): `mov %cr2` works here (emulated on PVM,
+    // native on hardware KVM). Only now: GS was just used, so it is sound.
+    cmpq $14, (%rsp)
+    jne 1f
+    push %rax
+    mov %cr2, %rax
+    mov %rax, %gs:{fault_cr2}
+    pop %rax
+1:  TO_RING3 {fault_stack_top}, fault_entry
 2:
     // Fatal: tell the VMM, which reads vector, error code and the interrupted
     // state from the top of this CPU's IST stack (where the frame is now). GS is not
@@ -391,6 +400,7 @@ fault_entry:
     kstack_top = const pc::KSTACK_TOP,
     fault_stack_top = const pc::FAULT_STACK_TOP,
     in_fault = const pc::IN_FAULT,
+    fault_cr2 = const crate::cpu::FAULT_CR2,
     user_ds = const USER_DS as u64,
     user_cs = const USER_CS as u64,
     doorbell = const onering_abi::layout::direct(onering_abi::layout::HOSTCALL_DOORBELL_PHYS),

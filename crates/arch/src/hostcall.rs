@@ -79,11 +79,6 @@ pub fn huge_pages(phys: u64) -> i64 {
     hostcall(Hostcall::HugePages, &[phys]) as i64
 }
 
-/// The address of this vCPU's last page fault (CR2, which ring 0 here cannot read).
-pub fn fault_addr() -> u64 {
-    hostcall(Hostcall::FaultAddr, &[])
-}
-
 /// Why the VMM did not take a stdin request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum StdinRefused {

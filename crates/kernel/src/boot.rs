@@ -369,7 +369,7 @@ pub fn fault_hook(frame: &FaultFrame) -> ! {
     if frame.vector == vector::BREAKPOINT || frame.vector == vector::DEBUG {
         debug_trap(k, frame);
     }
-    let addr = if frame.vector == vector::PAGE_FAULT { onering_arch::hostcall::fault_addr() } else { 0 };
+    let addr = if frame.vector == vector::PAGE_FAULT { onering_arch::cpu::fault_addr() } else { 0 };
     let mut oom = false;
     if frame.vector == vector::PAGE_FAULT {
         oom = first_touch(k, frame, addr);

@@ -56,9 +56,6 @@ impl Env for FuzzEnv<'_> {
     fn cpu(&self) -> u64 {
         self.cpu
     }
-    fn cr2(&mut self) -> u64 {
-        self.rng.edge(0)
-    }
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
         // An exec'd process's output stream: none holds a slot in this VM, so the
         // VMM's answer is EBADF, as its own would be.

@@ -54,7 +54,6 @@ pub fn serve(nr: u64, env: &mut impl Env) -> Action {
             WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             write(args, env)
         }
-        Some(Hostcall::FaultAddr) => env.cr2() as i64,
         Some(Hostcall::StdinRequest) => env.stdin_request(args[0], args[1], args[2]),
         Some(Hostcall::StdioStat) => match env.stdio_stat(args[0]) {
             Ok(st) => match write_guest(env.mem(), args[1], &st.to_bytes()) {
@@ -345,9 +344,6 @@ mod tests {
         fn cpu(&self) -> u64 {
             0
         }
-        fn cr2(&mut self) -> u64 {
-            0xdead
-        }
         fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()> {
             if let Some(k) = self.fail {
                 return Err(k.into());
@@ -579,7 +575,5 @@ mod tests {
         assert!(text.starts_with("o\nkernel backtrace:\n  #0  "), "{text}");
         assert!(text.contains(&format!("{:#x} {name}+0x5", entry + 5)), "{text}");
         assert!(text.ends_with("\n  #1  0x1234"), "{text}");
-        assert_eq!(call(&mut e, Hostcall::FaultAddr, &[]), Action::Resume);
-        assert_eq!(ret(&e), 0xdead);
     }
 }

@@ -121,8 +121,6 @@ pub trait Env {
     fn bus(&self) -> &MmioBus;
     /// The exiting vCPU's number.
     fn cpu(&self) -> u64;
-    /// The exiting vCPU's CR2.
-    fn cr2(&mut self) -> u64;
     /// Writes all of `data` to the host's fd 1 or 2, or an exec'd process's stream.
     fn output(&mut self, fd: u32, data: &[u8]) -> std::io::Result<()>;
     /// The `StdinRequest` hostcall: host stream `stream`'s stdin (the program's
@@ -232,9 +230,6 @@ mod tests {
             &self.bus
         }
         fn cpu(&self) -> u64 {
-            0
-        }
-        fn cr2(&mut self) -> u64 {
             0
         }
         fn output(&mut self, _: u32, _: &[u8]) -> std::io::Result<()> {

@@ -274,7 +274,7 @@ impl Machine {
                 Err(e) if e.errno() == libc::EINTR || e.errno() == libc::EAGAIN => continue,
                 Err(e) => return Outcome::GuestError(format!("KVM_RUN failed on vCPU {cpu}: {e}")),
             };
-            let mut env = VcpuEnv { m: self, vcpu, cpu };
+            let mut env = VcpuEnv { m: self, cpu };
             match exit::handle(exit, &mut env) {
                 Action::Resume => {}
                 Action::CompleteRead { addr, len, value } => super::vcpu::complete_mmio_read(vcpu, addr, len, value),
@@ -409,13 +409,12 @@ impl Machine {
     }
 }
 
-struct VcpuEnv<'a> {
+struct VcpuEnv {
     m: &'static Machine,
-    vcpu: &'a VcpuFd,
     cpu: u64,
 }
 
-impl Env for VcpuEnv<'_> {
+impl Env for VcpuEnv {
     fn mem(&self) -> &GuestMemoryMmap {
         &self.m.mem
     }
@@ -424,9 +423,6 @@ impl Env for VcpuEnv<'_> {
     }
     fn cpu(&self) -> u64 {
         self.cpu
-    }
-    fn cr2(&mut self) -> u64 {
-        self.vcpu.get_sregs().map_or(0, |s| s.cr2)
     }
     fn stdin_request(&mut self, virt: u64, len: u64, stream: u64) -> i64 {
         self.m.stdin_request(virt, len, stream)
