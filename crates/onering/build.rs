@@ -117,7 +117,9 @@ fn main() {
          pub const CPUID_ENTRY: u64 = {cpuid:#x};\n\
          pub const EXCEPTION_STUBS: u64 = {exc:#x};\n\
          pub const INTERRUPT_STUB: u64 = {irq:#x};\n\
-         pub const PREEMPT_STUB: u64 = {preempt:#x};\n",
+         pub const PREEMPT_STUB: u64 = {preempt:#x};\n\
+         pub const EXCEPTION_LANDING: u64 = {exc_landing:#x};\n\
+         pub const INTERRUPT_LANDING: u64 = {irq_landing:#x};\n",
         entry = elf.entry(),
         trap = sym("syscall_trap_entry"),
         sys = sym("syscall_entry"),
@@ -127,6 +129,8 @@ fn main() {
         exc = sym("exception_stubs"),
         irq = sym("interrupt_stub"),
         preempt = sym("preempt_stub"),
+        exc_landing = sym("exception_landing"),
+        irq_landing = sym("interrupt_landing"),
     );
     std::fs::write(out.join("kernel_image.rs"), consts).unwrap();
     std::fs::write(out.join("kernel_symbols.bin"), symbol_table(&elf)).unwrap();

@@ -26,7 +26,7 @@ pub mod tmpfs;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 34;
+pub const ABI_VERSION: u64 = 35;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -652,6 +652,19 @@ pub struct PerCpuHeader {
     pub faults: u64,
     /// Address-space switches (CR3 loads by the supervisor call; `--stats`).
     pub root_loads: u64,
+    /// The address of `exception_frame` (this header's own, by the direct map):
+    /// the exception stubs load it into rsp and `iretq` through the frame.
+    pub exception_frame_ptr: u64,
+    /// The `iretq` frame (rip, cs, rflags, rsp, ss) that takes an exception from
+    /// ring 0 to its ring-3 landing (`exception_landing`, interrupts on, on the
+    /// IST1 stack just below the vector, error code and hardware frame the stub
+    /// left there). Written by the VMM; `iretq` only reads it.
+    pub exception_frame: [u64; 5],
+    /// As `exception_frame_ptr`, for `interrupt_frame`.
+    pub interrupt_frame_ptr: u64,
+    /// The same for the APIC timer and the reschedule IPI: to
+    /// `interrupt_landing`, on the IST2 stack just below the hardware frame.
+    pub interrupt_frame: [u64; 5],
 }
 
 /// KVM's steal-time record (`struct kvm_steal_time`, 64 bytes), one per vCPU at
@@ -696,6 +709,10 @@ pub mod percpu_offsets {
     pub const RECLAIMED: usize = 136;
     pub const FAULTS: usize = 144;
     pub const ROOT_LOADS: usize = 152;
+    pub const EXCEPTION_FRAME_PTR: usize = 160;
+    pub const EXCEPTION_FRAME: usize = 168;
+    pub const INTERRUPT_FRAME_PTR: usize = 208;
+    pub const INTERRUPT_FRAME: usize = 216;
 }
 
 const _: () = {
@@ -712,6 +729,10 @@ const _: () = {
     assert!(offset_of!(PerCpuHeader, reclaimed) == percpu_offsets::RECLAIMED);
     assert!(offset_of!(PerCpuHeader, faults) == percpu_offsets::FAULTS);
     assert!(offset_of!(PerCpuHeader, root_loads) == percpu_offsets::ROOT_LOADS);
+    assert!(offset_of!(PerCpuHeader, exception_frame_ptr) == percpu_offsets::EXCEPTION_FRAME_PTR);
+    assert!(offset_of!(PerCpuHeader, exception_frame) == percpu_offsets::EXCEPTION_FRAME);
+    assert!(offset_of!(PerCpuHeader, interrupt_frame_ptr) == percpu_offsets::INTERRUPT_FRAME_PTR);
+    assert!(offset_of!(PerCpuHeader, interrupt_frame) == percpu_offsets::INTERRUPT_FRAME);
     assert!(size_of::<BootInfo>() <= layout::PAGE_SIZE as usize);
     assert!(size_of::<PerCpuHeader>() <= layout::PERCPU_STRIDE as usize);
     assert!(size_of::<StealTime>() == 64 && STEAL_TIME_OFFSET.is_multiple_of(64));

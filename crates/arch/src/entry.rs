@@ -70,11 +70,12 @@ global_asm!(
     mov %gs:{fr}+{r_rcx}, %rcx
     .endm
 
-    // Hands an event taken from ring 3 on to ring 3: pushes the general registers
-    // below the vector, error code and iret frame already on the IST stack, copies
-    // those 22 words (a frame::FaultFrame) below the stack top kept at %gs:\stack,
-    // and continues at \target in ring 3, interrupts on, on that stack.
-    .macro TO_RING3 stack, target
+    // On an event's ring-3 landing, still on its IST stack (below the vector,
+    // error code and iret frame): pushes the general registers, copies those 22
+    // words (a frame::FaultFrame) below the stack top kept at %gs:\stack and
+    // continues on that stack, the frame at rsp. Clobbers rax, rcx, rsi, rdi
+    // (saved in the frame). Native ring-3 code: the copy costs nanoseconds.
+    .macro TO_STACK stack
     push %rax
     push %rbx
     push %rcx
@@ -90,19 +91,13 @@ global_asm!(
     push %r13
     push %r14
     push %r15
-    cld
     mov %gs:\stack, %rdi
     sub $(22 * 8), %rdi
     mov %rdi, %rax
     mov %rsp, %rsi
     mov $22, %ecx
     rep movsq
-    pushq ${user_ds}
-    push %rax
-    pushq $0x202
-    pushq ${user_cs}
-    pushq $\target
-    iretq
+    mov %rax, %rsp
     .endm
 
 
@@ -258,9 +253,12 @@ onering_step_return:
     LOAD_FRAME_REGS
     iretq
 
-    // ---- Ring 0: exceptions (every IDT gate uses IST1). ----------------------------
+    // ---- Ring 0: exceptions (IST1). ------------------------------------------------
     // Each stub is 16 bytes long, so the VMM finds stub n at exception_stubs + 16 * n.
-    // #UD (6) first asks whether it is a supervisor call.
+    // PVM emulates every instruction from here to the `iretq` (~0.5-1 µs each), so
+    // ring 0 only pushes the vector (and a 0 for a missing error code), checks the
+    // ring and leaves through the CPU's prebuilt frame for `exception_landing`;
+    // #PF first saves CR2, #UD first asks whether it is a supervisor call.
     .balign 16
     .global exception_stubs
 exception_stubs:
@@ -268,6 +266,9 @@ exception_stubs:
     .balign 16
     .if (\n == 6)
     jmp supervisor_call
+    .elseif (\n == 14)
+    pushq $14
+    jmp page_fault
     .elseif (\n == 8) || (\n >= 10 && \n <= 14) || (\n == 17) || (\n == 21) || (\n == 29) || (\n == 30)
     pushq $\n
     .else
@@ -297,29 +298,45 @@ supervisor_call:
     pushq $6
     jmp exception_common
 
+    // Ring 0, #PF: IST stack vector, error, rip, cs, rflags, rsp, ss. The faulting
+    // address goes to this CPU's page, where the kernel's fault hook reads it
+    // (`cpu::fault_addr`): `mov %cr2` works here (emulated on PVM, native on
+    // hardware KVM) and nowhere in ring 3. Not from ring 0 (GS may be what broke).
+page_fault:
+    testb $3, 24(%rsp)
+    jz exception_fatal
+    push %rax
+    mov %cr2, %rax
+    mov %rax, %gs:{fault_cr2}
+    pop %rax
+    mov %gs:{exc_frame_ptr}, %rsp
+    iretq
+
     // Interrupts nobody asked for: ignore.
     .balign 16
     .global interrupt_stub
 interrupt_stub:
     iretq
 
-    // ---- Ring 0: the APIC timer and the reschedule IPI. -------------------------
-    // IST stack: rip, cs, rflags, rsp, ss. Ring 3 runs with IF set, ring 0 never
-    // does, so ring 3 was interrupted: either the program, or the kernel's own code
-    // (which runs in ring 3 too, in the top 2 GiB). The kernel is never preempted: it
-    // finds the request flag on its way back to the program (and, should it miss it,
-    // a short retry timer comes back). The program's state goes, as an exception's
-    // does, to ring 3, but on the running thread's own kernel stack (empty while
-    // the program runs), where the thread may switch away. "The kernel" is its code
-    // or anything running on the thread's kernel stack.
+    // ---- Ring 0: the APIC timer and the reschedule IPI (IST2). --------------------
+    // IST stack: rip, cs, rflags, rsp, ss. Ring 3 runs with IF set, and so does
+    // the `syscall` trap stub (see regs.rs's SFMASK); the other stubs never do.
+    // If the program was interrupted, straight on to `interrupt_landing` in ring 3,
+    // which runs on this stack with interrupts on: no timer or IPI comes before
+    // its EOI (the APIC holds both vectors' class in service), and nothing else
+    // uses IST2. If the kernel was interrupted (its code, which runs in ring 3 too,
+    // in the top 2 GiB, or the trap stub), it is never preempted: the request is
+    // left for it here, in ring 0, where the EOI and the return are one `iretq`
+    // apart (it finds the flag on its way back to the program, and should it miss
+    // it, a short retry timer comes back). "The kernel" is its code or anything
+    // running on the thread's kernel stack. Every instruction here is emulated on
+    // PVM (~0.5-1 µs each): the copying is the landing's.
     .balign 16
     .global preempt_stub
 preempt_stub:
-    incq %gs:{interrupts}
+    testb $3, 8(%rsp)
+    jz 3f
     push %rax
-    movabs ${lapic_eoi}, %rax
-    movl $0, (%rax)
-    movq $0, %gs:{timer_armed}
     movabs ${kernel_vbase}, %rax
     cmp %rax, 8(%rsp)
     jae 1f
@@ -334,16 +351,35 @@ preempt_stub:
     cmpq $0, %gs:{current}
     je 1f
     pop %rax
-    pushq $0
-    pushq ${timer_vector}
-    TO_RING3 {kstack_top}, interrupt_entry
-1:  movq $1, %gs:{resched}
+    mov %gs:{irq_frame_ptr}, %rsp
+    iretq
+3:  push %rax
+1:  incq %gs:{interrupts}
+    movq $0, %gs:{timer_armed}
+    movq $1, %gs:{resched}
     cmpq $0, %gs:{current}
     je 2f
     movabs ${lapic_timer}, %rax
     movl ${retry_ns}, (%rax)
-2:  pop %rax
+2:  movabs ${lapic_eoi}, %rax
+    movl $0, (%rax)
+    pop %rax
     iretq
+
+    // ---- Ring 3: the program was interrupted; on IST2 below the hardware frame. --
+    // Its state goes, as an exception's does, to ring 3's hook, but on the running
+    // thread's own kernel stack (empty while the program runs), where the thread
+    // may switch away: copied there before the EOI lets the next interrupt in.
+    .global interrupt_landing
+interrupt_landing:
+    incq %gs:{interrupts}
+    movq $0, %gs:{timer_armed}
+    pushq $0
+    pushq ${timer_vector}
+    TO_STACK {kstack_top}
+    movabs ${lapic_eoi}, %rax
+    movl $0, (%rax)
+    jmp interrupt_entry
 
     // ---- Ring 3: a preempted program continues here on its kernel stack. --------
 interrupt_entry:
@@ -352,31 +388,30 @@ interrupt_entry:
     ud2
 
 exception_common:
-    // IST stack: vector, error, rip, cs, rflags, rsp, ss. A fault in ring 0 or while
-    // ring 3 still handles the previous one cannot be handed on: report and stop.
+    // IST stack: vector, error, rip, cs, rflags, rsp, ss. A fault in ring 0 (a
+    // stub) cannot be handed on: report and stop, without GS (it may be what broke).
     testb $3, 24(%rsp)
-    jz 2f
-    cmpq $0, %gs:{in_fault}
-    jne 2f
-    movq $1, %gs:{in_fault}
-    // A page fault's address goes to this CPU's page, where the kernel's fault
-    // hook reads it (`cpu::fault_addr`): `mov %cr2` works here (emulated on PVM,
-    // native on hardware KVM). Only now: GS was just used, so it is sound.
-    cmpq $14, (%rsp)
-    jne 1f
-    push %rax
-    mov %cr2, %rax
-    mov %rax, %gs:{fault_cr2}
-    pop %rax
-1:  TO_RING3 {fault_stack_top}, fault_entry
-2:
+    jz exception_fatal
+    mov %gs:{exc_frame_ptr}, %rsp
+    iretq
+exception_fatal:
     // Fatal: tell the VMM, which reads vector, error code and the interrupted
-    // state from the top of this CPU's IST stack (where the frame is now). GS is not
-    // used: it may be what broke.
+    // state from the top of this CPU's IST1 stack (where the frame is now).
     movabs ${doorbell}, %rax
     movq $6, (%rax)
 3:  pause
     jmp 3b
+
+    // ---- Ring 3: an exception, on IST1 below vector, error code and frame. -------
+    // One raised while ring 3 still handles the previous one (`in_fault`) cannot
+    // be handed on either. Otherwise the frame and registers go to the fault stack.
+    .global exception_landing
+exception_landing:
+    cmpq $0, %gs:{in_fault}
+    jne exception_fatal
+    movq $1, %gs:{in_fault}
+    TO_STACK {fault_stack_top}
+    jmp fault_entry
 
     // ---- Ring 3: exceptions continue here on the fault stack. ---------------------
 fault_entry:
@@ -400,6 +435,8 @@ fault_entry:
     kstack_top = const pc::KSTACK_TOP,
     fault_stack_top = const pc::FAULT_STACK_TOP,
     in_fault = const pc::IN_FAULT,
+    exc_frame_ptr = const pc::EXCEPTION_FRAME_PTR,
+    irq_frame_ptr = const pc::INTERRUPT_FRAME_PTR,
     fault_cr2 = const crate::cpu::FAULT_CR2,
     user_ds = const USER_DS as u64,
     user_cs = const USER_CS as u64,

@@ -40,12 +40,15 @@ pub fn tss_virt(cpu: u64) -> u64 {
     direct(layout::TSS_PHYS + cpu * layout::TSS_STRIDE)
 }
 
-/// TSS of `cpu`: every exception arrives on IST1 (`ist_top`), as does anything that
-/// would use RSP0.
+/// TSS of `cpu`: exceptions arrive on IST1 (`ist_top`, as does anything that would
+/// use RSP0), the APIC timer and the reschedule IPI on IST2, other interrupts on
+/// IST3 (`layout::IST2_BELOW_TOP`: the landings run on these stacks for a while).
 pub fn write_tss(mem: &GuestMemoryMmap, cpu: u64, ist_top: u64) -> Result<()> {
     let base = layout::TSS_PHYS + cpu * layout::TSS_STRIDE;
     write_u64(mem, base + 4, ist_top)?; // rsp0
     write_u64(mem, base + 0x24, ist_top)?; // ist1
+    write_u64(mem, base + 0x2c, ist_top - layout::IST2_BELOW_TOP)?; // ist2
+    write_u64(mem, base + 0x34, ist_top - layout::IST3_BELOW_TOP)?; // ist3
     mem.write_obj(104u16, GuestAddress(base + 102)).map_err(|_| ArchError::Memory(base))
     // no I/O bitmap
 }
@@ -66,20 +69,20 @@ pub struct Stubs {
 
 /// IDT: vectors 0-31 go to the kernel's exception stubs (#UD's also serves the
 /// supervisor calls), the APIC timer and the reschedule IPI to the preemption
-/// stub, the rest to a stub that ignores them. All use IST1; only `int3` and
-/// `into` may be raised from ring 3.
+/// stub, the rest to a stub that ignores them. Exceptions use IST1, the timer and
+/// the IPI IST2, the rest IST3; only `int3` and `into` may be raised from ring 3.
 pub fn write_idt(mem: &GuestMemoryMmap, stubs: &Stubs) -> Result<()> {
     for v in 0..256u64 {
-        let handler = match v {
-            0..32 => stubs.exceptions + 16 * v,
-            TIMER_VECTOR | RESCHEDULE_VECTOR => stubs.preempt,
-            _ => stubs.interrupt,
+        let (handler, ist) = match v {
+            0..32 => (stubs.exceptions + 16 * v, 1),
+            TIMER_VECTOR | RESCHEDULE_VECTOR => (stubs.preempt, 2),
+            _ => (stubs.interrupt, 3),
         };
         let dpl: u64 = if v == 3 || v == 4 { 3 } else { 0 };
         let type_attr = 0x8e | (dpl << 5); // present, 64-bit interrupt gate
         let low = (handler & 0xffff)
             | (u64::from(layout::KERNEL_CS) << 16)
-            | (1 << 32)
+            | (ist << 32)
             | (type_attr << 40)
             | (((handler >> 16) & 0xffff) << 48);
         let at = layout::IDT_PHYS + v * 16;
@@ -120,6 +123,8 @@ mod tests {
         assert_eq!(handler, 0xffff_ffff_8020_1000 + 14 * 16);
         assert_eq!((lo >> 16) & 0xffff, u64::from(layout::KERNEL_CS));
         assert_eq!((lo >> 32) & 7, 1, "IST1");
+        let ist = |v: u64| (m.read_obj::<u64>(GuestAddress(layout::IDT_PHYS + v * 16)).unwrap() >> 32) & 7;
+        assert_eq!((ist(TIMER_VECTOR), ist(RESCHEDULE_VECTOR), ist(0xff), ist(0)), (2, 2, 3, 1));
         assert_eq!((lo >> 40) & 0xff, 0x8e);
         let bp: u64 = m.read_obj(GuestAddress(layout::IDT_PHYS + 3 * 16)).unwrap();
         assert_eq!((bp >> 40) & 0xff, 0xee, "int3 allowed from ring 3");

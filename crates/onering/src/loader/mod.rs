@@ -19,6 +19,7 @@ use crate::arch::{tables, ArchError, PageTables};
 use crate::embedded::kernel_image;
 use crate::layout::{cpu_stack_tops, ram_ranges, stacks_base};
 use onering_abi::layout::{self, align_down, align_up, direct, HUGE_PAGE_SIZE};
+use onering_abi::percpu_offsets as pc;
 use onering_abi::{
     vvar, BootInfo, MemRegion, NetInfo, PerCpuHeader, Segment, UserMapping, ABI_VERSION, BOOT_MAGIC, MAX_SEGMENTS,
 };
@@ -353,6 +354,18 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         };
         let pa = layout::PERCPU_PHYS + cpu * layout::PERCPU_STRIDE;
         write(mem, pa, &percpu_bytes(&header))?;
+        // The frames the ring-0 stubs `iretq` through to their ring-3 landings,
+        // each on its IST stack just below what the stub and the CPU left there.
+        let frame = |rip: u64, rsp: u64| [rip, u64::from(layout::USER_CS), 0x202, rsp, u64::from(layout::USER_DS)];
+        let exception = frame(kernel_image::EXCEPTION_LANDING, direct(ist) - 7 * 8);
+        let interrupt = frame(kernel_image::INTERRUPT_LANDING, direct(ist - layout::IST2_BELOW_TOP) - 5 * 8);
+        for (ptr, at, f) in [
+            (pc::EXCEPTION_FRAME_PTR, pc::EXCEPTION_FRAME, exception),
+            (pc::INTERRUPT_FRAME_PTR, pc::INTERRUPT_FRAME, interrupt),
+        ] {
+            write(mem, pa + ptr as u64, &(layout::percpu_virt(cpu) + at as u64).to_le_bytes())?;
+            write(mem, pa + at as u64, &words_to_bytes(&f))?;
+        }
         // The poll slot's root until the guest first switches address space.
         let root = pa + onering_abi::hostcall::POLL_OFFSET + onering_abi::hostcall::poll_offsets::ROOT;
         write(mem, root, &layout::BOOT_PT_PHYS.to_le_bytes())?;
