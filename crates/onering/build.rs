@@ -118,8 +118,7 @@ fn main() {
          pub const EXCEPTION_STUBS: u64 = {exc:#x};\n\
          pub const INTERRUPT_STUB: u64 = {irq:#x};\n\
          pub const PREEMPT_STUB: u64 = {preempt:#x};\n\
-         pub const EXCEPTION_LANDING: u64 = {exc_landing:#x};\n\
-         pub const INTERRUPT_LANDING: u64 = {irq_landing:#x};\n",
+         pub const EXCEPTION_LANDING: u64 = {exc_landing:#x};\n",
         entry = elf.entry(),
         trap = sym("syscall_trap_entry"),
         sys = sym("syscall_entry"),
@@ -130,7 +129,6 @@ fn main() {
         irq = sym("interrupt_stub"),
         preempt = sym("preempt_stub"),
         exc_landing = sym("exception_landing"),
-        irq_landing = sym("interrupt_landing"),
     );
     std::fs::write(out.join("kernel_image.rs"), consts).unwrap();
     std::fs::write(out.join("kernel_symbols.bin"), symbol_table(&elf)).unwrap();

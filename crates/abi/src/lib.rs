@@ -26,7 +26,7 @@ pub mod tmpfs;
 pub use hostcall::{Hostcall, HostcallBlock};
 
 /// Version of this interface. Bump on any change to a structure or number in this crate.
-pub const ABI_VERSION: u64 = 35;
+pub const ABI_VERSION: u64 = 36;
 
 /// First word of [`BootInfo`]: "ONERING" in ASCII, little endian.
 pub const BOOT_MAGIC: u64 = u64::from_le_bytes(*b"ONERING\0");
@@ -660,11 +660,6 @@ pub struct PerCpuHeader {
     /// IST1 stack just below the vector, error code and hardware frame the stub
     /// left there). Written by the VMM; `iretq` only reads it.
     pub exception_frame: [u64; 5],
-    /// As `exception_frame_ptr`, for `interrupt_frame`.
-    pub interrupt_frame_ptr: u64,
-    /// The same for the APIC timer and the reschedule IPI: to
-    /// `interrupt_landing`, on the IST2 stack just below the hardware frame.
-    pub interrupt_frame: [u64; 5],
 }
 
 /// KVM's steal-time record (`struct kvm_steal_time`, 64 bytes), one per vCPU at
@@ -711,8 +706,6 @@ pub mod percpu_offsets {
     pub const ROOT_LOADS: usize = 152;
     pub const EXCEPTION_FRAME_PTR: usize = 160;
     pub const EXCEPTION_FRAME: usize = 168;
-    pub const INTERRUPT_FRAME_PTR: usize = 208;
-    pub const INTERRUPT_FRAME: usize = 216;
 }
 
 const _: () = {
@@ -731,8 +724,6 @@ const _: () = {
     assert!(offset_of!(PerCpuHeader, root_loads) == percpu_offsets::ROOT_LOADS);
     assert!(offset_of!(PerCpuHeader, exception_frame_ptr) == percpu_offsets::EXCEPTION_FRAME_PTR);
     assert!(offset_of!(PerCpuHeader, exception_frame) == percpu_offsets::EXCEPTION_FRAME);
-    assert!(offset_of!(PerCpuHeader, interrupt_frame_ptr) == percpu_offsets::INTERRUPT_FRAME_PTR);
-    assert!(offset_of!(PerCpuHeader, interrupt_frame) == percpu_offsets::INTERRUPT_FRAME);
     assert!(size_of::<BootInfo>() <= layout::PAGE_SIZE as usize);
     assert!(size_of::<PerCpuHeader>() <= layout::PERCPU_STRIDE as usize);
     assert!(size_of::<StealTime>() == 64 && STEAL_TIME_OFFSET.is_multiple_of(64));

@@ -70,6 +70,41 @@ global_asm!(
     mov %gs:{fr}+{r_rcx}, %rcx
     .endm
 
+    // Hands an event taken from ring 3 on to ring 3: pushes the general registers
+    // below the vector, error code and iret frame already on the IST stack, copies
+    // those 22 words (a frame::FaultFrame) below the stack top kept at %gs:\stack,
+    // and continues at \target in ring 3, interrupts on, on that stack.
+    .macro TO_RING3 stack, target
+    push %rax
+    push %rbx
+    push %rcx
+    push %rdx
+    push %rsi
+    push %rdi
+    push %rbp
+    push %r8
+    push %r9
+    push %r10
+    push %r11
+    push %r12
+    push %r13
+    push %r14
+    push %r15
+    cld
+    mov %gs:\stack, %rdi
+    sub $(22 * 8), %rdi
+    mov %rdi, %rax
+    mov %rsp, %rsi
+    mov $22, %ecx
+    rep movsq
+    pushq ${user_ds}
+    push %rax
+    pushq $0x202
+    pushq ${user_cs}
+    pushq $\target
+    iretq
+    .endm
+
     // On an event's ring-3 landing, still on its IST stack (below the vector,
     // error code and iret frame): pushes the general registers, copies those 22
     // words (a frame::FaultFrame) below the stack top kept at %gs:\stack and
@@ -319,24 +354,22 @@ interrupt_stub:
     iretq
 
     // ---- Ring 0: the APIC timer and the reschedule IPI (IST2). --------------------
-    // IST stack: rip, cs, rflags, rsp, ss. Ring 3 runs with IF set, and so does
-    // the `syscall` trap stub (see regs.rs's SFMASK); the other stubs never do.
-    // If the program was interrupted, straight on to `interrupt_landing` in ring 3,
-    // which runs on this stack with interrupts on: no timer or IPI comes before
-    // its EOI (the APIC holds both vectors' class in service), and nothing else
-    // uses IST2. If the kernel was interrupted (its code, which runs in ring 3 too,
-    // in the top 2 GiB, or the trap stub), it is never preempted: the request is
-    // left for it here, in ring 0, where the EOI and the return are one `iretq`
-    // apart (it finds the flag on its way back to the program, and should it miss
-    // it, a short retry timer comes back). "The kernel" is its code or anything
-    // running on the thread's kernel stack. Every instruction here is emulated on
-    // PVM (~0.5-1 µs each): the copying is the landing's.
+    // IST stack: rip, cs, rflags, rsp, ss. Ring 3 runs with IF set, ring 0 never
+    // does, so ring 3 was interrupted: either the program, or the kernel's own code
+    // (which runs in ring 3 too, in the top 2 GiB). The kernel is never preempted: it
+    // finds the request flag on its way back to the program (and, should it miss it,
+    // a short retry timer comes back). The program's state goes, as an exception's
+    // does, to ring 3, but on the running thread's own kernel stack (empty while
+    // the program runs), where the thread may switch away. "The kernel" is its code
+    // or anything running on the thread's kernel stack.
     .balign 16
     .global preempt_stub
 preempt_stub:
-    testb $3, 8(%rsp)
-    jz 3f
+    incq %gs:{interrupts}
     push %rax
+    movabs ${lapic_eoi}, %rax
+    movl $0, (%rax)
+    movq $0, %gs:{timer_armed}
     movabs ${kernel_vbase}, %rax
     cmp %rax, 8(%rsp)
     jae 1f
@@ -351,35 +384,16 @@ preempt_stub:
     cmpq $0, %gs:{current}
     je 1f
     pop %rax
-    mov %gs:{irq_frame_ptr}, %rsp
-    iretq
-3:  push %rax
-1:  incq %gs:{interrupts}
-    movq $0, %gs:{timer_armed}
-    movq $1, %gs:{resched}
+    pushq $0
+    pushq ${timer_vector}
+    TO_RING3 {kstack_top}, interrupt_entry
+1:  movq $1, %gs:{resched}
     cmpq $0, %gs:{current}
     je 2f
     movabs ${lapic_timer}, %rax
     movl ${retry_ns}, (%rax)
-2:  movabs ${lapic_eoi}, %rax
-    movl $0, (%rax)
-    pop %rax
+2:  pop %rax
     iretq
-
-    // ---- Ring 3: the program was interrupted; on IST2 below the hardware frame. --
-    // Its state goes, as an exception's does, to ring 3's hook, but on the running
-    // thread's own kernel stack (empty while the program runs), where the thread
-    // may switch away: copied there before the EOI lets the next interrupt in.
-    .global interrupt_landing
-interrupt_landing:
-    incq %gs:{interrupts}
-    movq $0, %gs:{timer_armed}
-    pushq $0
-    pushq ${timer_vector}
-    TO_STACK {kstack_top}
-    movabs ${lapic_eoi}, %rax
-    movl $0, (%rax)
-    jmp interrupt_entry
 
     // ---- Ring 3: a preempted program continues here on its kernel stack. --------
 interrupt_entry:
@@ -436,7 +450,6 @@ fault_entry:
     fault_stack_top = const pc::FAULT_STACK_TOP,
     in_fault = const pc::IN_FAULT,
     exc_frame_ptr = const pc::EXCEPTION_FRAME_PTR,
-    irq_frame_ptr = const pc::INTERRUPT_FRAME_PTR,
     fault_cr2 = const crate::cpu::FAULT_CR2,
     user_ds = const USER_DS as u64,
     user_cs = const USER_CS as u64,

@@ -354,18 +354,18 @@ pub fn load(mem: &GuestMemoryMmap, spec: &LoadSpec, prog: &Program, file: &[u8])
         };
         let pa = layout::PERCPU_PHYS + cpu * layout::PERCPU_STRIDE;
         write(mem, pa, &percpu_bytes(&header))?;
-        // The frames the ring-0 stubs `iretq` through to their ring-3 landings,
-        // each on its IST stack just below what the stub and the CPU left there.
-        let frame = |rip: u64, rsp: u64| [rip, u64::from(layout::USER_CS), 0x202, rsp, u64::from(layout::USER_DS)];
-        let exception = frame(kernel_image::EXCEPTION_LANDING, direct(ist) - 7 * 8);
-        let interrupt = frame(kernel_image::INTERRUPT_LANDING, direct(ist - layout::IST2_BELOW_TOP) - 5 * 8);
-        for (ptr, at, f) in [
-            (pc::EXCEPTION_FRAME_PTR, pc::EXCEPTION_FRAME, exception),
-            (pc::INTERRUPT_FRAME_PTR, pc::INTERRUPT_FRAME, interrupt),
-        ] {
-            write(mem, pa + ptr as u64, &(layout::percpu_virt(cpu) + at as u64).to_le_bytes())?;
-            write(mem, pa + at as u64, &words_to_bytes(&f))?;
-        }
+        // The frame the exception stubs `iretq` through to their ring-3 landing,
+        // on IST1 just below what the stub and the CPU left there.
+        let frame = [
+            kernel_image::EXCEPTION_LANDING,
+            u64::from(layout::USER_CS),
+            0x202,
+            direct(ist) - 7 * 8,
+            u64::from(layout::USER_DS),
+        ];
+        let (ptr, at) = (pc::EXCEPTION_FRAME_PTR as u64, pc::EXCEPTION_FRAME as u64);
+        write(mem, pa + ptr, &(layout::percpu_virt(cpu) + at).to_le_bytes())?;
+        write(mem, pa + at, &words_to_bytes(&frame))?;
         // The poll slot's root until the guest first switches address space.
         let root = pa + onering_abi::hostcall::POLL_OFFSET + onering_abi::hostcall::poll_offsets::ROOT;
         write(mem, root, &layout::BOOT_PT_PHYS.to_le_bytes())?;
