@@ -70,11 +70,11 @@ global_asm!(
     mov %gs:{fr}+{r_rcx}, %rcx
     .endm
 
-    // Hands an event taken from ring 3 on to ring 3: pushes the general registers
-    // below the vector, error code and iret frame already on the IST stack, copies
-    // those 22 words (a frame::FaultFrame) below the stack top kept at %gs:\stack,
-    // and continues at \target in ring 3, interrupts on, on that stack.
-    .macro TO_RING3 stack, target
+    // Below the vector, error code and iret frame already on an IST stack: pushes
+    // the general registers and copies those 22 words (a frame::FaultFrame) below
+    // the stack top kept at %gs:\stack; rax = where the copy is. Clobbers rcx,
+    // rsi, rdi (saved in the frame).
+    .macro COPY_FRAME stack
     push %rax
     push %rbx
     push %rcx
@@ -97,6 +97,12 @@ global_asm!(
     mov %rsp, %rsi
     mov $22, %ecx
     rep movsq
+    .endm
+
+    // Ring 0: hands an event taken from ring 3 on to ring 3, at \target,
+    // interrupts on, on the stack the frame was copied to (COPY_FRAME).
+    .macro TO_RING3 stack, target
+    COPY_FRAME \stack
     pushq ${user_ds}
     push %rax
     pushq $0x202
@@ -105,33 +111,10 @@ global_asm!(
     iretq
     .endm
 
-    // On an event's ring-3 landing, still on its IST stack (below the vector,
-    // error code and iret frame): pushes the general registers, copies those 22
-    // words (a frame::FaultFrame) below the stack top kept at %gs:\stack and
-    // continues on that stack, the frame at rsp. Clobbers rax, rcx, rsi, rdi
-    // (saved in the frame). Native ring-3 code: the copy costs nanoseconds.
+    // Ring 3 (an exception's landing): continues on the stack the frame was
+    // copied to, the frame at rsp. Native code: the copy costs nanoseconds.
     .macro TO_STACK stack
-    push %rax
-    push %rbx
-    push %rcx
-    push %rdx
-    push %rsi
-    push %rdi
-    push %rbp
-    push %r8
-    push %r9
-    push %r10
-    push %r11
-    push %r12
-    push %r13
-    push %r14
-    push %r15
-    mov %gs:\stack, %rdi
-    sub $(22 * 8), %rdi
-    mov %rdi, %rax
-    mov %rsp, %rsi
-    mov $22, %ecx
-    rep movsq
+    COPY_FRAME \stack
     mov %rax, %rsp
     .endm
 

@@ -523,7 +523,7 @@ fn first_touch(k: &Kernel, frame: &FaultFrame, addr: u64) -> bool {
                 t.last_fault.store(u64::MAX, Relaxed);
             }
         }
-        Fault::Backed if t.is_some_and(|t| t.last_fault.swap(addr, Relaxed) != addr) => {}
+        Fault::Backed if t.is_some_and(|t| crate::fault::retry_spurious(&t.last_fault, addr)) => {}
         Fault::Backed | Fault::Segv => return false,
         Fault::OutOfMemory => return true,
         // In a user copy (the kernel checked the range, which fills, before: the

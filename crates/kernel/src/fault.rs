@@ -48,9 +48,43 @@ pub fn signal_for(vector: u64) -> u64 {
     }
 }
 
+/// How many page faults in a row on one page whose mapping is in place a thread
+/// runs the instruction again before the fault is the program's (SIGSEGV): the
+/// hypervisor may deliver a fault for a mapping it has not caught up with yet
+/// (another vCPU just changed the table; PVM's specification allows spurious
+/// faults and promises progress on retry), and since exceptions stopped exiting
+/// to the VMM the retry comes within microseconds. A mapping that keeps faulting
+/// (a protection the tables do not show) still ends as a signal.
+pub const SPURIOUS_RETRIES: u64 = 16;
+
+/// Records a fault at `addr` that found its mapping in place in `last` (a
+/// thread's word: the page and a count, in its low 12 bits) and says whether to
+/// run the instruction again. Any other kind of fault resets the word to
+/// `u64::MAX`.
+pub fn retry_spurious(last: &core::sync::atomic::AtomicU64, addr: u64) -> bool {
+    use core::sync::atomic::Ordering::Relaxed;
+    let page = addr & !0xfff;
+    let before = last.load(Relaxed);
+    let n = if before != u64::MAX && before & !0xfff == page { (before & 0xfff) + 1 } else { 1 };
+    last.store(page | n.min(0xfff), Relaxed);
+    n <= SPURIOUS_RETRIES
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spurious_faults_are_retried_a_bounded_number_of_times() {
+        let last = core::sync::atomic::AtomicU64::new(u64::MAX);
+        for _ in 0..SPURIOUS_RETRIES {
+            assert!(retry_spurious(&last, 0x40_1880));
+        }
+        assert!(!retry_spurious(&last, 0x40_1884), "the same page, once too often");
+        assert!(retry_spurious(&last, 0x40_2000), "another page starts again");
+        last.store(u64::MAX, core::sync::atomic::Ordering::Relaxed);
+        assert!(retry_spurious(&last, 0x40_2000));
+    }
 
     #[test]
     fn linux_mapping() {

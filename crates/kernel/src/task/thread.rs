@@ -72,8 +72,9 @@ pub struct Thread {
     pub vfork_parent: Mutex<Option<(&'static Thread, u64)>>,
     /// Its process ended: the thread ends at its next chance.
     pub doomed: AtomicBool,
-    /// The address of its last page fault that found the block already backed
-    /// (a second such fault there is SIGSEGV, not another retry).
+    /// Its last page faults that found the block already backed: the page and how
+    /// many in a row (`fault::retry_spurious`: past `SPURIOUS_RETRIES` it is
+    /// SIGSEGV, not another retry).
     pub last_fault: AtomicU64,
     /// `prctl(PR_SET_PDEATHSIG)`: the signal its process gets when the thread
     /// that created the process ends (0: none). Cleared for every new thread.
