@@ -66,9 +66,9 @@ pub const FAULT_STACK_SIZE: u64 = 0x8000;
 pub const IST_STACK_SIZE: u64 = 0x4000;
 /// The IST region holds three stacks, each a top below the region's top: IST1
 /// (exceptions) at the top, IST2 (the APIC timer and the reschedule IPI) this far
-/// below it, IST3 (interrupts nobody asked for) this far below it. An event's
-/// ring-3 landing runs on its IST stack until it has copied the frame away, so
-/// events that may arrive meanwhile must land elsewhere.
+/// below it, IST3 (interrupts nobody asked for) this far below it. An exception's
+/// ring-3 landing runs on IST1, interrupts on, until it has copied the frame away,
+/// so interrupts must land elsewhere.
 pub const IST2_BELOW_TOP: u64 = 0x2000;
 pub const IST3_BELOW_TOP: u64 = 0x3000;
 pub const CPU_STACKS_SIZE: u64 = KERNEL_STACK_SIZE + FAULT_STACK_SIZE + IST_STACK_SIZE;

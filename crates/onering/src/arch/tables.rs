@@ -42,7 +42,8 @@ pub fn tss_virt(cpu: u64) -> u64 {
 
 /// TSS of `cpu`: exceptions arrive on IST1 (`ist_top`, as does anything that would
 /// use RSP0), the APIC timer and the reschedule IPI on IST2, other interrupts on
-/// IST3 (`layout::IST2_BELOW_TOP`: the landings run on these stacks for a while).
+/// IST3 (`layout::IST2_BELOW_TOP`: an exception's ring-3 landing runs on IST1 with
+/// interrupts on until it has copied the frame away).
 pub fn write_tss(mem: &GuestMemoryMmap, cpu: u64, ist_top: u64) -> Result<()> {
     let base = layout::TSS_PHYS + cpu * layout::TSS_STRIDE;
     write_u64(mem, base + 4, ist_top)?; // rsp0
